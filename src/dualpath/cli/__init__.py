@@ -1,0 +1,52 @@
+"""The ``dualpath`` command line: parse -> config -> driver. Nothing in the package imports this.
+
+Each face owns one module here with a ``register(app)`` function. Heavy imports (torch, fastapi,
+the simulator) happen inside command bodies so ``dualpath plan`` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="dualpath",
+    help="DualPath: dual-path KV-cache loading for agentic LLM inference (serve, simulate, plan).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One module per face; each defines register(app: typer.Typer) -> None.
+_COMMAND_MODULES = (
+    "dualpath.cli.tables",
+    "dualpath.cli.plan",
+    "dualpath.cli.workload",
+    "dualpath.cli.simulate",
+    "dualpath.cli.runtime",
+    "dualpath.cli.serve",
+)
+
+
+@app.command()
+def version() -> None:
+    """Print the dualpath version."""
+    from dualpath import __version__
+
+    typer.echo(__version__)
+
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Console-script entry point; turns dualpath errors into one clear line and exit code 2."""
+    from dualpath.core.errors import DualpathError
+
+    try:
+        app()
+    except DualpathError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
