@@ -1,0 +1,144 @@
+"""Client-facing types of the cluster: what the HTTP layer (runtime/server/) and the demo code against.
+
+Everything here is a frozen msgspec Struct, so the same objects cross process boundaries with the
+one codec of :mod:`dualpath.runtime.cluster.messages`. No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from dualpath.core.errors import DualpathError, require
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """How to generate. ``max_tokens`` is the number of tokens to generate (>= 1).
+
+    ``temperature`` 0 is greedy (deterministic); ``ignore_eos`` forces exactly ``max_tokens`` tokens
+    (agent replay: the paper forces generation lengths). ``stop_token_ids`` end generation early
+    (the EOS token is always a stop token unless ``ignore_eos``).
+    """
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.max_tokens >= 1, "max_tokens", self.max_tokens, "must be >= 1")
+        require(self.temperature >= 0.0, "temperature", self.temperature, "must be >= 0")
+        require(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]")
+
+
+class RequestStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-request accounting, attached to the last TokenEvent.
+
+    Times are seconds since the scheduler received the request (``ttft_s``: first token left the
+    decode engine; ``ttst_s``: second token, or None). ``hit_len``: prompt tokens whose KV came from
+    the store; ``read_side``: "pe", "de", "split" or "none" (no hits); engine ids are cluster-wide.
+    """
+
+    prompt_len: int
+    hit_len: int
+    num_generated: int
+    read_side: str
+    prefill_engine: int
+    decode_engine: int
+    queue_s: float
+    ttft_s: float
+    ttst_s: float | None
+    e2e_s: float
+
+
+class TokenEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One generated token of one request, streamed in order (``index`` 0, 1, 2, ...).
+
+    The last event of a request has ``finish_reason`` set: "length" (max_tokens reached), "stop"
+    (stop/EOS token; that token is included) or "error" (then ``token_id`` is -1, ``error`` says
+    why, e.g. an engine died). ``stats`` is set on the last event only.
+    """
+
+    request_id: str
+    index: int
+    token_id: int
+    finish_reason: str | None = None
+    error: str | None = None
+    stats: RequestStats | None = None
+
+    @property
+    def is_last(self) -> bool:
+        return self.finish_reason is not None
+
+
+class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine as the scheduler last saw it (``alive`` False after missed heartbeats)."""
+
+    engine_id: int
+    role: str
+    node_id: int
+    alive: bool
+    num_seqs: int
+    num_tokens: int
+    last_seen_s: float
+
+
+class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """``ok`` is True when at least one prefill and one decode engine are alive."""
+
+    ok: bool
+    engines: tuple[EngineHealth, ...]
+    num_waiting: int
+    num_running: int
+    policy: str
+    down: tuple[str, ...] = ()
+
+
+class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What the HTTP layer needs to validate requests and name the model."""
+
+    model_name: str
+    max_context_len: int
+    vocab_size: int
+    eos_token_id: int | None
+    max_queued_requests: int
+    block_size: int
+
+
+class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters since start. ``bytes_by_path``: "pe-read", "de-read", "pd-transfer", "persist";
+    ``bytes_by_nic``: e.g. "node0/snic", "engine2/cnic" (bytes through each emulated NIC);
+    ``ttft_s`` / ``ttst_s`` / ``tpot_s`` / ``e2e_s``: raw samples of finished requests (bounded,
+    most recent last) for histograms; ``queue_depths``: "waiting", "prefill_queue", "decode_queue".
+    """
+
+    num_requests: int
+    num_finished: int
+    num_failed: int
+    hit_tokens: int
+    prompt_tokens: int
+    generated_tokens: int
+    bytes_by_path: dict[str, int]
+    bytes_by_nic: dict[str, int]
+    queue_depths: dict[str, int]
+    ttft_s: list[float]
+    ttst_s: list[float]
+    tpot_s: list[float]
+    e2e_s: list[float]
+
+
+class ClusterError(DualpathError):
+    """The cluster refused or lost a request."""
+
+
+class QueueFullError(ClusterError):
+    """The scheduler's queue is full (HTTP 429)."""
+
+
+class ContextTooLongError(ClusterError):
+    """prompt + max_tokens exceeds the model's context (HTTP 400)."""
+
+
+class ClusterUnavailableError(ClusterError):
+    """No scheduler answered, or no engine of a needed role is alive (HTTP 503)."""

@@ -1,0 +1,168 @@
+"""Asyncio client of the scheduler service: what the HTTP layer and the demo use.
+
+One DEALER socket to the scheduler's ROUTER; a background task routes incoming messages to one
+asyncio.Queue per request (token events) or per query (health / metrics / info). Use from one event
+loop; ``async with ClusterClient(addr) as c`` connects and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+
+import zmq
+import zmq.asyncio
+
+from dualpath.runtime.cluster.api import (
+    ClusterError,
+    ClusterHealth,
+    ClusterInfo,
+    ClusterUnavailableError,
+    ContextTooLongError,
+    MetricsSnapshot,
+    QueueFullError,
+    SamplingParams,
+    TokenEvent,
+)
+from dualpath.runtime.cluster.messages import (
+    Abort, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
+)
+
+_REJECT_ERRORS: dict[str, type[ClusterError]] = {
+    "queue_full": QueueFullError,
+    "too_long": ContextTooLongError,
+    "unavailable": ClusterUnavailableError,
+}
+
+
+class ClusterClient:
+    """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
+
+    def __init__(self, address: str, *, query_timeout_s: float = 5.0) -> None:
+        self.address = address
+        self.query_timeout_s = query_timeout_s
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._recv_task: asyncio.Task[None] | None = None
+        self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
+        self._queries: dict[int, asyncio.Future[QueryReply]] = {}
+        self._query_ids = itertools.count(1)
+
+    async def connect(self) -> ClusterClient:
+        """Open the socket and start the receive task (idempotent)."""
+        if self._sock is None:
+            self._ctx = zmq.asyncio.Context()
+            self._sock = self._ctx.socket(zmq.DEALER)
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.connect(self.address)
+            self._recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._recv_task is not None:
+            self._recv_task.cancel()
+            try:
+                await self._recv_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._sock is not None:
+            self._sock.close(0)
+        if self._ctx is not None:
+            self._ctx.term()
+        self._sock = self._ctx = self._recv_task = None
+
+    async def __aenter__(self) -> ClusterClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _recv_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart()
+            msg = decode(frames[-1])
+            if isinstance(msg, Tokens):
+                for ev in msg.events:
+                    q = self._streams.get(ev.request_id)
+                    if q is not None:
+                        q.put_nowait(ev)
+            elif isinstance(msg, Rejected):
+                q = self._streams.get(msg.request_id)
+                if q is not None:
+                    q.put_nowait(msg)
+            elif isinstance(msg, QueryReply):
+                fut = self._queries.pop(msg.query_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+
+    async def _send(self, msg: object) -> None:
+        if self._sock is None:
+            await self.connect()
+        assert self._sock is not None
+        await self._sock.send_multipart([b"", encode(msg)])  # type: ignore[arg-type]
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Submit one request and yield its tokens in order; the last event has ``finish_reason``.
+
+        Raises QueueFullError / ContextTooLongError / ClusterUnavailableError if the scheduler
+        rejects it before any token, ClusterError on a bad request. An engine failure after tokens
+        started arrives as a last event with ``finish_reason == "error"``. Closing the iterator
+        early (e.g. the HTTP client went away) aborts the request in the cluster.
+        """
+        rid = request_id or uuid.uuid4().hex
+        queue: asyncio.Queue[TokenEvent | Rejected] = asyncio.Queue()
+        self._streams[rid] = queue
+        finished = False
+        try:
+            await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids),
+                                    params=params))
+            while True:
+                item = await queue.get()
+                if isinstance(item, Rejected):
+                    finished = True
+                    raise _REJECT_ERRORS.get(item.kind, ClusterError)(item.reason)
+                if item.is_last:
+                    finished = True
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(rid, None)
+            if not finished and self._sock is not None:
+                try:
+                    await self._send(Abort(request_id=rid))
+                except Exception:
+                    pass
+
+    async def _query(self, what: str) -> QueryReply:
+        qid = next(self._query_ids)
+        fut: asyncio.Future[QueryReply] = asyncio.get_running_loop().create_future()
+        self._queries[qid] = fut
+        await self._send(Query(query_id=qid, what=what))
+        try:
+            return await asyncio.wait_for(fut, self.query_timeout_s)
+        except asyncio.TimeoutError:
+            self._queries.pop(qid, None)
+            raise ClusterUnavailableError(
+                f"scheduler at {self.address} did not answer a {what} query within "
+                f"{self.query_timeout_s} s") from None
+
+    async def health(self) -> ClusterHealth:
+        reply = await self._query("health")
+        assert reply.health is not None
+        return reply.health
+
+    async def metrics(self) -> MetricsSnapshot:
+        reply = await self._query("metrics")
+        assert reply.metrics is not None
+        return reply.metrics
+
+    async def info(self) -> ClusterInfo:
+        reply = await self._query("info")
+        assert reply.info is not None
+        return reply.info

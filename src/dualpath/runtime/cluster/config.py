@@ -1,0 +1,82 @@
+"""ClusterConfig: one frozen, validated description of a cluster (no I/O on construction)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from dualpath.core.errors import require
+
+TRANSPORTS: tuple[str, ...] = ("zmq", "shm", "mooncake", "nixl")
+
+
+class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A local or multi-host cluster.
+
+    Engines are numbered: prefill engines 0..P-1, then decode engines P..P+D-1. Each emulated node
+    holds ``engines_per_node`` engines of one role (one engine group per node, rank 0 leads); nodes
+    are numbered prefill first. ``snic_gbps`` caps each node's storage NIC (reads and persists
+    share it), ``cnic_gbps`` each engine's compute NIC (KV between engines); None = uncapped.
+    ``read_free`` bypasses storage-read and PD-transfer costs (the paper's Oracle).
+    ``model`` is a name from dualpath.spec ("smollm2-135m") or "tiny" (a small random model).
+    """
+
+    kv_dir: str
+    model: str = "smollm2-135m"
+    num_prefill_engines: int = 1
+    num_decode_engines: int = 2
+    engines_per_node: int = 1
+    policy: str = "dualpath"
+    snic_gbps: float | None = None
+    cnic_gbps: float | None = None
+    read_free: bool = False
+    transport: str = "zmq"
+    host: str = "127.0.0.1"
+    scheduler_port: int = 0
+    max_queued_requests: int = 256
+    decode_hbm_tokens: int = 65536
+    block_size: int = 64
+    dtype: str = "float32"
+    heartbeat_s: float = 0.2
+    engine_timeout_s: float = 5.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")
+        require(self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines,
+                "must be >= 1")
+        require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines,
+                "must be >= 1")
+        require(self.engines_per_node >= 1, "engines_per_node", self.engines_per_node, "must be >= 1")
+        for key in ("snic_gbps", "cnic_gbps"):
+            val = getattr(self, key)
+            require(val is None or val > 0, key, val, "must be > 0 (or omitted for no cap)")
+        require(self.transport in TRANSPORTS, "transport", self.transport,
+                f"choices: {', '.join(TRANSPORTS)}")
+        require(0 <= self.scheduler_port < 65536, "scheduler_port", self.scheduler_port,
+                "must be a TCP port (0 = any free port)")
+        require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests,
+                "must be >= 1")
+        require(self.decode_hbm_tokens >= self.block_size, "decode_hbm_tokens",
+                self.decode_hbm_tokens, "must hold at least one block")
+        require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
+        require(self.engine_timeout_s > 2 * self.heartbeat_s, "engine_timeout_s",
+                self.engine_timeout_s, "must exceed two heartbeats")
+
+    @property
+    def num_engines(self) -> int:
+        return self.num_prefill_engines + self.num_decode_engines
+
+    def role_of(self, engine_id: int) -> str:
+        return "prefill" if engine_id < self.num_prefill_engines else "decode"
+
+    def node_of(self, engine_id: int) -> int:
+        """Emulated node of an engine: PEs fill nodes 0.., DEs the nodes after the last PE node."""
+        per = self.engines_per_node
+        num_pe_nodes = -(-self.num_prefill_engines // per)
+        if engine_id < self.num_prefill_engines:
+            return engine_id // per
+        return num_pe_nodes + (engine_id - self.num_prefill_engines) // per
+
+    @property
+    def num_nodes(self) -> int:
+        return self.node_of(self.num_engines - 1) + 1

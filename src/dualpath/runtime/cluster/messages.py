@@ -1,0 +1,160 @@
+"""The one codec for control messages between client, scheduler and engines (msgspec msgpack).
+
+Every message is a tagged frozen Struct; ``encode(msg) -> bytes`` and ``decode(bytes) -> Message``.
+KV payloads never go through here: transports send them as raw frames next to a small header.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from dualpath.runtime.cluster.api import (
+    ClusterHealth,
+    ClusterInfo,
+    MetricsSnapshot,
+    SamplingParams,
+    TokenEvent,
+)
+
+
+class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="t", tag=True):
+    pass
+
+
+# ----------------------------------------------------------------- client <-> scheduler
+class Submit(_Msg):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+class Abort(_Msg):
+    request_id: str
+
+
+class Query(_Msg):
+    """``what``: "health" | "metrics" | "info"."""
+
+    query_id: int
+    what: str
+
+
+class QueryReply(_Msg):
+    query_id: int
+    health: ClusterHealth | None = None
+    metrics: MetricsSnapshot | None = None
+    info: ClusterInfo | None = None
+
+
+class Rejected(_Msg):
+    """``kind``: "queue_full" | "too_long" | "unavailable" | "bad_request"."""
+
+    request_id: str
+    kind: str
+    reason: str
+
+
+class Tokens(_Msg):
+    """Token events, in order per request (DE -> scheduler -> client)."""
+
+    events: list[TokenEvent]
+
+
+# ----------------------------------------------------------------- engine <-> scheduler
+class EngineHello(_Msg):
+    """First message of an engine. ``engine_id`` -1 lets the scheduler choose."""
+
+    engine_id: int
+    role: str
+    node_id: int
+    data_addr: str
+    pid: int
+    hbm_tokens: int
+
+
+class Welcome(_Msg):
+    engine_id: int
+    is_leader: bool
+    peers: dict[int, str]
+
+
+class Peers(_Msg):
+    """Data addresses of every live engine (sent when the set changes)."""
+
+    peers: dict[int, str]
+
+
+class Heartbeat(_Msg):
+    """Periodic report. ``read_queue_tokens``: this engine's storage read backlog (the group leader's
+    report of its node's ``read_q`` is what the scheduler uses); byte counters are cumulative."""
+
+    engine_id: int
+    num_seqs: int
+    num_tokens: int
+    read_queue_tokens: int
+    bytes_by_path: dict[str, int]
+    bytes_by_nic: dict[str, int]
+
+
+class PrefillTask(_Msg):
+    """Prefill ``prompt_token_ids`` on this PE; hits are the first ``hit_len`` tokens (whole blocks):
+    the first ``pe_read_len`` read here, the rest (``de_read_len``) arrive from DE ``decode_engine``."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    hit_len: int
+    pe_read_len: int
+    de_read_len: int
+    decode_engine: int
+    params: SamplingParams
+
+
+class DecodeTask(_Msg):
+    """Receive this request's prompt KV (reading ``de_read_len`` hit tokens after the first
+    ``pe_read_len`` from the store and sending them to PE ``prefill_engine``), then decode."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    hit_len: int
+    pe_read_len: int
+    de_read_len: int
+    prefill_engine: int
+    params: SamplingParams
+
+
+class Progress(_Msg):
+    """Lifecycle events from engines. ``event``: "read_done" (the engine's share of the hit read is
+    in its buffer), "prefill_done" (PE side finished), "failed" (then ``error``)."""
+
+    request_id: str
+    engine_id: int
+    event: str
+    error: str | None = None
+
+
+class Cancel(_Msg):
+    request_id: str
+
+
+class Shutdown(_Msg):
+    reason: str = ""
+
+
+Message = Union[
+    Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
+    Heartbeat, PrefillTask, DecodeTask, Progress, Cancel, Shutdown,
+]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(msg: Message) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes | memoryview) -> Message:
+    """Decode one message; raises msgspec.ValidationError / DecodeError on garbage."""
+    return _decoder.decode(data)
