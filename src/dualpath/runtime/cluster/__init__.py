@@ -1,0 +1,1 @@
+"""The disaggregated cluster: scheduler service, engine processes, client (docs/cluster.md)."""

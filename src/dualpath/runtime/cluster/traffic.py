@@ -1,0 +1,175 @@
+"""Emulated NICs and the per-engine traffic manager.
+
+A :class:`Link` is a FIFO link of ``rate`` bytes/s with two lanes and a virtual clock. The clock lives
+in a 16-byte file (in /dev/shm when it exists) guarded by ``flock``, so every process that opens the
+same link name shares it: the engines of one emulated node share their storage NIC. Model/control
+traffic (lane "ctl") is served ahead of KV traffic (lane "kv"): a ctl transfer starts once earlier
+ctl transfers are done, and pushes every later KV transfer back by its own duration, so KV only gets
+what is left (the paper's two virtual lanes, section 7). ``rate`` None = uncapped (count only).
+Clocks are ``time.monotonic()`` (system-wide on Linux).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from dualpath.core.errors import require
+from dualpath.core.units import gbps_to_bytes_per_s
+
+LANES = ("ctl", "kv")
+PATHS = ("pe-read", "de-read", "pd-transfer", "persist")
+_STATE = struct.Struct("<dd")  # (t_free_all, t_free_ctl)
+
+
+def links_dir(cluster_id: str) -> Path:
+    """Directory holding the shared link clocks of one cluster run."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return base / f"dualpath-links-{cluster_id}"
+
+
+class Link:
+    """One emulated NIC (one direction). ``reserve`` books a transfer and returns its end time;
+    ``transmit`` also sleeps until then. Thread- and process-safe."""
+
+    def __init__(self, name: str, rate_bytes_per_s: float | None, shared_dir: Path | None = None):
+        require(rate_bytes_per_s is None or rate_bytes_per_s > 0, "rate_bytes_per_s",
+                rate_bytes_per_s, "must be > 0 or None")
+        self.name = name
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self.bytes_by_lane: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._local = [0.0, 0.0]
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        if shared_dir is not None and rate_bytes_per_s is not None:
+            shared_dir.mkdir(parents=True, exist_ok=True)
+            path = shared_dir / (name.replace("/", "_") + ".clock")
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            with _flock(self._fd):
+                if os.fstat(self._fd).st_size < _STATE.size:
+                    os.ftruncate(self._fd, _STATE.size)
+            self._map = mmap.mmap(self._fd, _STATE.size)
+
+    def reserve(self, nbytes: int, lane: str = "kv", now: float | None = None) -> float:
+        """Book ``nbytes`` on ``lane``; return the monotonic time at which the transfer completes."""
+        require(lane in LANES, "lane", lane, f"choices: {', '.join(LANES)}")
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            self.bytes_by_lane[lane] += nbytes
+            if self.rate_bytes_per_s is None:
+                return t
+            dur = nbytes / self.rate_bytes_per_s
+            if self._map is None:
+                return self._book(self._local, t, dur, lane)
+            assert self._fd is not None
+            with _flock(self._fd):
+                state = list(_STATE.unpack_from(self._map, 0))
+                end = self._book(state, t, dur, lane)
+                _STATE.pack_into(self._map, 0, *state)
+            return end
+
+    @staticmethod
+    def _book(state: list[float], now: float, dur: float, lane: str) -> float:
+        t_all, t_ctl = state
+        if lane == "ctl":
+            end = max(now, t_ctl) + dur
+            state[1] = end
+            state[0] = max(t_all, now) + dur  # KV yields the link for the ctl bytes
+        else:
+            end = max(now, t_all, t_ctl) + dur
+            state[0] = end
+        return end
+
+    def transmit(self, nbytes: int, lane: str = "kv") -> float:
+        """Reserve, then sleep until the transfer would have completed; return seconds waited."""
+        t0 = time.monotonic()
+        end = self.reserve(nbytes, lane, t0)
+        wait = end - t0
+        if wait > 0:
+            time.sleep(wait)
+        return max(wait, 0.0)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _flock:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+class TrafficManager:
+    """One per engine: its node's storage NIC (shared with the node's other engines) and its own
+    compute NIC. Calls block the calling thread for the emulated transfer time (run them on I/O
+    threads). ``read_free`` (Oracle) makes storage reads and PD transfers free but still counted."""
+
+    def __init__(self, *, engine_id: int, node_id: int, snic_gbps: float | None,
+                 cnic_gbps: float | None, shared_dir: Path | None, read_free: bool = False) -> None:
+        self.engine_id = engine_id
+        self.node_id = node_id
+        self.read_free = read_free
+        rate = (lambda g: None if g is None else gbps_to_bytes_per_s(g))
+        self.snic = Link(f"node{node_id}/snic", rate(snic_gbps), shared_dir)
+        self.cnic = Link(f"engine{engine_id}/cnic", rate(cnic_gbps), shared_dir)
+        self.bytes_by_path: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, path: str, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_by_path[path] += nbytes
+
+    def storage_read(self, nbytes: int, path: str) -> float:
+        """A storage read of ``nbytes`` on this node's SNIC for ``path`` ("pe-read" / "de-read")."""
+        self._count(path, nbytes)
+        if self.read_free:
+            self.snic.bytes_by_lane["kv"] += nbytes
+            return 0.0
+        return self.snic.transmit(nbytes, "kv")
+
+    def storage_write(self, nbytes: int) -> float:
+        """Persisting ``nbytes`` of KV (a full block) through this node's SNIC."""
+        self._count("persist", nbytes)
+        return self.snic.transmit(nbytes, "kv")
+
+    def kv_send(self, nbytes: int) -> float:
+        """KV between engines (PD transfer) on this engine's CNIC, low lane."""
+        self._count("pd-transfer", nbytes)
+        if self.read_free:
+            self.cnic.bytes_by_lane["kv"] += nbytes
+            return 0.0
+        return self.cnic.transmit(nbytes, "kv")
+
+    def control(self, nbytes: int) -> float:
+        """Model / control traffic on this engine's CNIC, high lane."""
+        return self.cnic.transmit(nbytes, "ctl")
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(bytes per path, bytes per NIC) counted by this process so far."""
+        with self._lock:
+            paths = {p: int(self.bytes_by_path.get(p, 0)) for p in PATHS}
+        nics = {self.snic.name: int(sum(self.snic.bytes_by_lane.values())),
+                self.cnic.name: int(sum(self.cnic.bytes_by_lane.values()))}
+        return paths, nics
+
+    def close(self) -> None:
+        self.snic.close()
+        self.cnic.close()
