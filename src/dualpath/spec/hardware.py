@@ -1,0 +1,170 @@
+"""GPU and node tables.
+
+GPU compute, HBM and power come from ai-dynamo/aiconfigurator system files
+(``shared/data/hardware/aiconfigurator-systems/*_sxm.yaml``, dense tensor-core FLOPS); the per-GPU NIC
+and PCIe figures from the NVIDIA DGX datasheets (DGX A100: ConnectX-6 200 Gb/s per GPU, PCIe 4;
+DGX H100/H200/B200: ConnectX-7 400 Gb/s per GPU, PCIe 5). Node DRAM bandwidths of the DGX nodes are
+our estimates from their CPUs' memory channels; the paper's node (``hopper-8x400``) uses its M=500 GB/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualpath.core.errors import ConfigError, require
+from dualpath.core.registry import lookup
+from dualpath.core.units import gbps_to_bytes_per_s
+
+DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16")
+_WIDER = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16", "fp16": "bf16"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GPUSpec:
+    """One GPU. TFLOPS are dense (no sparsity); ``None`` = dtype not supported by the tensor cores."""
+
+    name: str
+    year: int
+    bf16_tflops: float
+    fp8_tflops: float | None
+    fp4_tflops: float | None
+    int8_tflops: float
+    hbm_gb: float  # decimal GB
+    hbm_bandwidth_gbs: float  # GB/s
+    tdp_w: float
+    nic_gbps: float  # compute NIC per GPU in the vendor's DGX node
+    pcie_gbs: float  # one direction
+    nvlink_gbs: float  # one direction, per GPU
+
+    def __post_init__(self) -> None:
+        for key in ("bf16_tflops", "int8_tflops", "hbm_gb", "hbm_bandwidth_gbs", "tdp_w",
+                    "nic_gbps", "pcie_gbs", "nvlink_gbs"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be positive")
+
+    def dense_tflops(self, dtype: str) -> float:
+        """Dense tensor-core TFLOPS for ``dtype``; error if unknown or unsupported on this GPU."""
+        require(dtype in DTYPES, "dtype", dtype, f"choices: {', '.join(DTYPES)}")
+        value = {"fp4": self.fp4_tflops, "fp8": self.fp8_tflops, "int8": self.int8_tflops,
+                 "bf16": self.bf16_tflops, "fp16": self.bf16_tflops}[dtype]
+        if value is None:
+            supported = [d for d in DTYPES if d == "fp16" or self._raw(d) is not None]
+            raise ConfigError("dtype", dtype, f"not supported by {self.name}; choices: "
+                              f"{', '.join(supported)}")
+        return value
+
+    def compute_tflops(self, dtype: str) -> float:
+        """Like :meth:`dense_tflops`, but an unsupported dtype runs at the next wider one
+        (fp4 -> fp8 -> bf16), as a kernel would on that GPU (e.g. FP8 models on A100 run in BF16)."""
+        require(dtype in DTYPES, "dtype", dtype, f"choices: {', '.join(DTYPES)}")
+        while self._raw(dtype) is None:
+            dtype = _WIDER[dtype]
+        return self.dense_tflops(dtype)
+
+    def best_dense_tflops(self) -> tuple[str, float]:
+        """The narrowest floating-point dtype the tensor cores support, and its TFLOPS."""
+        for dtype in ("fp4", "fp8", "bf16"):
+            if (value := self._raw(dtype)) is not None:
+                return dtype, value
+        raise AssertionError("bf16 is always present")
+
+    def _raw(self, dtype: str) -> float | None:
+        return {"fp4": self.fp4_tflops, "fp8": self.fp8_tflops, "int8": self.int8_tflops,
+                "bf16": self.bf16_tflops, "fp16": self.bf16_tflops}[dtype]
+
+
+_SRC_YAML = "aiconfigurator-systems/{}_sxm.yaml"
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in (
+        # a100_sxm.yaml: 312 TF bf16, 624 int8, 80 GiB, 2.039 TB/s, 400 W. No FP8/FP4.
+        GPUSpec(name="a100", year=2020, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=624.0, hbm_gb=85.899, hbm_bandwidth_gbs=2039.0, tdp_w=400.0,
+                nic_gbps=200.0, pcie_gbs=32.0, nvlink_gbs=300.0),
+        # h100_sxm.yaml: 989 TF bf16, 1978 fp8, 80 GiB, 3.35 TB/s, 700 W.
+        GPUSpec(name="h100", year=2022, bf16_tflops=989.0, fp8_tflops=1978.0, fp4_tflops=None,
+                int8_tflops=1978.0, hbm_gb=85.899, hbm_bandwidth_gbs=3350.0, tdp_w=700.0,
+                nic_gbps=400.0, pcie_gbs=64.0, nvlink_gbs=450.0),
+        # h200_sxm.yaml: as H100 with 141 GiB at 4.8 TB/s.
+        GPUSpec(name="h200", year=2024, bf16_tflops=989.0, fp8_tflops=1978.0, fp4_tflops=None,
+                int8_tflops=1978.0, hbm_gb=151.398, hbm_bandwidth_gbs=4800.0, tdp_w=700.0,
+                nic_gbps=400.0, pcie_gbs=64.0, nvlink_gbs=450.0),
+        # b200_sxm.yaml: 2250 TF bf16, 4500 fp8, 9000 fp4, 180 GiB, 7.7 TB/s, 1000 W.
+        GPUSpec(name="b200", year=2024, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0,
+                int8_tflops=4500.0, hbm_gb=193.274, hbm_bandwidth_gbs=7700.0, tdp_w=1000.0,
+                nic_gbps=400.0, pcie_gbs=64.0, nvlink_gbs=900.0),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSpec:
+    """One server: ``num_gpus`` (g) GPUs, one compute NIC per GPU (B = ``cnic_gbps``),
+    ``num_snics`` (s) storage NICs of ``snic_gbps`` each, DRAM bandwidth M and a KV DRAM buffer."""
+
+    name: str
+    gpu: str  # key of GPUS
+    num_gpus: int
+    cnic_gbps: float
+    num_snics: int
+    snic_gbps: float
+    dram_bandwidth_gbs: float
+    dram_buffer_gb: float
+
+    def __post_init__(self) -> None:
+        lookup(GPUS, self.gpu, "gpu")
+        require(self.num_gpus > 0, "num_gpus", self.num_gpus, "must be positive")
+        require(self.num_snics > 0, "num_snics", self.num_snics, "must be positive")
+        for key in ("cnic_gbps", "snic_gbps", "dram_bandwidth_gbs"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be positive")
+        require(self.dram_buffer_gb >= 0, "dram_buffer_gb", self.dram_buffer_gb, "must be >= 0")
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        return GPUS[self.gpu]
+
+    @property
+    def snic_bytes_per_s(self) -> float:
+        """Storage bandwidth of the whole node (all SNICs)."""
+        return self.num_snics * gbps_to_bytes_per_s(self.snic_gbps)
+
+    @property
+    def cnic_bytes_per_s(self) -> float:
+        """Compute-network bandwidth of one GPU's NIC, one direction."""
+        return gbps_to_bytes_per_s(self.cnic_gbps)
+
+    @property
+    def dram_bytes_per_s(self) -> float:
+        return self.dram_bandwidth_gbs * 1e9
+
+    @property
+    def dram_buffer_bytes(self) -> float:
+        return self.dram_buffer_gb * 1e9
+
+
+NODES: dict[str, NodeSpec] = {
+    n.name: n
+    for n in (
+        # The paper's node (spec sections 6 and 9): 8 Hopper GPUs, 8 x 400 Gbps CNIC, 1 x 400 Gbps
+        # SNIC to 3FS, M = 500 GB/s, 80 GB KV buffer (the DeepSeek setting). Compute as H100 SXM.
+        NodeSpec(name="hopper-8x400", gpu="h100", num_gpus=8, cnic_gbps=400.0,
+                 num_snics=1, snic_gbps=400.0, dram_bandwidth_gbs=500.0, dram_buffer_gb=80.0),
+        # DGX-like nodes, one per GPU. DRAM: 2 sockets x 8 channels (DDR4-3200 / DDR5-4800 / 5600).
+        NodeSpec(name="dgx-a100", gpu="a100", num_gpus=8, cnic_gbps=200.0, num_snics=1,
+                 snic_gbps=200.0, dram_bandwidth_gbs=409.6, dram_buffer_gb=80.0),
+        NodeSpec(name="dgx-h100", gpu="h100", num_gpus=8, cnic_gbps=400.0, num_snics=1,
+                 snic_gbps=400.0, dram_bandwidth_gbs=614.4, dram_buffer_gb=80.0),
+        NodeSpec(name="dgx-h200", gpu="h200", num_gpus=8, cnic_gbps=400.0, num_snics=1,
+                 snic_gbps=400.0, dram_bandwidth_gbs=614.4, dram_buffer_gb=80.0),
+        NodeSpec(name="dgx-b200", gpu="b200", num_gpus=8, cnic_gbps=400.0, num_snics=1,
+                 snic_gbps=400.0, dram_bandwidth_gbs=716.8, dram_buffer_gb=80.0),
+    )
+}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    return lookup(GPUS, name, "gpu")
+
+
+def get_node(name: str) -> NodeSpec:
+    return lookup(NODES, name, "node")

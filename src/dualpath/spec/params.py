@@ -1,0 +1,67 @@
+"""Parameter counts derived from a ModelSpec's shapes (norms and biases ignored: < 0.1%).
+
+Used for linear FLOPs and to cross-check the published totals recorded in the table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dualpath.spec.model_spec import ModelSpec
+
+
+def attention_params_layer(m: ModelSpec) -> int:
+    h, d = m.num_heads, m.hidden_size
+    if m.attention_kind == "mla":
+        q_dim = h * m.head_dim
+        q = d * q_dim if m.q_lora_rank is None else d * m.q_lora_rank + m.q_lora_rank * q_dim
+        kv_a = d * (m.kv_lora_rank + m.qk_rope_head_dim)
+        qk_nope = m.head_dim - m.qk_rope_head_dim
+        kv_b = m.kv_lora_rank * h * (qk_nope + m.v_head_dim)
+        out = h * m.v_head_dim * d
+        params = q + kv_a + kv_b + out
+    else:
+        params = d * h * m.head_dim + 2 * d * m.num_kv_heads * m.head_dim + h * m.head_dim * d
+    if m.index_num_heads:
+        q_in = m.q_lora_rank if m.q_lora_rank is not None else d
+        params += q_in * m.index_num_heads * m.index_head_dim + d * m.index_head_dim
+        params += d * m.index_num_heads
+    return params
+
+
+def _mlp(m: ModelSpec, inner: int) -> int:
+    return 3 * m.hidden_size * inner  # gated MLP: gate, up, down
+
+
+def _moe_layer(m: ModelSpec, num_routed: int) -> int:
+    router = m.hidden_size * m.num_routed_experts
+    return (num_routed + m.num_shared_experts) * _mlp(m, m.moe_intermediate_size) + router
+
+
+def _embedding_params(m: ModelSpec) -> int:
+    return m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+
+
+def _body_params(m: ModelSpec, *, active: bool) -> int:
+    dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
+    routed = m.num_active_experts if active else m.num_routed_experts
+    body = m.num_layers * attention_params_layer(m) + dense_layers * _mlp(m, m.intermediate_size)
+    if m.is_moe:
+        body += m.num_moe_layers * _moe_layer(m, routed)
+    return body
+
+
+def shape_total_params(m: ModelSpec) -> int:
+    """All parameters (embeddings and LM head included)."""
+    return _body_params(m, active=False) + _embedding_params(m)
+
+
+def shape_active_params(m: ModelSpec) -> int:
+    """Parameters touched per token, embeddings and LM head included."""
+    return _body_params(m, active=True) + _embedding_params(m)
+
+
+def active_non_embedding_params(m: ModelSpec) -> int:
+    """Per-token transformer-body parameters (no embedding, no LM head)."""
+    return _body_params(m, active=True)
