@@ -1,1 +1,82 @@
-"""dualpath.policy"""
+"""dualpath.policy: the DualPath scheduler as pure decisions (spec section 8).
+
+Drivers (the simulator, the runtime) build a frozen view from their own state, call a
+:class:`Scheduler` made by :func:`make_scheduler`, and carry out the frozen plan. See docs/policy.md.
+"""
+
+from dualpath.policy.config import SchedulerConfig, derive_thresholds
+from dualpath.policy.metrics import (
+    attention_time_balance,
+    bubble_fraction,
+    max_over_avg,
+    snic_traffic_balance,
+)
+from dualpath.policy.predictor import (
+    AttentionFlops,
+    AttentionTimePredictor,
+    LinearAttentionPredictor,
+    causal_kv_sum,
+)
+from dualpath.policy.scheduler import (
+    POLICIES,
+    POLICY_NAMES,
+    PolicyScheduler,
+    PolicySpec,
+    Scheduler,
+    make_scheduler,
+)
+from dualpath.policy.views import (
+    BatchEntry,
+    BatchItem,
+    BatchPlan,
+    BatchView,
+    DecodeAssignment,
+    DecodeFetchView,
+    DecodePlan,
+    EngineLoad,
+    GroupLoad,
+    GroupRouting,
+    GroupTotal,
+    NodeReadQueue,
+    PendingPrefill,
+    PrefillAssignment,
+    PrefillFetchView,
+    PrefillPlan,
+    RequestInfo,
+)
+
+__all__ = [
+    "POLICIES",
+    "POLICY_NAMES",
+    "AttentionFlops",
+    "AttentionTimePredictor",
+    "BatchEntry",
+    "BatchItem",
+    "BatchPlan",
+    "BatchView",
+    "DecodeAssignment",
+    "DecodeFetchView",
+    "DecodePlan",
+    "EngineLoad",
+    "GroupLoad",
+    "GroupRouting",
+    "GroupTotal",
+    "LinearAttentionPredictor",
+    "NodeReadQueue",
+    "PendingPrefill",
+    "PolicyScheduler",
+    "PolicySpec",
+    "PrefillAssignment",
+    "PrefillFetchView",
+    "PrefillPlan",
+    "RequestInfo",
+    "Scheduler",
+    "SchedulerConfig",
+    "attention_time_balance",
+    "bubble_fraction",
+    "causal_kv_sum",
+    "derive_thresholds",
+    "make_scheduler",
+    "max_over_avg",
+    "snic_traffic_balance",
+]

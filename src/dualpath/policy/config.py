@@ -1,0 +1,123 @@
+"""Scheduler configuration: thresholds alpha/beta, compute quota, batching mode, split block size.
+
+alpha and beta are the open numbers of spec section 8; :func:`derive_thresholds` computes them from
+rates the caller takes from ``dualpath.spec`` and a cost model, and every field can be overridden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dualpath.core.errors import require
+from dualpath.policy.predictor import AttentionTimePredictor
+
+BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
+
+# Defaults for the paper's setting (used only when the caller does not derive its own):
+# the paper's node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores 40,016 KV bytes per token
+# (656 B x 61 layers, spec section 1); a PE prefilled about 121k prompt tokens/s in the paper's
+# offline DualPath run (2,048 agents x 157 turns / 5,429 s / 16 PEs x 32,721 mean context tokens).
+PAPER_SNIC_BYTES_PER_S = 50e9
+PAPER_KV_BYTES_PER_TOKEN = 40_016
+PAPER_PREFILL_TOKENS_PER_S = 121_000.0
+READ_WINDOW_S = 3.0  # alpha: tokens a node reads in 3 s
+PREFILL_WINDOW_S = 5.0  # beta: tokens one GPU prefills in 5 s
+
+
+def derive_thresholds(
+    *,
+    snic_bytes_per_s: float,
+    kv_bytes_per_token: float,
+    prefill_tokens_per_s: float,
+    read_window_s: float = READ_WINDOW_S,
+    prefill_window_s: float = PREFILL_WINDOW_S,
+) -> tuple[int, int]:
+    """Return ``(alpha_tokens, beta_tokens)``.
+
+    alpha = tokens one node's SNICs read in ``read_window_s`` (``snic_bytes_per_s`` is the node's
+    total storage read rate); beta = prompt tokens one GPU prefills in ``prefill_window_s``
+    (``prefill_tokens_per_s`` counts ``prompt_len`` tokens, cached + new, at the workload's hit
+    rate, because PE ``tok_e`` counts prompt tokens).
+    """
+    require(snic_bytes_per_s > 0, "snic_bytes_per_s", snic_bytes_per_s, "must be > 0")
+    require(kv_bytes_per_token > 0, "kv_bytes_per_token", kv_bytes_per_token, "must be > 0")
+    require(prefill_tokens_per_s > 0, "prefill_tokens_per_s", prefill_tokens_per_s, "must be > 0")
+    require(read_window_s > 0, "read_window_s", read_window_s, "must be > 0")
+    require(prefill_window_s > 0, "prefill_window_s", prefill_window_s, "must be > 0")
+    alpha = int(read_window_s * snic_bytes_per_s / kv_bytes_per_token)
+    beta = int(prefill_window_s * prefill_tokens_per_s)
+    return max(alpha, 1), max(beta, 1)
+
+
+_DEFAULT_ALPHA, _DEFAULT_BETA = derive_thresholds(
+    snic_bytes_per_s=PAPER_SNIC_BYTES_PER_S,
+    kv_bytes_per_token=PAPER_KV_BYTES_PER_TOKEN,
+    prefill_tokens_per_s=PAPER_PREFILL_TOKENS_PER_S,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """Knobs of every policy. Validated on construction; no I/O.
+
+    alpha_tokens: a PE node with ``read_q > alpha`` is class C3 (read-congested).
+    beta_tokens: a PE with ``tok_e > beta`` is class C1 (overloaded, never chosen).
+    compute_quota_s: cap on predicted attention time of one layer per PE batch (300 ms).
+    hbm_slack: the 1.05 factor of Z in DE phase 2.
+    block_size: KV block size in tokens; split reads cut at whole blocks.
+    batching: "quota" (compute quota, needs ``attention_predictor``) or "tokens" (FIFO up to
+      ``max_batch_tokens`` new tokens); None = the policy's default (dualpath*: quota, others: tokens).
+    max_batch_tokens: token budget of "tokens" batching (ignored by "quota").
+    attention_predictor: the PE attention-time predictor (see predictor.py).
+    """
+
+    alpha_tokens: int = _DEFAULT_ALPHA
+    beta_tokens: int = _DEFAULT_BETA
+    compute_quota_s: float = 0.3
+    hbm_slack: float = 1.05
+    block_size: int = 64
+    batching: str | None = None
+    max_batch_tokens: int = 16_384
+    attention_predictor: AttentionTimePredictor | None = None
+
+    def __post_init__(self) -> None:
+        require(self.alpha_tokens >= 0, "alpha_tokens", self.alpha_tokens, "must be >= 0")
+        require(self.beta_tokens >= 0, "beta_tokens", self.beta_tokens, "must be >= 0")
+        require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
+        require(self.hbm_slack >= 1.0, "hbm_slack", self.hbm_slack, "must be >= 1.0")
+        require(self.block_size > 0, "block_size", self.block_size, "must be > 0")
+        require(
+            self.batching is None or self.batching in BATCHING_MODES,
+            "batching",
+            self.batching,
+            f"choices: {', '.join(BATCHING_MODES)} (or None for the policy default)",
+        )
+        require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
+        pred = self.attention_predictor
+        require(
+            pred is None or isinstance(pred, AttentionTimePredictor),
+            "attention_predictor",
+            pred,
+            "must have attention_flops(cached_len, new_len) and predict_s(flops)",
+        )
+
+    @classmethod
+    def from_rates(
+        cls,
+        *,
+        snic_bytes_per_s: float,
+        kv_bytes_per_token: float,
+        prefill_tokens_per_s: float,
+        **overrides: Any,
+    ) -> SchedulerConfig:
+        """Config with alpha/beta derived by :func:`derive_thresholds`; ``overrides`` win
+        (including explicit ``alpha_tokens`` / ``beta_tokens``)."""
+        alpha, beta = derive_thresholds(
+            snic_bytes_per_s=snic_bytes_per_s,
+            kv_bytes_per_token=kv_bytes_per_token,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+        )
+        fields: dict[str, Any] = {"alpha_tokens": alpha, "beta_tokens": beta}
+        fields.update(overrides)
+        return cls(**fields)

@@ -1,0 +1,131 @@
+"""DE selection for a DE group's fetch, two levels (spec section 8).
+
+Phase 1 routes the global queue to DE groups; phase 2 assigns the fetching group's private queue
+to its DEs. Pure: private copies in, frozen DecodePlan out.
+
+Tie-breaks: phase 1 smallest group total, then earlier position in ``group_totals``; phase 2
+(balanced) smallest ``seq_e`` then smallest ``tok_e`` then rank among DEs under Z, otherwise
+smallest ``tok_e`` then smallest ``seq_e`` then rank.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from dualpath.core.errors import DualpathError
+from dualpath.policy.config import SchedulerConfig
+from dualpath.policy.views import (
+    DecodeAssignment,
+    DecodeFetchView,
+    DecodePlan,
+    GroupRouting,
+    RequestInfo,
+)
+
+DE_CHOICES: tuple[str, ...] = ("balanced", "round-robin")
+
+
+def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRouting], int]:
+    """Phase 1: every request of the global queue, in order, to a DE group.
+
+    ``balanced``: the group with the smallest total tokens (updated by ``decode_len`` after each
+    routing; a heap keeps this O(log groups) per request). ``round-robin``: groups in turn from
+    ``group_rr_cursor``. Returns the routings and the next group cursor.
+    """
+    totals = view.group_totals
+    if not view.global_queue:
+        return [], view.group_rr_cursor
+    if not totals:
+        raise DualpathError("group_totals is empty but the global queue is not")
+    out: list[GroupRouting] = []
+    if de_choice == "round-robin":
+        cursor = view.group_rr_cursor % len(totals)
+        for req in view.global_queue:
+            out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
+            cursor = (cursor + 1) % len(totals)
+        return out, cursor
+    heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
+    heapq.heapify(heap)
+    for req in view.global_queue:
+        total, pos, gid = heap[0]
+        out.append(GroupRouting(request_id=req.request_id, group_id=gid))
+        heapq.heapreplace(heap, (total + req.decode_len, pos, gid))
+    return out, view.group_rr_cursor
+
+
+def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str) -> DecodePlan:
+    """Phase 1 then phase 2 for the fetching group; see the module docstring."""
+    if de_choice not in DE_CHOICES:
+        raise DualpathError(f"de choice {de_choice!r}; choices: {', '.join(DE_CHOICES)}")
+    routings, next_group_cursor = route_to_groups(view, de_choice)
+    gid = view.group.group_id
+    private = list(view.private_queue)
+    private.extend(r for r, g in zip(view.global_queue, routings, strict=True) if g.group_id == gid)
+    if de_choice == "balanced":
+        assignments, cursor = _balanced(view, private, config.hbm_slack), view.rr_cursor
+    else:
+        assignments, cursor = _round_robin(view, private)
+    return DecodePlan(routings=tuple(routings), assignments=tuple(assignments),
+                      next_rr_cursor=cursor, next_group_rr_cursor=next_group_cursor)
+
+
+def _balanced(
+    view: DecodeFetchView, private: list[RequestInfo], slack: float
+) -> list[DecodeAssignment]:
+    engines = view.group.engines
+    num = len(engines)
+    if num == 0 or not private:
+        return []
+    seq = [e.num_seqs for e in engines]
+    tok = [e.num_tokens for e in engines]
+    free = [e.free_hbm_tokens for e in engines]
+    room = sum(free)
+    fit = 0  # R = longest prefix of the private queue whose tokens fit the group's free HBM
+    for req in private:
+        if fit + req.decode_len > room:
+            break
+        fit += req.decode_len
+    z = slack * (fit + sum(tok)) / num
+    out: list[DecodeAssignment] = []
+    for req in private:
+        need = req.decode_len
+        best, best_key = -1, (2, 0, 0)
+        for i in range(num):
+            if free[i] < need:
+                continue
+            key = (0, seq[i], tok[i]) if tok[i] + need <= z else (1, tok[i], seq[i])
+            if best < 0 or key < best_key:
+                best, best_key = i, key
+        if best < 0:
+            break  # no DE has room for the head: the fetch ends (head-of-line, as specified)
+        seq[best] += 1
+        tok[best] += need
+        free[best] -= need
+        out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[best].engine_id))
+    return out
+
+
+def _round_robin(
+    view: DecodeFetchView, private: list[RequestInfo]
+) -> tuple[list[DecodeAssignment], int]:
+    engines = view.group.engines
+    num = len(engines)
+    if num == 0:
+        return [], view.rr_cursor
+    cursor = view.rr_cursor % num
+    free = [e.free_hbm_tokens for e in engines]
+    out: list[DecodeAssignment] = []
+    for req in private:
+        need = req.decode_len
+        pick = -1
+        for step in range(num):
+            i = (cursor + step) % num
+            if free[i] >= need:
+                pick = i
+                break
+        if pick < 0:
+            break
+        free[pick] -= need
+        cursor = (pick + 1) % num
+        out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[pick].engine_id))
+    return out, cursor

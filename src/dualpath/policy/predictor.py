@@ -1,0 +1,111 @@
+"""Attention-time prediction for compute-quota batching (spec section 8).
+
+The batch planner needs two things per PE: the theoretical attention FLOPs of one layer for a
+request's ``(cached_len, new_len)`` span, and a map from a batch's summed FLOPs to wall seconds.
+:class:`AttentionTimePredictor` is that seam; ``dualpath.cost`` supplies calibrated predictors, and
+:class:`LinearAttentionPredictor` is the simple fitted one that lives here (and is serialisable, so
+conformance cases can carry it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from dualpath.core.errors import require
+
+
+@runtime_checkable
+class AttentionTimePredictor(Protocol):
+    """Maps attention work to time. Both methods are pure and must be monotone non-decreasing
+    (in ``new_len`` and in ``flops``): the batch planner binary-searches over them."""
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        """Theoretical attention FLOPs of ONE layer for ``new_len`` tokens attending to
+        ``cached_len`` cached tokens plus the causal new ones."""
+        ...
+
+    def predict_s(self, flops: float) -> float:
+        """Predicted wall time (s) of one attention layer over a batch totalling ``flops``."""
+        ...
+
+
+def causal_kv_sum(cached_len: int, new_len: int, kv_cap: int | None = None) -> int:
+    """Sum over the ``new_len`` queries of the KV length each attends to (``cached_len + i`` for
+    the i-th new token, i = 1..new_len), each capped at ``kv_cap`` (sparse top-k) when given."""
+    if new_len <= 0:
+        return 0
+    if kv_cap is None:
+        return new_len * cached_len + new_len * (new_len + 1) // 2
+    uncapped = min(max(kv_cap - cached_len, 0), new_len)
+    return uncapped * cached_len + uncapped * (uncapped + 1) // 2 + (new_len - uncapped) * kv_cap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionFlops:
+    """Per-layer attention FLOPs: ``2 x num_heads x (qk_head_dim + v_head_dim)`` per (query, key)
+    pair (QK^T plus PV), times :func:`causal_kv_sum`. For absorbed MLA use qk 576, v 512."""
+
+    num_heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    sparse_top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.num_heads > 0, "num_heads", self.num_heads, "must be > 0")
+        require(self.qk_head_dim > 0, "qk_head_dim", self.qk_head_dim, "must be > 0")
+        require(self.v_head_dim > 0, "v_head_dim", self.v_head_dim, "must be > 0")
+        top_k = self.sparse_top_k
+        require(top_k is None or top_k > 0, "sparse_top_k", top_k, "must be > 0 or None")
+
+    def __call__(self, cached_len: int, new_len: int) -> float:
+        per_pair = 2.0 * self.num_heads * (self.qk_head_dim + self.v_head_dim)
+        return per_pair * causal_kv_sum(cached_len, new_len, self.sparse_top_k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinearAttentionPredictor:
+    """``seconds = intercept_s + seconds_per_flop x flops`` (0 for an empty batch).
+
+    Build it directly or with :meth:`fit` from measured ``(flops, seconds)`` samples.
+    """
+
+    flops_model: AttentionFlops
+    seconds_per_flop: float
+    intercept_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.seconds_per_flop > 0, "seconds_per_flop", self.seconds_per_flop, "must be > 0")
+        require(self.intercept_s >= 0, "intercept_s", self.intercept_s, "must be >= 0")
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        return self.flops_model(cached_len, new_len)
+
+    def predict_s(self, flops: float) -> float:
+        if flops <= 0:
+            return 0.0
+        return self.intercept_s + self.seconds_per_flop * flops
+
+    @classmethod
+    def fit(
+        cls, samples: Sequence[tuple[float, float]], flops_model: AttentionFlops
+    ) -> LinearAttentionPredictor:
+        """Least-squares fit of ``(flops, seconds)`` samples. If the fitted intercept would be
+        negative the line is refitted through the origin (a batch can not take negative time)."""
+        require(len(samples) >= 2, "samples", len(samples), "need at least 2 (flops, seconds)")
+        xs = [float(x) for x, _ in samples]
+        ys = [float(y) for _, y in samples]
+        require(all(x >= 0 for x in xs), "samples", samples[:3], "flops must be >= 0")
+        require(all(y >= 0 for y in ys), "samples", samples[:3], "seconds must be >= 0")
+        n = len(xs)
+        mean_x, mean_y = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mean_x) ** 2 for x in xs)
+        require(sxx > 0, "samples", samples[:3], "need at least two distinct flops values")
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+        intercept = mean_y - slope * mean_x
+        if intercept < 0:
+            slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+            intercept = 0.0
+        require(slope > 0, "samples", samples[:3], "fitted time does not grow with flops")
+        return cls(flops_model=flops_model, seconds_per_flop=slope, intercept_s=intercept)
