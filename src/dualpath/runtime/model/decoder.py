@@ -1,0 +1,186 @@
+"""A Llama / Qwen2 decoder with a layer-at-a-time API over packed (varlen) batches.
+
+A batch is a list of spans, one per request: ``Span(cached_len, new_len)``. The new tokens of all spans
+are packed along one token axis ``T = sum(new_len)``. ``run_layer`` takes, per span, that layer's cached
+KV as one tensor ``[cached_len, 2, num_kv_heads, head_dim]`` (K then V per token: the Layer Block byte
+layout of the KV store) and returns the new tokens' KV in the same layout, packed ``[T, 2, kv, d]``.
+The numerics follow transformers' Llama/Qwen2 (RMSNorm in fp32, RoPE cos/sin in fp32, SDPA) so fp32
+results agree with a full transformers forward to ~1e-5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from dualpath.core.errors import ConfigError
+from dualpath.runtime.model.config import DecoderConfig, rope_inv_freq
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One request's slice of a batch: ``cached_len`` tokens already have KV, ``new_len`` are computed."""
+
+    cached_len: int
+    new_len: int
+
+
+_LAYER_KEYS = (
+    "input_layernorm.weight", "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+)  # fmt: skip
+_BIAS_KEYS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Decoder:
+    """Weights plus the four steps of a forward: ``embed``, ``run_layer`` (per layer), ``final``.
+
+    Holds no KV: callers own every cache and pass one layer's cached KV per call. Not thread-safe for
+    concurrent calls on the same layer; stateless otherwise.
+    """
+
+    def __init__(
+        self,
+        config: DecoderConfig,
+        weights: Mapping[str, torch.Tensor],
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self._w = {k: self._take(weights, k) for k in self._needed_keys()}
+        self._inv_freq = rope_inv_freq(config).to(self.device)
+        self._scale = config.head_dim**-0.5
+
+    def _needed_keys(self) -> list[str]:
+        keys = ["model.embed_tokens.weight", "model.norm.weight"]
+        if not self.config.tie_word_embeddings:
+            keys.append("lm_head.weight")
+        per_layer = _LAYER_KEYS + (_BIAS_KEYS if self.config.qkv_bias else ())
+        for i in range(self.config.num_layers):
+            keys.extend(f"model.layers.{i}.{k}" for k in per_layer)
+        return keys
+
+    def _take(self, weights: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
+        if key not in weights:
+            raise ConfigError("weights", key, "missing tensor in checkpoint")
+        return weights[key].to(device=self.device, dtype=self.dtype).contiguous()
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    def embed(self, token_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """Embeddings of packed token ids ``[T]`` -> hidden states ``[T, hidden]``."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
+        return F.embedding(ids, self._w["model.embed_tokens.weight"])
+
+    def final(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final RMSNorm and lm_head: ``[N, hidden]`` -> logits ``[N, vocab]`` (model dtype)."""
+        h = _rms_norm(hidden, self._w["model.norm.weight"], self.config.rms_norm_eps)
+        head = self._w.get("lm_head.weight", self._w["model.embed_tokens.weight"])
+        return F.linear(h, head)
+
+    def positions(self, spans: Sequence[Span]) -> torch.Tensor:
+        """Packed absolute positions of the new tokens of ``spans``."""
+        parts = [torch.arange(s.cached_len, s.cached_len + s.new_len) for s in spans]
+        return torch.cat(parts).to(self.device) if parts else torch.empty(0, dtype=torch.long)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[T, head_dim]`` for absolute ``positions`` (computed in fp32, cast to model dtype)."""
+        freqs = positions.to(torch.float32)[:, None] * self._inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    def run_layer(
+        self,
+        layer: int,
+        hidden: torch.Tensor,
+        spans: Sequence[Span],
+        cached_kv: Sequence[torch.Tensor | None],
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder layer over packed new tokens. Does not mutate its inputs.
+
+        ``cached_kv[j]`` is ``[spans[j].cached_len, 2, kv_heads, head_dim]`` (None when cached_len is 0).
+        ``rope`` may pass precomputed ``self.rope(self.positions(spans))`` to share it across layers.
+        Returns ``(hidden_out [T, hidden], new_kv [T, 2, kv_heads, head_dim])``.
+        """
+        cfg, p = self.config, f"model.layers.{layer}."
+        cos, sin = rope if rope is not None else self.rope(self.positions(spans))
+        x = _rms_norm(hidden, self._w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        q = self._proj(x, p + "self_attn.q_proj").view(-1, cfg.num_heads, cfg.head_dim)
+        k = self._proj(x, p + "self_attn.k_proj").view(-1, cfg.num_kv_heads, cfg.head_dim)
+        v = self._proj(x, p + "self_attn.v_proj").view(-1, cfg.num_kv_heads, cfg.head_dim)
+        cos3, sin3 = cos[:, None, :], sin[:, None, :]
+        q = q * cos3 + _rotate_half(q) * sin3
+        k = k * cos3 + _rotate_half(k) * sin3
+        new_kv = torch.stack((k, v), dim=1)
+        attn = self._attention(q, new_kv, spans, cached_kv)
+        h = hidden + F.linear(attn, self._w[p + "self_attn.o_proj.weight"])
+        x = _rms_norm(h, self._w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
+        gate = F.linear(x, self._w[p + "mlp.gate_proj.weight"])
+        up = F.linear(x, self._w[p + "mlp.up_proj.weight"])
+        h = h + F.linear(F.silu(gate) * up, self._w[p + "mlp.down_proj.weight"])
+        return h, new_kv
+
+    def _proj(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.linear(x, self._w[name + ".weight"], self._w.get(name + ".bias"))
+
+    def _attention(
+        self,
+        q: torch.Tensor,
+        new_kv: torch.Tensor,
+        spans: Sequence[Span],
+        cached_kv: Sequence[torch.Tensor | None],
+    ) -> torch.Tensor:
+        """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``."""
+        outs, start = [], 0
+        for span, cached in zip(spans, cached_kv, strict=True):
+            end = start + span.new_len
+            kv = new_kv[start:end]
+            if span.cached_len:
+                if cached is None or cached.shape[0] != span.cached_len:
+                    got = None if cached is None else tuple(cached.shape)
+                    raise ConfigError("cached_kv", got, f"expected {span.cached_len} cached tokens")
+                kv = torch.cat((cached.to(kv.dtype), kv), dim=0)
+            qh = q[start:end].transpose(0, 1)  # [heads, n, d]
+            kh, vh = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [kv_heads, c+n, d]
+            mask = None
+            if span.new_len > 1:
+                key_pos = torch.arange(kv.shape[0], device=q.device)
+                query_pos = torch.arange(span.new_len, device=q.device) + span.cached_len
+                mask = key_pos[None, :] <= query_pos[:, None]
+            o = F.scaled_dot_product_attention(
+                qh, kh, vh, attn_mask=mask, scale=self._scale, enable_gqa=True
+            )
+            outs.append(o.transpose(0, 1).reshape(span.new_len, -1))
+            start = end
+        return torch.cat(outs, dim=0)
+
+    def forward_full(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Whole-prompt forward with no cache (a reference path): logits ``[len, vocab]``."""
+        spans = [Span(0, len(token_ids))]
+        h = self.embed(token_ids)
+        rope = self.rope(self.positions(spans))
+        for i in range(self.num_layers):
+            h, _ = self.run_layer(i, h, spans, [None], rope)
+        return self.final(h)

@@ -1,0 +1,139 @@
+"""The transfer interface for Layer Blocks and Full Blocks between engines.
+
+Model: every engine owns one ``Transport`` and binds named endpoints on it (e.g. ``"pe0"``,
+``"de1"``), each with a ``KVSink`` that receives what arrives there. A sender calls
+``submit(dest, items)`` with one or more ``TransferItem``s (several Layer Blocks per submit is the
+batching that amortises per-transfer cost, as doorbell batching does for RDMA); it gets back a
+``TransferHandle`` that completes once every item has been delivered into the destination sink (the
+sink has copied or consumed the payload, so the sender may reuse its buffer). Completion is observed by
+polling (``handle.done``, ``transport.poll()``), by blocking (``handle.wait(timeout_s)``) or by a
+callback passed to ``submit`` (run on the transport's progress thread or inside ``poll``; keep it short).
+
+Implementations: ``InProcTransport`` (transfer/inproc.py, one process); ZeroMQ/TCP and shared memory
+transports live in other modules of this package and follow the same contract. Errors during delivery
+complete the handle with ``error`` set; ``wait`` then raises ``TransferError``.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, Union
+
+import torch
+
+from dualpath.core.errors import DualpathError
+
+Payload = Union[torch.Tensor, bytes, bytearray, memoryview]
+FULL_BLOCK = -1  # ``TransferItem.layer`` of a Full Block (all layers)
+
+
+class TransferError(DualpathError):
+    """A transfer failed (unknown destination, sink error, closed transport, timeout)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferItem:
+    """One Layer Block (``layer >= 0``) or Full Block (``layer == FULL_BLOCK``) on the wire.
+
+    ``key`` names the owner (a request id); ``block_index`` is the block's position in that request's
+    token sequence; ``num_tokens`` how many of the block's token slots hold data (the last block of a
+    prompt may be partial); ``token_offset`` the first valid slot (a chunk may start mid-block).
+    ``payload`` is the block's bytes, or a tensor (any dtype; a transport that crosses processes
+    sends its raw bytes and the sink reinterprets them with the layout it knows).
+    """
+
+    key: str
+    block_index: int
+    layer: int
+    num_tokens: int
+    payload: Payload
+    token_offset: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        p = self.payload
+        if isinstance(p, torch.Tensor):
+            return p.numel() * p.element_size()
+        return memoryview(p).nbytes
+
+
+class KVSink(Protocol):
+    """Receiving side of an endpoint. ``deliver`` must copy or consume the payload before returning."""
+
+    def deliver(self, source: str, items: Sequence[TransferItem]) -> None: ...
+
+
+class TransferHandle:
+    """Completion of one ``submit``. Thread-safe; completes exactly once."""
+
+    __slots__ = ("_event", "_callback", "error", "nbytes", "num_items")
+
+    def __init__(
+        self, num_items: int, nbytes: int, callback: Callable[[TransferHandle], None] | None = None
+    ) -> None:
+        self._event = threading.Event()
+        self._callback = callback
+        self.error: BaseException | None = None
+        self.nbytes = nbytes
+        self.num_items = num_items
+
+    @property
+    def done(self) -> bool:
+        """True once delivered (or failed: check ``error``)."""
+        return self._event.is_set()
+
+    def complete(self, error: BaseException | None = None) -> None:
+        """Mark finished (called by the transport); runs the callback once."""
+        if self._event.is_set():
+            return
+        self.error = error
+        self._event.set()
+        if self._callback is not None:
+            self._callback(self)
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Block until complete; raise TransferError on failure or timeout."""
+        if not self._event.wait(timeout_s):
+            raise TransferError(f"transfer of {self.num_items} items timed out after {timeout_s} s")
+        if self.error is not None:
+            raise TransferError(f"transfer failed: {self.error}") from self.error
+
+
+class Transport(ABC):
+    """Moves TransferItems from this engine to named endpoints (see module docstring)."""
+
+    @abstractmethod
+    def bind(self, endpoint: str, sink: KVSink) -> None:
+        """Receive items addressed to ``endpoint`` into ``sink``. One sink per endpoint name."""
+
+    @abstractmethod
+    def submit(
+        self,
+        dest: str,
+        items: Sequence[TransferItem],
+        *,
+        source: str = "",
+        callback: Callable[[TransferHandle], None] | None = None,
+    ) -> TransferHandle:
+        """Send ``items`` to endpoint ``dest`` as one batch; returns at once or after a local copy.
+
+        The caller must not modify the payloads until the handle is done.
+        """
+
+    def submit_one(
+        self, dest: str, key: str, block_index: int, layer: int, payload: Payload, num_tokens: int
+    ) -> TransferHandle:
+        """Convenience: submit a single block."""
+        item = TransferItem(key=key, block_index=block_index, layer=layer,
+                            num_tokens=num_tokens, payload=payload)  # fmt: skip
+        return self.submit(dest, [item])
+
+    def poll(self) -> int:
+        """Make progress on outstanding transfers; returns how many completed during this call."""
+        return 0
+
+    def close(self) -> None:
+        """Release resources; later submits raise TransferError."""
