@@ -1,0 +1,106 @@
+"""Bandwidth caps that let one machine emulate a storage NIC (SNIC).
+
+A limiter models a link as a single server: each transfer of n bytes is reserved a slot of
+``n / rate`` seconds after the link's previous reservation (with up to ``burst_bytes`` of credit
+after idle time); the caller does its real I/O and then waits until the slot's finish time, so real
+I/O time overlaps the emulated transfer. ``TokenBucket`` is shared by threads of one process;
+``SharedTokenBucket`` by every process that opens the same state file (engines of one emulated node).
+Both use ``time.monotonic`` (system-wide on Linux), so processes agree on the clock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+from dualpath.core.errors import require
+
+_STATE = struct.Struct("<d")
+
+
+class BandwidthLimiter(Protocol):
+    """A shared link: ``reserve(n)`` books n bytes and returns the monotonic time they finish."""
+
+    rate_bytes_per_s: float
+
+    def reserve(self, nbytes: int) -> float: ...
+
+
+def wait_until(finish_s: float) -> None:
+    """Sleep until ``time.monotonic() >= finish_s``."""
+    delay = finish_s - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _book(free_s: float, now_s: float, nbytes: int, rate: float, burst_s: float) -> float:
+    return max(free_s, now_s - burst_s) + nbytes / rate
+
+
+class TokenBucket:
+    """In-process limiter at ``rate_bytes_per_s`` with ``burst_bytes`` of idle credit."""
+
+    def __init__(self, rate_bytes_per_s: float, burst_bytes: int = 0) -> None:
+        require(rate_bytes_per_s > 0, "rate_bytes_per_s", rate_bytes_per_s, "must be > 0")
+        require(burst_bytes >= 0, "burst_bytes", burst_bytes, "must be >= 0")
+        self.rate_bytes_per_s = float(rate_bytes_per_s)
+        self._burst_s = burst_bytes / self.rate_bytes_per_s
+        self._free_s = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int) -> float:
+        with self._lock:
+            self._free_s = _book(self._free_s, time.monotonic(), nbytes, self.rate_bytes_per_s,
+                                 self._burst_s)  # fmt: skip
+            return self._free_s
+
+
+class SharedTokenBucket:
+    """Cross-process limiter: the link's free time lives in ``state_path`` under an flock.
+
+    Every process (and thread) that opens the same path shares one emulated link. Costs one
+    flock + pread + pwrite per reservation (a few microseconds).
+    """
+
+    def __init__(self, state_path: str | Path, rate_bytes_per_s: float, burst_bytes: int = 0) -> None:
+        require(rate_bytes_per_s > 0, "rate_bytes_per_s", rate_bytes_per_s, "must be > 0")
+        require(burst_bytes >= 0, "burst_bytes", burst_bytes, "must be >= 0")
+        self.rate_bytes_per_s = float(rate_bytes_per_s)
+        self.state_path = Path(state_path)
+        self._burst_bytes = burst_bytes
+        self._burst_s = burst_bytes / self.rate_bytes_per_s
+        self._fd = -1
+        self._pid = -1
+        self._lock = threading.Lock()  # flock is per open file; serialise this process's threads
+
+    def __reduce__(self) -> tuple[object, ...]:  # picklable: each process opens its own fd
+        return (SharedTokenBucket, (self.state_path, self.rate_bytes_per_s, self._burst_bytes))
+
+    def reserve(self, nbytes: int) -> float:
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or inherited across fork: own open file
+                self._fd = os.open(self.state_path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._pid = os.getpid()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                raw = os.pread(self._fd, _STATE.size, 0)
+                free_s = _STATE.unpack(raw)[0] if len(raw) == _STATE.size else 0.0
+                free_s = _book(free_s, time.monotonic(), nbytes, self.rate_bytes_per_s,
+                               self._burst_s)  # fmt: skip
+                os.pwrite(self._fd, _STATE.pack(free_s), 0)
+                return free_s
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd >= 0 and self._pid == os.getpid():
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()

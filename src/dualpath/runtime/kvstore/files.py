@@ -1,0 +1,219 @@
+"""File-system operations of the block store: paths, atomic write, verified reads, quarantine, scan.
+
+Directory layout under ``root``::
+
+    kvstore.json            the BlockLayout (checked on open)
+    ab/abcdef....kvb        one Full Block per file, fanned out by the first two hex digits
+    ab/.tmp.<hash>.<pid>.<n> a write in progress (renamed over the final name when complete)
+    quarantine/              corrupt files moved aside for inspection (bounded)
+
+Every function here is safe against other processes using the same directory: files appear only by
+rename, a vanished file is a miss, and quarantine moves a file only if it is still the one read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dualpath.core.errors import ConfigError
+from dualpath.runtime.kvstore.blockfile import (
+    SUFFIX,
+    BlockHeader,
+    CorruptBlockError,
+    crc_layers,
+    decode_header,
+    encode_header,
+    file_bytes_for,
+    header_bytes_for,
+    verify_layers,
+)
+from dualpath.runtime.kvstore.layout import HASH_HEX_LEN, BlockLayout
+
+META_NAME = "kvstore.json"
+QUARANTINE_DIR = "quarantine"
+TMP_PREFIX = ".tmp."
+_tmp_counter = itertools.count()
+
+
+def block_path(root: Path, block_hash: str) -> Path:
+    return root / block_hash[:2] / f"{block_hash}{SUFFIX}"
+
+
+def init_root(root: Path, layout: BlockLayout) -> None:
+    """Create the directory tree and layout file, or check an existing layout matches ``layout``."""
+    root.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": "dualpath-kvstore",
+        "version": 1,
+        "num_layers": layout.num_layers,
+        "block_size": layout.block_size,
+        "kv_bytes_per_token_layer": layout.kv_bytes_per_token_layer,
+    }
+    path = root / META_NAME
+    if path.exists():
+        found = json.loads(path.read_text())
+        if found != meta:
+            raise ConfigError("layout", layout, f"{root} holds blocks of another layout: {found}")
+    else:
+        tmp = root / f"{TMP_PREFIX}meta.{os.getpid()}.{next(_tmp_counter)}"
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, path)  # concurrent creators write identical content
+    for i in range(256):
+        (root / f"{i:02x}").mkdir(exist_ok=True)
+    (root / QUARANTINE_DIR).mkdir(exist_ok=True)
+
+
+def write_block(
+    root: Path,
+    layout: BlockLayout,
+    block_hash: str,
+    parent_hash: str | None,
+    token_ids: np.ndarray,
+    data: memoryview,
+    fsync: bool,
+) -> None:
+    """Write a block atomically: a private temp file in the same directory, then rename over."""
+    header = encode_header(layout, block_hash, parent_hash, token_ids, crc_layers(data, layout))
+    final = block_path(root, block_hash)
+    final.parent.mkdir(exist_ok=True)
+    tmp = final.parent / f"{TMP_PREFIX}{block_hash}.{os.getpid()}.{next(_tmp_counter)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, [memoryview(header), data])
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, final)
+    if fsync:
+        dir_fd = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _write_all(fd: int, parts: list[memoryview]) -> None:
+    while parts:
+        n = os.writev(fd, parts)
+        while parts and n >= len(parts[0]):
+            n -= len(parts[0])
+            parts.pop(0)
+        if parts and n:
+            parts[0] = parts[0][n:]
+
+
+def read_block(
+    root: Path,
+    layout: BlockLayout,
+    block_hash: str,
+    out: memoryview,
+    layer: int | None,
+    verify: bool,
+) -> BlockHeader | None:
+    """Read a Full Block (``layer`` None) or one Layer Block into ``out``; None if the file is absent.
+
+    Raises CorruptBlockError (with the file already quarantined) on a bad header, short file or a
+    failed checksum of the bytes read; ``out`` then holds garbage and must not be used.
+    """
+    try:
+        fd = os.open(block_path(root, block_hash), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        hdr = bytearray(header_bytes_for(layout))
+        if layer is None:
+            n = os.preadv(fd, [hdr, out], 0) - len(hdr)
+            first, offset = 0, len(hdr)
+        else:
+            n = os.preadv(fd, [hdr], 0) - len(hdr)
+            first, offset = layer, len(hdr) + layout.layer_range(layer)[0]
+            n = os.preadv(fd, [out], offset) if n >= 0 else n
+        try:
+            header = decode_header(hdr, layout, block_hash)
+            if n != len(out):
+                raise CorruptBlockError(block_hash, f"truncated: {n} of {len(out)} data bytes")
+            if verify:
+                verify_layers(header, out, layout, first)
+        except CorruptBlockError:
+            quarantine(root, block_hash, fd)
+            raise
+        return header
+    finally:
+        os.close(fd)
+
+
+def read_header(root: Path, layout: BlockLayout, block_hash: str) -> BlockHeader | None:
+    """Header of a block file (size checked too); None if absent; CorruptBlockError if bad."""
+    try:
+        fd = os.open(block_path(root, block_hash), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            size = os.fstat(fd).st_size
+            if size != file_bytes_for(layout):
+                raise CorruptBlockError(block_hash, f"size {size} != {file_bytes_for(layout)}")
+            return decode_header(os.pread(fd, header_bytes_for(layout), 0), layout, block_hash)
+        except CorruptBlockError:
+            quarantine(root, block_hash, fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def quarantine(root: Path, block_hash: str, fd: int, keep: int = 32) -> None:
+    """Move the file open as ``fd`` aside, only if it is still the one at the block's path.
+
+    Another process may have replaced it with a good copy since we opened it; that copy stays.
+    """
+    path = block_path(root, block_hash)
+    try:
+        seen, now = os.fstat(fd), os.stat(path)
+        if (seen.st_ino, seen.st_dev) != (now.st_ino, now.st_dev):
+            return
+        qdir = root / QUARANTINE_DIR
+        qdir.mkdir(exist_ok=True)
+        os.replace(path, qdir / f"{block_hash}.{os.getpid()}.{time.time_ns()}{SUFFIX}")
+        old = sorted(qdir.iterdir(), key=lambda p: p.stat().st_mtime)
+        for p in old[: max(0, len(old) - keep)]:
+            p.unlink(missing_ok=True)
+    except FileNotFoundError:
+        return
+
+
+def scan(root: Path, stale_tmp_s: float) -> Iterator[str]:
+    """Hashes of block files under ``root``; deletes temp files older than ``stale_tmp_s``."""
+    now = time.time()
+    for sub in sorted(root.iterdir()):
+        if len(sub.name) != 2 or not sub.is_dir():
+            continue
+        for entry in os.scandir(sub):
+            name = entry.name
+            if name.startswith(TMP_PREFIX):
+                try:
+                    if now - entry.stat().st_mtime >= stale_tmp_s:
+                        os.unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+            elif name.endswith(SUFFIX) and len(name) == HASH_HEX_LEN + len(SUFFIX):
+                yield name[:HASH_HEX_LEN]
+
+
+def remove_block(root: Path, block_hash: str) -> bool:
+    """Delete a block file; False if it was already gone."""
+    try:
+        os.unlink(block_path(root, block_hash))
+        return True
+    except FileNotFoundError:
+        return False

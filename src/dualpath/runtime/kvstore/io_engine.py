@@ -1,0 +1,235 @@
+"""IOEngine: asynchronous block reads/writes with a bounded queue depth, into reusable buffers.
+
+A thread pool of ``queue_depth`` workers runs store reads and writes (the syscalls and crc32 release
+the GIL). Submissions never block on I/O; they return a ``Future[ReadResult]`` (an optional callback
+runs on completion in the worker thread). ``read_queue_tokens`` counts tokens' worth of KV queued or
+in flight, which is the scheduler's ``read_q``. An optional ``BandwidthLimiter`` caps the bytes/s
+of reads and writes together, to emulate a storage NIC shared by the engines of one node.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from dualpath.core.errors import require
+from dualpath.runtime.kvstore.bandwidth import BandwidthLimiter, wait_until
+from dualpath.runtime.kvstore.buffers import BufferLease, BufferPool
+from dualpath.runtime.kvstore.store import BlockStore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IOEngineConfig:
+    """``queue_depth``: concurrent I/Os (worker threads)."""
+
+    queue_depth: int = 4
+
+    def __post_init__(self) -> None:
+        require(1 <= self.queue_depth <= 256, "queue_depth", self.queue_depth, "must be in [1, 256]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadResult:
+    """Outcome of one read. ``ok`` False means a miss (absent, vanished or corrupt): recompute.
+
+    ``data`` views the caller's ``out`` or a pooled buffer (``lease``); call ``release()`` when done
+    with pooled data (a no-op for caller buffers) so the buffer returns to the pool.
+    """
+
+    block_hash: str
+    layer: int | None
+    ok: bool
+    data: np.ndarray | None
+    lease: BufferLease | None = None
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IOStats:
+    num_reads: int
+    num_read_misses: int
+    read_bytes: int
+    num_writes: int
+    written_bytes: int
+    read_queue_bytes: int
+    read_queue_tokens: int
+    write_queue_bytes: int
+
+
+Callback = Callable[[ReadResult], None]
+
+
+class IOEngine:
+    """Reads and writes of one ``BlockStore`` with at most ``queue_depth`` I/Os in flight.
+
+    ``pool`` supplies buffers for reads submitted without ``out`` (one slot per read; a submit
+    waits for a free slot, up to ``timeout_s``, then raises BufferPoolExhausted). ``limiter``
+    (optional, shareable) caps bandwidth. Use as a context manager or call ``close``.
+    """
+
+    def __init__(
+        self,
+        store: BlockStore,
+        config: IOEngineConfig | None = None,
+        *,
+        pool: BufferPool | None = None,
+        limiter: BandwidthLimiter | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or IOEngineConfig()
+        self.pool = pool
+        self.limiter = limiter
+        self._exec = ThreadPoolExecutor(self.config.queue_depth, thread_name_prefix="kvstore-io")
+        self._lock = threading.Lock()
+        self._c = {k: 0 for k in IOStats.__slots__ if k != "read_queue_tokens"}
+
+    # ----- reads -------------------------------------------------------------------------------
+    def submit_full(
+        self,
+        block_hash: str,
+        out: np.ndarray | None = None,
+        callback: Callback | None = None,
+        timeout_s: float | None = None,
+    ) -> Future[ReadResult]:
+        """Queue a Full Block read into ``out`` (or a pooled buffer)."""
+        return self._submit_read(block_hash, None, out, callback, timeout_s)
+
+    def submit_layer(
+        self,
+        block_hash: str,
+        layer: int,
+        out: np.ndarray | None = None,
+        callback: Callback | None = None,
+        timeout_s: float | None = None,
+    ) -> Future[ReadResult]:
+        """Queue one Layer Block read into ``out`` (or a pooled buffer)."""
+        self.store.layout.layer_range(layer)  # validates
+        return self._submit_read(block_hash, layer, out, callback, timeout_s)
+
+    def submit_blocks(
+        self,
+        hashes: Sequence[str],
+        outs: Sequence[np.ndarray] | None = None,
+        layer: int | None = None,
+        callback: Callback | None = None,
+    ) -> list[Future[ReadResult]]:
+        """Queue reads of a request's blocks (Full Blocks, or one layer of each), in order."""
+        require(outs is None or len(outs) == len(hashes), "outs", len(outs or ()), "one per hash")
+        return [
+            self._submit_read(h, layer, None if outs is None else outs[i], callback, None)
+            for i, h in enumerate(hashes)
+        ]
+
+    def _submit_read(
+        self,
+        h: str,
+        layer: int | None,
+        out: np.ndarray | None,
+        callback: Callback | None,
+        timeout_s: float | None,
+    ) -> Future[ReadResult]:
+        layout = self.store.layout
+        nbytes = layout.full_block_bytes if layer is None else layout.layer_block_bytes
+        lease = None
+        if out is None:
+            require(self.pool is not None, "out", None, "IOEngine has no BufferPool; pass out")
+            assert self.pool is not None
+            lease = self.pool.acquire(timeout_s)
+            out = lease.array[:nbytes]
+        with self._lock:
+            self._c["read_queue_bytes"] += nbytes
+        fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
+        if callback is not None:
+            fut.add_done_callback(lambda f: callback(f.result()))
+        return fut
+
+    def _read(
+        self, h: str, layer: int | None, out: np.ndarray, lease: BufferLease | None, nbytes: int
+    ) -> ReadResult:
+        try:
+            finish_s = self.limiter.reserve(nbytes) if self.limiter is not None else 0.0
+            if layer is None:
+                ok = self.store.read_full_into(h, out)
+            else:
+                ok = self.store.read_layer_into(h, layer, out)
+            wait_until(finish_s)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        finally:
+            with self._lock:
+                self._c["read_queue_bytes"] -= nbytes
+        with self._lock:
+            self._c["num_reads"] += 1
+            self._c["read_bytes"] += nbytes if ok else 0
+            self._c["num_read_misses"] += 0 if ok else 1
+        if not ok and lease is not None:
+            lease.release()
+            lease = None
+        return ReadResult(block_hash=h, layer=layer, ok=ok, data=out if ok else None, lease=lease)
+
+    # ----- writes ------------------------------------------------------------------------------
+    def submit_write(
+        self,
+        block_hash: str,
+        parent_hash: str | None,
+        token_ids: Sequence[int] | np.ndarray,
+        data: np.ndarray,
+    ) -> Future[bool]:
+        """Queue ``store.write_full``; the future gives its result. ``data`` must stay unchanged
+        until the future completes (no copy is made)."""
+        nbytes = self.store.layout.full_block_bytes
+        with self._lock:
+            self._c["write_queue_bytes"] += nbytes
+        return self._exec.submit(self._write, block_hash, parent_hash, token_ids, data, nbytes)
+
+    def _write(
+        self, h: str, parent: str | None, ids: Sequence[int] | np.ndarray, data: np.ndarray, n: int
+    ) -> bool:
+        try:
+            finish_s = self.limiter.reserve(n) if self.limiter is not None else 0.0
+            written = self.store.write_full(h, parent, ids, data)
+            wait_until(finish_s if written else 0.0)
+        finally:
+            with self._lock:
+                self._c["write_queue_bytes"] -= n
+        with self._lock:
+            self._c["num_writes"] += int(written)
+            self._c["written_bytes"] += n if written else 0
+        return written
+
+    # ----- state -------------------------------------------------------------------------------
+    @property
+    def read_queue_bytes(self) -> int:
+        with self._lock:
+            return self._c["read_queue_bytes"]
+
+    @property
+    def read_queue_tokens(self) -> int:
+        """Tokens' worth of KV (all layers) queued or in flight for reading, rounded up."""
+        per_token = self.store.layout.kv_bytes_per_token
+        return -(-self.read_queue_bytes // per_token)
+
+    def stats(self) -> IOStats:
+        with self._lock:
+            c = dict(self._c)
+        per_token = self.store.layout.kv_bytes_per_token
+        return IOStats(read_queue_tokens=-(-c["read_queue_bytes"] // per_token), **c)
+
+    def close(self) -> None:
+        """Wait for queued I/O, then stop the workers."""
+        self._exec.shutdown(wait=True)
+
+    def __enter__(self) -> IOEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,277 @@
+"""BlockStore: Full Blocks on a POSIX directory, addressed by chain hash, with a trie index and LRU.
+
+Thread-safe (one lock around the index and counters; file I/O runs outside it). Several processes
+may share one directory: writes are atomic renames, a vanished file is a miss, and hashes missing
+from this process's index are looked up on the file system before a prefix match stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from dualpath.core.errors import ConfigError, require
+from dualpath.runtime.kvstore import files
+from dualpath.runtime.kvstore.blockfile import CorruptBlockError, file_bytes_for
+from dualpath.runtime.kvstore.index import BlockIndex
+from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, check_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStats:
+    """Counters since open. ``*_tokens`` count whole-block tokens of prefix lookups."""
+
+    num_blocks: int = 0
+    used_bytes: int = 0
+    capacity_bytes: int | None = None
+    hit_tokens: int = 0
+    miss_tokens: int = 0
+    num_full_reads: int = 0
+    num_layer_reads: int = 0
+    read_bytes: int = 0
+    num_read_misses: int = 0
+    num_writes: int = 0
+    written_bytes: int = 0
+    num_evictions: int = 0
+    num_corrupt: int = 0
+    num_discovered: int = 0
+
+
+class BlockStore:
+    """KV block store over ``root_dir``. See docs/kvstore.md.
+
+    ``capacity_bytes`` bounds the file bytes this process's index holds (None: unbounded); writes
+    beyond it evict least-recently-used unpinned leaf blocks. ``verify`` checks crc32 on every read;
+    ``fsync`` makes writes durable before they become visible. Opening scans ``root_dir`` (reading
+    each block's header) and removes temp files older than ``stale_tmp_s``.
+    """
+
+    def __init__(
+        self,
+        root_dir: str | Path,
+        layout: BlockLayout,
+        capacity_bytes: int | None = None,
+        *,
+        verify: bool = True,
+        fsync: bool = False,
+        stale_tmp_s: float = 300.0,
+    ) -> None:
+        require(
+            capacity_bytes is None or capacity_bytes >= 0, "capacity_bytes", capacity_bytes, ">= 0"
+        )
+        self.root = Path(root_dir)
+        self.layout = layout
+        self.capacity_bytes = capacity_bytes
+        self.verify = verify
+        self.fsync = fsync
+        self.file_bytes = file_bytes_for(layout)
+        self._lock = threading.Lock()
+        self._index = BlockIndex()
+        self._c = dict.fromkeys((f.name for f in fields(StoreStats)), 0)
+        files.init_root(self.root, layout)
+        self.rebuild(stale_tmp_s)
+
+    # ----- index -------------------------------------------------------------------------------
+    def rebuild(self, stale_tmp_s: float = 300.0) -> int:
+        """Rescan the directory into a fresh index (corrupt headers are quarantined). Returns count."""
+        index = BlockIndex()
+        for h in files.scan(self.root, stale_tmp_s):
+            header = self._safe_header(h)
+            if header is not None:
+                index.add(h, header.parent_hash, self.file_bytes)
+        with self._lock:
+            self._index = index
+        self._evict_over_capacity(None)
+        return len(index)
+
+    def _safe_header(self, h: str) -> files.BlockHeader | None:
+        try:
+            return files.read_header(self.root, self.layout, h)
+        except CorruptBlockError as err:
+            self._report(err)
+            return None
+
+    def _report(self, err: CorruptBlockError) -> None:
+        log.warning("kvstore: %s (quarantined, treated as a miss)", err)
+        with self._lock:
+            self._c["num_corrupt"] += 1
+            self._index.remove(err.block_hash)
+
+    def _discover(self, h: str) -> bool:
+        """Look for a block another process wrote; add it to the index if its header is sound."""
+        header = self._safe_header(h)
+        if header is None:
+            return False
+        with self._lock:
+            if self._index.add(h, header.parent_hash, self.file_bytes):
+                self._c["num_discovered"] += 1
+        self._evict_over_capacity(h)
+        return True
+
+    def contains(self, block_hash: str) -> bool:
+        """True if the block is in the index or on disk (found blocks join the index)."""
+        with self._lock:
+            if block_hash in self._index:
+                return True
+        return self._discover(block_hash)
+
+    def match_prefix(self, token_ids: Sequence[int] | np.ndarray, *, pin: bool = False) -> list[str]:
+        """Hashes of the longest cached prefix of whole blocks of ``token_ids``; does not read data.
+
+        Marks the matched blocks used. With ``pin`` they are also pinned (call ``unpin`` after the
+        reads) so this process cannot evict them meanwhile. A block may still vanish if another
+        process evicts it: reads then report a miss.
+        """
+        matched: list[str] = []
+        wanted = chain_hashes(token_ids, self.layout.block_size)
+        for h in wanted:
+            if not self.contains(h):
+                break
+            matched.append(h)
+        with self._lock:
+            for h in matched:  # root first, so the deepest block is the most recent
+                self._index.touch(h)
+                if pin and h in self._index:
+                    self._index.pin(h)
+            self._c["hit_tokens"] += len(matched) * self.layout.block_size
+            self._c["miss_tokens"] += len(token_ids) - len(matched) * self.layout.block_size
+        return matched
+
+    def pin(self, hashes: Iterable[str]) -> None:
+        """Protect known blocks from this process's eviction (counted; pair with ``unpin``)."""
+        with self._lock:
+            for h in hashes:
+                if h in self._index:
+                    self._index.pin(h)
+
+    def unpin(self, hashes: Iterable[str]) -> None:
+        with self._lock:
+            for h in hashes:
+                self._index.unpin(h)
+
+    # ----- reads -------------------------------------------------------------------------------
+    def read_full(self, block_hash: str) -> np.ndarray | None:
+        """A Full Block as a new uint8 array of ``layout.full_block_bytes``; None on a miss."""
+        out = np.empty(self.layout.full_block_bytes, dtype=np.uint8)
+        return out if self.read_full_into(block_hash, out) else None
+
+    def read_layer(self, block_hash: str, layer: int) -> np.ndarray | None:
+        """One Layer Block as a new uint8 array (only that byte range is read); None on a miss."""
+        out = np.empty(self.layout.layer_block_bytes, dtype=np.uint8)
+        return out if self.read_layer_into(block_hash, layer, out) else None
+
+    def read_full_into(self, block_hash: str, out: np.ndarray | memoryview) -> bool:
+        """Read a Full Block into ``out`` (contiguous, exactly full_block_bytes). False on a miss
+        (absent, vanished or corrupt); then ``out``'s contents are undefined."""
+        return self._read(block_hash, out, None)
+
+    def read_layer_into(self, block_hash: str, layer: int, out: np.ndarray | memoryview) -> bool:
+        """Read one Layer Block into ``out`` (exactly layer_block_bytes). False on a miss."""
+        return self._read(block_hash, out, layer)
+
+    def _read(self, h: str, out: np.ndarray | memoryview, layer: int | None) -> bool:
+        view = _byte_view(out)
+        want = self.layout.full_block_bytes if layer is None else self.layout.layer_block_bytes
+        require(len(view) == want, "out", f"{len(view)} bytes", f"must be exactly {want} bytes")
+        try:
+            header = files.read_block(self.root, self.layout, h, view, layer, self.verify)
+        except CorruptBlockError as err:
+            self._report(err)
+            header = None
+        with self._lock:
+            if header is None:
+                self._c["num_read_misses"] += 1
+                self._index.remove(h)
+                return False
+            self._c["num_full_reads" if layer is None else "num_layer_reads"] += 1
+            self._c["read_bytes"] += want
+            if h not in self._index:
+                self._index.add(h, header.parent_hash, self.file_bytes)
+            return True
+
+    # ----- writes ------------------------------------------------------------------------------
+    def write_full(
+        self,
+        block_hash_: str,
+        parent_hash: str | None,
+        token_ids: Sequence[int] | np.ndarray,
+        data: np.ndarray | memoryview | bytes,
+    ) -> bool:
+        """Persist one Full Block atomically. Returns False if it already existed (no write).
+
+        ``block_hash_`` must equal ``block_hash(parent_hash, token_ids)``; ``data`` is
+        ``full_block_bytes`` contiguous bytes. May evict LRU leaves to stay within capacity.
+        """
+        check_hash(block_hash_)
+        ids = np.asarray(token_ids, dtype="<i8")
+        require(len(ids) == self.layout.block_size, "token_ids", len(ids), "must be one block")
+        if block_hash(parent_hash, ids) != block_hash_:
+            raise ConfigError("block_hash", block_hash_, "is not block_hash(parent, token_ids)")
+        view = _byte_view(data)
+        want = self.layout.full_block_bytes
+        require(len(view) == want, "data", f"{len(view)} bytes", f"must be exactly {want} bytes")
+        if self.contains(block_hash_):
+            return False
+        files.write_block(self.root, self.layout, block_hash_, parent_hash, ids, view, self.fsync)
+        with self._lock:
+            self._index.add(block_hash_, parent_hash, self.file_bytes)
+            self._c["num_writes"] += 1
+            self._c["written_bytes"] += self.file_bytes
+        self._evict_over_capacity(block_hash_)
+        return True
+
+    def discard(self, block_hash: str) -> bool:
+        """Delete a block (from disk and index); False if it was not there."""
+        with self._lock:
+            self._index.remove(block_hash)
+        return files.remove_block(self.root, block_hash)
+
+    def _evict_over_capacity(self, protect: str | None) -> None:
+        if self.capacity_bytes is None:
+            return
+        while True:
+            with self._lock:
+                if self._index.used_bytes <= self.capacity_bytes:
+                    return
+                victim = self._index.pop_victim(protect)
+                if victim is None:
+                    log.warning("kvstore: over capacity but every block is pinned or interior")
+                    return
+                self._c["num_evictions"] += 1
+            files.remove_block(self.root, victim)
+
+    # ----- introspection -----------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            c = dict(self._c)
+            c.update(
+                num_blocks=len(self._index),
+                used_bytes=self._index.used_bytes,
+                capacity_bytes=self.capacity_bytes,
+            )
+        return StoreStats(**c)
+
+    def known_hashes(self) -> list[str]:
+        """Hashes in this process's index, least recently used first."""
+        with self._lock:
+            return self._index.hashes()
+
+    def parent_of(self, block_hash: str) -> str | None:
+        """Parent hash of an indexed block (KeyError if unknown)."""
+        with self._lock:
+            return self._index.parent_of(block_hash)
+
+
+def _byte_view(data: np.ndarray | memoryview | bytes) -> memoryview:
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise ConfigError("data", f"shape {view.shape}", "must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
