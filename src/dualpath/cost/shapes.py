@@ -1,0 +1,125 @@
+"""What the cost models need from a ModelSpec, averaged per layer and split by parallel role.
+
+A model is treated as ``num_layers`` identical layers (dense and MoE layers averaged, the LM head
+spread over layers): per-layer times are averages, whole-model times are exact sums of the terms.
+The split that matters for EP + attention DP is *replicated* work (attention, dense MLPs, shared
+experts, router, embeddings: every GPU holds and runs them for its own tokens) versus *routed
+experts* (each GPU of an EP group holds ``num_routed_experts / ep_size`` of them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from dualpath.core.errors import require
+
+if TYPE_CHECKING:
+    from dualpath.spec.models import ModelSpec
+
+# DSA indexer keys are stored in FP8 with one FP32 scale per token (DeepSeek-V3.2 indexer cache).
+_INDEXER_SCALE_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelShape:
+    """Per-layer averages of one model (whole model, before any parallel split)."""
+
+    num_layers: int
+    hidden_size: int
+    weight_dtype_bytes: float
+    kv_bytes_per_token_layer: float  # mean over layers (windowed layers count fully)
+    indexer_bytes_per_token_layer: float  # DSA indexer keys read by every decode query
+    sparse_top_k: int | None
+    replicated_flops_per_token_layer: float  # dense/shared/attention projections + LM head
+    routed_flops_per_token_layer: float  # active routed experts
+    replicated_weight_bytes_layer: float
+    expert_weight_bytes: float  # one routed expert of one MoE layer
+    num_routed_experts: int
+    num_active_experts: int
+    moe_layer_fraction: float  # MoE layers / all layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_routed_experts > 0
+
+
+@lru_cache(maxsize=64)
+def model_shape(model: ModelSpec) -> ModelShape:
+    """Derive (and memoise) the per-layer cost shape of ``model``."""
+    num_layers = model.num_layers
+    expert_params = 3 * model.hidden_size * model.moe_intermediate_size if model.is_moe else 0
+    routed_active = model.num_moe_layers * model.num_active_experts * expert_params
+    routed_total = model.num_moe_layers * model.num_routed_experts * expert_params
+    replicated_flops = model.linear_flops_per_token - 2.0 * routed_active
+    replicated_weights = max(model.weight_bytes - routed_total * model.weight_dtype_bytes, 0.0)
+    indexer = 0.0
+    if model.sparse_top_k is not None and model.index_head_dim:
+        indexer = float(model.index_head_dim + _INDEXER_SCALE_BYTES)
+    return ModelShape(
+        num_layers=num_layers,
+        hidden_size=model.hidden_size,
+        weight_dtype_bytes=model.weight_dtype_bytes,
+        kv_bytes_per_token_layer=float(model.kv_bytes_per_token_layer),
+        indexer_bytes_per_token_layer=indexer,
+        sparse_top_k=model.sparse_top_k,
+        replicated_flops_per_token_layer=replicated_flops / num_layers,
+        routed_flops_per_token_layer=2.0 * routed_active / num_layers,
+        replicated_weight_bytes_layer=replicated_weights / num_layers,
+        expert_weight_bytes=expert_params * model.weight_dtype_bytes,
+        num_routed_experts=model.num_routed_experts,
+        num_active_experts=model.num_active_experts,
+        moe_layer_fraction=model.num_moe_layers / num_layers,
+    )
+
+
+def attention_flops_layer(model: ModelSpec, cached_len: int, new_len: int) -> float:
+    """Mean per-layer attention FLOPs (windowed layers averaged in)."""
+    if model.window_len is None:
+        return model.attention_flops_layer(cached_len, new_len)
+    return model.attention_flops(cached_len, new_len) / model.num_layers
+
+
+def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
+    """Keys seen by ``new_len`` causal queries after ``cached_len`` cached tokens, capped per query."""
+    if cap is None:
+        return new_len * cached_len + new_len * (new_len + 1) // 2
+    under = max(0, min(cap - cached_len, new_len))
+    return under * cached_len + under * (under + 1) // 2 + (new_len - under) * cap
+
+
+def attention_flops_split(model: ModelSpec, cached_len: int, new_len: int) -> tuple[float, float]:
+    """(main attention, DSA indexer) FLOPs of one average layer; they sum to the spec's count."""
+    total = attention_flops_layer(model, cached_len, new_len)
+    if not model.index_num_heads:
+        return total, 0.0
+    indexer = _causal_keys(cached_len, new_len, model.window_len) * model.indexer_flops_per_pair
+    return total - indexer, float(indexer)
+
+
+def local_experts(shape: ModelShape, ep_size: int) -> float:
+    """Routed experts one GPU of an EP group of ``ep_size`` holds."""
+    return shape.num_routed_experts / ep_size if shape.is_moe else 0.0
+
+
+def touched_local_experts(shape: ModelShape, ep_size: int, group_tokens: float) -> float:
+    """Expected distinct local experts hit when the EP group routes ``group_tokens`` tokens.
+
+    Uniform routing: an expert is missed by one token with probability ``1 - k/E``, so it is hit by
+    at least one of ``T`` tokens with probability ``1 - (1 - k/E)^T``.
+    """
+    if not shape.is_moe or group_tokens <= 0:
+        return 0.0
+    miss = 1.0 - shape.num_active_experts / shape.num_routed_experts
+    hit = 1.0 - math.exp(group_tokens * math.log(miss)) if miss > 0 else 1.0
+    return local_experts(shape, ep_size) * hit
+
+
+def weight_bytes_per_gpu(model: ModelSpec, ep_size: int = 1) -> float:
+    """HBM bytes of weights one GPU holds: all replicated weights + its share of routed experts."""
+    require(ep_size >= 1, "ep_size", ep_size, "must be >= 1")
+    shape = model_shape(model)
+    experts = local_experts(shape, ep_size) * shape.expert_weight_bytes
+    return shape.num_layers * (shape.replicated_weight_bytes_layer + shape.moe_layer_fraction * experts)
