@@ -1,0 +1,155 @@
+"""Shared-memory transport between processes of one host.
+
+Same protocol and guarantees as :class:`ZmqTransport` (its subclass), but payload bytes travel through
+a ring in shared memory (a file under /dev/shm, one ring per sender->receiver pair, created and
+unlinked by the sender); the ZeroMQ message carries only offsets. The sender copies a batch into the
+ring once, the receiver's sink reads it in place (``deliver`` must copy/consume, as the contract says),
+and the ack frees the range. A batch larger than the ring falls back to ordinary frames.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from dualpath.core.errors import require
+from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta, ZmqTransport, payload_view
+
+
+def _shm_dir() -> Path:
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+
+
+class _Ring:
+    """FIFO byte ring: ``alloc`` blocks until ``n`` contiguous bytes are free; ``free`` releases an
+    allocation (any order; space is reclaimed from the oldest)."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.path = _shm_dir() / f"dualpath-shm-{uuid.uuid4().hex[:16]}"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, capacity_bytes)
+            self.buf = mmap.mmap(fd, capacity_bytes)
+        finally:
+            os.close(fd)
+        self.capacity = capacity_bytes
+        self._live: deque[list[int]] = deque()  # [start, end, freed]
+        self._head = 0
+        self._cond = threading.Condition()
+
+    def _fits(self, n: int) -> int | None:
+        if not self._live:
+            return 0
+        tail = self._live[0][0]
+        if self._head >= tail:
+            if self._head + n <= self.capacity:
+                return self._head
+            return 0 if n < tail else None
+        return self._head if self._head + n < tail else None
+
+    def alloc(self, n: int, timeout_s: float = 30.0) -> int:
+        with self._cond:
+            start = self._fits(n)
+            while start is None:
+                if not self._cond.wait(timeout_s):
+                    raise TimeoutError(f"shared-memory ring full for {timeout_s} s")
+                start = self._fits(n)
+            self._live.append([start, start + n, 0])
+            self._head = start + n
+            return start
+
+    def free(self, start: int) -> None:
+        with self._cond:
+            for rec in self._live:
+                if rec[0] == start and not rec[2]:
+                    rec[2] = 1
+                    break
+            while self._live and self._live[0][2]:
+                self._live.popleft()
+            if not self._live:
+                self._head = 0
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        try:
+            self.buf.close()
+        except BufferError:
+            pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class ShmTransport(ZmqTransport):
+    """Payloads through shared memory; notifications over ipc:// ZeroMQ (one host only)."""
+
+    kind = "shm"
+
+    def __init__(self, *, ring_bytes: int = 64 * 1024 * 1024,
+                 limiter: Callable[[int], object] | None = None) -> None:
+        require(ring_bytes >= 4096, "ring_bytes", ring_bytes, "must be >= 4096")
+        self.ring_bytes = ring_bytes
+        self._rings: dict[str, _Ring] = {}
+        self._maps: dict[str, mmap.mmap] = {}
+        super().__init__(scheme="ipc", limiter=limiter)
+
+    def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
+              ) -> tuple[list[ItemMeta], list[memoryview], str]:
+        views = [payload_view(it.payload) for it in items]
+        total = sum(v.nbytes for v in views)
+        if total == 0 or total > self.ring_bytes:
+            return super()._pack(dest_addr, items, resources)
+        ring = self._rings.get(dest_addr)
+        if ring is None:
+            ring = self._rings[dest_addr] = _Ring(self.ring_bytes)
+        start = ring.alloc(total)
+        resources.append((ring, start))
+        metas, off = [], start
+        for it, v in zip(items, views):
+            ring.buf[off:off + v.nbytes] = v
+            metas.append(ItemMeta(it.key, it.block_index, it.layer, it.num_tokens,
+                                  it.token_offset, v.nbytes, off))
+            off += v.nbytes
+        return metas, [], str(ring.path)
+
+    def _release(self, resources: list[Any]) -> None:
+        for ring, start in resources:
+            ring.free(start)
+
+    def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
+        if not msg.segment:
+            return super()._unpack(msg, frames)
+        buf = self._maps.get(msg.segment)
+        if buf is None:
+            fd = os.open(msg.segment, os.O_RDWR)
+            try:
+                buf = self._maps[msg.segment] = mmap.mmap(fd, 0)
+            finally:
+                os.close(fd)
+        view = memoryview(buf)
+        return [TransferItem(key=m.key, block_index=m.block_index, layer=m.layer,
+                             num_tokens=m.num_tokens, token_offset=m.token_offset,
+                             payload=view[m.slot:m.slot + m.nbytes]) for m in msg.items]
+
+    def close(self) -> None:
+        super().close()
+        for ring in self._rings.values():
+            ring.close()
+        for buf in self._maps.values():
+            try:
+                buf.close()
+            except BufferError:
+                pass
+        self._rings.clear()
+        self._maps.clear()

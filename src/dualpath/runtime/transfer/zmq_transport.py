@@ -1,0 +1,274 @@
+"""ZeroMQ transport between engine processes (``tcp://`` across hosts, ``ipc://`` on one host).
+
+Implements :class:`~dualpath.runtime.transfer.base.Transport`. Every transport binds one PULL socket
+(its ``address``). A send thread drains a FIFO of submits (so items to one destination arrive in
+submit order), optionally waits on an emulated NIC (``limiter(nbytes)``, the traffic manager's CNIC),
+and sends one multipart message per submit: a msgspec header naming the items plus one frame per
+payload (zero-copy). A receive thread delivers the items into the sink bound to the destination
+endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
+means the payload sits in the destination sink. Endpoint names map to transport addresses through
+``add_route`` (the cluster fills the table from the scheduler's peer list).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import torch
+import zmq
+
+from dualpath.core.errors import ConfigError
+from dualpath.runtime.transfer.base import (
+    KVSink, TransferError, TransferHandle, TransferItem, Transport,
+)
+
+
+class ItemMeta(msgspec.Struct, array_like=True, frozen=True):
+    key: str
+    block_index: int
+    layer: int
+    num_tokens: int
+    token_offset: int
+    nbytes: int
+    slot: int = -1  # shared-memory offset (shm transport); -1 = payload is a frame
+
+
+class DataMsg(msgspec.Struct, array_like=True, frozen=True, tag="d"):
+    seq: int
+    reply_to: str
+    dest: str
+    source: str
+    items: list[ItemMeta]
+    segment: str = ""
+
+
+class AckMsg(msgspec.Struct, array_like=True, frozen=True, tag="a"):
+    seq: int
+    error: str | None = None
+
+
+_decoder = msgspec.msgpack.Decoder(DataMsg | AckMsg)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def payload_view(payload: Any) -> memoryview:
+    """Raw bytes of a payload (a tensor of any dtype is sent as its contiguous bytes)."""
+    if isinstance(payload, torch.Tensor):
+        t = payload.detach().contiguous()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return memoryview(t.view(torch.uint8).numpy()).cast("B")  # type: ignore[arg-type]
+    return memoryview(payload).cast("B")
+
+
+class ZmqTransport(Transport):
+    """See the module docstring. ``scheme`` "tcp" binds ``tcp://host:*``, "ipc" a socket file."""
+
+    kind = "zmq"
+
+    def __init__(self, *, host: str = "127.0.0.1", scheme: str = "tcp",
+                 limiter: Callable[[int], object] | None = None) -> None:
+        if scheme not in ("tcp", "ipc"):
+            raise ConfigError("scheme", scheme, "choices: tcp, ipc")
+        self.ctx = zmq.Context()
+        self._pull = self.ctx.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        if scheme == "tcp":
+            self._pull.bind(f"tcp://{host}:*")
+        else:
+            path = os.path.join(tempfile.gettempdir(), f"dualpath-{uuid.uuid4().hex[:12]}.ipc")
+            self._pull.bind(f"ipc://{path}")
+        self.address: str = self._pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.limiter = limiter
+        self._sinks: dict[str, KVSink] = {}
+        self._routes: dict[str, str] = {}
+        self._pending: dict[int, tuple[TransferHandle, str, list[Any]]] = {}
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._completed = 0
+        self._closed = False
+        self._jobs: queue.SimpleQueue[tuple[int, str, str, Sequence[TransferItem]] | None] = (
+            queue.SimpleQueue())
+        self._ctl_addr = f"inproc://ctl-{uuid.uuid4().hex}"
+        self._ctl = self.ctx.socket(zmq.PULL)
+        self._ctl.bind(self._ctl_addr)
+        self._send_thread = threading.Thread(target=self._send_loop, name="zmq-send", daemon=True)
+        self._recv_thread = threading.Thread(target=self._recv_loop, name="zmq-recv", daemon=True)
+        self._send_thread.start()
+        self._recv_thread.start()
+
+    # ------------------------------------------------------------------ public API
+    def bind(self, endpoint: str, sink: KVSink) -> None:
+        with self._lock:
+            if endpoint in self._sinks:
+                raise TransferError(f"endpoint {endpoint!r} is already bound")
+            self._sinks[endpoint] = sink
+            self._routes[endpoint] = self.address
+
+    def add_route(self, endpoint: str, address: str) -> None:
+        """Endpoint ``endpoint`` lives on the transport at ``address``."""
+        with self._lock:
+            self._routes[endpoint] = address
+
+    def routes(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._routes)
+
+    def submit(self, dest: str, items: Sequence[TransferItem], *, source: str = "",
+               callback: Callable[[TransferHandle], None] | None = None) -> TransferHandle:
+        handle = TransferHandle(len(items), sum(i.nbytes for i in items), callback)
+        with self._lock:
+            if self._closed:
+                raise TransferError("transport is closed")
+            if dest not in self._routes:
+                known = ", ".join(sorted(self._routes)) or "none"
+                raise TransferError(f"unknown endpoint {dest!r}; routes: {known}")
+            self._seq += 1
+            seq = self._seq
+            self._pending[seq] = (handle, dest, [])
+        self._jobs.put((seq, dest, source, items))
+        return handle
+
+    def fail_endpoint(self, endpoint: str, reason: str) -> int:
+        """Fail every outstanding transfer to ``endpoint`` (its process died); returns how many."""
+        with self._lock:
+            seqs = [s for s, (_, d, _) in self._pending.items() if d == endpoint]
+        for s in seqs:
+            self._finish(s, reason)
+        return len(seqs)
+
+    def poll(self) -> int:
+        with self._lock:
+            done, self._completed = self._completed, 0
+        return done
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending = list(self._pending)
+        self._jobs.put(None)
+        self._send_thread.join(5)
+        for s in pending:
+            self._finish(s, "transport closed")
+        self._stop_recv()
+
+    # ------------------------------------------------------------------ internals
+    def _finish(self, seq: int, error: str | None) -> None:
+        with self._lock:
+            entry = self._pending.pop(seq, None)
+            if entry is not None:
+                self._completed += 1
+        if entry is None:
+            return
+        self._release(entry[2])
+        entry[0].complete(TransferError(error) if error else None)
+
+    def _release(self, resources: list[Any]) -> None:
+        """Free per-transfer resources (shared-memory ranges in the shm transport)."""
+
+    def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
+              ) -> tuple[list[ItemMeta], list[memoryview], str]:
+        metas, frames = [], []
+        for it in items:
+            view = payload_view(it.payload)
+            metas.append(ItemMeta(it.key, it.block_index, it.layer, it.num_tokens,
+                                  it.token_offset, view.nbytes))
+            frames.append(view)
+        return metas, frames, ""
+
+    def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
+        return [TransferItem(key=m.key, block_index=m.block_index, layer=m.layer,
+                             num_tokens=m.num_tokens, token_offset=m.token_offset,
+                             payload=frames[i + 1].buffer) for i, m in enumerate(msg.items)]
+
+    def _send_loop(self) -> None:
+        socks: dict[str, zmq.Socket] = {}
+        try:
+            while (job := self._jobs.get()) is not None:
+                seq, dest, source, items = job
+                try:
+                    with self._lock:
+                        addr = self._routes[dest]
+                        resources = self._pending[seq][2] if seq in self._pending else []
+                    if self.limiter is not None:
+                        self.limiter(sum(i.nbytes for i in items))
+                    metas, frames, segment = self._pack(addr, items, resources)
+                    sock = socks.get(addr)
+                    if sock is None:
+                        sock = socks[addr] = self.ctx.socket(zmq.PUSH)
+                        sock.setsockopt(zmq.LINGER, 0)
+                        sock.connect(addr)
+                    head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
+                    sock.send_multipart([head, *frames], copy=False)
+                except Exception as exc:  # never kill the send thread
+                    self._finish(seq, f"send to {dest!r} failed: {exc}")
+        finally:
+            for s in socks.values():
+                s.close(0)
+
+    def _recv_loop(self) -> None:
+        acks: dict[str, zmq.Socket] = {}
+        ctl = self._ctl
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        poller.register(ctl, zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if ctl in ready:
+                    break
+                frames = self._pull.recv_multipart(copy=False)
+                try:
+                    msg = _decoder.decode(frames[0].buffer)
+                except msgspec.DecodeError:
+                    continue
+                if isinstance(msg, AckMsg):
+                    self._finish(msg.seq, msg.error)
+                    continue
+                error = self._deliver(msg, frames)
+                sock = acks.get(msg.reply_to)
+                if sock is None:
+                    sock = acks[msg.reply_to] = self.ctx.socket(zmq.PUSH)
+                    sock.setsockopt(zmq.LINGER, 0)
+                    sock.connect(msg.reply_to)
+                sock.send(_encoder.encode(AckMsg(msg.seq, error)))
+        finally:
+            for s in acks.values():
+                s.close(0)
+            ctl.close(0)
+
+    def _deliver(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
+        with self._lock:
+            sink = self._sinks.get(msg.dest)
+        if sink is None:
+            return f"unknown endpoint {msg.dest!r} at {self.address}"
+        try:
+            sink.deliver(msg.source, self._unpack(msg, frames))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _stop_recv(self) -> None:
+        if self._recv_thread.is_alive():
+            s = self.ctx.socket(zmq.PUSH)
+            s.connect(self._ctl_addr)
+            s.send(b"stop")
+            s.close(0)
+            self._recv_thread.join(5)
+        self._pull.close(0)
+        addr = self.address
+        if addr.startswith("ipc://"):
+            try:
+                os.unlink(addr[len("ipc://"):])
+            except OSError:
+                pass
+        self.ctx.term()
