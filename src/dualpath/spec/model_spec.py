@@ -135,6 +135,19 @@ class ModelSpec:
         """All layers, as if every layer kept every token (windowed layers included)."""
         return self.kv_bytes_per_token_layer * self.num_layers
 
+    @property
+    def index_kv_bytes_per_token_layer(self) -> int:
+        """DSA indexer key cache (one key of ``index_head_dim`` values + an FP32 scale); 0 without DSA.
+        Not part of ``kv_bytes_per_token_layer`` (the paper's 656 B counts the MLA cache only)."""
+        if not self.index_num_heads:
+            return 0
+        return round(self.index_head_dim * self.kv_dtype_bytes) + 4
+
+    @property
+    def cache_bytes_per_token(self) -> int:
+        """Everything a cached token keeps, all layers: attention KV plus the DSA indexer keys."""
+        return (self.kv_bytes_per_token_layer + self.index_kv_bytes_per_token_layer) * self.num_layers
+
     def kv_bytes(self, context_len: int) -> float:
         """KV bytes a context of ``context_len`` tokens needs; windowed layers keep only the window."""
         require(context_len >= 0, "context_len", context_len, "must be >= 0")
