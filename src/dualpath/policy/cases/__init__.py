@@ -1,0 +1,1 @@
+"""Recorded conformance cases (``conformance_v1.json``) and the recorder that made them."""

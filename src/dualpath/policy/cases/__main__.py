@@ -1,0 +1,17 @@
+"""``python -m dualpath.policy.cases [PATH]``: re-record the conformance cases (developer tool).
+
+Only run this when a policy change is intended; commit the new JSON with the change."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dualpath.policy.cases.record import record_cases
+from dualpath.policy.conformance import CASES_FILE, dumps_cases
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name(CASES_FILE)
+    cases = record_cases()
+    target.write_text(dumps_cases(cases) + "\n", encoding="utf-8")
+    print(f"wrote {sum(len(c.steps) for c in cases)} steps in {len(cases)} cases to {target}")
