@@ -19,8 +19,8 @@ from typing import Literal
 
 from dualpath.core.errors import require
 
-AttentionKind = Literal["mha", "gqa", "mla"]
-ATTENTION_KINDS = ("mha", "gqa", "mla")
+AttentionKind = Literal["mha", "gqa", "mla", "csa"]
+ATTENTION_KINDS = ("mha", "gqa", "mla", "csa")  # csa: DeepSeek-V4 hybrid, see spec/compressed.py
 
 
 def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
@@ -71,6 +71,10 @@ class ModelSpec:
     # windowed layers: layer i has full attention iff (i + 1) % full_attention_every == 0
     window_len: int | None = None
     full_attention_every: int = 1
+    # DeepSeek-V4 ("csa"): per-layer compression ratio (0 = window only), grouped low-rank output
+    compress_ratios: tuple[int, ...] = ()
+    o_groups: int = 0
+    o_lora_rank: int = 0
 
     def __post_init__(self) -> None:
         require(self.attention_kind in ATTENTION_KINDS, "attention_kind", self.attention_kind,
@@ -97,7 +101,13 @@ class ModelSpec:
                     self.num_dense_layers, f"must be below num_layers={self.num_layers}")
         if self.sparse_top_k is not None:
             require(self.sparse_top_k > 0, "sparse_top_k", self.sparse_top_k, "must be positive")
-        if self.window_len is not None:
+        if self.attention_kind == "csa":
+            require(len(self.compress_ratios) == self.num_layers, "compress_ratios",
+                    self.compress_ratios, f"needs one ratio per layer ({self.num_layers})")
+            require(self.window_len is not None and self.kv_bytes_per_token_layer_override
+                    is not None and self.o_groups > 0, "attention_kind", self.attention_kind,
+                    "csa needs window_len, kv_bytes_per_token_layer_override and o_groups")
+        elif self.window_len is not None:
             require(self.window_len > 0 and self.full_attention_every > 1, "window_len",
                     self.window_len, "needs a positive window and full_attention_every > 1")
 
@@ -113,6 +123,8 @@ class ModelSpec:
     def layer_window(self, layer: int) -> int | None:
         """Keys a query may see in ``layer`` (None: unlimited by a window)."""
         require(0 <= layer < self.num_layers, "layer", layer, f"must be in 0..{self.num_layers - 1}")
+        if self.attention_kind == "csa":
+            return self.window_len if self.compress_ratios[layer] == 0 else None
         if self.window_len is None or (layer + 1) % self.full_attention_every == 0:
             return None
         return self.window_len
@@ -132,7 +144,12 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """All layers, as if every layer kept every token (windowed layers included)."""
+        """All layers, as if every layer kept every token (windowed layers included).
+        csa: the long-context marginal bytes per token (compressed entries, window excluded)."""
+        if self.attention_kind == "csa":
+            from dualpath.spec import compressed
+
+            return compressed.kv_bytes_per_token(self)
         return self.kv_bytes_per_token_layer * self.num_layers
 
     @property
@@ -145,12 +162,20 @@ class ModelSpec:
 
     @property
     def cache_bytes_per_token(self) -> int:
-        """Everything a cached token keeps, all layers: attention KV plus the DSA indexer keys."""
+        """Everything a cached token keeps, all layers: attention KV plus the DSA indexer keys
+        (csa: indexer keys exist per compressed entry of the CSA layers only)."""
+        if self.attention_kind == "csa":
+            csa_layers = sum(r == 4 for r in self.compress_ratios)
+            return self.kv_bytes_per_token + -(-csa_layers * self.index_kv_bytes_per_token_layer // 4)
         return (self.kv_bytes_per_token_layer + self.index_kv_bytes_per_token_layer) * self.num_layers
 
     def kv_bytes(self, context_len: int) -> float:
         """KV bytes a context of ``context_len`` tokens needs; windowed layers keep only the window."""
         require(context_len >= 0, "context_len", context_len, "must be >= 0")
+        if self.attention_kind == "csa":
+            from dualpath.spec import compressed
+
+            return compressed.kv_bytes(self, context_len)
         tokens = sum(min(context_len, w) if (w := self.layer_window(i)) is not None else context_len
                      for i in range(self.num_layers))
         return float(tokens * self.kv_bytes_per_token_layer)
@@ -171,7 +196,7 @@ class ModelSpec:
     def attention_flops_per_pair(self) -> float:
         """FLOPs of one (query, key) pair in one layer, indexer excluded."""
         h = self.num_heads
-        if self.attention_kind == "mla":
+        if self.attention_kind == "mla":  # absorbed: QK over latent + rope, PV over latent
             return 2.0 * h * (self.kv_lora_rank + self.qk_rope_head_dim) + 2.0 * h * self.kv_lora_rank
         return 4.0 * h * self.head_dim
 
@@ -184,6 +209,11 @@ class ModelSpec:
         layer (``layer=None``: a full-attention layer). DSA caps keys at ``sparse_top_k``."""
         require(cached_len >= 0, "cached_len", cached_len, "must be >= 0")
         require(new_len >= 0, "new_len", new_len, "must be >= 0")
+        if self.attention_kind == "csa":
+            from dualpath.spec import compressed
+
+            return compressed.attention_flops_layer(self, cached_len, new_len,
+                                                    self._csa_layer(layer))
         window = None if layer is None else self.layer_window(layer)
         caps = [c for c in (window, self.sparse_top_k) if c is not None]
         pairs = _causal_keys(cached_len, new_len, min(caps) if caps else None)
@@ -194,9 +224,15 @@ class ModelSpec:
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
         """Attention FLOPs over all layers."""
-        if self.window_len is None:
+        if self.window_len is None and self.attention_kind != "csa":
             return self.num_layers * self.attention_flops_layer(cached_len, new_len)
         return sum(self.attention_flops_layer(cached_len, new_len, i) for i in range(self.num_layers))
+
+    def _csa_layer(self, layer: int | None) -> int:
+        """``layer=None`` for csa: the first CSA layer (the typical long-context layer)."""
+        if layer is not None:
+            return layer
+        return next((i for i, r in enumerate(self.compress_ratios) if r == 4), 0)
 
     def prefill_flops(self, cached_len: int, new_len: int) -> float:
         """Linear + attention FLOPs of prefilling ``new_len`` tokens on top of ``cached_len``."""

@@ -112,4 +112,37 @@ _ENTRIES = (
     ),
 )
 
-MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
+# DeepSeek-V4 (attention kind "csa", see spec/compressed.py): one shared-KV head of 512 (64 rope),
+# 128-token sliding window on every layer, CSA (ratio 4, indexer top-k) / HCA (ratio 128) layers,
+# grouped low-rank output projection, hash-routed first 3 MoE layers (same shapes), FP4 experts.
+# KV entry 576 B = 448 FP8 + 64 BF16. Totals exclude the MTP layer.
+_V4_COMMON: dict[str, object] = dict(
+    vocab_size=129280, attention_kind="csa", num_kv_heads=1, head_dim=512, qk_rope_head_dim=64,
+    num_shared_experts=1, num_active_experts=6, window_len=128, index_num_heads=64,
+    index_head_dim=128, kv_dtype_bytes=1, kv_bytes_per_token_layer_override=576,
+    o_lora_rank=1024, rope_theta=10000.0, weight_dtype_bytes=0.55,
+)
+_V4 = (
+    ModelSpec(  # deepseek-ai/DeepSeek-V4-Pro config.json: 61 layers, hidden 7168, 128 heads,
+        # q_lora 1536, o_groups 16, 384 experts of 3072, index_topk 1024,
+        # compress_ratios [128, 128, (4, 128) x 29, 4]. 1.6T total, 49B active.
+        name="deepseek-v4-pro", source=_HF.format("deepseek-ai/DeepSeek-V4-Pro"),
+        num_layers=61, hidden_size=7168, num_heads=128, intermediate_size=3072,
+        q_lora_rank=1536, o_groups=16, num_routed_experts=384, moe_intermediate_size=3072,
+        sparse_top_k=1024, compress_ratios=(128, 128) + (4, 128) * 29 + (4,),
+        total_params=1_600_000_000_000, active_params=49_000_000_000,
+        **_V4_COMMON,  # type: ignore[arg-type]
+    ),
+    ModelSpec(  # deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, 64 heads,
+        # q_lora 1024, o_groups 8, 256 experts of 2048, index_topk 512,
+        # compress_ratios [0, 0, (4, 128) x 20, 4]. 284B total, 13B active.
+        name="deepseek-v4-flash", source=_HF.format("deepseek-ai/DeepSeek-V4-Flash"),
+        num_layers=43, hidden_size=4096, num_heads=64, intermediate_size=2048,
+        q_lora_rank=1024, o_groups=8, num_routed_experts=256, moe_intermediate_size=2048,
+        sparse_top_k=512, compress_ratios=(0, 0) + (4, 128) * 20 + (4,),
+        total_params=284_000_000_000, active_params=13_000_000_000,
+        **_V4_COMMON,  # type: ignore[arg-type]
+    ),
+)
+
+MODELS: dict[str, ModelSpec] = {m.name: m for m in (*_ENTRIES, *_V4)}

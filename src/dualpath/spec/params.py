@@ -11,8 +11,12 @@ if TYPE_CHECKING:
     from dualpath.spec.model_spec import ModelSpec
 
 
-def attention_params_layer(m: ModelSpec) -> int:
+def attention_params_layer(m: ModelSpec, layer: int = 0) -> int:
     h, d = m.num_heads, m.hidden_size
+    if m.attention_kind == "csa":
+        from dualpath.spec import compressed
+
+        return compressed.attention_params_layer(m, layer)
     if m.attention_kind == "mla":
         q_dim = h * m.head_dim
         q = d * q_dim if m.q_lora_rank is None else d * m.q_lora_rank + m.q_lora_rank * q_dim
@@ -46,7 +50,8 @@ def _embedding_params(m: ModelSpec) -> int:
 def _body_params(m: ModelSpec, *, active: bool) -> int:
     dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
     routed = m.num_active_experts if active else m.num_routed_experts
-    body = m.num_layers * attention_params_layer(m) + dense_layers * _mlp(m, m.intermediate_size)
+    attn = sum(attention_params_layer(m, i) for i in range(m.num_layers))
+    body = attn + dense_layers * _mlp(m, m.intermediate_size)
     if m.is_moe:
         body += m.num_moe_layers * _moe_layer(m, routed)
     return body
