@@ -52,6 +52,8 @@ class ModelSpec:
     active_params: int  # published, per token
     tie_word_embeddings: bool = False
     rope_theta: float | None = None
+    rms_norm_eps: float | None = None  # filled where the real runtime needs it
+    max_position_len: int | None = None
     # MoE
     num_routed_experts: int = 0
     num_shared_experts: int = 0

