@@ -143,7 +143,11 @@ def load_azure(path: str | Path, limit: int | None = None) -> list[Trajectory]:
     path = resolve_trace(path)
     out: list[Trajectory] = []
     first_s: float | None = None
-    with open(path, encoding="utf-8", newline="") as fh:
+    try:
+        fh = open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise ConfigError("trace", str(path), f"cannot read: {exc.strerror or exc}") from None
+    with fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:3]] != [
