@@ -89,8 +89,9 @@ def check_items(items: Sequence[Item]) -> None:
         if len(item) != 2:
             raise ConfigError("items", item, "each item is (cached_len, new_len)")
         cached_len, new_len = item
-        if not (isinstance(cached_len, Integral) and isinstance(new_len, Integral)):
-            raise ConfigError("items", item, "cached_len and new_len must be ints")
+        if type(cached_len) is not int or type(new_len) is not int:  # fast path first
+            if not (isinstance(cached_len, Integral) and isinstance(new_len, Integral)):
+                raise ConfigError("items", item, "cached_len and new_len must be ints")
         if cached_len < 0 or new_len < 1:
             raise ConfigError("items", item, "need cached_len >= 0 and new_len >= 1")
 
@@ -99,9 +100,13 @@ def check_contexts(context_lens: Sequence[int]) -> None:
     """Validate a decode batch: non-empty, every context_len a positive int."""
     if len(context_lens) == 0:
         raise ConfigError("context_lens", list(context_lens), "a decode batch needs a request")
-    for length in context_lens:
-        if not isinstance(length, Integral) or length < 1:
-            raise ConfigError("context_lens", length, "each context_len must be an int >= 1")
+    if not all(type(length) is int for length in context_lens):  # fast path first
+        for length in context_lens:
+            if not isinstance(length, Integral):
+                raise ConfigError("context_lens", length, "each context_len must be an int >= 1")
+    shortest = min(context_lens)
+    if shortest < 1:
+        raise ConfigError("context_lens", shortest, "each context_len must be an int >= 1")
 
 
 def check_group(value: int | None, local: int, ep_size: int, key: str) -> float:

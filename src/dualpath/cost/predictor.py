@@ -2,7 +2,10 @@
 
 The policy (``dualpath.policy.AttentionTimePredictor``) asks two things: the theoretical attention
 FLOPs of ONE layer for a request's ``(cached_len, new_len)``, and a map from a batch's summed FLOPs
-to the wall time of one attention layer. This module samples the cost model's per-layer attention
+to the wall time of one attention layer. DSA's indexer runs in FP8 at twice the BF16 rate, so the
+FLOPs reported here are BF16-equivalent: main attention + ``indexer_weight`` x indexer FLOPs
+(``indexer_weight`` = BF16 / FP8 peak, 0.5 on Hopper); for models without an indexer they are
+exactly the spec's count. This keeps seconds linear in the reported FLOPs. This module samples the cost model's per-layer attention
 time over a grid of batches and fits ``seconds = intercept_s + seconds_per_flop x flops`` by least
 squares on relative error (weights 1/seconds^2), the way the paper fits profiled kernels. It is
 structurally compatible with the policy's Protocol; cost/ does not import policy/.
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from dualpath.core.errors import ConfigError, require
-from dualpath.cost.shapes import attention_flops_layer
+from dualpath.cost.shapes import attention_flops_split
 
 if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
@@ -29,6 +32,8 @@ GRID_BATCH_SIZES = (1, 4, 16)
 
 
 class _AttentionTimed(Protocol):
+    def peak_flops(self, dtype_bytes: float) -> float: ...
+
     def prefill_layer_times_s(self, model: ModelSpec, items: Sequence[tuple[int, int]],
                               *, group_num_tokens: int | None = None) -> tuple[float, float]: ...
 
@@ -42,6 +47,7 @@ class FittedAttentionPredictor:
     """
 
     model: ModelSpec
+    indexer_weight: float
     seconds_per_flop: float
     intercept_s: float
     max_rel_error: float
@@ -52,8 +58,9 @@ class FittedAttentionPredictor:
         require(self.intercept_s >= 0, "intercept_s", self.intercept_s, "must be >= 0")
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
-        """Theoretical attention FLOPs of ONE layer (spec's count: DSA cap and indexer included)."""
-        return attention_flops_layer(self.model, cached_len, new_len)
+        """BF16-equivalent attention FLOPs of ONE layer (DSA cap included, indexer weighted)."""
+        main, indexer = attention_flops_split(self.model, cached_len, new_len)
+        return main + self.indexer_weight * indexer
 
     def predict_s(self, flops: float) -> float:
         """Predicted seconds of one attention layer over a batch totalling ``flops``."""
@@ -76,10 +83,12 @@ def fit_attention_predictor(
 ) -> FittedAttentionPredictor:
     """Fit a linear FLOPs -> seconds predictor to ``cost``'s per-layer attention time."""
     batches = grid_batches() if batches is None else batches
+    weight = cost.peak_flops(2) / cost.peak_flops(1)
     xs: list[float] = []
     ys: list[float] = []
     for batch in batches:
-        xs.append(sum(attention_flops_layer(model, c, n) for c, n in batch))
+        split = [attention_flops_split(model, c, n) for c, n in batch]
+        xs.append(sum(main + weight * indexer for main, indexer in split))
         ys.append(cost.prefill_layer_times_s(model, batch)[0])
     if len(xs) < 2 or max(xs) <= min(xs):
         raise ConfigError("batches", len(batches), "need >= 2 batches with distinct FLOPs")
@@ -91,6 +100,6 @@ def fit_attention_predictor(
         intercept, slope = 0.0, float(np.sum(x * y * w * w) / np.sum(x * x * w * w))
     pred = intercept + slope * x
     return FittedAttentionPredictor(
-        model=model, seconds_per_flop=float(slope), intercept_s=float(intercept),
+        model=model, indexer_weight=weight, seconds_per_flop=float(slope), intercept_s=float(intercept),
         max_rel_error=float(np.max(np.abs(pred - y) / y)), source=getattr(cost, "name", "?"),
     )

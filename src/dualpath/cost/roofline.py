@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.cost.base import CostConfig, Item, check_contexts, check_group, check_items
 from dualpath.cost.efficiency import roofline_s
-from dualpath.cost.shapes import attention_flops_split, model_shape, touched_local_experts
+from dualpath.cost.shapes import attention_flops_split, decode_attention_flops, model_shape, touched_local_experts
 
 if TYPE_CHECKING:
     from dualpath.cost.predictor import FittedAttentionPredictor
@@ -126,13 +126,8 @@ class RooflineCostModel:
     def decode_attention_layer_s(self, model: ModelSpec, context_lens: Sequence[int]) -> float:
         shape = model_shape(model)
         cap = shape.sparse_top_k
-        main = indexer = 0.0
-        kv_reads = 0.0
-        for length in context_lens:
-            item_main, item_indexer = attention_flops_split(model, length, 1)
-            main += item_main
-            indexer += item_indexer
-            kv_reads += length if cap is None else min(length, cap)
+        main, indexer = decode_attention_flops(model, context_lens)
+        kv_reads = float(sum(context_lens) if cap is None else sum(min(c, cap) for c in context_lens))
         indexer_reads = float(sum(context_lens)) if shape.indexer_bytes_per_token_layer else 0.0
         return self.attention_op_s(model, main, indexer, kv_reads, indexer_reads, len(context_lens))
 

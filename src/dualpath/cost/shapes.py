@@ -10,6 +10,7 @@ experts* (each GPU of an EP group holds ``num_routed_experts / ep_size`` of them
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -97,6 +98,21 @@ def attention_flops_split(model: ModelSpec, cached_len: int, new_len: int) -> tu
         return total, 0.0
     indexer = _causal_keys(cached_len, new_len, model.window_len) * model.indexer_flops_per_pair
     return total - indexer, float(indexer)
+
+
+def decode_attention_flops(model: ModelSpec, context_lens: Sequence[int]) -> tuple[float, float]:
+    """(main, indexer) FLOPs of one average layer when each context gets one new token."""
+    if model.window_len is not None:
+        main = indexer = 0.0
+        for length in context_lens:
+            m, i = attention_flops_split(model, length, 1)
+            main, indexer = main + m, indexer + i
+        return main, indexer
+    keys = sum(context_lens) + len(context_lens)  # each new token sees its context and itself
+    cap = model.sparse_top_k
+    capped = keys if cap is None else sum(min(c + 1, cap) for c in context_lens)
+    indexer = keys * model.indexer_flops_per_pair if model.index_num_heads else 0.0
+    return capped * model.attention_flops_per_pair, float(indexer)
 
 
 def local_experts(shape: ModelShape, ep_size: int) -> float:
