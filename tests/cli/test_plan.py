@@ -33,6 +33,10 @@ def test_pd_range_options() -> None:
     assert out["binding"] == "de_cnic_write"
     out = _json("plan", "pd-range", "--snic-gbps", "200")
     assert out["min_p_over_d_exact"] == "1/15"
+    out = _json("plan", "pd-range", "--node", "hopper-8x400", "--g", "4")  # node overrides
+    assert out["max_p_over_d_exact"] == "7/2"
+    out = _json("plan", "pd-range", "--node", "dgx-a100")  # 200/200 Gbps, M = 409.6 GB/s
+    assert out["min_p_over_d_exact"] == "1/7" and out["binding"] == "de_cnic_write"
 
 
 def test_pd_range_table() -> None:
@@ -70,3 +74,15 @@ def test_bad_inputs_name_key_and_choices() -> None:
     assert isinstance(result.exception, ConfigError) and "abc" in str(result.exception)
     result = runner.invoke(app, ["plan", "working-set", "--aps", "-1"])
     assert isinstance(result.exception, ConfigError) and "aps=-1" in str(result.exception)
+
+
+def test_console_entry_reports_error_line_and_exit_code_2() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "from dualpath.cli import main; main()", "plan", "cache-ratio",
+         "--model", "nope", "--json"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: model='nope'") and "deepseek-v3.2" in proc.stderr

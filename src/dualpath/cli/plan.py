@@ -21,12 +21,21 @@ def pd_range_cmd(
     snic_gbps: Annotated[float, typer.Option(help="Gbps of each storage NIC.")] = 400.0,
     cnic_gbps: Annotated[float, typer.Option(help="Gbps of each GPU's compute NIC (B).")] = 400.0,
     dram_gbs: Annotated[float, typer.Option(help="DRAM bandwidth per node M, GB/s.")] = 500.0,
+    node: Annotated[str | None, typer.Option(help="Take g, s, NICs and M from a node "
+                                                  "(see `dualpath hardware`).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Bottleneck-free P/D interval (equations 1-9) and the constraint that binds."""
     from fractions import Fraction
 
     from dualpath.analysis.pd_range import pd_range
+
+    if node is not None:
+        from dualpath.spec.hardware import get_node
+
+        n = get_node(node)
+        g, s, snic_gbps, cnic_gbps, dram_gbs = (n.num_gpus, n.num_snics, n.snic_gbps, n.cnic_gbps,
+                                                n.dram_bandwidth_gbs)
 
     b = Fraction(str(cnic_gbps)) / 8
     storage = s * Fraction(str(snic_gbps)) / 8
@@ -42,7 +51,7 @@ def pd_range_cmd(
     if json_out:
         print_json(out)
         return
-    rows = [["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
+    rows: list[list[object]] = [["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
             ["max P/D", str(r.max_p_over_d), float(r.max_p_over_d), r.binding]]
     rows += [[f"  bound {k}", str(v), float(v), ""] for k, v in r.upper_bounds.items()]
     print_table(f"P/D range (g={g}, s={s}, feasible={r.feasible})",

@@ -64,9 +64,21 @@ def hardware(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"gpus": gpus, "nodes": nodes, "clusters": clusters})
         return
-    for title, rows in (("GPUs", gpus), ("Nodes", nodes), ("Cluster presets", clusters)):
-        cols = list(rows[0])
-        _print(title, cols, [[r[c] for c in cols] for r in rows])
+    views = (
+        ("GPUs (dense TFLOPS)", gpus, {"name": "gpu", "year": "year", "bf16_tflops": "bf16",
+                                      "fp8_tflops": "fp8", "fp4_tflops": "fp4", "hbm_gb": "HBM GB",
+                                      "hbm_bandwidth_gbs": "HBM GB/s", "tdp_w": "TDP W",
+                                      "nic_gbps": "NIC Gbps"}),
+        ("Nodes", nodes, {"name": "node", "gpu": "gpu", "num_gpus": "g", "cnic_gbps": "CNIC Gbps",
+                          "num_snics": "s", "snic_gbps": "SNIC Gbps",
+                          "dram_bandwidth_gbs": "DRAM GB/s", "dram_buffer_gb": "buffer GB"}),
+        ("Cluster presets", clusters, {"name": "cluster", "model": "model", "node": "node",
+                                       "num_prefill_nodes": "P", "num_decode_nodes": "D",
+                                       "num_gpus": "GPUs", "dram_buffer_gb": "buffer GB",
+                                       "parallelism": "parallel"}),
+    )
+    for title, rows, cols in views:
+        _print(title, list(cols.values()), [[r[c] for c in cols] for r in rows])
 
 
 def register(app: typer.Typer) -> None:
