@@ -13,6 +13,7 @@ from dualpath.policy import (
     RequestInfo,
     SchedulerConfig,
     make_scheduler,
+    snic_traffic_balance,
 )
 from dualpath.policy.reference import ReferenceDriver
 from dualpath.policy.scheduler import POLICY_NAMES
@@ -22,8 +23,7 @@ PRED = LinearAttentionPredictor(flops_model=AttentionFlops(num_heads=8, qk_head_
                                 seconds_per_flop=1e-10)
 
 
-@pytest.mark.parametrize("name", POLICY_NAMES)
-def test_every_request_finishes_and_loads_drain(name: str) -> None:
+def _run(name: str) -> ReferenceDriver:
     cfg = SchedulerConfig(alpha_tokens=5000, beta_tokens=8000, attention_predictor=PRED)
     driver = ReferenceDriver(make_scheduler(name, cfg), num_pe_groups=2, num_de_groups=3,
                              engines_per_group=4, de_hbm_tokens=20_000, read_tokens_per_s=100.0)
@@ -46,6 +46,13 @@ def test_every_request_finishes_and_loads_drain(name: str) -> None:
         if finished == total:
             break
     assert finished == total
+    return driver
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_request_finishes_and_loads_drain(name: str) -> None:
+    driver = _run(name)
+    total = 120
     assert driver.num_assigned == 2 * total  # one DE and one PE assignment each
     for engines in driver.engines.values():
         for e in engines:
@@ -56,3 +63,12 @@ def test_every_request_finishes_and_loads_drain(name: str) -> None:
 def test_unknown_policy_lists_choices() -> None:
     with pytest.raises(KeyError, match="dualpath-split"):
         make_scheduler("dual")
+
+
+def test_dual_path_pools_storage_bandwidth() -> None:
+    """Basic reads only on PE nodes; the shorter-queue policies spread reads over all nodes."""
+    balance = {name: snic_traffic_balance(_run(name).read_total) for name in POLICY_NAMES}
+    assert balance["basic"] >= 5 / 2  # 2 of 5 nodes carry all reads
+    for name in ("rr-shorter-queue", "dualpath", "dualpath-split"):
+        assert balance[name] < 1.6, balance
+    assert balance["dualpath-split"] < balance["basic"]

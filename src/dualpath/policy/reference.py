@@ -74,6 +74,7 @@ class ReferenceDriver:
         }
         self.by_id = {e.engine_id: (n, e) for n, es in self.engines.items() for e in es}
         self.read_q = {n: 0 for n in self.pe_nodes + self.de_nodes}
+        self.read_total = {n: 0 for n in self.pe_nodes + self.de_nodes}  # tokens ever read
         self.read_rate = read_tokens_per_s
         self.global_queue: list[RequestInfo] = []
         self.private: dict[int, deque[RequestInfo]] = {n: deque() for n in self.de_nodes}
@@ -155,6 +156,8 @@ class ReferenceDriver:
             pe.num_tokens += req.prompt_len
             self.read_q[node] += a.pe_read_len
             self.read_q[pending.de_node_id] += a.de_read_len
+            self.read_total[node] += a.pe_read_len
+            self.read_total[pending.de_node_id] += a.de_read_len
             self.requests[req.request_id] = (req, pending.de_engine_id, a.engine_id)
             self.waiting.setdefault(a.engine_id, []).append(
                 BatchItem(request_id=req.request_id, cached_len=req.cached_len,
