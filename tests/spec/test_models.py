@@ -139,3 +139,22 @@ def test_inconsistent_values_rejected() -> None:
         dataclasses.replace(get_model("glm-4.6"), num_active_experts=161)
     with pytest.raises(ConfigError, match="cached_len=-1"):
         base.attention_flops_layer(-1, 1)
+
+
+def test_causal_key_count_matches_brute_force() -> None:
+    import random
+
+    from dualpath.spec.model_spec import _causal_keys
+
+    rng = random.Random(3)
+    for _ in range(300):
+        c, n = rng.randint(0, 5000), rng.randint(0, 600)
+        cap = rng.choice([None, 1, 128, 2048])
+        brute = sum(min(c + i, cap) if cap is not None else c + i for i in range(1, n + 1))
+        assert _causal_keys(c, n, cap) == brute
+
+
+def test_prefill_flops_grow_with_context() -> None:
+    for m in MODELS.values():
+        assert m.prefill_flops(0, 64) < m.prefill_flops(8192, 64) <= m.prefill_flops(65536, 64)
+        assert m.prefill_flops(100, 0) == 0.0
