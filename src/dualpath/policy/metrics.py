@@ -4,6 +4,7 @@ nodes and of per-GPU attention time inside an engine group. Pure functions of pl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from dualpath.core.errors import DualpathError
 
@@ -22,7 +23,7 @@ def max_over_avg(values: Iterable[float]) -> float:
     return max(vals) * len(vals) / total
 
 
-def snic_traffic_balance(bytes_by_snic: Mapping[object, float] | Sequence[float]) -> float:
+def snic_traffic_balance(bytes_by_snic: Mapping[Any, float] | Sequence[float]) -> float:
     """max/avg of bytes moved per SNIC over a run (the paper: 1.53 round robin -> 1.18 DualPath).
     Pass every SNIC that could have carried reads (idle ones as 0), or the ratio is flattered."""
     values = bytes_by_snic.values() if isinstance(bytes_by_snic, Mapping) else bytes_by_snic
