@@ -1,0 +1,161 @@
+"""The whole data path in one process: store + I/O engine, one PE, DEs, an in-process transport.
+
+``LocalPipeline.generate(requests)`` runs a set of requests end to end: hits from the store's prefix
+match, DE buffer reservation (and DE-side reads on the DE path), layerwise prefill in batches planned
+by ``dualpath.policy`` (token-budget batching with chunking), then batched decoding with block
+persistence. It is what the correctness tests, ``dualpath check`` and the benchmarks drive; the
+multi-process cluster drives the same engine classes step by step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from dualpath.core.errors import ConfigError, require
+from dualpath.core.units import MiB
+from dualpath.policy import BatchView, SchedulerConfig, make_scheduler
+from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
+from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
+from dualpath.runtime.engine.types import (
+    KVGeometry, PrefillOutput, PrefillRequest, ReadSide, SamplingParams,
+)  # fmt: skip
+from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
+from dualpath.runtime.model import Decoder
+from dualpath.runtime.transfer import InProcFabric
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalConfig:
+    """One-process pipeline settings; ``kv_dir`` is the store directory."""
+
+    kv_dir: str
+    block_size: int = 64
+    num_decode_engines: int = 1
+    buffer_bytes: int = 64 * MiB
+    num_cache_blocks: int = 256
+    max_cached_tokens: int = 8192
+    max_batch_tokens: int = 512
+    overlap: bool = True
+    io_queue_depth: int = 4
+    store_capacity_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, ">= 1")
+        require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, ">= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenRequest:
+    """One request of a ``generate`` call: prompt tokens, read path, decode engine index."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    read_side: ReadSide = "pe"
+    decode_engine: int = 0
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generation:
+    """Result: generated tokens, the logits each was chosen from, and the prefix-hit tokens used."""
+
+    request_id: str
+    tokens: tuple[int, ...]
+    logits: tuple[torch.Tensor, ...]
+    hit_tokens: int
+    read_side: str
+
+
+class LocalPipeline:
+    """See module docstring. Use as a context manager (closes the I/O engine and loader thread)."""
+
+    def __init__(self, decoder: Decoder, config: LocalConfig) -> None:
+        self.config = cfg = config
+        self.decoder = decoder
+        self.geometry = KVGeometry.of(decoder.config, decoder.dtype, cfg.block_size)
+        Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
+        self.store = BlockStore(cfg.kv_dir, self.geometry.layout, cfg.store_capacity_bytes)
+        self.io = IOEngine(self.store, IOEngineConfig(queue_depth=cfg.io_queue_depth))
+        fabric = InProcFabric()
+        self.transport = fabric.transport()
+        self.prefill = PrefillEngine(decoder, self.transport, self.io, PrefillConfig(
+            name="pe0", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
+            max_cached_tokens=cfg.max_cached_tokens, overlap=cfg.overlap))  # fmt: skip
+        self.decode = [
+            DecodeEngine(decoder, self.transport, self.io, DecodeConfig(
+                name=f"de{i}", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
+                num_cache_blocks=cfg.num_cache_blocks))  # fmt: skip
+            for i in range(cfg.num_decode_engines)
+        ]
+        for de in self.decode:
+            self.prefill.connect(de.config.name, de)
+        self.scheduler = make_scheduler("dualpath", SchedulerConfig(
+            batching="tokens", max_batch_tokens=cfg.max_batch_tokens, block_size=cfg.block_size))  # fmt: skip
+        self.num_prefill_steps = 0
+
+    def __enter__(self) -> LocalPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.prefill.close()
+        self.io.close()
+        self.transport.close()
+
+    def generate(self, requests: Sequence[GenRequest]) -> dict[str, Generation]:
+        """Prefill all ``requests`` (batched, chunked), then decode them together."""
+        hits: dict[str, int] = {}
+        for r in requests:
+            self._admit(r)
+        firsts = self._run_prefill(hits)
+        toks: dict[str, list[int]] = {rid: [o.first_token] for rid, o in firsts.items()}
+        logits: dict[str, list[torch.Tensor]] = {rid: [o.logits] for rid, o in firsts.items()}
+        for r in requests:
+            de = self.decode[r.decode_engine]
+            if not de.add_request(r.request_id, r.token_ids, firsts[r.request_id].first_token, r.sampling):
+                raise ConfigError("num_cache_blocks", self.config.num_cache_blocks,
+                                  f"too small for request {r.request_id!r}")  # fmt: skip
+        while any(de.num_running for de in self.decode):
+            for de in self.decode:
+                for out in de.step():
+                    toks[out.request_id].append(out.token)
+                    logits[out.request_id].append(out.logits)
+        return {
+            r.request_id: Generation(request_id=r.request_id, tokens=tuple(toks[r.request_id]),
+                                     logits=tuple(logits[r.request_id]), hit_tokens=hits[r.request_id],
+                                     read_side=r.read_side)  # fmt: skip
+            for r in requests
+        }
+
+    def _admit(self, r: GenRequest) -> None:
+        require(0 <= r.decode_engine < len(self.decode), "decode_engine", r.decode_engine,
+                f"must be in [0, {len(self.decode)})")  # fmt: skip
+        de = self.decode[r.decode_engine]
+        matched = tuple(self.store.match_prefix(r.token_ids))
+        if not de.reserve(r.request_id, len(r.token_ids), matched if r.read_side == "de" else ()):
+            raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"DE buffer full for {r.request_id!r}")
+        req = PrefillRequest(request_id=r.request_id, token_ids=r.token_ids, read_side=r.read_side,
+                             decode_endpoint=de.config.name, hit_hashes=matched, sampling=r.sampling)  # fmt: skip
+        if not self.prefill.add_request(req):
+            raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"PE buffer full for {r.request_id!r}")
+
+    def _run_prefill(self, hits: dict[str, int]) -> dict[str, PrefillOutput]:
+        done: dict[str, PrefillOutput] = {}
+        while self.prefill.num_requests:
+            waiting = tuple(self.prefill.waiting())
+            if not waiting:  # hit reads still in flight
+                time.sleep(0.0005)
+                continue
+            plan = self.scheduler.plan_prefill_batch(BatchView(now_s=0.0, engine_id=0, waiting=waiting))
+            for out in self.prefill.step(plan):
+                done[out.request_id] = out
+                hits[out.request_id] = out.hit_tokens
+            self.num_prefill_steps += 1
+        return done

@@ -1,0 +1,250 @@
+"""Prefill engine (PE): layerwise prefill over both KV read paths (spec section 4).
+
+Per layer ``i`` of a batch: the batch's cached KV of layer ``i`` is put in the device staging slot
+(PE read path: copied from the PE buffer, which the store reads filled with Full Blocks; DE read path:
+Layer Blocks pulled from the DE buffer through the transport), the new tokens are computed, and their
+KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
+``overlap`` the load of layer ``i + 1`` runs on a helper thread while layer ``i`` computes.
+
+Driven step by step: ``add_request``, ``waiting()`` (what a ``BatchView`` needs), ``step(plan)``
+with the entries of a policy ``BatchPlan`` (chunked prefill allowed). Not thread-safe: one driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from dualpath.core.errors import ConfigError, require
+from dualpath.core.units import MiB
+from dualpath.policy.views import BatchEntry, BatchItem, BatchPlan
+from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks
+from dualpath.runtime.engine.sampling import sample_token
+from dualpath.runtime.engine.staging import LayerStaging
+from dualpath.runtime.engine.types import (
+    KVGeometry, PrefillOutput, PrefillRequest, RemoteKV, layer_items_spans,
+)  # fmt: skip
+from dualpath.runtime.kvstore import IOEngine, ReadResult
+from dualpath.runtime.model import Decoder, Span
+from dualpath.runtime.transfer import TransferHandle, TransferItem, Transport
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillConfig:
+    """``buffer_bytes``: PE DRAM buffer; ``max_cached_tokens``: staging capacity per layer slot."""
+
+    name: str = "pe0"
+    block_size: int = 64
+    buffer_bytes: int = 64 * MiB
+    max_cached_tokens: int = 8192
+    overlap: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.max_cached_tokens >= 1, "max_cached_tokens", self.max_cached_tokens, ">= 1")
+
+
+class _State:
+    __slots__ = ("req", "hit_len", "computed_len", "sent_len", "blocks", "reads")
+
+    def __init__(self, req: PrefillRequest) -> None:
+        self.req = req
+        self.hit_len: int | None = None if req.hit_hashes else 0
+        self.computed_len = 0
+        self.sent_len = 0
+        self.blocks: RequestBlocks | None = None
+        self.reads: list[Future[ReadResult]] = []
+
+
+class PrefillEngine:
+    """One prefill engine over one decoder (see module docstring)."""
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        transport: Transport,
+        io: IOEngine | None = None,
+        config: PrefillConfig | None = None,
+        remotes: Mapping[str, RemoteKV] | None = None,
+    ) -> None:
+        self.config = cfg = config or PrefillConfig()
+        self.decoder = decoder
+        self.transport = transport
+        self.io = io
+        self.geometry = KVGeometry.of(decoder.config, decoder.dtype, cfg.block_size)
+        self.buffer = KVBuffer(self.geometry, cfg.buffer_bytes, name=f"{cfg.name}/buffer")
+        self.staging = LayerStaging(self.geometry, cfg.max_cached_tokens, decoder.device)
+        self._remotes: dict[str, RemoteKV] = dict(remotes or {})
+        self._reqs: dict[str, _State] = {}
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix=f"{cfg.name}-load")
+        transport.bind(cfg.name, self.staging)
+
+    def connect(self, endpoint: str, remote: RemoteKV) -> None:
+        """Register the DE behind ``endpoint`` for DE-path reads."""
+        self._remotes[endpoint] = remote
+
+    # ----- admission ---------------------------------------------------------------------------
+    def add_request(self, req: PrefillRequest) -> bool:
+        """Accept a request; on the PE path start reading its hit blocks into the PE buffer.
+
+        Returns False (nothing changed) when the PE buffer has no room for its prompt now."""
+        if req.request_id in self._reqs:
+            raise ConfigError("request_id", req.request_id, "already on this prefill engine")
+        max_hits = (len(req.token_ids) - 1) // self.geometry.block_size  # always compute >= 1 token
+        req = _with_hits(req, req.hit_hashes[:max_hits])
+        st = _State(req)
+        if req.read_side == "pe":
+            blocks = self.buffer.allocate(req.request_id, len(req.token_ids))
+            if blocks is None:
+                return False
+            st.blocks = blocks
+            if req.hit_hashes:
+                if self.io is None:
+                    raise ConfigError("io", None, "PE-path hits need an IOEngine on the prefill engine")
+                st.reads = self.buffer.load_from_store(req.request_id, req.hit_hashes, self.io)
+        elif req.decode_endpoint not in self._remotes and req.hit_hashes:
+            raise ConfigError("decode_endpoint", req.decode_endpoint, "not connected for DE-path reads")
+        self._reqs[req.request_id] = st
+        return True
+
+    def _ready(self, st: _State) -> bool:
+        if st.hit_len is not None:
+            return True
+        if st.req.read_side == "de":
+            st.hit_len = self._remotes[st.req.decode_endpoint].loaded_hit_tokens(st.req.request_id)
+        elif all(f.done() for f in st.reads):
+            ok = 0
+            for f in st.reads:  # a miss ends the usable prefix; the rest is recomputed
+                if not f.result().ok:
+                    break
+                ok += 1
+            st.hit_len = ok * self.geometry.block_size
+        if st.hit_len is not None:
+            st.computed_len = st.hit_len
+        return st.hit_len is not None
+
+    def waiting(self) -> list[BatchItem]:
+        """Requests ready to compute (hits loaded), FIFO: the ``waiting`` of a policy BatchView."""
+        return [
+            BatchItem(request_id=rid, cached_len=st.computed_len,
+                      new_len=len(st.req.token_ids) - st.computed_len)  # fmt: skip
+            for rid, st in self._reqs.items()
+            if self._ready(st)
+        ]
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._reqs)
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request and free its PE buffer slots (waits for its reads)."""
+        st = self._reqs.pop(request_id, None)
+        if st is not None:
+            for f in st.reads:
+                f.exception()
+            self.buffer.free(request_id)
+
+    # ----- one iteration -----------------------------------------------------------------------
+    def step(self, plan: BatchPlan | Iterable[BatchEntry]) -> list[PrefillOutput]:
+        """Compute ``chunk_len`` new tokens of each entry, layer by layer; return finished prompts."""
+        entries = list(plan.entries if isinstance(plan, BatchPlan) else plan)
+        batch = [(self._checked(e), e.chunk_len) for e in entries]
+        if not batch:
+            return []
+        spans = [Span(st.computed_len, n) for st, n in batch]
+        ids = [t for st, n in batch for t in st.req.token_ids[st.computed_len : st.computed_len + n]]
+        dec = self.decoder
+        hidden = dec.embed(ids)
+        rope = dec.rope(dec.positions(spans))
+        handles: list[TransferHandle] = []
+        self._load(0, batch)
+        for layer in range(dec.num_layers):
+            nxt = layer + 1 < dec.num_layers
+            pending = self._loader.submit(self._load, layer + 1, batch) if nxt and self.config.overlap else None
+            cached = [self.staging.view(layer, st.req.request_id) if st.computed_len else None
+                      for st, _ in batch]  # fmt: skip
+            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope)
+            handles.extend(self._emit(layer, batch, kv))
+            if pending is not None:
+                pending.result()
+            elif nxt:
+                self._load(layer + 1, batch)
+        for h in handles:
+            h.wait(60.0)
+        return self._finish(batch, hidden)
+
+    def _checked(self, e: BatchEntry) -> _State:
+        st = self._reqs.get(e.request_id)
+        if st is None or not self._ready(st):
+            raise ConfigError("request_id", e.request_id, "not a ready request of this prefill engine")
+        left = len(st.req.token_ids) - st.computed_len
+        require(1 <= e.chunk_len <= left, "chunk_len", e.chunk_len, f"must be in [1, {left}]")
+        require(e.cached_len == st.computed_len, "cached_len", e.cached_len,
+                f"engine has {st.computed_len} cached tokens for {e.request_id!r}")  # fmt: skip
+        return st
+
+    def _load(self, layer: int, batch: Sequence[tuple[_State, int]]) -> None:
+        """Put ``layer``'s cached KV of every batch entry into the staging slot of ``layer``."""
+        self.staging.arrange(layer, [(st.req.request_id, st.computed_len) for st, _ in batch])
+        handles = []
+        for st, _ in batch:
+            c, rid = st.computed_len, st.req.request_id
+            if c == 0:
+                continue
+            if st.blocks is not None:  # PE read path: PE buffer -> device
+                st.blocks.read_tokens(layer, 0, c, self.staging.view(layer, rid))
+            else:  # DE read path: DE buffer -> transport -> this engine's staging
+                remote = self._remotes[st.req.decode_endpoint]
+                handles.append(remote.request_layer(rid, layer, 0, c, self.config.name))
+        for h in handles:
+            h.wait(60.0)
+
+    def _emit(self, layer: int, batch: Sequence[tuple[_State, int]], kv: torch.Tensor) -> list[TransferHandle]:
+        """Send ``layer``'s new KV (and unsent PE-path hit KV) to each request's DE buffer."""
+        by_dest: dict[str, list[TransferItem]] = {}
+        off, bs = 0, self.geometry.block_size
+        for st, n in batch:
+            rid, c, new = st.req.request_id, st.computed_len, kv[off : off + n]
+            off += n
+            items = by_dest.setdefault(st.req.decode_endpoint, [])
+            if st.blocks is not None:
+                if st.sent_len < c:  # PE path: the hit KV goes to the DE too (spec section 4)
+                    items.extend(self.buffer.layer_items(rid, layer, st.sent_len, c))
+                if c + n < len(st.req.token_ids):  # later chunks read it back from the PE buffer
+                    st.blocks.write_tokens(layer, c, new)
+            for b, o, k in layer_items_spans(c, c + n, bs):
+                src = b * bs + o - c
+                items.append(TransferItem(key=rid, block_index=b, layer=layer, num_tokens=k,
+                                          token_offset=o, payload=new[src : src + k]))  # fmt: skip
+        return [self.transport.submit(dest, items, source=self.config.name)
+                for dest, items in by_dest.items()]  # fmt: skip
+
+    def _finish(self, batch: Sequence[tuple[_State, int]], hidden: torch.Tensor) -> list[PrefillOutput]:
+        outs, off = [], 0
+        for st, n in batch:
+            off += n
+            st.computed_len += n
+            st.sent_len = st.computed_len
+            if st.computed_len < len(st.req.token_ids):
+                continue
+            logits = self.decoder.final(hidden[off - 1 : off])[0]
+            rid = st.req.request_id
+            outs.append(PrefillOutput(request_id=rid, first_token=sample_token(logits, st.req.sampling, 0),
+                                      logits=logits, hit_tokens=st.hit_len or 0,
+                                      computed_tokens=len(st.req.token_ids) - (st.hit_len or 0)))  # fmt: skip
+            del self._reqs[rid]
+            self.buffer.free(rid)
+        return outs
+
+    def close(self) -> None:
+        self._loader.shutdown(wait=True)
+
+
+def _with_hits(req: PrefillRequest, hits: tuple[str, ...]) -> PrefillRequest:
+    if hits == req.hit_hashes:
+        return req
+    return PrefillRequest(request_id=req.request_id, token_ids=req.token_ids, hit_hashes=hits,
+                          decode_endpoint=req.decode_endpoint, read_side=req.read_side,
+                          sampling=req.sampling)  # fmt: skip

@@ -1,0 +1,143 @@
+"""Boundary types of the engines: KV geometry, sampling parameters, requests and outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+
+from dualpath.core.errors import require
+from dualpath.runtime.kvstore import BlockLayout
+from dualpath.runtime.model.config import DecoderConfig
+from dualpath.runtime.transfer import TransferHandle
+
+ReadSide = Literal["pe", "de"]
+READ_SIDES: tuple[str, ...] = ("pe", "de")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KVGeometry:
+    """How KV bytes map to tensors. One token of one layer is ``[2, num_kv_heads, head_dim]``
+    (K then V) in ``dtype``; a Full Block is ``[num_layers, block_size, 2, kv_heads, head_dim]``,
+    which is byte for byte the store's ``[layers, block_size, kv_bytes_per_token_layer]``."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    block_size: int = 64
+
+    def __post_init__(self) -> None:
+        require(self.block_size >= 1, "block_size", self.block_size, "must be >= 1")
+
+    @classmethod
+    def of(cls, config: DecoderConfig, dtype: torch.dtype, block_size: int = 64) -> KVGeometry:
+        return cls(num_layers=config.num_layers, num_kv_heads=config.num_kv_heads,
+                   head_dim=config.head_dim, dtype=dtype, block_size=block_size)  # fmt: skip
+
+    @property
+    def token_shape(self) -> tuple[int, int, int]:
+        return (2, self.num_kv_heads, self.head_dim)
+
+    @property
+    def kv_bytes_per_token_layer(self) -> int:
+        return 2 * self.num_kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def layout(self) -> BlockLayout:
+        return BlockLayout(num_layers=self.num_layers, block_size=self.block_size,
+                           kv_bytes_per_token_layer=self.kv_bytes_per_token_layer)  # fmt: skip
+
+    @property
+    def full_block_bytes(self) -> int:
+        return self.layout.full_block_bytes
+
+    def num_blocks(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens (the last may be partial)."""
+        return -(-num_tokens // self.block_size)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """``temperature`` 0 is greedy; otherwise softmax sampling with nucleus ``top_p``, seeded."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.temperature >= 0.0, "temperature", self.temperature, "must be >= 0")
+        require(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]")
+        require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillRequest:
+    """A prompt to prefill on a PE. ``hit_hashes``: its cached prefix blocks (from
+    ``BlockStore.match_prefix``); read by the PE itself (``read_side="pe"``) or already being read by
+    the DE named ``decode_endpoint`` into its buffer (``"de"``). The miss KV (and, on the PE path, the
+    hit KV) of every layer is sent to ``decode_endpoint``."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    decode_endpoint: str
+    read_side: ReadSide = "pe"
+    hit_hashes: tuple[str, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        require(len(self.token_ids) >= 1, "token_ids", len(self.token_ids), "prompt must not be empty")
+        require(self.read_side in READ_SIDES, "read_side", self.read_side, "choices: pe, de")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillOutput:
+    """A finished prefill: the first generated token and the last prompt position's logits.
+
+    All of the prompt's KV has been delivered to the DE buffer when this is returned."""
+
+    request_id: str
+    first_token: int
+    logits: torch.Tensor
+    hit_tokens: int
+    computed_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeOutput:
+    """One generated token of one request; ``finished`` after the last one."""
+
+    request_id: str
+    token: int
+    logits: torch.Tensor
+    finished: bool
+
+
+class RemoteKV(Protocol):
+    """DE-side access the PE needs on the DE read path (implemented by DecodeEngine in-process;
+    by control messages across processes)."""
+
+    def loaded_hit_tokens(self, request_id: str) -> int | None:
+        """Hit tokens the DE buffer holds for the request (None while its reads are in flight)."""
+        ...
+
+    def request_layer(
+        self, request_id: str, layer: int, start: int, stop: int, dest: str
+    ) -> TransferHandle:
+        """Send tokens ``[start, stop)`` of ``layer`` from the DE buffer to endpoint ``dest``."""
+        ...
+
+
+def layer_items_spans(start: int, stop: int, block_size: int) -> Sequence[tuple[int, int, int]]:
+    """Split token range ``[start, stop)`` into ``(block_index, token_offset, num_tokens)`` pieces."""
+    out, pos = [], start
+    while pos < stop:
+        block, off = divmod(pos, block_size)
+        n = min(block_size - off, stop - pos)
+        out.append((block, off, n))
+        pos += n
+    return out
