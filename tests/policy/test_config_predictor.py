@@ -79,3 +79,12 @@ def test_fit_rejects_degenerate_samples() -> None:
         LinearAttentionPredictor.fit([(1.0, 1.0), (1.0, 2.0)], model)
     with pytest.raises(ConfigError, match="at least 2"):
         LinearAttentionPredictor.fit([(1.0, 1.0)], model)
+
+
+def test_for_node_uses_spec_tables() -> None:
+    from dualpath.spec.hardware import get_node
+    from dualpath.spec.models import get_model
+
+    cfg = SchedulerConfig.for_node(get_node("hopper-8x400"), get_model("deepseek-v3.2"),
+                                   prefill_tokens_per_s=121_000)
+    assert cfg == SchedulerConfig()  # the defaults are the paper's node and model

@@ -7,7 +7,7 @@ rates the caller takes from ``dualpath.spec`` and a cost model, and every field 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dualpath.core.errors import require
 from dualpath.policy.predictor import AttentionTimePredictor
@@ -48,6 +48,16 @@ def derive_thresholds(
     alpha = int(read_window_s * snic_bytes_per_s / kv_bytes_per_token)
     beta = int(prefill_window_s * prefill_tokens_per_s)
     return max(alpha, 1), max(beta, 1)
+
+
+class _NodeRates(Protocol):
+    @property
+    def snic_bytes_per_s(self) -> float: ...
+
+
+class _ModelKV(Protocol):
+    @property
+    def kv_bytes_per_token(self) -> int: ...
 
 
 _DEFAULT_ALPHA, _DEFAULT_BETA = derive_thresholds(
@@ -121,3 +131,13 @@ class SchedulerConfig:
         fields: dict[str, Any] = {"alpha_tokens": alpha, "beta_tokens": beta}
         fields.update(overrides)
         return cls(**fields)
+
+    @classmethod
+    def for_node(
+        cls, node: _NodeRates, model: _ModelKV, *, prefill_tokens_per_s: float, **overrides: Any
+    ) -> SchedulerConfig:
+        """Config for a ``dualpath.spec`` node and model (alpha from the node's SNICs and the
+        model's KV bytes per token); ``prefill_tokens_per_s`` comes from a cost model."""
+        return cls.from_rates(snic_bytes_per_s=node.snic_bytes_per_s,
+                              kv_bytes_per_token=model.kv_bytes_per_token,
+                              prefill_tokens_per_s=prefill_tokens_per_s, **overrides)
