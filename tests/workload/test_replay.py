@@ -107,6 +107,8 @@ def test_truncation_at_max_len() -> None:
     assert [t.append_len for t in truncate(traj, 134).turns] == [100]
     lone = truncate(traj, 50)
     assert lone.num_turns == 1 and lone.final_len == 50 and lone.turns[0].gen_len == 10
+    single = truncate(make_trajectory("s", ((1, 64),)), 64)  # one turn, one token over
+    assert single.final_len == 64 and single.turns[0] == Turn(append_len=32, gen_len=32)
     out = expand_agents([traj], ReplayConfig(num_agents=1, append_scale=4.0, max_len=500))
     assert out[0].final_len <= 500
     assert [t.append_len for t in out[0].turns] == [400, 80]

@@ -67,7 +67,7 @@ def truncate(traj: Trajectory, max_len: int) -> Trajectory:
         first = traj.turns[0]
         gen_len = max(1, min(first.gen_len, max_len // 2))
         kept.append(Turn(append_len=max_len - gen_len, gen_len=gen_len))
-    if len(kept) == len(traj.turns):
+    if kept == list(traj.turns):
         return traj
     return Trajectory(traj.traj_id, tuple(kept), traj.arrival_s, traj.parent_id)
 
