@@ -124,3 +124,24 @@ def test_missing_data_is_a_config_error(h100, tmp_path: Path, monkeypatch) -> No
         make_cost_model("calibrated", h100)
     monkeypatch.setenv(DATA_DIR_ENV, str(DATA))
     assert make_cost_model("calibrated", h100).name == "calibrated"
+
+
+@pytest.mark.parametrize("gpu_name", ["h100", "h200", "b200"])
+def test_every_table_model_runs_calibrated(gpu_name) -> None:  # type: ignore[no-untyped-def]
+    from dualpath.spec.hardware import get_gpu
+    from dualpath.spec.models import MODELS
+
+    if not (DATA / "hardware" / "aiconfigurator-perf-db" / f"{gpu_name}_sxm").is_dir():
+        pytest.skip(f"no {gpu_name} tables")
+    for name, model in MODELS.items():
+        cost = make_cost_model("calibrated", get_gpu(gpu_name), ep_size=16 if model.is_moe else 1)
+        prefill = cost.prefill_iteration_time_s(model, [(8192, 256)] * 2)
+        decode = cost.decode_step_time_s(model, [8192] * 4)
+        assert 0 < decode < prefill < 60, (name, prefill, decode)
+
+
+def test_gpu_without_tables(tmp_path: Path) -> None:
+    from dualpath.spec.hardware import get_gpu
+
+    with pytest.raises(ConfigError, match="a100_sxm"):
+        make_cost_model("calibrated", get_gpu("a100"))

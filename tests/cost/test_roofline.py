@@ -133,3 +133,25 @@ def test_numpy_ints_accepted(roofline_ep16, ds32) -> None:  # type: ignore[no-un
     np = pytest.importorskip("numpy")
     a = roofline_ep16.prefill_iteration_time_s(ds32, [(np.int64(1024), np.int64(64))])
     assert a == roofline_ep16.prefill_iteration_time_s(ds32, [(1024, 64)])
+
+
+def test_every_table_model_runs(h100) -> None:  # type: ignore[no-untyped-def]
+    from dualpath.spec.models import MODELS
+
+    for name, model in MODELS.items():
+        cost = make_cost_model("roofline", h100, ep_size=16 if model.is_moe else 1)
+        prefill = cost.prefill_iteration_time_s(model, [(8192, 256)] * 2)
+        decode = cost.decode_step_time_s(model, [8192] * 4)
+        assert 0 < decode < prefill < 60, (name, prefill, decode)
+
+
+def test_windowed_and_compressed_kv_reads_are_smaller(h100) -> None:  # type: ignore[no-untyped-def]
+    # gpt-oss keeps 128 tokens in its windowed half of the layers: decode reads about half the KV
+    oss = get_model("gpt-oss-120b")
+    cost = make_cost_model("roofline", h100, ep_size=8)
+    from dualpath.cost.shapes import kv_layer_bytes
+
+    full = 65536 * oss.kv_bytes_per_token_layer
+    assert kv_layer_bytes(oss, 65536) == pytest.approx(oss.kv_bytes(65536) / oss.num_layers)
+    assert 0.45 * full < kv_layer_bytes(oss, 65536) < 0.55 * full
+    assert cost.decode_step_time_s(oss, [65536] * 8) > cost.decode_step_time_s(oss, [1024] * 8)

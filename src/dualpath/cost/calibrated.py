@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dualpath.cost.base import CostConfig, Item
 from dualpath.cost.roofline import RooflineCostModel
 from dualpath.cost.shapes import (
-    _causal_keys, attention_flops_split, decode_attention_flops, model_shape,
+    _causal_keys, attention_flops_split, decode_attention_flops, is_uniform, model_shape,
 )
 from dualpath.cost.tables import (
     Curve, PerfTables, Surface, curve_from_rows, perf_db_dir, resolve_data_dir, select,
@@ -110,8 +110,8 @@ class CalibratedCostModel(RooflineCostModel):
                       window_size=0, attn_dtype="bfloat16", kv_cache_dtype=kv)
 
     def _bind_decode_attn(self, model: ModelSpec) -> tuple[Lookup, str]:
-        if model.window_len is not None:
-            return None, "windowed attention layers are not in the tables"
+        if not is_uniform(model):
+            return None, "windowed or compressed (csa) attention layers are not in the tables"
         mla = model.attention_kind == "mla"
         table = "generation_mla_perf" if mla else "generation_attention_perf"
         rows = self._mla_rows(model, table) if mla else self._gqa_rows(model, table)
@@ -123,8 +123,8 @@ class CalibratedCostModel(RooflineCostModel):
         if model.attention_kind == "mla" and model.sparse_top_k is not None:
             found, note = self._bind_decode_attn(model)
             return (("sparse", found) if found is not None else None), f"{note}, sparse MQA"
-        if model.window_len is not None:
-            return None, "windowed attention layers are not in the tables"
+        if not is_uniform(model):
+            return None, "windowed or compressed (csa) attention layers are not in the tables"
         mla = model.attention_kind == "mla"
         table = "context_mla_perf" if mla else "context_attention_perf"
         rows = self._mla_rows(model, table) if mla else self._gqa_rows(model, table)
@@ -148,7 +148,8 @@ class CalibratedCostModel(RooflineCostModel):
         return float(curve(group_tokens * token_scale)) * model_shape(model).moe_layer_fraction
 
     def _indexer_s(self, model: ModelSpec, indexer_flops: float, keys_read: float) -> float:
-        return self.attention_op_s(model, 0.0, indexer_flops, 0.0, keys_read, 0.0) if keys_read else 0.0
+        key_bytes = keys_read * model_shape(model).indexer_bytes_per_token_layer
+        return self.attention_op_s(0.0, indexer_flops, key_bytes) if key_bytes else 0.0
 
     def prefill_attention_layer_s(self, model: ModelSpec, items: Sequence[Item]) -> float:
         found = self._lookup(model, "prefill_attn")

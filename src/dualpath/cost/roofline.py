@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.cost.base import CostConfig, Item, check_contexts, check_group, check_items
 from dualpath.cost.efficiency import roofline_s
-from dualpath.cost.shapes import attention_flops_split, decode_attention_flops, model_shape, touched_local_experts
+from dualpath.cost.shapes import (
+    attention_flops_split, decode_attention_flops, kv_layer_bytes, model_shape, touched_local_experts,
+)
 
 if TYPE_CHECKING:
     from dualpath.cost.predictor import FittedAttentionPredictor
@@ -53,17 +55,12 @@ class RooflineCostModel:
         return float(tflops) * 1e12
 
     # ---- operations (one average layer, this GPU) ------------------------------------------
-    def attention_op_s(self, model: ModelSpec, main_flops: float, indexer_flops: float,
-                       kv_read_tokens: float, indexer_read_tokens: float,
-                       kv_write_tokens: float) -> float:
+    def attention_op_s(self, main_flops: float, indexer_flops: float, num_bytes: float) -> float:
         """Attention of one layer: main attention at the BF16 rate, the DSA indexer (FP8 keys and
-        queries) at the FP8 rate; bytes = KV read + indexer keys read + new KV written."""
-        shape = model_shape(model)
+        queries) at the FP8 rate; ``num_bytes`` = KV read + indexer keys read + new KV written."""
         eff = self.config.efficiency
         bf16_peak = self.peak_flops(2)
         flops = main_flops + indexer_flops * bf16_peak / self.peak_flops(1)  # BF16-equivalent
-        num_bytes = ((kv_read_tokens + kv_write_tokens) * shape.kv_bytes_per_token_layer
-                     + indexer_read_tokens * shape.indexer_bytes_per_token_layer)
         return roofline_s(flops, num_bytes, bf16_peak, self.hbm_bytes_per_s,
                           eff.attention_compute, eff.attention_memory, eff.attention_kernels,
                           eff.kernel_launch_s)
@@ -94,17 +91,16 @@ class RooflineCostModel:
 
     # ---- prefill ----------------------------------------------------------------------------
     def prefill_attention_layer_s(self, model: ModelSpec, items: Sequence[Item]) -> float:
-        main = indexer = 0.0
-        cached_total = new_total = 0
+        """Reads every cached token's KV (and indexer key) once, writes the new tokens' KV."""
+        index_bytes = model_shape(model).indexer_bytes_per_token_layer
+        main = indexer = num_bytes = 0.0
         for cached_len, new_len in items:
             item_main, item_indexer = attention_flops_split(model, cached_len, new_len)
             main += item_main
             indexer += item_indexer
-            cached_total += cached_len
-            new_total += new_len
-        has_indexer = model_shape(model).indexer_bytes_per_token_layer > 0
-        indexer_reads = float(cached_total + new_total) if has_indexer else 0.0
-        return self.attention_op_s(model, main, indexer, cached_total, indexer_reads, new_total)
+            num_bytes += kv_layer_bytes(model, cached_len + new_len)
+            num_bytes += (cached_len + new_len) * index_bytes
+        return self.attention_op_s(main, indexer, num_bytes)
 
     def prefill_layer_times_s(
         self, model: ModelSpec, items: Sequence[Item], *, group_num_tokens: int | None = None
@@ -124,12 +120,17 @@ class RooflineCostModel:
 
     # ---- decode -----------------------------------------------------------------------------
     def decode_attention_layer_s(self, model: ModelSpec, context_lens: Sequence[int]) -> float:
+        """Reads each context's KV (DSA: only its top-k tokens, plus every indexer key)."""
         shape = model_shape(model)
         cap = shape.sparse_top_k
         main, indexer = decode_attention_flops(model, context_lens)
-        kv_reads = float(sum(context_lens) if cap is None else sum(min(c, cap) for c in context_lens))
-        indexer_reads = float(sum(context_lens)) if shape.indexer_bytes_per_token_layer else 0.0
-        return self.attention_op_s(model, main, indexer, kv_reads, indexer_reads, len(context_lens))
+        if cap is None:
+            num_bytes = sum(kv_layer_bytes(model, c) for c in context_lens)
+        else:
+            num_bytes = sum(kv_layer_bytes(model, min(c, cap)) for c in context_lens)
+        num_bytes += len(context_lens) * shape.kv_bytes_per_token_layer  # the new tokens' KV
+        num_bytes += sum(context_lens) * shape.indexer_bytes_per_token_layer
+        return self.attention_op_s(main, indexer, num_bytes)
 
     def decode_layer_times_s(
         self, model: ModelSpec, context_lens: Sequence[int], *, group_batch_size: int | None = None

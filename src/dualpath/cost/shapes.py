@@ -20,9 +20,6 @@ from dualpath.core.errors import require
 if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
 
-# DSA indexer keys are stored in FP8 with one FP32 scale per token (DeepSeek-V3.2 indexer cache).
-_INDEXER_SCALE_BYTES = 4
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelShape:
@@ -56,9 +53,9 @@ def model_shape(model: ModelSpec) -> ModelShape:
     routed_total = model.num_moe_layers * model.num_routed_experts * expert_params
     replicated_flops = model.linear_flops_per_token - 2.0 * routed_active
     replicated_weights = max(model.weight_bytes - routed_total * model.weight_dtype_bytes, 0.0)
-    indexer = 0.0
-    if model.sparse_top_k is not None and model.index_head_dim:
-        indexer = float(model.index_head_dim + _INDEXER_SCALE_BYTES)
+    # DSA indexer keys (FP8 + scale) are read by every query; csa models fold theirs into the spec
+    has_indexer = model.attention_kind != "csa" and model.index_num_heads > 0
+    indexer = float(model.index_kv_bytes_per_token_layer) if has_indexer else 0.0
     return ModelShape(
         num_layers=num_layers,
         hidden_size=model.hidden_size,
@@ -76,11 +73,23 @@ def model_shape(model: ModelSpec) -> ModelShape:
     )
 
 
+def is_uniform(model: ModelSpec) -> bool:
+    """Every layer attends alike (no sliding windows, no per-layer compression)."""
+    return model.window_len is None and model.attention_kind != "csa"
+
+
 def attention_flops_layer(model: ModelSpec, cached_len: int, new_len: int) -> float:
-    """Mean per-layer attention FLOPs (windowed layers averaged in)."""
-    if model.window_len is None:
+    """Mean per-layer attention FLOPs (windowed / compressed layers averaged in)."""
+    if is_uniform(model):
         return model.attention_flops_layer(cached_len, new_len)
     return model.attention_flops(cached_len, new_len) / model.num_layers
+
+
+def kv_layer_bytes(model: ModelSpec, num_tokens: int) -> float:
+    """Mean per-layer KV bytes of ``num_tokens`` tokens (windows and compression respected)."""
+    if is_uniform(model):
+        return float(num_tokens * model.kv_bytes_per_token_layer)
+    return model.kv_bytes(num_tokens) / model.num_layers
 
 
 def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
@@ -94,15 +103,15 @@ def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
 def attention_flops_split(model: ModelSpec, cached_len: int, new_len: int) -> tuple[float, float]:
     """(main attention, DSA indexer) FLOPs of one average layer; they sum to the spec's count."""
     total = attention_flops_layer(model, cached_len, new_len)
-    if not model.index_num_heads:
-        return total, 0.0
+    if not model.index_num_heads or model.attention_kind == "csa":
+        return total, 0.0  # csa: the spec folds its compressed-entry indexer into the total
     indexer = _causal_keys(cached_len, new_len, model.window_len) * model.indexer_flops_per_pair
     return total - indexer, float(indexer)
 
 
 def decode_attention_flops(model: ModelSpec, context_lens: Sequence[int]) -> tuple[float, float]:
     """(main, indexer) FLOPs of one average layer when each context gets one new token."""
-    if model.window_len is not None:
+    if not is_uniform(model):
         main = indexer = 0.0
         for length in context_lens:
             m, i = attention_flops_split(model, length, 1)

@@ -43,7 +43,8 @@ def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:
     path = data_dir / PERF_DB / f"{gpu_name}_sxm"
     if not path.is_dir():
         raise ConfigError("data_dir", str(path), f"no measured kernel tables for gpu {gpu_name!r} "
-                          f"(set {DATA_DIR_ENV} or pass data_dir=; tables exist for h100 and h200)")
+                          f"(set {DATA_DIR_ENV} or pass data_dir=; h100/h200 have full tables, "
+                          "b200 attention and MoE only)")
     return path
 
 
@@ -71,7 +72,7 @@ class PerfTables:
 
 def select(frame: Any, **equal: object) -> Any:
     """Rows of ``frame`` whose columns equal the given values (None if the frame is None/empty)."""
-    if frame is None:
+    if frame is None or any(column not in frame.columns for column in equal):
         return None
     mask = None
     for column, value in equal.items():
