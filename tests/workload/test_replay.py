@@ -117,3 +117,17 @@ def test_truncation_at_max_len() -> None:
 def test_expand_rejects_empty_input() -> None:
     with pytest.raises(ConfigError, match="trajectories"):
         expand_agents([], ReplayConfig(num_agents=3))
+
+
+def test_poisson_arrivals() -> None:
+    from dualpath.workload import with_poisson_arrivals
+
+    trajs = [make_trajectory(f"t{i}") for i in range(4000)]
+    out = with_poisson_arrivals(trajs, rate_aps=0.5, seed=3)
+    arrivals = [t.arrival_s for t in out]
+    assert arrivals == sorted(arrivals) and arrivals[0] > 0
+    assert arrivals[-1] / len(out) == pytest.approx(2.0, rel=0.05)  # mean gap 1 / rate
+    assert [t.turns for t in out] == [t.turns for t in trajs]
+    assert with_poisson_arrivals(trajs, 0.5, seed=3) == out
+    with pytest.raises(ConfigError, match="rate_aps"):
+        with_poisson_arrivals(trajs, 0.0)

@@ -5,7 +5,13 @@ Imports only ``dualpath.core`` (and numpy). See docs/workload.md.
 
 from __future__ import annotations
 
-from dualpath.workload.replay import expand_agents, iter_turn_requests, scale_turns, truncate
+from dualpath.workload.replay import (
+    expand_agents,
+    iter_turn_requests,
+    scale_turns,
+    truncate,
+    with_poisson_arrivals,
+)
 from dualpath.workload.stats import STAT_COLUMNS, TABLE2, compare_to_table2, workload_stats
 from dualpath.workload.synthetic import (
     BUCKET_PARAMS,
@@ -36,5 +42,5 @@ __all__ = [
     "TABLE2", "TRACE_FILES", "Trajectory", "Turn", "TurnRequest", "compare_to_table2",
     "expand_agents", "generate_trajectories", "iter_turn_requests", "load_azure", "load_jsonl",
     "load_mooncake", "load_trace", "params_for", "resolve_maxlen", "resolve_trace", "save_jsonl",
-    "scale_turns", "truncate", "workload_stats",
+    "scale_turns", "truncate", "with_poisson_arrivals", "workload_stats",
 ]

@@ -103,3 +103,17 @@ def expand_agents(trajs: Sequence[Trajectory], cfg: ReplayConfig) -> list[Trajec
             traj = truncate(traj, cfg.max_len)
         out.append(traj)
     return out
+
+
+def with_poisson_arrivals(trajs: Sequence[Trajectory], rate_aps: float, seed: int = 0,
+                          start_s: float = 0.0) -> list[Trajectory]:
+    """Copies of ``trajs`` (same order) whose ``arrival_s`` follow a Poisson process of
+    ``rate_aps`` agents per second starting at ``start_s`` (online experiments, spec section 9).
+    Exponential gaps from ``numpy.random.default_rng(seed)``; the first agent arrives after one
+    gap, not at ``start_s``."""
+    if not rate_aps > 0:
+        raise ConfigError("rate_aps", rate_aps, "must be > 0 agents per second")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_aps, size=len(trajs))
+    arrivals = start_s + np.cumsum(gaps)
+    return [Trajectory(t.traj_id, t.turns, float(a), t.parent_id)
+            for t, a in zip(trajs, arrivals, strict=True)]
