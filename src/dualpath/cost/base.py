@@ -27,7 +27,10 @@ Item = tuple[int, int]  # (cached_len, new_len) of one request in a prefill batc
 class CostModel(Protocol):
     """Per-GPU time of model execution. All methods are pure and never mutate their inputs."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Registry name of the model ("roofline", "calibrated")."""
+        ...
 
     def prefill_iteration_time_s(
         self, model: ModelSpec, items: Sequence[Item], *, group_num_tokens: int | None = None
