@@ -70,7 +70,8 @@ def make_request(rng: random.Random, i: int) -> RequestInfo:
                        gen_len=rng.randint(20, 330))
 
 
-def run(policy: str, total_requests: int, queued: int, seed: int) -> dict[str, float]:
+def run(policy: str, total_requests: int, queued: int, seed: int,
+        central: bool = False) -> dict[str, float]:
     predictor = LinearAttentionPredictor(
         flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512,
                                    sparse_top_k=2048),
@@ -96,7 +97,7 @@ def run(policy: str, total_requests: int, queued: int, seed: int) -> dict[str, f
         for node in driver.de_nodes:
             driver.de_fetch(node)
         for node in driver.pe_nodes:
-            driver.pe_fetch(node, window=2048)
+            driver.pe_fetch(node, window=2048, central=central)
         for node in driver.pe_nodes:
             for engine in driver.engines[node]:
                 driver.pe_step(engine.engine_id)
@@ -121,12 +122,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--central", action="store_true",
+                        help="every PE fetch sees all 384 PEs (central scheduler), not its group")
     args = parser.parse_args()
-    r = run(args.policy, args.requests, args.queued, args.seed)
+    r = run(args.policy, args.requests, args.queued, args.seed, args.central)
     needed = PAPER_AGENTS * PAPER_TURNS / PAPER_JCT_S
     req_policy = r["finished"] / r["policy_s"]
     req_total = r["finished"] / r["wall_s"]
-    print(f"policy={args.policy} engines=1152 groups=144 queued={args.queued} "
+    mode = "central" if args.central else "leader-fetch"
+    print(f"policy={args.policy} mode={mode} engines=1152 groups=144 queued={args.queued} "
           f"requests={r['finished']:.0f} assignments={r['assignments']:.0f}")
     print(f"  policy time {r['policy_s']:.2f} s (decode {r['decode_s']:.2f} in "
           f"{r['decode_calls']} fetches, prefill {r['prefill_s']:.2f} in {r['prefill_calls']}, "

@@ -8,6 +8,8 @@ earlier position (group order in the view, then rank order). Read side ties go t
 
 from __future__ import annotations
 
+import heapq
+
 from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.views import (
@@ -101,22 +103,29 @@ def assign_prefill(
     if pe_choice not in PE_CHOICES:
         raise DualpathError(f"pe choice {pe_choice!r}; choices: {', '.join(PE_CHOICES)}")
     ids: list[int] = []
-    nodes: list[int] = []
     tok: list[int] = []
-    for group in view.groups:
+    spans: list[tuple[int, int]] = []  # each group's slice of the flat engine arrays
+    group_of: list[int] = []
+    for g, group in enumerate(view.groups):
+        spans.append((len(ids), len(ids) + len(group.engines)))
         for engine in group.engines:
             ids.append(engine.engine_id)
-            nodes.append(group.node_id)
             tok.append(engine.num_tokens)
+            group_of.append(g)
     reads = _Reads(view.read_queues)
-    node_queues = [reads.get(n) for n in nodes]
+    group_queues = [reads.get(group.node_id) for group in view.groups]
     num = len(ids)
     cursor = view.rr_cursor % num if num else 0
     alpha, beta = config.alpha_tokens, config.beta_tokens
+    best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
+    index = _Candidates(best, tok, group_queues, alpha)
+    groups_of_node: dict[int, list[int]] = {}
+    for g, group in enumerate(view.groups):
+        groups_of_node.setdefault(group.node_id, []).append(g)
     out: list[PrefillAssignment] = []
     for pending in view.queue:
         if pe_choice == "least-loaded":
-            pick = _least_loaded(tok, node_queues, alpha, beta)
+            pick = index.pick()
         else:
             pick = _round_robin(tok, beta, cursor)
             if pick >= 0:
@@ -125,24 +134,69 @@ def assign_prefill(
             break
         req = pending.request
         tok[pick] += req.prompt_len
+        g = group_of[pick]
+        best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
         side, pe_len, de_len = choose_read(
-            read_choice, req.cached_len, node_queues[pick], reads.get(pending.de_node_id),
+            read_choice, req.cached_len, group_queues[g], reads.get(pending.de_node_id),
             config.block_size,
         )
+        index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
+        for node in (view.groups[g].node_id, pending.de_node_id):
+            for other in groups_of_node.get(node, ()):
+                if other != g:
+                    index.refresh(other)
         out.append(PrefillAssignment(request_id=req.request_id, engine_id=ids[pick],
                                      read_side=side, pe_read_len=pe_len, de_read_len=de_len))
     return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
 
 
-def _least_loaded(tok: list[int], node_queues: list[list[float]], alpha: int, beta: int) -> int:
-    best, best_cls, best_tok = -1, 2, 0
-    for i, t in enumerate(tok):
-        if t > beta:
-            continue  # C1: overloaded, never chosen
-        cls = 0 if node_queues[i][0] <= alpha else 1  # C2 = 0, C3 = 1
-        if best < 0 or cls < best_cls or (cls == best_cls and t < best_tok):
-            best, best_cls, best_tok = i, cls, t
+def _group_best(tok: list[int], lo: int, hi: int, beta: int) -> int:
+    """Flat index of the group's engine with the smallest ``tok_e <= beta`` (first on ties), or
+    -1 when the whole group is in C1. Classes are per node, so this is the group's candidate."""
+    best, best_tok = -1, 0
+    for i in range(lo, hi):
+        t = tok[i]
+        if t <= beta and (best < 0 or t < best_tok):
+            best, best_tok = i, t
     return best
+
+
+class _Candidates:
+    """Each group's candidate engine (see _group_best) in two heaps, C2 and C3, keyed by
+    (tok_e, group position): O(log G) per assignment. Entries go stale when a group's candidate,
+    its tok_e or its node's read_q changes; ``refresh`` re-pushes it under a new version and
+    ``pick`` discards stale heads."""
+
+    __slots__ = ("best", "tok", "queues", "alpha", "version", "heaps")
+
+    def __init__(
+        self, best: list[int], tok: list[int], queues: list[list[float]], alpha: int
+    ) -> None:
+        self.best, self.tok, self.queues, self.alpha = best, tok, queues, alpha
+        self.version = [0] * len(best)
+        self.heaps: tuple[list[tuple[int, int, int, int]], ...] = ([], [])
+        for g in range(len(best)):
+            self._push(g)
+
+    def _push(self, g: int) -> None:
+        i = self.best[g]
+        if i >= 0:  # a group whose engines are all C1 (overloaded) is never a candidate
+            cls = 0 if self.queues[g][0] <= self.alpha else 1  # C2 = 0, C3 = 1
+            heapq.heappush(self.heaps[cls], (self.tok[i], g, self.version[g], i))
+
+    def refresh(self, g: int) -> None:
+        self.version[g] += 1
+        self._push(g)
+
+    def pick(self) -> int:
+        """Flat index of the chosen engine, or -1 when C2 and C3 are both empty."""
+        for heap in self.heaps:
+            while heap:
+                _, g, version, i = heap[0]
+                if version == self.version[g]:
+                    return i
+                heapq.heappop(heap)
+        return -1
 
 
 def _round_robin(tok: list[int], beta: int, cursor: int) -> int:

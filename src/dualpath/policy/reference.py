@@ -133,30 +133,36 @@ class ReferenceDriver:
         self._log("decode", view, plan)
         return plan
 
-    def prefill_view(self, node: int, now_s: float, window: int | None = None) -> PrefillFetchView:
+    def prefill_view(
+        self, node: int, now_s: float, window: int | None = None, central: bool = False
+    ) -> PrefillFetchView:
         queue = tuple(self.prefill_queue) if window is None else tuple(
             self.prefill_queue[i] for i in range(min(window, len(self.prefill_queue))))
         reads = tuple(NodeReadQueue(node_id=n, read_queue_tokens=q,
                                     read_tokens_per_s=self.read_rate)
                       for n, q in self.read_q.items())
-        return PrefillFetchView(now_s=now_s, groups=(self._group(node),), queue=queue,
+        groups = tuple(self._group(n) for n in self.pe_nodes) if central else (self._group(node),)
+        return PrefillFetchView(now_s=now_s, groups=groups, queue=queue,
                                 read_queues=reads, rr_cursor=self.rr[node])
 
-    def pe_fetch(self, node: int, now_s: float = 0.0, window: int | None = None) -> PrefillPlan:
+    def pe_fetch(
+        self, node: int, now_s: float = 0.0, window: int | None = None, central: bool = False
+    ) -> PrefillPlan:
         """``window`` limits how much of the prefill queue goes into the view (a driver's speed
-        knob; the plan is the same whenever the fetch stops inside the window)."""
-        view = self.prefill_view(node, now_s, window)
+        knob; the plan is the same whenever the fetch stops inside the window). ``central``
+        offers every PE group as a candidate (central-scheduler mode), not just ``node``'s."""
+        view = self.prefill_view(node, now_s, window, central)
         plan = self.scheduler.assign_prefill(view)
         for a in plan.assignments:
             pending = self.prefill_queue.popleft()
             req = pending.request
             require(req.request_id == a.request_id, "assignment", a, "not the queue head")
-            _, pe = self.by_id[a.engine_id]
+            pe_node, pe = self.by_id[a.engine_id]
             pe.num_seqs += 1
             pe.num_tokens += req.prompt_len
-            self.read_q[node] += a.pe_read_len
+            self.read_q[pe_node] += a.pe_read_len
             self.read_q[pending.de_node_id] += a.de_read_len
-            self.read_total[node] += a.pe_read_len
+            self.read_total[pe_node] += a.pe_read_len
             self.read_total[pending.de_node_id] += a.de_read_len
             self.requests[req.request_id] = (req, pending.de_engine_id, a.engine_id)
             self.waiting.setdefault(a.engine_id, []).append(
