@@ -131,3 +131,14 @@ def test_poisson_arrivals() -> None:
     assert with_poisson_arrivals(trajs, 0.5, seed=3) == out
     with pytest.raises(ConfigError, match="rate_aps"):
         with_poisson_arrivals(trajs, 0.0)
+
+
+def test_numpy_integers_are_stored_as_ints() -> None:
+    import numpy as np
+
+    turn = Turn(append_len=np.int64(7), gen_len=np.int32(2))
+    assert type(turn.append_len) is int and type(turn.gen_len) is int and turn == Turn(7, 2)
+    with pytest.raises(ConfigError, match="must be an int"):
+        Turn(append_len=2.5, gen_len=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="must be an int"):
+        Turn(append_len=True, gen_len=1)

@@ -7,9 +7,10 @@ turn ``i+1``'s append; decoding is forced to ``gen_len`` tokens. Nothing here do
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
-from dualpath.core.errors import require
+from dualpath.core.errors import ConfigError, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,10 +23,20 @@ class Turn:
     gen_len: int
 
     def __post_init__(self) -> None:
-        require(isinstance(self.append_len, int) and self.append_len >= 0, "append_len",
-                self.append_len, "must be an int >= 0")
-        require(isinstance(self.gen_len, int) and self.gen_len >= 1, "gen_len", self.gen_len,
-                "must be an int >= 1")
+        # numpy integers are accepted and stored as plain ints (exact JSON round trips)
+        object.__setattr__(self, "append_len", _as_int(self.append_len, "append_len"))
+        object.__setattr__(self, "gen_len", _as_int(self.gen_len, "gen_len"))
+        require(self.append_len >= 0, "append_len", self.append_len, "must be an int >= 0")
+        require(self.gen_len >= 1, "gen_len", self.gen_len, "must be an int >= 1")
+
+
+def _as_int(value: object, key: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(key, value, "must be an int")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ConfigError(key, value, "must be an int") from None
 
 
 @dataclass(frozen=True, slots=True)
