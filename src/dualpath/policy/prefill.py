@@ -147,6 +147,8 @@ def assign_prefill(
                     index.refresh(other)
         out.append(PrefillAssignment(request_id=req.request_id, engine_id=ids[pick],
                                      read_side=side, pe_read_len=pe_len, de_read_len=de_len))
+    if pe_choice != "round-robin":
+        cursor = view.rr_cursor  # untouched by policies that do not round-robin
     return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
 
 
