@@ -72,6 +72,13 @@ class EngineHello(_Msg):
     data_addr: str
     pid: int
     hbm_tokens: int
+    model_name: str = ""
+    num_layers: int = 0
+    kv_bytes_per_token_layer: int = 0
+    block_size: int = 64
+    vocab_size: int = 0
+    eos_token_id: int | None = None
+    max_context_len: int = 0
 
 
 class Welcome(_Msg):

@@ -1,0 +1,182 @@
+"""One engine process (prefill or decode): loads the model, opens the shared KV store, binds its
+transport endpoint ``e<engine_id>``, registers with the scheduler and runs its main loop.
+
+The main thread owns the scheduler socket and the compute; a heartbeat thread (own socket) reports
+load, read queue and byte counters every ``heartbeat_s`` even while a long batch runs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import msgspec
+import torch
+import zmq
+
+from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
+from dualpath.runtime.cluster.messages import (
+    Cancel, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
+)
+from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
+
+
+class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything an engine process needs (``dualpath engine`` flags map onto these)."""
+
+    scheduler: str  # "tcp://host:port"
+    role: str
+    node_id: int
+    engine_id: int = -1
+    model: str = "smollm2-135m"
+    kv_dir: str
+    transport: str = "zmq"
+    host: str = "127.0.0.1"
+    policy: str = "dualpath"
+    snic_gbps: float | None = None
+    cnic_gbps: float | None = None
+    read_free: bool = False
+    cluster_id: str = "default"
+    block_size: int = 64
+    dtype: str = "float32"
+    hbm_tokens: int = 65536
+    max_batch_tokens: int = 2048
+    heartbeat_s: float = 0.2
+
+
+def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
+    from dualpath.runtime.model import load_decoder
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    decoder, ckpt = load_decoder(args.model, device="cpu", dtype=dtype)
+    eos = getattr(ckpt.hf_config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, list) else eos
+    return (decoder, Geometry.of(decoder, args.block_size), eos, ckpt.config.vocab_size,
+            ckpt.config.max_position_embeddings)
+
+
+def run_engine(args: EngineArgs) -> None:
+    """Run until the scheduler sends Shutdown or goes away for good."""
+    torch.set_num_threads(1)
+    from dualpath.policy import SchedulerConfig, make_scheduler
+    from dualpath.runtime.kvstore import BlockStore
+    from dualpath.runtime.transfer.factory import make_transport
+
+    decoder, geo, eos, vocab, max_ctx = _model(args)
+    layout = geo.layout()
+    store = BlockStore(args.kv_dir, layout)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(args.scheduler)
+    traffic = TrafficManager(engine_id=max(args.engine_id, 0), node_id=args.node_id,
+                             snic_gbps=args.snic_gbps, cnic_gbps=args.cnic_gbps,
+                             shared_dir=links_dir(args.cluster_id), read_free=args.read_free)
+    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send)
+    sock.send(encode(EngineHello(
+        engine_id=args.engine_id, role=args.role, node_id=args.node_id,
+        data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
+        hbm_tokens=args.hbm_tokens if args.role == "decode" else 0, model_name=args.model,
+        num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
+        block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)))
+    welcome = decode(sock.recv())
+    assert isinstance(welcome, Welcome), welcome
+    eid = welcome.engine_id
+    traffic.close()
+    traffic = TrafficManager(engine_id=eid, node_id=args.node_id, snic_gbps=args.snic_gbps,
+                             cnic_gbps=args.cnic_gbps, shared_dir=links_dir(args.cluster_id),
+                             read_free=args.read_free)
+    transport.limiter = traffic.kv_send  # type: ignore[attr-defined]
+    outbox, io = Outbox(), BlockIO(store, geo, traffic)
+    common = dict(engine_id=eid, node_id=args.node_id, decoder=decoder, geo=geo, blockio=io,
+                  transport=transport, outbox=outbox)
+    worker: object
+    if args.role == "prefill":
+        from dualpath.runtime.cluster.prefill_worker import PrefillWorker
+
+        cfg = SchedulerConfig(batching="tokens", max_batch_tokens=args.max_batch_tokens,
+                              block_size=args.block_size)
+        worker = PrefillWorker(scheduler=make_scheduler(args.policy, cfg), **common)  # type: ignore[arg-type]
+    else:
+        from dualpath.runtime.cluster.decode_worker import DecodeWorker
+
+        worker = DecodeWorker(eos_token_id=eos, **common)  # type: ignore[arg-type]
+    transport.bind(f"e{eid}", worker)  # type: ignore[arg-type]
+    _set_peers(transport, welcome.peers, eid)
+    stop = threading.Event()
+    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop),
+                          daemon=True)
+    hb.start()
+    try:
+        _loop(sock, worker, outbox, transport, eid)
+    finally:
+        stop.set()
+        hb.join(2)
+        io.close()
+        transport.close()
+        traffic.close()
+        sock.close(0)
+        ctx.term()
+
+
+def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:
+    routes = transport.routes()  # type: ignore[attr-defined]
+    for pid, addr in peers.items():
+        if pid != me:
+            transport.add_route(f"e{pid}", addr)  # type: ignore[attr-defined]
+    for name in routes:
+        if name != f"e{me}" and int(name[1:]) not in peers:
+            transport.fail_endpoint(name, f"engine {name[1:]} is gone")  # type: ignore[attr-defined]
+
+
+def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int) -> None:
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    while True:
+        busy = worker.has_work()  # type: ignore[attr-defined]
+        for s, _ in poller.poll(0 if busy else 2):
+            while True:
+                try:
+                    msg = decode(sock.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                if isinstance(msg, (PrefillTask, DecodeTask)):
+                    worker.add(msg)  # type: ignore[attr-defined]
+                elif isinstance(msg, Cancel):
+                    worker.cancel(msg.request_id)  # type: ignore[attr-defined]
+                elif isinstance(msg, Peers):
+                    _set_peers(transport, msg.peers, eid)
+                elif isinstance(msg, Shutdown):
+                    return
+        if busy:
+            worker.step()  # type: ignore[attr-defined]
+        for out in outbox.drain():
+            sock.send(encode(out))  # type: ignore[arg-type]
+
+
+def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
+                traffic: TrafficManager, stop: threading.Event) -> None:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(args.scheduler)
+    try:
+        while not stop.wait(args.heartbeat_s):
+            seqs, toks = worker.load()  # type: ignore[attr-defined]
+            paths, nics = traffic.snapshot()
+            sock.send(encode(Heartbeat(engine_id=eid, num_seqs=seqs, num_tokens=toks,
+                                       read_queue_tokens=io.read_queue_tokens,
+                                       bytes_by_path=paths, bytes_by_nic=nics)))
+    finally:
+        sock.close(0)
+
+
+def main() -> None:
+    """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``."""
+    import sys
+
+    run_engine(msgspec.json.decode(sys.argv[1].encode(), type=EngineArgs))
+
+
+if __name__ == "__main__":
+    main()

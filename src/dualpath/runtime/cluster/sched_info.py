@@ -1,0 +1,163 @@
+"""The scheduler service's reporting side: request timing, validation, health, metrics, queries."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dualpath.runtime.cluster.api import (
+    ClusterHealth, ClusterInfo, EngineHealth, MetricsSnapshot, RequestStats,
+)
+from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
+from dualpath.runtime.cluster.state import ReqState
+
+if TYPE_CHECKING:
+    from dualpath.runtime.cluster.scheduler import SchedulerService
+
+_SAMPLES = 4096
+
+
+@dataclass(slots=True)
+class _Timing:
+    prompt_len: int
+    hit_len: int
+    submit_s: float
+    dispatch_s: float | None = None
+    first_s: float | None = None
+    second_s: float | None = None
+    num_tokens: int = 0
+
+
+class Reporter:
+    def __init__(self, svc: SchedulerService) -> None:
+        self.svc = svc
+        self.timing: dict[str, _Timing] = {}
+        self.heartbeats: dict[int, Heartbeat] = {}
+        self.down: list[str] = []
+        self.counts = dict(num_requests=0, num_finished=0, num_failed=0, hit_tokens=0,
+                           prompt_tokens=0, generated_tokens=0)
+        self.samples: dict[str, deque[float]] = {k: deque(maxlen=_SAMPLES)
+                                                 for k in ("ttft_s", "ttst_s", "tpot_s", "e2e_s")}
+
+    # ------------------------------------------------------------------ requests
+    def validate(self, msg: Submit) -> tuple[str, str] | None:
+        svc, n = self.svc, len(msg.prompt_token_ids)
+        if svc.hello is None or not svc.state.groups("prefill") or not svc.state.groups("decode"):
+            return "unavailable", "no live prefill and decode engine registered yet"
+        if n == 0:
+            return "bad_request", "prompt_token_ids is empty"
+        vocab = svc.hello.vocab_size
+        if any(t < 0 or t >= vocab for t in msg.prompt_token_ids):
+            return "bad_request", f"token ids must be in [0, {vocab})"
+        limit = svc.hello.max_context_len
+        if n + msg.params.max_tokens > limit:
+            return "too_long", (f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
+                                f"exceeds the model's context of {limit} tokens")
+        if len(self.timing) >= svc.args.max_queued_requests:
+            return "queue_full", f"{len(self.timing)} requests in flight (max {svc.args.max_queued_requests})"
+        if msg.request_id in self.timing:
+            return "bad_request", f"request id {msg.request_id!r} is already in flight"
+        return None
+
+    def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
+        self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now)
+        self.counts["num_requests"] += 1
+
+    def dispatched(self, rid: str, now: float) -> None:
+        t = self.timing.get(rid)
+        if t is not None and t.dispatch_s is None:
+            t.dispatch_s = now
+
+    def token(self, rid: str, now: float) -> None:
+        t = self.timing.get(rid)
+        if t is None:
+            return
+        t.num_tokens += 1
+        if t.first_s is None:
+            t.first_s = now
+        elif t.second_s is None:
+            t.second_s = now
+
+    def num_tokens(self, rid: str) -> int:
+        t = self.timing.get(rid)
+        return 0 if t is None else t.num_tokens
+
+    def stats(self, rid: str, req: ReqState, now: float) -> RequestStats:
+        self.token(rid, now)
+        t = self.timing[rid]
+        first = t.first_s if t.first_s is not None else now
+        ttft, e2e = first - t.submit_s, now - t.submit_s
+        c, s = self.counts, self.samples
+        c["num_finished"] += 1
+        c["hit_tokens"] += t.hit_len
+        c["prompt_tokens"] += t.prompt_len
+        c["generated_tokens"] += t.num_tokens
+        s["ttft_s"].append(ttft)
+        s["e2e_s"].append(e2e)
+        if t.second_s is not None:
+            s["ttst_s"].append(t.second_s - t.submit_s)
+        if t.num_tokens > 1:
+            s["tpot_s"].append((now - first) / (t.num_tokens - 1))
+        return RequestStats(
+            prompt_len=t.prompt_len, hit_len=t.hit_len, num_generated=t.num_tokens,
+            read_side=req.read_side, prefill_engine=req.pe, decode_engine=req.de,
+            queue_s=(t.dispatch_s or now) - t.submit_s, ttft_s=ttft,
+            ttst_s=None if t.second_s is None else t.second_s - t.submit_s, e2e_s=e2e)
+
+    def failed(self, rid: str) -> None:
+        if rid in self.timing:
+            self.counts["num_failed"] += 1
+
+    def forget(self, rid: str) -> None:
+        self.timing.pop(rid, None)
+
+    # ------------------------------------------------------------------ engines
+    def heartbeat(self, hb: Heartbeat, now: float) -> None:
+        e = self.svc.state.engines.get(hb.engine_id)
+        if e is not None and e.alive:
+            e.last_seen_s = now
+            self.heartbeats[hb.engine_id] = hb
+
+    # ------------------------------------------------------------------ queries
+    def answer(self, q: Query) -> QueryReply:
+        if q.what == "health":
+            return QueryReply(query_id=q.query_id, health=self.health())
+        if q.what == "metrics":
+            return QueryReply(query_id=q.query_id, metrics=self.metrics())
+        return QueryReply(query_id=q.query_id, info=self.info())
+
+    def health(self) -> ClusterHealth:
+        st = self.svc.state
+        engines = tuple(EngineHealth(engine_id=e.engine_id, role=e.role, node_id=e.node_id,
+                                     alive=e.alive, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
+                                     last_seen_s=e.last_seen_s)
+                        for e in sorted(st.engines.values(), key=lambda e: e.engine_id))
+        running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
+        return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
+                             num_waiting=len(self.timing) - running, num_running=running,
+                             policy=self.svc.args.policy, down=tuple(self.down))
+
+    def info(self) -> ClusterInfo:
+        h = self.svc.hello
+        return ClusterInfo(model_name=h.model_name if h else "", max_context_len=h.max_context_len if h else 0,
+                           vocab_size=h.vocab_size if h else 0, eos_token_id=h.eos_token_id if h else None,
+                           max_queued_requests=self.svc.args.max_queued_requests,
+                           block_size=h.block_size if h else 64)
+
+    def metrics(self) -> MetricsSnapshot:
+        paths: dict[str, int] = {}
+        nics: dict[str, int] = {}
+        for hb in self.heartbeats.values():
+            for k, v in hb.bytes_by_path.items():
+                paths[k] = paths.get(k, 0) + v
+            for k, v in hb.bytes_by_nic.items():
+                nics[k] = nics.get(k, 0) + v
+        st = self.svc.state
+        depths = {"waiting": len(st.global_queue) + sum(len(q) for q in st.private_queues.values()),
+                  "prefill_queue": len(st.prefill_queue),
+                  "in_flight": len(self.timing)}
+        for node, q in st.read_q.items():
+            depths[f"node{node}/read_q_tokens"] = q
+        return MetricsSnapshot(bytes_by_path=paths, bytes_by_nic=nics, queue_depths=depths,
+                               **self.counts, **{k: list(v) for k, v in self.samples.items()})

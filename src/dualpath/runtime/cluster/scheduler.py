@@ -1,0 +1,278 @@
+"""The scheduler service: one ROUTER socket for engines and clients, request state, policy calls.
+
+Each tick (every ``tick_s`` or after messages) it: marks engines dead after ``engine_timeout_s``
+without a message and re-dispatches or fails their requests; runs the decode fetch of every DE group
+(node) and the prefill fetch of every PE group through ``dualpath.policy``; sends DecodeTask then
+PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
+request's client with RequestStats on the last one.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import zmq
+
+from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy import views as pv
+from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
+from dualpath.runtime.cluster.messages import (
+    Abort, Cancel, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress, Query, Rejected,
+    Shutdown, Submit, Tokens, Welcome, decode, encode,
+)
+from dualpath.runtime.cluster.sched_info import Reporter
+from dualpath.runtime.cluster.state import ClusterState, EngineState
+
+
+class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
+    bind: str  # "tcp://127.0.0.1:5557" (port 0 = any)
+    kv_dir: str
+    policy: str = "dualpath"
+    snic_gbps: float | None = None
+    prefill_tokens_per_s: float = 4000.0
+    max_queued_requests: int = 256
+    engine_timeout_s: float = 5.0
+    tick_s: float = 0.002
+    port_file: str = ""  # if set, the bound address is written here
+
+
+class SchedulerService:
+    def __init__(self, args: SchedulerArgs) -> None:
+        self.args = args
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        bind = args.bind.replace(":0", ":*") if args.bind.endswith(":0") else args.bind
+        self.sock.bind(bind)
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.state = ClusterState()
+        self.sched = None  # built at the first engine hello (needs the KV geometry)
+        self.store = None
+        self.hello: EngineHello | None = None
+        self.clients: dict[str, bytes] = {}
+        self.prompts: dict[str, tuple[list[int], SamplingParams]] = {}
+        self.report = Reporter(self)
+        self.running = True
+
+    # ------------------------------------------------------------------ main loop
+    def serve_forever(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while self.running:
+            if poller.poll(int(self.args.tick_s * 1000) or 1):
+                for _ in range(1000):
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._handle(frames[0], frames[-1])
+            self.tick(time.monotonic())
+        self.close()
+
+    def close(self) -> None:
+        for e in self.state.engines.values():
+            if e.alive:
+                self._send(e.identity, Shutdown(reason="scheduler stopping"))
+        self.sock.close(0)
+        self.ctx.term()
+
+    def _send(self, identity: bytes, msg: object) -> None:
+        self.sock.send_multipart([identity, encode(msg)])  # type: ignore[arg-type]
+
+    def _to_client(self, identity: bytes, msg: object) -> None:
+        self.sock.send_multipart([identity, b"", encode(msg)])  # type: ignore[arg-type]
+
+    def _handle(self, ident: bytes, raw: bytes) -> None:
+        try:
+            msg = decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return  # garbage on the socket never kills the scheduler
+        now = time.monotonic()
+        if isinstance(msg, Submit):
+            self._submit(ident, msg, now)
+        elif isinstance(msg, Tokens):
+            self._tokens(msg, now)
+        elif isinstance(msg, Heartbeat):
+            self.report.heartbeat(msg, now)
+        elif isinstance(msg, Progress):
+            self._progress(msg)
+        elif isinstance(msg, Abort):
+            self._drop(msg.request_id, cancel=True)
+        elif isinstance(msg, Query):
+            self._to_client(ident, self.report.answer(msg))
+        elif isinstance(msg, EngineHello):
+            self._hello(ident, msg, now)
+
+    # ------------------------------------------------------------------ engines
+    def _hello(self, ident: bytes, msg: EngineHello, now: float) -> None:
+        eid = msg.engine_id
+        if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
+            eid = max(self.state.engines, default=-1) + 1
+        self.state.add_engine(EngineState(engine_id=eid, role=msg.role, node_id=msg.node_id,
+                                          hbm_tokens=msg.hbm_tokens, last_seen_s=now,
+                                          data_addr=msg.data_addr, identity=ident))
+        if self.sched is None:
+            self._setup(msg)
+        leader = min(e.engine_id for e in self.state.groups(msg.role)[msg.node_id])
+        self._send(ident, Welcome(engine_id=eid, is_leader=leader == eid, peers=self._peers()))
+        self._broadcast_peers()
+
+    def _setup(self, msg: EngineHello) -> None:
+        from dualpath.runtime.kvstore import BlockLayout, BlockStore
+
+        self.hello = msg
+        layout = BlockLayout(num_layers=msg.num_layers, block_size=msg.block_size,
+                             kv_bytes_per_token_layer=msg.kv_bytes_per_token_layer)
+        self.store = BlockStore(self.args.kv_dir, layout)
+        snic = gbps_to_bytes_per_s(self.args.snic_gbps) if self.args.snic_gbps else 50e9
+        cfg = SchedulerConfig.from_rates(snic_bytes_per_s=snic,
+                                         kv_bytes_per_token=layout.kv_bytes_per_token,
+                                         prefill_tokens_per_s=self.args.prefill_tokens_per_s,
+                                         batching="tokens", block_size=msg.block_size)
+        self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
+        self.sched = make_scheduler(self.args.policy, cfg)  # type: ignore[assignment]
+
+    def _peers(self) -> dict[int, str]:
+        return {e.engine_id: e.data_addr for e in self.state.engines.values() if e.alive}
+
+    def _broadcast_peers(self) -> None:
+        peers = self._peers()
+        for e in self.state.engines.values():
+            if e.alive:
+                self._send(e.identity, Peers(peers=peers))
+
+    def _check_engines(self, now: float) -> None:
+        for e in list(self.state.engines.values()):
+            if e.alive and now - e.last_seen_s > self.args.engine_timeout_s:
+                self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding")
+
+    def engine_died(self, eid: int, reason: str) -> None:
+        """Mark ``eid`` dead; requests without tokens go back to the queue, others fail."""
+        e = self.state.engines[eid]
+        e.alive = False
+        self.report.down.append(reason)
+        for rid, req in list(self.state.requests.items()):
+            if eid not in (req.pe, req.de):
+                continue
+            if self.report.num_tokens(rid) > 0:
+                self._fail(rid, f"{reason}; request lost after it started streaming")
+                continue
+            self._requeue(rid)
+        if e.role == "decode" and e.node_id not in self.state.groups("decode"):
+            self.state.global_queue[:0] = self.state.private_queues.pop(e.node_id, [])
+        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
+        if not self.state.groups(e.role):
+            for rid in list(self.state.requests):
+                self._fail(rid, f"{reason}; no live {e.role} engine left")
+        self._broadcast_peers()
+
+    def _requeue(self, rid: str) -> None:
+        req = self.state.requests[rid]
+        for other in (req.pe, req.de):
+            if other >= 0 and self.state.engines[other].alive:
+                self._send(self.state.engines[other].identity, Cancel(request_id=rid))
+        self.state.finish(rid)
+        self.state.submit(req.info)
+        self.state.global_queue.insert(0, self.state.global_queue.pop())
+
+    # ------------------------------------------------------------------ requests
+    def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
+        rid, n = msg.request_id, len(msg.prompt_token_ids)
+        reject = self.report.validate(msg)
+        if reject is not None:
+            self._to_client(ident, Rejected(request_id=rid, kind=reject[0], reason=reject[1]))
+            return
+        assert self.store is not None and self.hello is not None
+        bs = self.hello.block_size
+        hit = min(len(self.store.match_prefix(msg.prompt_token_ids)) * bs, (n - 1) // bs * bs)
+        self.clients[rid] = ident
+        self.prompts[rid] = (list(msg.prompt_token_ids), msg.params)
+        self.report.submitted(rid, n, hit, now)
+        self.state.submit(pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit,
+                                         gen_len=msg.params.max_tokens))
+
+    def _progress(self, msg: Progress) -> None:
+        e = self.state.engines.get(msg.engine_id)
+        if e is not None:
+            e.last_seen_s = time.monotonic()
+        if msg.event == "read_done" and e is not None:
+            self.state.read_done(msg.request_id, e.node_id)
+        elif msg.event == "prefill_done":
+            self.state.prefill_done(msg.request_id)
+        elif msg.event == "failed":
+            self._fail(msg.request_id, msg.error or "engine failure")
+
+    def _tokens(self, msg: Tokens, now: float) -> None:
+        for ev in msg.events:
+            ident = self.clients.get(ev.request_id)
+            req = self.state.requests.get(ev.request_id)
+            if ident is None or req is None:
+                continue
+            if ev.is_last:
+                ev = msgspec.structs.replace(ev, stats=self.report.stats(ev.request_id, req, now))
+                self._drop(ev.request_id, cancel=False)
+            else:
+                self.report.token(ev.request_id, now)
+            self._to_client(ident, Tokens(events=[ev]))
+
+    def _fail(self, rid: str, error: str) -> None:
+        ident = self.clients.get(rid)
+        if ident is not None:
+            self._to_client(ident, Tokens(events=[TokenEvent(
+                request_id=rid, index=self.report.num_tokens(rid), token_id=-1,
+                finish_reason="error", error=error)]))
+        self.report.failed(rid)
+        self._drop(rid, cancel=True)
+
+    def _drop(self, rid: str, cancel: bool) -> None:
+        req = self.state.finish(rid)
+        if req is not None and cancel:
+            for eid in (req.pe, req.de):
+                if eid >= 0 and self.state.engines[eid].alive:
+                    self._send(self.state.engines[eid].identity, Cancel(request_id=rid))
+        self.clients.pop(rid, None)
+        self.prompts.pop(rid, None)
+        self.report.forget(rid)
+
+    # ------------------------------------------------------------------ scheduling
+    def tick(self, now: float) -> None:
+        self._check_engines(now)
+        if self.sched is None:
+            return
+        st = self.state
+        for node in st.groups("decode"):
+            if st.global_queue or st.private_queues.get(node):
+                st.apply_decode(node, self.sched.assign_decode(st.decode_view(node, now)))
+        for node in st.groups("prefill"):
+            if st.prefill_queue:
+                for rid in st.apply_prefill(node, self.sched.assign_prefill(st.prefill_view(node, now))):
+                    self._dispatch(rid, now)
+
+    def _dispatch(self, rid: str, now: float) -> None:
+        req = self.state.requests[rid]
+        ids, params = self.prompts[rid]
+        common = dict(request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len,
+                      pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, params=params)
+        self.report.dispatched(rid, now)
+        self._send(self.state.engines[req.de].identity, DecodeTask(prefill_engine=req.pe, **common))
+        self._send(self.state.engines[req.pe].identity, PrefillTask(decode_engine=req.de, **common))
+
+
+def main() -> None:
+    """``python -m dualpath.runtime.cluster.scheduler '<SchedulerArgs as JSON>'``."""
+    import sys
+    from pathlib import Path
+
+    svc = SchedulerService(msgspec.json.decode(sys.argv[1].encode(), type=SchedulerArgs))
+    if svc.args.port_file:
+        Path(svc.args.port_file).write_text(svc.address)
+    try:
+        svc.serve_forever()
+    except KeyboardInterrupt:
+        svc.close()
+
+
+if __name__ == "__main__":
+    main()
