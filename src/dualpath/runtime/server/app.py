@@ -1,0 +1,230 @@
+"""The OpenAI-compatible HTTP API over a cluster client (FastAPI).
+
+``create_app(cluster, tokenizer, config)``: ``cluster`` is a scheduler address (a ``ClusterClient``
+is made inside the server's event loop) or a zero-argument factory returning any object with the
+ClusterClient methods (``connect``, ``close``, ``info``, ``health``, ``metrics``, ``generate``).
+Every failure becomes an OpenAI-style error body; nothing a client sends crashes the server.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dualpath.runtime.cluster.api import ClusterError, ClusterInfo
+from dualpath.runtime.server.config import ServerConfig
+from dualpath.runtime.server.errors import APIError, from_cluster_error
+from dualpath.runtime.server.generate import Piece, Timing, run_generation
+from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
+from dualpath.runtime.server.protocol import GenRequest, parse_request
+from dualpath.runtime.server.responses import SSE_DONE, ResponseBuilder, sse
+from dualpath.runtime.server.tokenizer import Tokenizer
+
+
+class _State:
+    def __init__(self, factory: Callable[[], Any], tok: Tokenizer, config: ServerConfig) -> None:
+        self.factory = factory
+        self.tok = tok
+        self.config = config
+        self.client: Any = None
+        self.info: ClusterInfo | None = None
+        self.metrics = ServerMetrics()
+
+    async def cluster_info(self) -> ClusterInfo:
+        if self.info is None:
+            try:
+                self.info = await self.client.info()
+            except ClusterError as exc:
+                raise from_cluster_error(exc) from None
+        return self.info
+
+    def served_name(self, info: ClusterInfo) -> str:
+        return self.config.model_name or info.model_name
+
+
+def _factory(cluster: str | Callable[[], Any]) -> Callable[[], Any]:
+    if callable(cluster):
+        return cluster
+
+    def make() -> Any:
+        from dualpath.runtime.cluster.client import ClusterClient
+
+        return ClusterClient(cluster)
+
+    return make
+
+
+def create_app(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
+               config: ServerConfig | None = None) -> FastAPI:
+    """Build the app; the cluster client lives from startup to shutdown of the server."""
+    state = _State(_factory(cluster), tokenizer, config or ServerConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.client = state.factory()
+        await state.client.connect()
+        try:
+            yield
+        finally:
+            await state.client.close()
+
+    app = FastAPI(title="dualpath", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.dualpath = state
+    _add_error_handlers(app, state)
+    _add_info_routes(app, state)
+    _add_generation_routes(app, state)
+    return app
+
+
+def _error_response(state: _State, request: Request, exc: APIError) -> JSONResponse:
+    count_http(state.metrics, request.url.path, exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _add_error_handlers(app: FastAPI, state: _State) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return _error_response(state, request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = f"{request.method} {request.url.path}: {exc.detail}"
+        return _error_response(state, request, APIError(exc.status_code, msg))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+        return _error_response(state, request, err)
+
+
+def _check_auth(state: _State, request: Request) -> None:
+    key = state.config.api_key
+    if key is None:
+        return
+    header = request.headers.get("authorization", "")
+    given = header[7:] if header.lower().startswith("bearer ") else ""
+    if not secrets.compare_digest(given.encode(), key.encode()):
+        reason = "missing Authorization: Bearer header" if not given else "incorrect API key"
+        raise APIError(401, f"{reason} (this server needs an API key)", code="invalid_api_key")
+
+
+def _add_info_routes(app: FastAPI, state: _State) -> None:
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        _check_auth(state, request)
+        info = await state.cluster_info()
+        count_http(state.metrics, "/v1/models", 200)
+        return JSONResponse({"object": "list", "data": [{
+            "id": state.served_name(info), "object": "model", "created": 0, "owned_by": "dualpath",
+            "max_model_len": info.max_context_len, "vocab_size": info.vocab_size}]})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        try:
+            h = await state.client.health()
+        except ClusterError as exc:
+            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc)},
+                                status_code=503)
+        engines = [{"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id,
+                    "alive": e.alive, "num_seqs": e.num_seqs} for e in h.engines]
+        body = {"status": "ok" if h.ok else "unhealthy", "down": list(h.down), "policy": h.policy,
+                "num_waiting": h.num_waiting, "num_running": h.num_running, "engines": engines}
+        return JSONResponse(body, status_code=200 if h.ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            state.metrics.update(await state.client.metrics())
+        except ClusterError:
+            state.metrics.update(None)
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def _read_json(state: _State, request: Request) -> Any:
+    raw = await request.body()
+    if len(raw) > state.config.max_request_bytes:
+        raise APIError(413, f"request body of {len(raw)} bytes exceeds the limit of "
+                       f"{state.config.max_request_bytes} bytes")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
+
+
+def _add_generation_routes(app: FastAPI, state: _State) -> None:
+    async def handle(kind: str, request: Request) -> Response:
+        _check_auth(state, request)
+        body = await _read_json(state, request)
+        info = await state.cluster_info()
+        req = parse_request(kind, body, info, state.tok, state.served_name(info),
+                            state.config.default_max_tokens)
+        timing = Timing()
+        pieces = run_generation(state.client, req, state.tok, timing, state.config.token_timeout_s)
+        try:
+            first = await pieces.__anext__()
+        except ClusterError as exc:
+            raise from_cluster_error(exc) from None
+        count_http(state.metrics, request.url.path, 200 if req.stream or first.error is None else 503)
+        if req.stream:
+            return StreamingResponse(_stream(state, req, first, pieces, timing),
+                                     media_type="text/event-stream")
+        return await _collect(state, req, first, pieces, timing)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await handle("completion", request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await handle("chat", request)
+
+
+async def _collect(state: _State, req: GenRequest, first: Piece,
+                   pieces: AsyncIterator[Piece], timing: Timing) -> JSONResponse:
+    out = ResponseBuilder(req)
+    texts, ids, last = [first.text], list(first.token_ids), first
+    try:
+        while last.finish_reason is None:
+            last = await pieces.__anext__()
+            texts.append(last.text)
+            ids.extend(last.token_ids)
+    finally:
+        await pieces.aclose()  # type: ignore[attr-defined]
+        state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
+    if last.finish_reason == "error":
+        raise APIError(503, f"generation failed after {len(ids)} tokens: {last.error}",
+                       code="generation_failed")
+    return JSONResponse(out.full("".join(texts), ids, last.finish_reason))
+
+
+async def _stream(state: _State, req: GenRequest, first: Piece, pieces: AsyncIterator[Piece],
+                  timing: Timing) -> AsyncIterator[str]:
+    out = ResponseBuilder(req)
+    num_ids, last = 0, first
+    try:
+        if req.kind == "chat":
+            yield sse(out.chunk("", [], None, role=True))
+        piece: Piece | None = first
+        while piece is not None:
+            last = piece
+            if piece.finish_reason == "error":
+                err = APIError(503, f"generation failed: {piece.error}", code="generation_failed")
+                yield sse(err.body())
+                break
+            num_ids += len(piece.token_ids)
+            if piece.text or piece.finish_reason is not None or req.return_token_ids:
+                yield sse(out.chunk(piece.text, piece.token_ids, piece.finish_reason))
+            piece = None if piece.finish_reason is not None else await pieces.__anext__()
+        if req.include_usage:
+            yield sse(out.usage_chunk(num_ids))
+        yield SSE_DONE
+    finally:
+        await pieces.aclose()  # type: ignore[attr-defined]
+        state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)

@@ -1,0 +1,38 @@
+"""ServerConfig: how the HTTP layer listens and what it accepts (frozen, validated, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualpath.core.errors import require
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """``host`` defaults to loopback; serving other hosts must be asked for explicitly.
+
+    ``api_key``: when set, every ``/v1/*`` request needs ``Authorization: Bearer <api_key>``.
+    ``model_name``: the id clients send as ``model`` (None: the cluster's model name).
+    ``default_max_tokens``: used when a request names no ``max_tokens`` (capped by the context).
+    ``token_timeout_s``: longest wait for the next token before the request fails (none hangs).
+    ``max_request_bytes``: larger bodies get 413.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    model_name: str | None = None
+    default_max_tokens: int = 256
+    token_timeout_s: float = 120.0
+    max_request_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        require(self.host != "", "host", self.host, "must name an interface (127.0.0.1 = loopback)")
+        require(0 <= self.port < 65536, "port", self.port, "must be a TCP port (0 = any free port)")
+        require(self.api_key is None or self.api_key != "", "api_key", self.api_key,
+                "must be None or a non-empty string")
+        require(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens,
+                "must be >= 1")
+        require(self.token_timeout_s > 0, "token_timeout_s", self.token_timeout_s, "must be > 0")
+        require(self.max_request_bytes >= 1024, "max_request_bytes", self.max_request_bytes,
+                "must be >= 1024")

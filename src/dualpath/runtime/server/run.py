@@ -1,0 +1,81 @@
+"""Run the HTTP server: in the foreground (``dualpath serve``) or in a background thread (tests, demo)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from dualpath.core.errors import ConfigError
+from dualpath.runtime.server.app import create_app
+from dualpath.runtime.server.config import ServerConfig
+from dualpath.runtime.server.tokenizer import Tokenizer, load_tokenizer
+
+
+def run_server(cluster_address: str, host: str = "127.0.0.1", port: int = 8000, *,
+               model: str = "smollm2-135m", tokenizer: Tokenizer | None = None,
+               api_key: str | None = None, served_model_name: str | None = None,
+               log_level: str = "warning") -> None:
+    """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.
+
+    ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model)."""
+    config = ServerConfig(host=host, port=port, api_key=api_key, model_name=served_model_name)
+    tok = tokenizer or load_tokenizer(model)
+    app = create_app(cluster_address, tok, config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level)
+
+
+class BackgroundServer:
+    """Serves an app on a free loopback port from a daemon thread; ``url`` is set once listening.
+
+    ``with BackgroundServer(app) as srv: httpx.get(srv.url + "/health")``.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", startup_timeout_s: float = 30.0) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, 0))
+        port = self._sock.getsockname()[1]
+        self.url = f"http://{host}:{port}"
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(target=self._run, daemon=True, name="dualpath-http")
+        self._startup_timeout_s = startup_timeout_s
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self._server.run(sockets=[self._sock])
+        except BaseException as exc:  # surfaced by start()
+            self._error = exc
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + self._startup_timeout_s
+        while not self._server.started:
+            if self._error is not None or not self._thread.is_alive():
+                raise ConfigError("server", self.url, f"failed to start: {self._error}")
+            if time.monotonic() > deadline:
+                raise ConfigError("server", self.url, "did not start in time")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_in_background(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
+                        config: ServerConfig | None = None) -> BackgroundServer:
+    """Start the API for ``cluster`` in a thread (not yet started: use as a context manager)."""
+    return BackgroundServer(create_app(cluster, tokenizer, config))
