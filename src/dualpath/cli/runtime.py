@@ -1,9 +1,59 @@
-"""CLI commands of this face (filled in by the issue that owns it)."""
+"""``dualpath check``: the real data path (store, both read paths, layerwise prefill, decode) against
+transformers on the default model."""
 
 from __future__ import annotations
 
 import typer
 
+from dualpath.cli._common import print_json, print_table
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.command(name="check")(check)
+
+
+def check(
+    model: str = typer.Option("smollm2-135m", help="Model name, Hugging Face folder or .gguf file."),
+    turns: int = typer.Option(3, help="Conversation turns per path."),
+    paths: str = typer.Option("pe,de,mixed", help="Comma-separated: pe, de, mixed."),
+    block_size: int = typer.Option(16, help="KV block size in tokens."),
+    gen_len: int = typer.Option(8, help="Tokens generated per turn (greedy)."),
+    tolerance: float = typer.Option(1e-4, help="Max allowed |logit difference| (fp32)."),
+    device: str = typer.Option("", help="cpu or cuda (default: cuda when present)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run multi-turn chats through the engines and compare tokens and logits with transformers.
+
+    Exits 1 when tokens differ or a logit differs by more than the tolerance."""
+    import torch
+    from rich.progress import Progress
+
+    from dualpath.runtime.engine.check import CheckConfig, run_check
+    from dualpath.runtime.model import default_device
+
+    torch.set_num_threads(1)
+    cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
+                      block_size=block_size, gen_len=gen_len, tolerance=tolerance,
+                      device=device or default_device())  # fmt: skip
+    with Progress(transient=True, console=_stderr()) as bar:
+        task = bar.add_task("check", total=len(cfg.paths) * cfg.turns)
+        report = run_check(cfg, on_turn=lambda: bar.advance(task))
+    if json_out:
+        print_json(report)
+    else:
+        rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
+                 r["max_abs_logit_diff"], r["tokens_equal"]) for r in report["per_turn"]]  # fmt: skip
+        print_table(f"dualpath check: {report['model']} ({report['device']}, fp32)",
+                    ["path", "conv", "turn", "read", "prompt", "hits", "max |dlogit|", "tokens equal"], rows)  # fmt: skip
+        verdict = "OK" if report["ok"] else "MISMATCH"
+        typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
+                   f"tokens_equal={report['tokens_equal']} wall_s={report['wall_s']:.1f}")  # fmt: skip
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _stderr():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(stderr=True)

@@ -165,12 +165,13 @@ class Decoder:
             qh = q[start:end].transpose(0, 1)  # [heads, n, d]
             kh, vh = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [kv_heads, c+n, d]
             mask = None
-            if span.new_len > 1:
+            if span.new_len > 1 and span.cached_len:
                 key_pos = torch.arange(kv.shape[0], device=q.device)
                 query_pos = torch.arange(span.new_len, device=q.device) + span.cached_len
                 mask = key_pos[None, :] <= query_pos[:, None]
+            is_causal = span.new_len > 1 and not span.cached_len
             o = F.scaled_dot_product_attention(
-                qh, kh, vh, attn_mask=mask, scale=self._scale, enable_gqa=True
+                qh, kh, vh, attn_mask=mask, is_causal=is_causal, scale=self._scale, enable_gqa=True
             )
             outs.append(o.transpose(0, 1).reshape(span.new_len, -1))
             start = end

@@ -1,0 +1,154 @@
+"""End-to-end exactness check of the data path against transformers (``dualpath check``).
+
+A multi-turn chat (the model's chat template; random tokens if it has no tokenizer) runs through
+``LocalPipeline`` on each requested path with a fresh store; every turn's greedy tokens and logits are
+compared with one full transformers forward over the same weights. Paths: ``pe`` and ``de`` (one
+conversation on that read path), ``mixed`` (two conversations batched together, on opposite paths that
+swap every turn, each on its own DE, with chunked prefill).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dualpath.core.errors import require
+from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, LocalPipeline
+from dualpath.runtime.engine.types import SamplingParams
+from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
+
+PATHS = ("pe", "de", "mixed")
+_MESSAGES = (
+    "What is the capital of France? Answer in one sentence.",
+    "And which river flows through it?",
+    "Name one famous bridge over that river.",
+    "How long is the river?",
+    "Thanks. Summarise our conversation.",
+)
+_OTHER = ("Write a haiku about the sea.", "Now one about mountains.", "And one about rain.",
+          "Which of them do you like best?", "Why?")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckConfig:
+    model: str = "smollm2-135m"
+    turns: int = 3
+    paths: tuple[str, ...] = PATHS
+    block_size: int = 16
+    gen_len: int = 8
+    tolerance: float = 1e-4
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        require(1 <= self.turns <= len(_MESSAGES), "turns", self.turns, f"must be in [1, {len(_MESSAGES)}]")
+        for p in self.paths:
+            require(p in PATHS, "paths", p, f"choices: {', '.join(PATHS)}")
+
+
+class _Chat:
+    """Append-only chat token streams: each new user turn is appended as template text."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        self.tok = tokenizer
+        self.gen = torch.Generator().manual_seed(0)
+        self.vocab_size = vocab_size
+
+    def first(self, message: str) -> list[int]:
+        if self.tok is None:
+            return torch.randint(3, self.vocab_size, (40,), generator=self.gen).tolist()
+        ids = self.tok.apply_chat_template([{"role": "user", "content": message}],
+                                           add_generation_prompt=True, tokenize=True)  # fmt: skip
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def append(self, message: str) -> list[int]:
+        if self.tok is None:
+            return torch.randint(3, self.vocab_size, (13,), generator=self.gen).tolist()
+        mark = "\x00REPLY\x00"
+        text = self.tok.apply_chat_template(
+            [{"role": "user", "content": "x"}, {"role": "assistant", "content": mark},
+             {"role": "user", "content": message}], add_generation_prompt=True, tokenize=False)  # fmt: skip
+        return list(self.tok.encode(text.split(mark, 1)[1], add_special_tokens=False))
+
+
+def compare(hf: Any, prompt: Sequence[int], out: Generation) -> tuple[float, bool]:
+    """(max |logit diff|, greedy tokens equal) of a generation versus one full transformers forward."""
+    full = list(prompt) + list(out.tokens[:-1])
+    with torch.no_grad():
+        ref = hf(torch.tensor([full], device=hf.device)).logits[0, len(prompt) - 1 :].float().cpu()
+    ours = torch.stack([lg.float().cpu() for lg in out.logits])
+    return (ref - ours).abs().max().item(), ref.argmax(-1).tolist() == list(out.tokens)
+
+
+def run_check(cfg: CheckConfig, on_turn: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run the check; returns the JSON-able report (see ``dualpath check --help``)."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    dec, ckpt = load_decoder(cfg.model, device=cfg.device, dtype=torch.float32)
+    hf = build_hf_model(ckpt).to(cfg.device)
+    try:
+        tokenizer = load_tokenizer(cfg.model)
+    except Exception:  # a bare checkpoint folder: random-token conversation
+        tokenizer = None
+    chat = _Chat(tokenizer, dec.config.vocab_size)
+    rows: list[dict[str, Any]] = []
+    last_reply = ""
+    for path in cfg.paths:
+        rows.extend(_run_path(dec, hf, chat, cfg, path, on_turn))
+        if tokenizer is not None and rows:
+            last_reply = tokenizer.decode(rows[-1].pop("_tokens"))
+        for r in rows:
+            r.pop("_tokens", None)
+    max_diff = max(r["max_abs_logit_diff"] for r in rows)
+    equal = all(r["tokens_equal"] for r in rows)
+    return {
+        "model": cfg.model, "dtype": "float32", "device": cfg.device, "block_size": cfg.block_size,
+        "turns": cfg.turns, "paths": list(cfg.paths), "max_abs_logit_diff": max_diff,
+        "tolerance": cfg.tolerance, "tokens_equal": equal,
+        "ok": equal and max_diff <= cfg.tolerance,
+        "hit_tokens": sum(r["hit_tokens"] for r in rows),
+        "computed_tokens": sum(r["prompt_len"] - r["hit_tokens"] for r in rows),
+        "last_reply": last_reply, "per_turn": rows, "wall_s": time.perf_counter() - start,
+    }  # fmt: skip
+
+
+def _run_path(
+    dec: Decoder, hf: Any, chat: _Chat, cfg: CheckConfig, path: str, on_turn: Callable[[], None] | None
+) -> list[dict[str, Any]]:
+    convs = {"a": _MESSAGES} if path != "mixed" else {"a": _MESSAGES, "b": _OTHER}
+    ctx = {k: chat.first(m[0]) for k, m in convs.items()}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dualpath-check-") as kv_dir:
+        local = LocalConfig(kv_dir=kv_dir, block_size=cfg.block_size, num_decode_engines=len(convs),
+                            max_batch_tokens=4096 if path != "mixed" else 48)  # fmt: skip
+        with LocalPipeline(dec, local) as pipe:
+            for turn in range(cfg.turns):
+                reqs = [GenRequest(request_id=f"{k}{turn}", token_ids=tuple(ctx[k]),
+                                   read_side=_side(path, k, turn), decode_engine=i,  # type: ignore[arg-type]
+                                   sampling=SamplingParams(max_new_tokens=cfg.gen_len))
+                        for i, k in enumerate(convs)]  # fmt: skip
+                outs = pipe.generate(reqs)
+                for req in reqs:
+                    out = outs[req.request_id]
+                    diff, equal = compare(hf, req.token_ids, out)
+                    rows.append({"path": path, "conversation": req.request_id[0], "turn": turn,
+                                 "read_side": req.read_side, "prompt_len": len(req.token_ids),
+                                 "hit_tokens": out.hit_tokens, "gen_len": len(out.tokens),
+                                 "max_abs_logit_diff": diff, "tokens_equal": equal,
+                                 "_tokens": list(out.tokens)})  # fmt: skip
+                    k = req.request_id[0]
+                    if turn + 1 < cfg.turns:
+                        ctx[k] = ctx[k] + list(out.tokens) + chat.append(convs[k][turn + 1])
+                if on_turn is not None:
+                    on_turn()
+    return rows
+
+
+def _side(path: str, conv: str, turn: int) -> str:
+    if path != "mixed":
+        return path
+    return "pe" if (turn + (conv == "b")) % 2 == 0 else "de"
