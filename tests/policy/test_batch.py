@@ -109,3 +109,27 @@ def test_chunk_is_largest_fitting() -> None:
     plan = make_scheduler("dualpath", SchedulerConfig(attention_predictor=pred,
                                                       compute_quota_s=400)).plan_prefill_batch(view)
     assert plan.entries[0].chunk_len == 7  # 7: 70 + 28 = 98 pairs; 8: 80 + 36 = 116
+
+
+def test_quota_evens_attention_time_across_a_group() -> None:
+    """The point of the quota (spec section 8): GPUs of one attention-DP group that all have work
+    get near-equal attention time per step, unlike a plain token budget."""
+    import random
+
+    from dualpath.policy import attention_time_balance
+
+    pred = LinearAttentionPredictor(
+        flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512),
+        seconds_per_flop=1 / 400e12)
+    rng = random.Random(3)
+    views = [BatchView(now_s=0.0, engine_id=g, waiting=tuple(
+        BatchItem(request_id=f"g{g}r{i}", cached_len=rng.choice([2_000, 60_000]),
+                  new_len=rng.randint(100, 3000)) for i in range(40))) for g in range(8)]
+    by_mode = {}
+    for mode in ("quota", "tokens"):
+        cfg = SchedulerConfig(attention_predictor=pred, batching=mode, compute_quota_s=0.3)
+        sched = make_scheduler("dualpath", cfg)
+        by_mode[mode] = attention_time_balance([[sched.plan_prefill_batch(v).attention_s
+                                                 for v in views]])
+    assert by_mode["quota"] < 1.02
+    assert by_mode["tokens"] > by_mode["quota"] + 0.05
