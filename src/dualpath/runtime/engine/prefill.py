@@ -163,6 +163,7 @@ class PrefillEngine:
         for layer in range(dec.num_layers):
             nxt = layer + 1 < dec.num_layers
             pending = self._loader.submit(self._load, layer + 1, batch) if nxt and self.config.overlap else None
+            self.staging.wait_loaded(layer)
             cached = [self.staging.view(layer, st.req.request_id) if st.computed_len else None
                       for st, _ in batch]  # fmt: skip
             hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope)
@@ -186,15 +187,24 @@ class PrefillEngine:
         return st
 
     def _load(self, layer: int, batch: Sequence[tuple[_State, int]]) -> None:
-        """Put ``layer``'s cached KV of every batch entry into the staging slot of ``layer``."""
+        """Put ``layer``'s cached KV of every batch entry into the staging slot of ``layer``; on the PE
+        path also forward the not yet sent cached KV of that layer to the DE buffer (off the compute
+        thread when overlapped)."""
         self.staging.arrange(layer, [(st.req.request_id, st.computed_len) for st, _ in batch])
+        with self.staging.loading(layer):
+            self._load_into_staging(layer, batch)
+
+    def _load_into_staging(self, layer: int, batch: Sequence[tuple[_State, int]]) -> None:
         handles = []
         for st, _ in batch:
             c, rid = st.computed_len, st.req.request_id
             if c == 0:
                 continue
-            if st.blocks is not None:  # PE read path: PE buffer -> device
+            if st.blocks is not None:  # PE read path: PE buffer -> device, and hit KV -> DE buffer
                 st.blocks.read_tokens(layer, 0, c, self.staging.view(layer, rid))
+                if st.sent_len < c:  # spec section 4: the PE path forwards the hit KV too
+                    items = self.buffer.layer_items(rid, layer, st.sent_len, c)
+                    handles.append(self.transport.submit(st.req.decode_endpoint, items, source=self.config.name))
             else:  # DE read path: DE buffer -> transport -> this engine's staging
                 remote = self._remotes[st.req.decode_endpoint]
                 handles.append(remote.request_layer(rid, layer, 0, c, self.config.name))
@@ -202,18 +212,15 @@ class PrefillEngine:
             h.wait(60.0)
 
     def _emit(self, layer: int, batch: Sequence[tuple[_State, int]], kv: torch.Tensor) -> list[TransferHandle]:
-        """Send ``layer``'s new KV (and unsent PE-path hit KV) to each request's DE buffer."""
+        """Send ``layer``'s new KV to each request's DE buffer (one submit per destination)."""
         by_dest: dict[str, list[TransferItem]] = {}
         off, bs = 0, self.geometry.block_size
         for st, n in batch:
             rid, c, new = st.req.request_id, st.computed_len, kv[off : off + n]
             off += n
             items = by_dest.setdefault(st.req.decode_endpoint, [])
-            if st.blocks is not None:
-                if st.sent_len < c:  # PE path: the hit KV goes to the DE too (spec section 4)
-                    items.extend(self.buffer.layer_items(rid, layer, st.sent_len, c))
-                if c + n < len(st.req.token_ids):  # later chunks read it back from the PE buffer
-                    st.blocks.write_tokens(layer, c, new)
+            if st.blocks is not None and c + n < len(st.req.token_ids):
+                st.blocks.write_tokens(layer, c, new)  # later chunks read it back from the PE buffer
             for b, o, k in layer_items_spans(c, c + n, bs):
                 src = b * bs + o - c
                 items.append(TransferItem(key=rid, block_index=b, layer=layer, num_tokens=k,

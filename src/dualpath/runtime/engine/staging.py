@@ -10,7 +10,8 @@ PE buffer (PE read path) or through the transport (DE read path: this object is 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -33,6 +34,27 @@ class LayerStaging:
         self._buf = torch.zeros(shape, dtype=geometry.dtype, device=device)  # touched once, here
         self._offsets: list[dict[str, tuple[int, int]]] = [{} for _ in range(num_slots)]
         self._lock = threading.Lock()
+        # CUDA: loads run on a side stream so they overlap compute; events order the two
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._events: list[torch.cuda.Event | None] = [None] * num_slots
+
+    @contextmanager
+    def loading(self, layer: int) -> Iterator[None]:
+        """Context for the copies that fill ``layer``'s slot (a side CUDA stream on a GPU)."""
+        if self._stream is None:
+            yield
+            return
+        # the slot was last read by layer - num_slots, enqueued earlier on the compute stream
+        self._stream.wait_stream(torch.cuda.default_stream(self._buf.device))
+        with torch.cuda.stream(self._stream):
+            yield
+        self._events[layer % self.num_slots] = self._stream.record_event()
+
+    def wait_loaded(self, layer: int) -> None:
+        """Make the compute stream wait for ``layer``'s load (no-op on the CPU)."""
+        event = self._events[layer % self.num_slots]
+        if event is not None:
+            torch.cuda.default_stream(self._buf.device).wait_event(event)
 
     @property
     def nbytes(self) -> int:

@@ -85,3 +85,28 @@ def make_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Pa
     path.mkdir(parents=True, exist_ok=True)
     make_tiny_hf_model(spec or TinySpec()).save_pretrained(str(path), safe_serialization=True)
     return path
+
+
+def random_weights(config: Any, seed: int = 0, std: float = 0.05) -> dict[str, torch.Tensor]:
+    """Seeded random fp32 tensors, transformers-named, for a ``DecoderConfig`` (no transformers needed;
+    for benchmarks at realistic shapes)."""
+    g = torch.Generator().manual_seed(seed)
+    h, kv = config.hidden_size, config.num_kv_heads * config.head_dim
+    q, inter = config.num_heads * config.head_dim, config.intermediate_size
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * std
+
+    w = {"model.embed_tokens.weight": rnd(config.vocab_size, h), "model.norm.weight": torch.ones(h),
+         "lm_head.weight": rnd(config.vocab_size, h)}  # fmt: skip
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}."
+        w |= {p + "input_layernorm.weight": torch.ones(h), p + "post_attention_layernorm.weight": torch.ones(h),
+              p + "self_attn.q_proj.weight": rnd(q, h), p + "self_attn.k_proj.weight": rnd(kv, h),
+              p + "self_attn.v_proj.weight": rnd(kv, h), p + "self_attn.o_proj.weight": rnd(h, q),
+              p + "mlp.gate_proj.weight": rnd(inter, h), p + "mlp.up_proj.weight": rnd(inter, h),
+              p + "mlp.down_proj.weight": rnd(h, inter)}  # fmt: skip
+        if config.qkv_bias:
+            w |= {p + "self_attn.q_proj.bias": rnd(q), p + "self_attn.k_proj.bias": rnd(kv),
+                  p + "self_attn.v_proj.bias": rnd(kv)}  # fmt: skip
+    return w
