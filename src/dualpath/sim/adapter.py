@@ -1,0 +1,157 @@
+"""The simulator's adapter to ``dualpath.policy``: build views from sim state, execute plans.
+
+This is the ONLY place the simulator meets scheduling decisions; it decides nothing itself. Group
+ids are node ids (one group per node, spec section 3); engine ids are GPU ids. Queue prefixes passed
+in a view are bounded (``VIEW_LIMIT``) -- an adapter choice that cannot change a plan as long as a
+fetch never takes more requests than that (checked: a plan that takes the whole prefix is refetched).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from dualpath.policy.views import (
+    BatchItem,
+    BatchView,
+    DecodeFetchView,
+    EngineLoad,
+    GroupLoad,
+    GroupTotal,
+    NodeReadQueue,
+    PendingPrefill,
+    PrefillFetchView,
+)
+
+VIEW_LIMIT = 512
+BATCH_VIEW_LIMIT = 64
+
+
+class PolicyAdapter:
+    def __init__(self, sim, scheduler) -> None:
+        self.sim = sim
+        self.scheduler = scheduler
+        self.global_queue: deque = deque()
+        self.private: dict[int, deque] = {n.node_id: deque() for n in sim.cluster.de_nodes}
+        self.private_tokens: dict[int, int] = {n.node_id: 0 for n in sim.cluster.de_nodes}
+        self.prefill_queue: deque = deque()
+        self.de_rr: dict[int, int] = {n.node_id: 0 for n in sim.cluster.de_nodes}
+        self.pe_rr: dict[int, int] = {n.node_id: 0 for n in sim.cluster.pe_nodes}
+        self.group_rr = 0
+        self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
+        self.fetches = 0
+        self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
+
+    # ------------------------------------------------------------------ decode side
+    def _de_group(self, node) -> GroupLoad:
+        states = self.sim.de_states
+        return GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
+            EngineLoad(engine_id=g, num_seqs=states[g].seq, num_tokens=states[g].tok,
+                       free_hbm_tokens=states[g].hbm_tokens - states[g].reserved)
+            for g in node.gpus))
+
+    def fetch_decode(self, node) -> int:
+        """One DE group's fetch. Returns the number of requests assigned to its DEs."""
+        sim = self.sim
+        node_tok = sim.de_node_tok
+        private_tokens = self.private_tokens
+        totals = tuple(GroupTotal(group_id=n, num_tokens=node_tok[n] + private_tokens[n])
+                       for n in self.de_node_ids)
+        view = DecodeFetchView(
+            now_s=sim.kernel.now_s, group=self._de_group(node),
+            private_queue=tuple(r.info for r in self.private[node.node_id]),
+            global_queue=tuple(r.info for r in self.global_queue), group_totals=totals,
+            rr_cursor=self.de_rr[node.node_id], group_rr_cursor=self.group_rr)
+        plan = self.scheduler.assign_decode(view)
+        self.fetches += 1
+        self.de_rr[node.node_id] = plan.next_rr_cursor
+        self.group_rr = plan.next_group_rr_cursor
+        if plan.routings:
+            assert len(plan.routings) == len(self.global_queue), "routing must drain the queue"
+            for routing in plan.routings:
+                req = self.global_queue.popleft()
+                assert req.rid == routing.request_id, (req.rid, routing.request_id)
+                self.private[routing.group_id].append(req)
+                self.private_tokens[routing.group_id] += req.decode_len
+                sim.mark_de_dirty(routing.group_id)
+        queue = self.private[node.node_id]
+        for assignment in plan.assignments:
+            req = queue.popleft()
+            assert req.rid == assignment.request_id, (req.rid, assignment.request_id)
+            self.private_tokens[node.node_id] -= req.decode_len
+            sim.assign_de(req, assignment.engine_id)
+        return len(plan.assignments)
+
+    # ------------------------------------------------------------------ prefill side
+    def fetch_prefill(self, node) -> int:
+        """One PE group's fetch (strict leader fetch: this group only)."""
+        sim = self.sim
+        pes = sim.pe_states
+        group = GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
+            EngineLoad(engine_id=g, num_seqs=pes[g].seq, num_tokens=pes[g].tok)
+            for g in node.gpus))
+        prefix = []
+        nodes_seen = {node.node_id}
+        for i, req in enumerate(self.prefill_queue):
+            if i >= VIEW_LIMIT:
+                break
+            prefix.append(req.pending)
+            nodes_seen.add(req.pending.de_node_id)
+        nodes = sim.cluster.nodes
+        queues = tuple(NodeReadQueue(node_id=n, read_queue_tokens=nodes[n].read_q,
+                                     read_tokens_per_s=self.read_rate[n])
+                       for n in sorted(nodes_seen))
+        view = PrefillFetchView(now_s=sim.kernel.now_s, groups=(group,), queue=tuple(prefix),
+                                read_queues=queues, rr_cursor=self.pe_rr[node.node_id])
+        plan = self.scheduler.assign_prefill(view)
+        self.fetches += 1
+        self.pe_rr[node.node_id] = plan.next_rr_cursor
+        for a in plan.assignments:
+            req = self.prefill_queue.popleft()
+            assert req.rid == a.request_id, (req.rid, a.request_id)
+            sim.assign_pe(req, a.engine_id, a.pe_read_len, a.de_read_len, a.read_side)
+        return len(plan.assignments)
+
+    def enqueue_prefill(self, req, de_node_id: int) -> None:
+        req.pending = PendingPrefill(request=req.info, de_engine_id=req.de_gpu,
+                                     de_node_id=de_node_id)
+        self.prefill_queue.append(req)
+
+    # ------------------------------------------------------------------ PE batch
+    def plan_batch(self, st) -> list[tuple[object, int, int]]:
+        """``[(req, cached_len, chunk_len)]`` for PE ``st``'s next iteration (may be empty)."""
+        ready = []
+        sim = self.sim
+        room = sim.pe_kv_tokens if not sim.system.layerwise else None
+        claimed = []
+        for req in st.queue:
+            if not req.is_ready:
+                continue
+            if not req.out_claimed:  # ready = reads done and DE-buffer room for the output
+                if not sim.claim_output(req):
+                    sim.starved_units.add(st.unit)
+                    continue
+                req.out_claimed = True
+                claimed.append(req)
+            if room is not None:  # Basic: the whole prompt KV must fit in PE HBM
+                if ready and req.prompt_len > room:
+                    break
+                room -= req.prompt_len
+            ready.append(req)
+            if len(ready) >= BATCH_VIEW_LIMIT:
+                break
+        if not ready:
+            return []
+        items = tuple(BatchItem(request_id=r.rid, cached_len=r.hit_len + r.done_new,
+                                new_len=r.miss_len - r.done_new) for r in ready)
+        plan = self.scheduler.plan_prefill_batch(
+            BatchView(now_s=self.sim.kernel.now_s, engine_id=st.gpu_id, waiting=items))
+        out = []
+        for req, entry in zip(ready, plan.entries):
+            assert req.rid == entry.request_id
+            out.append((req, entry.cached_len, entry.chunk_len))
+        picked = {id(r) for r, _c, _n in out}
+        for req in claimed:  # give back room taken for requests the plan did not pick
+            if id(req) not in picked:
+                req.out_claimed = False
+                sim.unclaim_output(req)
+        return out

@@ -1,0 +1,107 @@
+"""The simulated hardware: nodes, GPUs and their links, built from a ``ClusterPreset``.
+
+Node ids: prefill nodes ``0..P-1``, then decode nodes ``P..P+D-1``. GPU (= engine) ids: the PE
+GPUs node by node, then the DE GPUs. Per node: one SNIC link (reads and writes share it; the s SNICs
+of a node are pooled), one DRAM link (half duplex: every byte in or out), a bounded DRAM buffer.
+Per GPU: its CNIC as two links, ``tx`` (the NIC reads host or device memory: sends, loopback source)
+and ``rx`` (the NIC writes memory: receives, loopback destination). Local host<->device copies go
+through the CNIC loopback (spec section 7), so they appear on both ``tx`` and ``rx`` of that GPU.
+"""
+
+from __future__ import annotations
+
+from dualpath.sim import calibration as cal
+from dualpath.sim.links import Link
+
+
+class Node:
+    __slots__ = ("node_id", "role", "snic", "dram", "buffer_bytes", "buffer_used", "read_q",
+                 "gate", "gpus", "snic_read_bytes", "snic_write_bytes")
+
+    def __init__(self, node_id: int, role: str, snic_bytes_per_s: float, dram_bytes_per_s: float,
+                 buffer_bytes: float) -> None:
+        self.node_id = node_id
+        self.role = role  # "pe" | "de"
+        self.snic = Link(f"n{node_id}.snic", "snic", snic_bytes_per_s)
+        self.dram = Link(f"n{node_id}.dram", "dram", dram_bytes_per_s)
+        self.buffer_bytes = buffer_bytes
+        self.buffer_used = 0.0
+        self.read_q = 0  # tokens queued to read from storage (the paper's read_q)
+        self.gate: list = []  # FIFO of buffer claims waiting for room (see storage.py)
+        self.gpus: list[int] = []
+        self.snic_read_bytes = 0.0
+        self.snic_write_bytes = 0.0
+
+
+class Gpu:
+    __slots__ = ("gpu_id", "node_id", "role", "tx", "rx")
+
+    def __init__(self, gpu_id: int, node_id: int, role: str, cnic_bytes_per_s: float) -> None:
+        self.gpu_id = gpu_id
+        self.node_id = node_id
+        self.role = role
+        self.tx = Link(f"g{gpu_id}.cnic_tx", "cnic_tx", cnic_bytes_per_s)
+        self.rx = Link(f"g{gpu_id}.cnic_rx", "cnic_rx", cnic_bytes_per_s)
+
+
+class Cluster:
+    """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP)."""
+
+    def __init__(self, preset) -> None:  # preset: dualpath.spec.clusters.ClusterPreset
+        node_spec = preset.node_spec
+        self.preset = preset
+        self.model = preset.model_spec
+        self.node_spec = node_spec
+        self.gpu_spec = node_spec.gpu_spec
+        self.num_gpus_per_node = node_spec.num_gpus
+        self.num_prefill_nodes = preset.num_prefill_nodes
+        self.num_decode_nodes = preset.num_decode_nodes
+        snic = node_spec.snic_bytes_per_s * cal.STORAGE_EFFICIENCY
+        buffer_bytes = preset.dram_buffer_gb * 1e9
+        self.nodes: list[Node] = []
+        self.gpus: list[Gpu] = []
+        for node_id in range(self.num_prefill_nodes + self.num_decode_nodes):
+            role = "pe" if node_id < self.num_prefill_nodes else "de"
+            node = Node(node_id, role, snic, node_spec.dram_bytes_per_s, buffer_bytes)
+            self.nodes.append(node)
+        for node in self.nodes:  # PE GPUs first (PE nodes come first), then DE GPUs
+            for _ in range(self.num_gpus_per_node):
+                gpu = Gpu(len(self.gpus), node.node_id, node.role, node_spec.cnic_bytes_per_s)
+                node.gpus.append(gpu.gpu_id)
+                self.gpus.append(gpu)
+        self.pe_nodes = self.nodes[: self.num_prefill_nodes]
+        self.de_nodes = self.nodes[self.num_prefill_nodes:]
+        is_ep = preset.parallelism == "ep_dp" and self.model.is_moe
+        self.prefill_units = self._units(self.pe_nodes, cal.PREFILL_EP_NODES if is_ep else 0)
+        self.decode_units = self._units(self.de_nodes, cal.DECODE_EP_NODES if is_ep else 0)
+
+    def _units(self, nodes: list[Node], ep_nodes: int) -> list[list[int]]:
+        """Lockstep GPU sets: EP groups of ``ep_nodes`` nodes, or one GPU each (``ep_nodes`` 0)."""
+        gpu_ids = [g for node in nodes for g in node.gpus]
+        if ep_nodes <= 0:
+            return [[g] for g in gpu_ids]
+        size = ep_nodes * self.num_gpus_per_node
+        return [gpu_ids[i:i + size] for i in range(0, len(gpu_ids), size)]
+
+    def links(self) -> list[Link]:
+        out: list[Link] = []
+        for node in self.nodes:
+            out += [node.snic, node.dram]
+        for gpu in self.gpus:
+            out += [gpu.tx, gpu.rx]
+        return out
+
+    def bytes_by_class(self) -> dict[str, float]:
+        """KV bytes per link class and role (e.g. ``pe_snic``, ``de_cnic_rx``), plus model bytes."""
+        out: dict[str, float] = {}
+        for node in self.nodes:
+            out[f"{node.role}_snic_read"] = out.get(f"{node.role}_snic_read", 0.0) + node.snic_read_bytes
+            out[f"{node.role}_snic_write"] = (out.get(f"{node.role}_snic_write", 0.0)
+                                              + node.snic_write_bytes)
+            out[f"{node.role}_dram"] = out.get(f"{node.role}_dram", 0.0) + node.dram.kv_bytes
+        for gpu in self.gpus:
+            for link in (gpu.tx, gpu.rx):
+                key = f"{gpu.role}_{link.cls}"
+                out[key] = out.get(key, 0.0) + link.kv_bytes
+                out["model_cnic"] = out.get("model_cnic", 0.0) + link.model_bytes
+        return out

@@ -1,0 +1,69 @@
+"""Simulator configuration: which systems exist and one frozen config per run.
+
+A *system* (spec section 9 plus the ablation) is a policy name from ``dualpath.policy`` plus two
+mechanism switches: layerwise prefill and free I/O (Oracle). The decisions stay in the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualpath.core.errors import require
+from dualpath.core.registry import lookup
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemSpec:
+    """``policy``: scheduler name in ``dualpath.policy``; ``layerwise``: per-layer KV load overlapped
+    with compute (False = Basic's whole-prompt KV in PE HBM); ``free_io``: storage reads, host-device
+    copies and PD transfers take zero time (Oracle)."""
+
+    name: str
+    policy: str
+    layerwise: bool
+    free_io: bool = False
+
+
+SYSTEMS: dict[str, SystemSpec] = {
+    s.name: s
+    for s in (
+        SystemSpec(name="basic", policy="basic", layerwise=False),
+        SystemSpec(name="layerwise", policy="basic", layerwise=True),
+        SystemSpec(name="dualpath-rr", policy="rr-shorter-queue", layerwise=True),
+        SystemSpec(name="dualpath", policy="dualpath", layerwise=True),
+        SystemSpec(name="dualpath-split", policy="dualpath-split", layerwise=True),
+        SystemSpec(name="oracle", policy="dualpath", layerwise=True, free_io=True),
+    )
+}
+
+
+def get_system(name: str) -> SystemSpec:
+    return lookup(SYSTEMS, name, "system")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """One simulated run of one system.
+
+    ``cluster``: a ``dualpath.spec.clusters.ClusterPreset`` (model, node, P, D, DRAM buffer,
+    parallelism). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
+    offline (every agent starts at 0), else Poisson agent arrivals per second (online).
+    ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
+    (None: not written). ``cost_model``: ``dualpath.cost`` name.
+    """
+
+    system: SystemSpec
+    cluster: object
+    seed: int = 0
+    aps: float | None = None
+    horizon_s: float = 600.0
+    ttft_stop_s: float | None = None
+    cost_model: str = "roofline"
+    block_len: int = 64
+    out_dir: str | None = None
+    max_sim_s: float = 1e7
+
+    def __post_init__(self) -> None:
+        require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
+        require(self.horizon_s > 0, "horizon_s", self.horizon_s, "must be > 0")
+        require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1")

@@ -1,0 +1,82 @@
+"""Fast, memoised access to a ``dualpath.cost`` model for the simulator's hot loops.
+
+A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
+model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
+(GEMMs, MoE, norms) from ``prefill_layer_times_s`` of a zero-context batch with the same number of
+new tokens, memoised per 16-token bucket. A decode step is memoised per (batch size, mean context
+bucketed to 1,024 tokens). Calibration multipliers (sim/calibration.py) apply here.
+"""
+
+from __future__ import annotations
+
+from dualpath.cost import make_cost_model, model_traffic_bytes
+from dualpath.sim import calibration as cal
+
+_TOKEN_BUCKET = 16
+_CTX_BUCKET = 1024
+
+
+class CostCache:
+    def __init__(self, model, gpu, *, name: str, pe_ep_size: int, de_ep_size: int,
+                 num_gpus_per_node: int) -> None:
+        self.model = model
+        self.num_layers = model.num_layers
+        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size,
+                                       num_gpus_per_node=num_gpus_per_node)
+        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size,
+                                       num_gpus_per_node=num_gpus_per_node)
+        self.predictor = self.pe_cost.attention_predictor(model)
+        self._pe_ep = pe_ep_size
+        self._de_ep = de_ep_size
+        self._gpn = num_gpus_per_node
+        self._other: dict[int, float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
+        self._traffic_pe = model_traffic_bytes(model, 1, ep_size=pe_ep_size,
+                                               num_gpus_per_node=num_gpus_per_node)
+        self._traffic_de = model_traffic_bytes(model, 1, ep_size=de_ep_size,
+                                               num_gpus_per_node=num_gpus_per_node)
+
+    def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
+        """Predicted attention seconds of one layer for ``(cached_len, new_len)`` entries."""
+        pred = self.predictor
+        flops = 0.0
+        for cached, new in entries:
+            flops += pred.attention_flops(cached, new)
+        return pred.predict_s(flops) if flops > 0 else 0.0
+
+    def other_layer_s(self, num_tokens: int) -> float:
+        """Non-attention seconds of one prefill layer for ``num_tokens`` new tokens on one GPU."""
+        if num_tokens <= 0:
+            return 0.0
+        key = -(-num_tokens // _TOKEN_BUCKET)
+        value = self._other.get(key)
+        if value is None:
+            value = self.pe_cost.prefill_layer_times_s(self.model, [(0, key * _TOKEN_BUCKET)])[1]
+            self._other[key] = value
+        return value
+
+    def iteration_s(self, layer_s: float) -> float:
+        """Whole-iteration time from the (group-synchronised) per-layer time."""
+        return (layer_s * self.num_layers * cal.PREFILL_TIME_SCALE
+                + cal.PREFILL_ITER_OVERHEAD_S)
+
+    def decode_step_s(self, batch_size: int, ctx_sum: float) -> float:
+        """Seconds of one decode step of one GPU holding ``batch_size`` requests."""
+        if batch_size <= 0:
+            return 0.0
+        ctx = int(ctx_sum / batch_size) // _CTX_BUCKET
+        key = (batch_size, ctx)
+        value = self._decode.get(key)
+        if value is None:
+            lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
+            value = (self.de_cost.decode_step_time_s(self.model, lens) * cal.DECODE_TIME_SCALE
+                     + cal.DECODE_STEP_OVERHEAD_S)
+            self._decode[key] = value
+        return value
+
+    def pe_model_bytes(self, num_tokens: int) -> float:
+        """EP all-to-all bytes one PE GPU sends (and receives) for ``num_tokens`` tokens."""
+        return self._traffic_pe * num_tokens
+
+    def de_model_bytes(self, num_tokens: int) -> float:
+        return self._traffic_de * num_tokens

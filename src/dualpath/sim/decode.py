@@ -1,0 +1,114 @@
+"""Decode engines: every request in the forward batch, advanced analytically between changes.
+
+A decode *unit* is a set of DE GPUs that step in lockstep (one EP group; one GPU for DP models).
+Its step time is the slowest GPU's (``CostCache.decode_step_s`` of that GPU's batch), constant
+between batch changes. The unit keeps a step counter that advances continuously with time; a
+request joining at counter ``c`` produces its last token at counter ``c + gen_len - 1`` (its first
+token came from prefill). So the only events are joins and the next finish: no per-token events.
+Context growth during a turn's decode (at most a few hundred tokens on tens of thousands) is folded
+in by counting each request at its mid-decode context.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from dualpath.sim.kernel import PRIO_COMPLETE
+
+
+class DeState:
+    """One DE: ``tok``/``seq`` as the scheduler sees them (assigned, unfinished), HBM reservation,
+    and the running batch of its unit's forward pass."""
+
+    __slots__ = ("gpu_id", "node_id", "unit", "tok", "seq", "hbm_tokens", "reserved", "batch",
+                 "ctx_sum", "step_s")
+
+    def __init__(self, gpu_id: int, node_id: int, hbm_tokens: int) -> None:
+        self.gpu_id = gpu_id
+        self.node_id = node_id
+        self.unit: DecodeUnit | None = None
+        self.tok = 0
+        self.seq = 0
+        self.hbm_tokens = hbm_tokens
+        self.reserved = 0
+        self.batch = 0
+        self.ctx_sum = 0.0
+        self.step_s = 0.0
+
+
+class DecodeUnit:
+    def __init__(self, sim, states: list[DeState]) -> None:
+        self.sim = sim
+        self.kernel = sim.kernel
+        self.costs = sim.costs
+        self.states = states
+        for st in states:
+            st.unit = self
+        self.step_list = [0.0] * len(states)
+        self.counter = 0.0
+        self.last_t = 0.0
+        self.step_s = 0.0
+        self.heap: list[tuple[float, int, object]] = []
+        self.seq = 0
+        self.handle = None
+        self.busy_s = 0.0  # time with a non-empty batch
+        self.steps = 0.0
+
+    def _advance(self) -> None:
+        now = self.kernel.now_s
+        if self.step_s > 0.0 and self.heap:
+            dt = now - self.last_t
+            self.counter += dt / self.step_s
+            self.busy_s += dt
+        self.last_t = now
+
+    def _restep(self) -> None:
+        steps = self.step_list
+        for i, st in enumerate(self.states):
+            steps[i] = st.step_s
+        self.step_s = max(steps)
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if self.heap:
+            wait = (self.heap[0][0] - self.counter) * self.step_s
+            self.handle = self.kernel.at(self.kernel.now_s + max(wait, 0.0), self._on_finish,
+                                         PRIO_COMPLETE)
+
+    def join(self, req, st: DeState) -> None:
+        """``req``'s KV is in ``st``'s HBM: add it to the running batch."""
+        self._advance()
+        steps = req.gen_len - 1
+        if steps <= 0:
+            self.sim.decode_done(req, st)
+            return
+        req.target = self.counter + steps
+        self.seq += 1
+        heapq.heappush(self.heap, (req.target, self.seq, req))
+        st.batch += 1
+        st.ctx_sum += req.prompt_len + req.gen_len / 2
+        st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum)
+        self._restep()
+        req.t_join = self.kernel.now_s
+
+    def _on_finish(self) -> None:
+        self.handle = None
+        self._advance()
+        heap = self.heap
+        limit = self.counter + 1e-6
+        touched = set()
+        while heap and heap[0][0] <= limit:
+            _t, _s, req = heapq.heappop(heap)
+            st = self.sim.de_states[req.de_gpu]
+            st.batch -= 1
+            st.ctx_sum -= req.prompt_len + req.gen_len / 2
+            touched.add(st)
+            self.sim.decode_done(req, st)
+        for st in touched:
+            st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0
+            if not st.batch:
+                st.ctx_sum = 0.0
+        self._restep()
+
+    def current_step_s(self) -> float:
+        return self.step_s

@@ -1,0 +1,129 @@
+"""Per-request records (streamed to disk), run summaries and the end-of-run invariants.
+
+Memory stays bounded for offline runs: each finished request is written as one CSV row (when an
+output folder is given) and folded into running sums; only online runs keep per-request latency
+arrays (for percentiles), which are short because online runs are short.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from array import array
+
+from dualpath.sim.links import check_utilisation
+
+FIELDS = ("rid", "agent", "turn", "prompt_len", "hit_len", "gen_len", "de_gpu", "pe_gpu",
+          "read_side", "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join",
+          "t_done")
+BREAKDOWN = ("queueing", "allocation", "reading", "prefill")
+
+
+class Metrics:
+    def __init__(self, sim, out_dir: str | None) -> None:
+        self.sim = sim
+        self.num_requests = 0
+        self.hit_tokens = 0
+        self.sums = dict.fromkeys(("ttft", "ttst", "tpot", *BREAKDOWN), 0.0)
+        self.counts = dict.fromkeys(("ttft", "ttst", "tpot"), 0)
+        self.keep = sim.config.aps is not None
+        self.ttft = array("d")
+        self.ttst = array("d")
+        self.tpot = array("d")
+        self.t_first = array("d")
+        self.agent_jct = array("d")
+        self._file = None
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            path = os.path.join(out_dir, f"requests_{sim.system.name}.csv")
+            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in finish)
+            self._file.write(",".join(FIELDS) + "\n")
+
+    def request_done(self, req, step_s: float) -> None:
+        self.num_requests += 1
+        sums = self.sums
+        ttft = req.t_first - req.t_arrive
+        sums["ttft"] += ttft
+        sums["queueing"] += req.t_pe - req.t_arrive
+        sums["allocation"] += req.t_alloc - req.t_pe
+        sums["reading"] += req.t_read - req.t_alloc
+        sums["prefill"] += req.t_first - req.t_read
+        self.counts["ttft"] += 1
+        if req.gen_len > 1:
+            ttst = req.t_join + step_s - req.t_arrive
+            tpot = (req.t_done - req.t_first) / (req.gen_len - 1)
+            sums["ttst"] += ttst
+            sums["tpot"] += tpot
+            self.counts["ttst"] += 1
+            self.counts["tpot"] += 1
+            if self.keep:
+                self.ttst.append(ttst)
+                self.tpot.append(tpot)
+        if self.keep:
+            self.ttft.append(ttft)
+            self.t_first.append(req.t_first)
+        if self._file is not None:
+            self._file.write(",".join(_fmt(getattr(req, f)) if f != "agent" else
+                                      str(req.agent.index) for f in FIELDS) + "\n")
+
+    def agent_done(self, agent) -> None:
+        self.agent_jct.append(agent.t_end - agent.t_start)
+
+    def finish(self) -> dict:
+        """Close the record file, check invariants (raise on violation) and summarise the run."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        sim = self.sim
+        check_invariants(sim)
+        n = max(self.counts["ttft"], 1)
+        cluster = sim.cluster
+        snic = [node.snic_read_bytes + node.snic_write_bytes for node in cluster.nodes]
+        attn_sum = sum(u.attn_ratio_sum for u in sim.prefill_units)
+        attn_n = sum(u.attn_ratio_n for u in sim.prefill_units)
+        end = max((a.t_end for a in sim.agents if not math.isnan(a.t_end)), default=0.0)
+        return {
+            "system": sim.system.name,
+            "jct_s": end,
+            "mean_agent_jct_s": (sum(self.agent_jct) / len(self.agent_jct)
+                                 if self.agent_jct else None),
+            "num_agents": len(sim.agents),
+            "agents_finished": len(sim.agents) - sim.agents_left,
+            "num_requests": self.num_requests,
+            "mean_ttft_s": self.sums["ttft"] / n,
+            "mean_ttst_s": self.sums["ttst"] / max(self.counts["ttst"], 1),
+            "mean_tpot_s": self.sums["tpot"] / max(self.counts["tpot"], 1),
+            "ttft_breakdown_s": {k: self.sums[k] / n for k in BREAKDOWN},
+            "snic_max_over_avg": _max_over_avg(snic),
+            "attn_max_over_avg": attn_sum / attn_n if attn_n else 1.0,
+            "bytes": cluster.bytes_by_class(),
+            "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
+            "events": sim.kernel.events,
+            "sim_time_s": sim.kernel.now_s,
+        }
+
+
+def check_invariants(sim) -> None:
+    """Fail loudly: bytes read == hit tokens x KV bytes/token; oracle has no I/O; every agent
+    finished (offline runs that were not stopped); no link above 100% (in check_utilisation)."""
+    expected = 0.0 if sim.system.free_io else sim.metrics.hit_tokens * sim.bpt
+    read = sim.storage.bytes_read
+    if abs(read - expected) > 1e-6 * max(expected, 1.0):
+        raise AssertionError(f"bytes read {read:.6g} != hit tokens x KV bytes {expected:.6g}")
+    if sim.system.free_io:
+        busy = sum(link.kv_bytes for link in sim.cluster.links())
+        if busy > 0:
+            raise AssertionError(f"oracle moved {busy:.3g} KV bytes over links")
+    if sim.config.aps is None and not sim.stopped_reason and sim.agents_left:
+        raise AssertionError(f"{sim.agents_left} agents did not finish")
+
+
+def _max_over_avg(values: list[float]) -> float:
+    avg = sum(values) / len(values) if values else 0.0
+    return max(values) / avg if avg > 0 else 1.0
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return str(value)

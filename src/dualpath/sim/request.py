@@ -1,0 +1,84 @@
+"""Simulated requests (one agent turn each) and agents. Mutable, slotted, owned by the driver.
+
+Times are simulated seconds; ``nan`` until the stage happens. TTFT breakdown (spec section 10):
+queueing = arrival -> PE assigned (DE and PE queues), allocation = PE assigned -> every DRAM-buffer
+claim admitted, reading = claims admitted -> KV read done, prefill = read done -> first token.
+"""
+
+from __future__ import annotations
+
+from dualpath.policy.views import RequestInfo
+
+NAN = float("nan")
+
+
+class Req:
+    """One turn. ``hit_len`` = block-aligned cached tokens (only full blocks are persisted);
+    ``miss_len`` = ``prompt_len - hit_len`` tokens to compute."""
+
+    __slots__ = (
+        "rid", "agent", "turn", "prompt_len", "gen_len", "hit_len", "miss_len", "info",
+        "de_gpu", "pe_gpu", "pe_read_len", "de_read_len", "read_side", "done_new", "claims_left",
+        "out_claimed", "is_ready", "target", "pending",
+        "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join", "t_done",
+    )
+
+    def __init__(self, agent: Agent, turn: int, cached_len: int, append_len: int, gen_len: int,
+                 block_len: int) -> None:
+        self.rid = f"{agent.index}:{turn}"
+        self.agent = agent
+        self.turn = turn
+        self.prompt_len = cached_len + append_len
+        self.gen_len = gen_len
+        self.hit_len = (cached_len // block_len) * block_len
+        self.miss_len = self.prompt_len - self.hit_len
+        self.info = RequestInfo(request_id=self.rid, cached_len=self.hit_len,
+                                new_len=self.miss_len, gen_len=gen_len)
+        self.de_gpu = -1
+        self.pe_gpu = -1
+        self.pe_read_len = 0
+        self.de_read_len = 0
+        self.read_side = ""
+        self.done_new = 0  # prompt tokens computed so far (chunked prefill)
+        self.claims_left = 0
+        self.out_claimed = False
+        self.is_ready = False
+        self.target = 0.0  # decode: step count at which the last token is produced
+        self.pending = None  # policy PendingPrefill, built once
+        self.t_arrive = NAN
+        self.t_de = NAN
+        self.t_pe = NAN
+        self.t_alloc = NAN
+        self.t_read = NAN
+        self.t_first = NAN
+        self.t_join = NAN
+        self.t_done = NAN
+
+    @property
+    def decode_len(self) -> int:
+        return self.prompt_len + self.gen_len
+
+
+class Agent:
+    """An agent replays one trajectory turn by turn; ``turns`` are ``(append_len, gen_len)``."""
+
+    __slots__ = ("index", "traj_id", "turns", "next_turn", "context_len", "t_start", "t_end")
+
+    def __init__(self, index: int, traj_id: str, turns: list[tuple[int, int]]) -> None:
+        self.index = index
+        self.traj_id = traj_id
+        self.turns = turns
+        self.next_turn = 0
+        self.context_len = 0
+        self.t_start = NAN
+        self.t_end = NAN
+
+    def next_request(self, block_len: int) -> Req | None:
+        """The agent's next turn, or None when the trajectory is done. Advances the agent."""
+        if self.next_turn >= len(self.turns):
+            return None
+        append_len, gen_len = self.turns[self.next_turn]
+        req = Req(self, self.next_turn, self.context_len, append_len, gen_len, block_len)
+        self.next_turn += 1
+        self.context_len = req.prompt_len + gen_len
+        return req
