@@ -1,9 +1,139 @@
-"""CLI commands of this face (filled in by the issue that owns it)."""
+"""``dualpath serve`` (scheduler + engines + HTTP API), ``dualpath engine`` (one engine joining a
+scheduler, e.g. on another host) and ``dualpath demo`` (Basic vs DualPath vs Oracle on a local 1P2D
+cluster)."""
 
 from __future__ import annotations
 
 import typer
 
+from dualpath.cli._common import console, print_json
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.command(name="serve")(serve)
+    app.command(name="engine")(engine)
+    app.command(name="demo")(demo)
+
+
+def serve(
+    prefill_engines: int = typer.Option(1, help="Prefill engine processes (PEs)."),
+    decode_engines: int = typer.Option(2, help="Decode engine processes (DEs)."),
+    model: str = typer.Option("smollm2-135m", help="Model name, HF folder, .gguf, or 'tiny'."),
+    kv_dir: str = typer.Option(..., help="Shared KV block directory (a distributed FS for many hosts)."),
+    policy: str = typer.Option("dualpath", help="Scheduling policy (dualpath, basic, ...)."),
+    snic_gbps: float = typer.Option(0.0, help="Emulated storage-NIC cap per node (0 = none)."),
+    cnic_gbps: float = typer.Option(0.0, help="Emulated compute-NIC cap per engine (0 = none)."),
+    engines_per_node: int = typer.Option(1, help="Engines per emulated node (one group per node)."),
+    transport: str = typer.Option("zmq", help="KV transport: zmq, shm, mooncake, nixl."),
+    host: str = typer.Option("127.0.0.1", help="HTTP bind address."),
+    port: int = typer.Option(8000, help="HTTP port."),
+    scheduler_port: int = typer.Option(0, help="Scheduler port for remote engines (0 = any free)."),
+    api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
+) -> None:
+    """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
+    from dualpath.runtime.cluster.config import ClusterConfig
+    from dualpath.runtime.cluster.local import LocalCluster
+
+    cfg = ClusterConfig(kv_dir=kv_dir, model=model, num_prefill_engines=prefill_engines,
+                        num_decode_engines=decode_engines, engines_per_node=engines_per_node,
+                        policy=policy, snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
+                        transport=transport, scheduler_port=scheduler_port)
+    try:
+        from dualpath.runtime.server.run import run_server
+    except ImportError as exc:  # the HTTP layer is optional at import time
+        raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}")
+    cluster = LocalCluster(cfg)
+    try:
+        with console.__class__(stderr=True).status("starting scheduler and engines ..."):
+            cluster.start()
+        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir)}
+        if json_out:
+            print_json(info)
+        else:
+            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
+                          style="green")
+        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+def engine(
+    role: str = typer.Option(..., help="prefill or decode."),
+    scheduler: str = typer.Option(..., help="Scheduler HOST:PORT (printed by dualpath serve)."),
+    kv_dir: str = typer.Option(..., help="The shared KV block directory (same files as the others)."),
+    model: str = typer.Option("smollm2-135m", help="Model name, HF folder or .gguf."),
+    node_id: int = typer.Option(..., help="Emulated node id (engines of one node form a group)."),
+    engine_id: int = typer.Option(-1, help="Engine id (-1: the scheduler picks)."),
+    host: str = typer.Option("127.0.0.1", help="Address peers reach this engine's transport at."),
+    transport: str = typer.Option("zmq", help="KV transport: zmq (across hosts) or shm (one host)."),
+    policy: str = typer.Option("dualpath", help="Policy for this PE's batch planning."),
+    snic_gbps: float = typer.Option(0.0, help="Emulated storage-NIC cap of this node (0 = none)."),
+    cnic_gbps: float = typer.Option(0.0, help="Emulated compute-NIC cap (0 = none)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
+) -> None:
+    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
+    from dualpath.core.errors import ConfigError
+    from dualpath.runtime.cluster.engine_main import EngineArgs, run_engine
+
+    if role not in ("prefill", "decode"):
+        raise ConfigError("role", role, "choices: prefill, decode")
+    addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
+    run_engine(EngineArgs(scheduler=addr, role=role, node_id=node_id, engine_id=engine_id, model=model,
+                          kv_dir=kv_dir, transport=transport, host=host, policy=policy,
+                          snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None))
+    if json_out:
+        print_json({"role": role, "scheduler": addr, "stopped": True})
+
+
+def demo(
+    tiny: bool = typer.Option(False, "--tiny", help="Use a small random model (fast)."),
+    model: str = typer.Option("smollm2-135m", help="Model (ignored with --tiny)."),
+    systems: str = typer.Option("basic,dualpath,oracle", help="Comma-separated systems to compare."),
+    agents: int = typer.Option(6, help="Concurrent agents."),
+    turns: int = typer.Option(6, help="Turns per agent (at most)."),
+    scale: float = typer.Option(1 / 16, help="Scale of the paper's append/generation lengths."),
+    max_len: int = typer.Option(2048, help="Context cap per agent (tokens)."),
+    snic_gbps: float = typer.Option(0.0, help="Storage-NIC cap per node (0 = per-model default)."),
+    transport: str = typer.Option("zmq", help="KV transport: zmq or shm."),
+    seed: int = typer.Option(0, help="Workload seed."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system."""
+    from dualpath.runtime.cluster.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),
+                     num_agents=agents, max_turns=turns, scale=scale, max_len=max_len,
+                     snic_gbps=snic_gbps or None, transport=transport, seed=seed)
+    err_console = console.__class__(stderr=True)
+    with err_console.status("dualpath demo") as status:
+        result = run_demo(cfg, progress=lambda msg: status.update(f"dualpath demo: {msg}"))
+    if json_out:
+        print_json(result)
+        return
+    _print_demo(result, cfg.model, cfg.snic, agents)
+
+
+def _print_demo(result: dict, model: str, snic: float, agents: int) -> None:  # type: ignore[type-arg]
+    from rich.console import Console
+    from rich.table import Table
+
+    nodes = sorted({n for r in result["systems"].values() for n in r["snic_read_bytes"]})
+    table = Table(title=f"dualpath demo: {model}, 1P2D, storage NIC cap {snic} Gbps per node, "
+                        f"{agents} agents (MB = 1e6 bytes)")
+    for col in ["system", "JCT s", "TTFT mean s", "TTFT p90 s", *[f"{n} SNIC read MB" for n in nodes],
+                "pe-read MB", "de-read MB", "pd-transfer MB", "persist MB", "errors"]:
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for name, r in result["systems"].items():
+        p = r["bytes_by_path"]
+        table.add_row(name, f"{r['jct_s']:.2f}", f"{r['ttft_mean_s']:.3f}", f"{r['ttft_p90_s']:.3f}",
+                      *[f"{r['snic_read_bytes'].get(n, 0) / 1e6:.1f}" for n in nodes],
+                      *[f"{p.get(k, 0) / 1e6:.1f}" for k in ("pe-read", "de-read", "pd-transfer", "persist")],
+                      str(len(r["errors"])))
+    out = Console(width=200)
+    out.print(table)
+    for k, v in result["ratios"].items():
+        out.print(f"{k}: {v:.2f}")

@@ -66,6 +66,32 @@ def test_rejects_too_long_and_reports_health(cluster: LocalCluster) -> None:
     asyncio.run(main())
 
 
+def test_systems_switch_and_basic_reads_only_on_the_prefill_node(cluster: LocalCluster) -> None:
+    """Configure (policy, Oracle) between runs; Basic reads every hit on the PE node's SNIC."""
+    from dualpath.runtime.cluster.agents import AgentPlan, run_system
+
+    agents = [AgentPlan(agent_id=f"a{i}", turns=((130, 2), (10, 2), (10, 2))) for i in range(3)]
+
+    async def main() -> dict:
+        async with ClusterClient(cluster.address) as client:
+            rows = {}
+            for i, (name, policy, free) in enumerate((("basic", "basic", False),
+                                                      ("always-de", "always-de", False))):
+                rows[name] = await run_system(client, agents, policy=policy, read_free=free,
+                                              seed=100 + i, settle_s=0.3)
+            return rows
+
+    rows = asyncio.run(asyncio.wait_for(main(), 90))
+    basic, de = rows["basic"], rows["always-de"]
+    assert basic["errors"] == [] and de["errors"] == []
+    assert basic["read_sides"].get("pe", 0) == 6 and basic["snic_read_bytes"]["node0"] > 0
+    assert basic["bytes_by_path"]["de-read"] == 0
+    assert basic["snic_read_bytes"].get("node1", 0) == basic["snic_read_bytes"].get("node2", 0) == 0
+    assert de["read_sides"].get("de", 0) == 6 and de["bytes_by_path"]["pe-read"] == 0
+    # the same hit bytes, read on the other side
+    assert de["bytes_by_path"]["de-read"] == basic["bytes_by_path"]["pe-read"]
+
+
 def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> None:
     """Kill a decode engine while requests run: every request ends (tokens or a clear error)."""
     params = SamplingParams(max_tokens=40, ignore_eos=True)

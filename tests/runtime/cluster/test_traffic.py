@@ -74,7 +74,7 @@ def test_traffic_manager_counts_paths_and_nics() -> None:
     tm.kv_send(30)
     paths, nics = tm.snapshot()
     assert paths == {"pe-read": 0, "de-read": 100, "pd-transfer": 30, "persist": 64}
-    assert nics == {"node2/snic": 164, "engine3/cnic": 30}
+    assert nics == {"node2/snic": 164, "node2/snic:read": 100, "engine3/cnic": 30}
 
 
 def test_read_free_skips_the_wait() -> None:

@@ -27,7 +27,7 @@ from dualpath.runtime.cluster.api import (
     TokenEvent,
 )
 from dualpath.runtime.cluster.messages import (
-    Abort, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
+    Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
 )
 
 _REJECT_ERRORS: dict[str, type[ClusterError]] = {
@@ -139,11 +139,11 @@ class ClusterClient:
                 except Exception:
                     pass
 
-    async def _query(self, what: str) -> QueryReply:
+    async def _query(self, what: str, msg: object = None) -> QueryReply:
         qid = next(self._query_ids)
         fut: asyncio.Future[QueryReply] = asyncio.get_running_loop().create_future()
         self._queries[qid] = fut
-        await self._send(Query(query_id=qid, what=what))
+        await self._send(Query(query_id=qid, what=what) if msg is None else msg(qid))  # type: ignore[operator]
         try:
             return await asyncio.wait_for(fut, self.query_timeout_s)
         except asyncio.TimeoutError:
@@ -166,3 +166,15 @@ class ClusterClient:
         reply = await self._query("info")
         assert reply.info is not None
         return reply.info
+
+    async def configure(self, policy: str, read_free: bool = False) -> ClusterHealth:
+        """Switch the scheduling policy (and ``read_free``, the Oracle) for later requests.
+
+        Only while no request is in flight; raises ClusterError otherwise or for an unknown policy.
+        """
+        reply = await self._query("configure", lambda qid: Configure(
+            query_id=qid, policy=policy, read_free=read_free))
+        if reply.error:
+            raise ClusterError(reply.error)
+        assert reply.health is not None
+        return reply.health

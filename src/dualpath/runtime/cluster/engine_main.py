@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+from collections.abc import Callable
 
 import msgspec
 import torch
@@ -17,7 +17,7 @@ import zmq
 
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    Cancel, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
+    Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
 
@@ -109,7 +109,7 @@ def run_engine(args: EngineArgs) -> None:
                           daemon=True)
     hb.start()
     try:
-        _loop(sock, worker, outbox, transport, eid)
+        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, args, worker, traffic))
     finally:
         stop.set()
         hb.join(2)
@@ -130,7 +130,18 @@ def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:
             transport.fail_endpoint(name, f"engine {name[1:]} is gone")  # type: ignore[attr-defined]
 
 
-def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int) -> None:
+def _configure(msg: Configure, args: EngineArgs, worker: object, traffic: TrafficManager) -> None:
+    from dualpath.policy import SchedulerConfig, make_scheduler
+
+    traffic.read_free = msg.read_free
+    if hasattr(worker, "scheduler"):
+        cfg = SchedulerConfig(batching="tokens", max_batch_tokens=args.max_batch_tokens,
+                              block_size=args.block_size)
+        worker.scheduler = make_scheduler(msg.policy, cfg)
+
+
+def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int,
+          configure: Callable[[Configure], None]) -> None:
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     while True:
@@ -147,6 +158,8 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                     worker.cancel(msg.request_id)  # type: ignore[attr-defined]
                 elif isinstance(msg, Peers):
                     _set_peers(transport, msg.peers, eid)
+                elif isinstance(msg, Configure):
+                    configure(msg)
                 elif isinstance(msg, Shutdown):
                     return
         if busy:

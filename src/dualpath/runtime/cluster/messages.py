@@ -46,6 +46,7 @@ class QueryReply(_Msg):
     health: ClusterHealth | None = None
     metrics: MetricsSnapshot | None = None
     info: ClusterInfo | None = None
+    error: str | None = None
 
 
 class Rejected(_Msg):
@@ -141,6 +142,15 @@ class Progress(_Msg):
     error: str | None = None
 
 
+class Configure(_Msg):
+    """Switch the policy and the Oracle switch (client -> scheduler -> engines); only when idle.
+    The scheduler answers with a QueryReply carrying health (``query_id`` echoes)."""
+
+    query_id: int
+    policy: str
+    read_free: bool = False
+
+
 class Cancel(_Msg):
     request_id: str
 
@@ -151,7 +161,7 @@ class Shutdown(_Msg):
 
 Message = Union[
     Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
-    Heartbeat, PrefillTask, DecodeTask, Progress, Cancel, Shutdown,
+    Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Shutdown,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

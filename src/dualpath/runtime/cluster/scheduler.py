@@ -19,8 +19,8 @@ from dualpath.policy import SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
-    Abort, Cancel, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress, Query, Rejected,
-    Shutdown, Submit, Tokens, Welcome, decode, encode,
+    Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress, Query, Rejected,
+    QueryReply, Shutdown, Submit, Tokens, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
@@ -104,6 +104,8 @@ class SchedulerService:
             self._to_client(ident, self.report.answer(msg))
         elif isinstance(msg, EngineHello):
             self._hello(ident, msg, now)
+        elif isinstance(msg, Configure):
+            self._to_client(ident, self._configure(msg))
 
     # ------------------------------------------------------------------ engines
     def _hello(self, ident: bytes, msg: EngineHello, now: float) -> None:
@@ -133,6 +135,23 @@ class SchedulerService:
                                          batching="tokens", block_size=msg.block_size)
         self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
         self.sched = make_scheduler(self.args.policy, cfg)  # type: ignore[assignment]
+
+    def _configure(self, msg: Configure) -> QueryReply:
+        from dualpath.core.errors import DualpathError
+
+        if self.report.timing:
+            return QueryReply(query_id=msg.query_id, error="requests are in flight; configure when idle")
+        if self.hello is None:
+            return QueryReply(query_id=msg.query_id, error="no engine registered yet")
+        try:
+            self.args = msgspec.structs.replace(self.args, policy=msg.policy)
+            self._setup(self.hello)
+        except DualpathError as exc:
+            return QueryReply(query_id=msg.query_id, error=str(exc))
+        for e in self.state.engines.values():
+            if e.alive:
+                self._send(e.identity, msg)
+        return QueryReply(query_id=msg.query_id, health=self.report.health())
 
     def _peers(self) -> dict[int, str]:
         return {e.engine_id: e.data_addr for e in self.state.engines.values() if e.alive}

@@ -140,6 +140,7 @@ class TrafficManager:
     def storage_read(self, nbytes: int, path: str) -> float:
         """A storage read of ``nbytes`` on this node's SNIC for ``path`` ("pe-read" / "de-read")."""
         self._count(path, nbytes)
+        self._count("snic-read", nbytes)
         if self.read_free:
             self.snic.bytes_by_lane["kv"] += nbytes
             return 0.0
@@ -166,7 +167,9 @@ class TrafficManager:
         """(bytes per path, bytes per NIC) counted by this process so far."""
         with self._lock:
             paths = {p: int(self.bytes_by_path.get(p, 0)) for p in PATHS}
+            reads = int(self.bytes_by_path.get("snic-read", 0))
         nics = {self.snic.name: int(sum(self.snic.bytes_by_lane.values())),
+                self.snic.name + ":read": reads,
                 self.cnic.name: int(sum(self.cnic.bytes_by_lane.values()))}
         return paths, nics
 
