@@ -1,9 +1,145 @@
-"""CLI commands of this face (filled in by the issue that owns it)."""
+"""``dualpath simulate``: the cluster simulator (offline JCT, online capacity, paper figures)."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import typer
+
+SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the top-level app."""
+    """Add ``simulate`` (and ``simulate figures``) to the top-level app."""
+    sim = typer.Typer(help=SIM_HELP, invoke_without_command=True, no_args_is_help=False)
+
+    @sim.callback()
+    def simulate(
+        ctx: typer.Context,
+        model: str = typer.Option("deepseek-v3.2", help="Model name (see `dualpath models`)."),
+        pd: str = typer.Option("2p4d", help="Prefill/decode nodes, e.g. 2p4d, 48p96d."),
+        maxlen: str = typer.Option("64k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."),
+        agents: int = typer.Option(64, help="Number of agents (offline)."),
+        system: str = typer.Option("basic,dualpath,oracle", help="Comma list of systems."),
+        online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
+        aps: str = typer.Option("0.1:0.5:0.05", help="Online rates lo:hi:step or a comma list."),
+        horizon: float = typer.Option(900.0, help="Online: seconds of arrivals per rate."),
+        trace: str = typer.Option(None, help="Replay a trace (e.g. mooncake) instead of synthetic."),
+        append_scale: float = typer.Option(1.0, help="Scale every append length."),
+        gen_scale: float = typer.Option(1.0, help="Scale every generation length."),
+        dram_buffer_gb: float = typer.Option(None, help="DRAM buffer per node (default per model)."),
+        cost_model: str = typer.Option("roofline", help="Cost model: roofline or calibrated."),
+        seed: int = typer.Option(0, help="Seed for the workload and arrivals."),
+        out: str = typer.Option(None, help="Folder for per-request CSV records and results."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        if ctx.invoked_subcommand is not None:
+            return
+        run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system, online=online,
+                aps=aps, horizon=horizon, trace=trace, append_scale=append_scale,
+                gen_scale=gen_scale, dram_buffer_gb=dram_buffer_gb, cost_model=cost_model,
+                seed=seed, out=out, json_out=json_out)
+
+    @sim.command("figures")
+    def figures(
+        out: str = typer.Option("sim_figures", help="Output folder for PNG + CSV/JSON."),
+        quick: bool = typer.Option(False, help="Smaller agent counts and horizons."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Regenerate the paper's figures (offline grid, P/D, scaling, online, ablation, ...)."""
+        from dualpath.cli._common import print_json
+        from dualpath.sim.figures import make_figures
+
+        index = make_figures(out, quick=quick)
+        if json_out:
+            print_json(index)
+        else:
+            typer.echo(f"wrote {len(index['files'])} files to {out}")
+
+    app.add_typer(sim, name="simulate")
+
+
+
+def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, online: bool,
+            aps: str, horizon: float, trace: str | None, append_scale: float, gen_scale: float,
+            dram_buffer_gb: float | None, cost_model: str, seed: int, out: str | None,
+            json_out: bool) -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from dualpath.cli._common import print_json, print_table
+    from dualpath.core.units import parse_tokens
+    from dualpath.sim.config import get_system
+    from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
+    from dualpath.sim.runner import run_one
+
+    systems = [s.strip() for s in system.split(",") if s.strip()]
+    for name in systems:
+        get_system(name)  # fail early with the choices
+    cluster = make_cluster(model, pd, dram_buffer_gb=dram_buffer_gb)
+    started = time.perf_counter()
+    err = Console(stderr=True)
+    result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {}}
+    if online:
+        from dualpath.sim.online import capacity_sweep, parse_aps
+
+        rates = parse_aps(aps)
+        base = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=500,
+                                              seed=seed, trace=trace))
+        result["mode"] = "online"
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("online sweep", total=len(rates) * len(systems))
+            for name in systems:
+                sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
+                                       cost_model=cost_model,
+                                       progress=lambda: bar.advance(task))
+                result["systems"][name] = sweep
+                bar.update(task, completed=(systems.index(name) + 1) * len(rates))
+    else:
+        from dualpath.sim.config import SimConfig
+
+        trajs = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=agents,
+                                               seed=seed, trace=trace, append_scale=append_scale,
+                                               gen_scale=gen_scale))
+        result["mode"] = "offline"
+        result["agents"] = len(trajs)
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("simulating", total=len(systems))
+            for name in systems:
+                cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
+                                cost_model=cost_model, out_dir=out)
+                result["systems"][name] = run_one(cfg, trajs)
+                bar.advance(task)
+    result["wall_s"] = time.perf_counter() - started
+    result["events"] = sum(r.get("events", 0) or sum(p["events"] for p in r.get("points", []))
+                           for r in result["systems"].values())
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2, default=str)
+    if json_out:
+        print_json(result)
+        return
+    if online:
+        rows = [(n, r["capacity_aps"], *(_last(r, k) for k in ("ttft_mean_s", "ttst_mean_s",
+                                                                 "tpot_mean_s")))
+                for n, r in result["systems"].items()]
+        print_table(f"online capacity {model} {cluster.pd_label}",
+                    ("system", "capacity_aps", "ttft_s@cap", "ttst_s@cap", "tpot_s@cap"), rows)
+        return
+    rows = []
+    for n, r in result["systems"].items():
+        bd = r["ttft_breakdown_s"]
+        rows.append((n, r["jct_s"], r["mean_ttft_s"], bd["queueing"], bd["allocation"],
+                     bd["reading"], bd["prefill"], r["mean_tpot_s"], r["snic_max_over_avg"],
+                     r["requests_per_wall_s"]))
+    print_table(f"offline JCT {model} {cluster.pd_label} {maxlen} x{result['agents']} agents",
+                ("system", "jct_s", "ttft_s", "queue_s", "alloc_s", "read_s", "prefill_s",
+                 "tpot_s", "snic_max/avg", "req/wall_s"), rows)
+
+
+def _last(sweep: dict, key: str):
+    ok = [p for p in sweep["points"] if p["meets_slo"]]
+    return ok[-1][key] if ok else None

@@ -37,8 +37,8 @@ DECODE_EP_NODES = 4
 # --- compute -------------------------------------------------------------------------------------
 # Multipliers on the cost model's times (1.0 = the cost model as is). The roofline model is
 # optimistic for small EP batches (kernel launch, synchronisation, imbalance across the group).
-PREFILL_TIME_SCALE = 1.0
-DECODE_TIME_SCALE = 1.0
+PREFILL_TIME_SCALE = 1.5
+DECODE_TIME_SCALE = 2.0
 # Fixed per-iteration overhead of a PE iteration / DE step (scheduling, launch, sync), seconds.
 PREFILL_ITER_OVERHEAD_S = 0.005
 DECODE_STEP_OVERHEAD_S = 0.0

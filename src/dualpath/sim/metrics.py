@@ -30,7 +30,10 @@ class Metrics:
         self.ttft = array("d")
         self.ttst = array("d")
         self.tpot = array("d")
-        self.t_first = array("d")
+        self.t_arrive = array("d")
+        self._window: list[float] = []
+        self._window_sum = 0.0
+        self.stop_ttft_s = sim.config.ttft_stop_s
         self.agent_jct = array("d")
         self._file = None
         if out_dir:
@@ -49,6 +52,7 @@ class Metrics:
         sums["reading"] += req.t_read - req.t_alloc
         sums["prefill"] += req.t_first - req.t_read
         self.counts["ttft"] += 1
+        ttst = tpot = math.nan
         if req.gen_len > 1:
             ttst = req.t_join + step_s - req.t_arrive
             tpot = (req.t_done - req.t_first) / (req.gen_len - 1)
@@ -56,15 +60,29 @@ class Metrics:
             sums["tpot"] += tpot
             self.counts["ttst"] += 1
             self.counts["tpot"] += 1
-            if self.keep:
-                self.ttst.append(ttst)
-                self.tpot.append(tpot)
         if self.keep:
+            self.ttst.append(ttst)
+            self.tpot.append(tpot)
             self.ttft.append(ttft)
-            self.t_first.append(req.t_first)
+            self.t_arrive.append(req.t_arrive)
+            if self.stop_ttft_s is not None:
+                self._stop_rule(ttft)
         if self._file is not None:
             self._file.write(",".join(_fmt(getattr(req, f)) if f != "agent" else
                                       str(req.agent.index) for f in FIELDS) + "\n")
+
+    def _stop_rule(self, ttft: float) -> None:
+        """Online stopping rule: stop once the mean TTFT of the last STOP_WINDOW requests > SLO."""
+        from dualpath.sim.online import STOP_WINDOW
+
+        window = self._window
+        window.append(ttft)
+        self._window_sum += ttft
+        if len(window) > STOP_WINDOW:
+            self._window_sum -= window.pop(0)
+        if len(window) == STOP_WINDOW and self._window_sum / STOP_WINDOW > self.stop_ttft_s:
+            self.sim.stopped_reason = "ttft"
+            self.sim.kernel.stop()
 
     def agent_done(self, agent) -> None:
         self.agent_jct.append(agent.t_end - agent.t_start)
@@ -100,6 +118,10 @@ class Metrics:
             "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
             "events": sim.kernel.events,
             "sim_time_s": sim.kernel.now_s,
+            "stopped": sim.stopped_reason or None,
+            **({"latency": {"t_arrive": list(self.t_arrive), "ttft": list(self.ttft),
+                            "ttst": list(self.ttst), "tpot": list(self.tpot)}}
+               if self.keep else {}),
         }
 
 
