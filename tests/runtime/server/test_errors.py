@@ -131,3 +131,27 @@ def test_client_disconnect_aborts_the_request(make_served) -> None:
     while not srv.fake.aborted and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(srv.fake.aborted) == 1
+
+
+def test_failure_before_first_token_is_a_status_even_when_streaming(served) -> None:
+    served.fake.fail_after = 0
+    r = httpx.post(served.url + "/v1/completions", json={**OK, "stream": True})
+    assert r.status_code == 503 and "decode engine 1 died" in r.json()["error"]["message"]
+
+
+def test_no_scheduler_behind_a_real_cluster_client() -> None:
+    import socket
+
+    from dualpath.runtime.server import BackgroundServer, CharTokenizer, create_app
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(f"tcp://127.0.0.1:{port}", CharTokenizer(),
+                     ServerConfig(cluster_query_timeout_s=0.3))
+    with BackgroundServer(app) as srv:
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 503 and r.json()["down"] == ["scheduler"]
+        r = httpx.post(srv.url + "/v1/completions", json=OK)
+        assert r.status_code == 503 and "did not answer" in r.json()["error"]["message"]
+        assert "dualpath_cluster_up 0.0" in httpx.get(srv.url + "/metrics").text

@@ -49,14 +49,14 @@ class _State:
         return self.config.model_name or info.model_name
 
 
-def _factory(cluster: str | Callable[[], Any]) -> Callable[[], Any]:
+def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable[[], Any]:
     if callable(cluster):
         return cluster
 
     def make() -> Any:
         from dualpath.runtime.cluster.client import ClusterClient
 
-        return ClusterClient(cluster)
+        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s)
 
     return make
 
@@ -64,7 +64,8 @@ def _factory(cluster: str | Callable[[], Any]) -> Callable[[], Any]:
 def create_app(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
                config: ServerConfig | None = None) -> FastAPI:
     """Build the app; the cluster client lives from startup to shutdown of the server."""
-    state = _State(_factory(cluster), tokenizer, config or ServerConfig())
+    config = config or ServerConfig()
+    state = _State(_factory(cluster, config), tokenizer, config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -171,7 +172,10 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
             first = await pieces.__anext__()
         except ClusterError as exc:
             raise from_cluster_error(exc) from None
-        count_http(state.metrics, request.url.path, 200 if req.stream or first.error is None else 503)
+        if first.finish_reason == "error":  # nothing sent yet: answer with a status
+            await pieces.aclose()  # type: ignore[attr-defined]
+            raise APIError(503, f"generation failed: {first.error}", code="generation_failed")
+        count_http(state.metrics, request.url.path, 200)
         if req.stream:
             return StreamingResponse(_stream(state, req, first, pieces, timing),
                                      media_type="text/event-stream")

@@ -15,7 +15,8 @@ class ServerConfig:
     ``model_name``: the id clients send as ``model`` (None: the cluster's model name).
     ``default_max_tokens``: used when a request names no ``max_tokens`` (capped by the context).
     ``token_timeout_s``: longest wait for the next token before the request fails (none hangs).
-    ``max_request_bytes``: larger bodies get 413.
+    ``max_request_bytes``: larger bodies get 413. ``cluster_query_timeout_s``: how long
+    info/health/metrics queries wait for the scheduler before the answer is 503.
     """
 
     host: str = "127.0.0.1"
@@ -25,6 +26,7 @@ class ServerConfig:
     default_max_tokens: int = 256
     token_timeout_s: float = 120.0
     max_request_bytes: int = 8 * 1024 * 1024
+    cluster_query_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         require(self.host != "", "host", self.host, "must name an interface (127.0.0.1 = loopback)")
@@ -34,5 +36,7 @@ class ServerConfig:
         require(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens,
                 "must be >= 1")
         require(self.token_timeout_s > 0, "token_timeout_s", self.token_timeout_s, "must be > 0")
+        require(self.cluster_query_timeout_s > 0, "cluster_query_timeout_s",
+                self.cluster_query_timeout_s, "must be > 0")
         require(self.max_request_bytes >= 1024, "max_request_bytes", self.max_request_bytes,
                 "must be >= 1024")
