@@ -22,9 +22,12 @@ def run_server(cluster_address: str, host: str = "127.0.0.1", port: int = 8000, 
                log_level: str = "warning") -> None:
     """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.
 
-    ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model)."""
-    config = ServerConfig(host=host, port=port, api_key=api_key, model_name=served_model_name)
-    tok = tokenizer or load_tokenizer(model)
+    ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model, whose
+    vocabulary has 512 ids as built by ``runtime.cluster.local.tiny_model_dir``) and is the model
+    id clients send unless ``served_model_name`` says otherwise."""
+    config = ServerConfig(host=host, port=port, api_key=api_key,
+                          model_name=served_model_name or model)
+    tok = tokenizer or load_tokenizer(model, vocab_size=512)
     app = create_app(cluster_address, tok, config)
     uvicorn.run(app, host=config.host, port=config.port, log_level=log_level)
 
