@@ -23,6 +23,7 @@ from dualpath.policy.views import (
 )
 
 VIEW_LIMIT = 512
+SMALL_CLUSTER_NODES = 32
 BATCH_VIEW_LIMIT = 64
 
 
@@ -40,6 +41,7 @@ class PolicyAdapter:
         self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
+        self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
 
     # ------------------------------------------------------------------ decode side
     def _de_group(self, node) -> GroupLoad:
@@ -51,6 +53,11 @@ class PolicyAdapter:
 
     def fetch_decode(self, node) -> int:
         """One DE group's fetch. Returns the number of requests assigned to its DEs."""
+        plan = self.scheduler.assign_decode(self.decode_view(node))
+        self.fetches += 1
+        return self.apply_decode(node, plan)
+
+    def decode_view(self, node) -> DecodeFetchView:
         sim = self.sim
         node_tok = sim.de_node_tok
         private_tokens = self.private_tokens
@@ -61,8 +68,11 @@ class PolicyAdapter:
             private_queue=tuple(r.info for r in self.private[node.node_id]),
             global_queue=tuple(r.info for r in self.global_queue), group_totals=totals,
             rr_cursor=self.de_rr[node.node_id], group_rr_cursor=self.group_rr)
-        plan = self.scheduler.assign_decode(view)
-        self.fetches += 1
+        return view
+
+    def apply_decode(self, node, plan) -> int:
+        """Carry out a DecodePlan: route the global queue, assign DEs (reserving HBM)."""
+        sim = self.sim
         self.de_rr[node.node_id] = plan.next_rr_cursor
         self.group_rr = plan.next_group_rr_cursor
         if plan.routings:
@@ -84,6 +94,11 @@ class PolicyAdapter:
     # ------------------------------------------------------------------ prefill side
     def fetch_prefill(self, node) -> int:
         """One PE group's fetch (strict leader fetch: this group only)."""
+        plan = self.scheduler.assign_prefill(self.prefill_view(node))
+        self.fetches += 1
+        return self.apply_prefill(node, plan)
+
+    def prefill_view(self, node) -> PrefillFetchView:
         sim = self.sim
         pes = sim.pe_states
         group = GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
@@ -97,13 +112,17 @@ class PolicyAdapter:
             prefix.append(req.pending)
             nodes_seen.add(req.pending.de_node_id)
         nodes = sim.cluster.nodes
+        if len(nodes) <= SMALL_CLUSTER_NODES:  # small clusters: every node's read queue
+            nodes_seen = set(self.all_node_ids)
         queues = tuple(NodeReadQueue(node_id=n, read_queue_tokens=nodes[n].read_q,
                                      read_tokens_per_s=self.read_rate[n])
                        for n in sorted(nodes_seen))
-        view = PrefillFetchView(now_s=sim.kernel.now_s, groups=(group,), queue=tuple(prefix),
+        return PrefillFetchView(now_s=sim.kernel.now_s, groups=(group,), queue=tuple(prefix),
                                 read_queues=queues, rr_cursor=self.pe_rr[node.node_id])
-        plan = self.scheduler.assign_prefill(view)
-        self.fetches += 1
+
+    def apply_prefill(self, node, plan) -> int:
+        """Carry out a PrefillPlan: pop the assigned prefix, start its reads."""
+        sim = self.sim
         self.pe_rr[node.node_id] = plan.next_rr_cursor
         for a in plan.assignments:
             req = self.prefill_queue.popleft()
@@ -119,6 +138,14 @@ class PolicyAdapter:
     # ------------------------------------------------------------------ PE batch
     def plan_batch(self, st) -> list[tuple[object, int, int]]:
         """``[(req, cached_len, chunk_len)]`` for PE ``st``'s next iteration (may be empty)."""
+        ready, claimed, view = self.batch_view(st)
+        if view is None:
+            return []
+        return self.apply_batch(ready, claimed, self.scheduler.plan_prefill_batch(view))
+
+    def batch_view(self, st):
+        """``(ready, claimed, BatchView | None)``: the PE's ready requests (reads done, DE buffer
+        room taken for their output; Basic: whole prompts fitting PE HBM) in assignment order."""
         ready = []
         sim = self.sim
         room = sim.pe_kv_tokens if not sim.system.layerwise else None
@@ -140,11 +167,14 @@ class PolicyAdapter:
             if len(ready) >= BATCH_VIEW_LIMIT:
                 break
         if not ready:
-            return []
+            return ready, claimed, None
         items = tuple(BatchItem(request_id=r.rid, cached_len=r.hit_len + r.done_new,
                                 new_len=r.miss_len - r.done_new) for r in ready)
-        plan = self.scheduler.plan_prefill_batch(
-            BatchView(now_s=self.sim.kernel.now_s, engine_id=st.gpu_id, waiting=items))
+        return ready, claimed, BatchView(now_s=sim.kernel.now_s, engine_id=st.gpu_id,
+                                         waiting=items)
+
+    def apply_batch(self, ready, claimed, plan) -> list[tuple[object, int, int]]:
+        sim = self.sim
         out = []
         for req, entry in zip(ready, plan.entries):
             assert req.rid == entry.request_id
