@@ -90,13 +90,14 @@ def plot_cdfs(run: BenchRun, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     ok = [r for r in run.results if _ok(r)]
-    series = [("TTFT (s)", [r.ttft_s for r in ok], run.config.ttft_slo_s),
-              ("TPOT (ms)", [r.tpot_s * 1e3 for r in ok if r.tpot_s is not None],
-               run.config.tpot_slo_s * 1e3),
-              ("JCT (s)", [v for v in run.jct_s.values() if v is not None], None)]
+    series: list[tuple[str, list[float | None], float | None]] = [
+        ("TTFT (s)", [r.ttft_s for r in ok], run.config.ttft_slo_s),
+        ("TPOT (ms)", [r.tpot_s * 1e3 for r in ok if r.tpot_s is not None],
+         run.config.tpot_slo_s * 1e3),
+        ("JCT (s)", [v for v in run.jct_s.values() if v is not None], None)]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, (label, values, slo) in zip(axes, series):
-        vals = np.sort(np.asarray([v for v in values if v is not None], dtype=float))
+        vals = np.sort(np.array([v for v in values if v is not None], dtype=np.float64))
         if vals.size:
             ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post")
         if slo is not None:
