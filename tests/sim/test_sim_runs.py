@@ -34,3 +34,15 @@ def test_deterministic_by_seed(make_cluster, make_trajectories) -> None:
     a, b = run_one(cfg, trajs), run_one(cfg, trajs)
     for key in ("jct_s", "events", "num_requests", "mean_ttft_s", "bytes"):
         assert a[key] == b[key]
+
+
+def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, monkeypatch) -> None:
+    import dualpath.sim.adapter as adapter
+
+    trajs = make_trajectories(120, turns=6, first=8192, append=250, gen=24)
+    cfg = SimConfig(system=get_system("dualpath"), cluster=make_cluster(1, 1))
+    with_elision = run_one(cfg, trajs)
+    monkeypatch.setattr(adapter, "FETCH_ELISION", False)
+    without = run_one(cfg, trajs)
+    assert with_elision["jct_s"] == without["jct_s"]
+    assert with_elision["bytes"] == without["bytes"]

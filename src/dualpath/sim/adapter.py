@@ -23,6 +23,11 @@ from dualpath.policy.views import (
 )
 
 VIEW_LIMIT = 512
+# Fetch elision: skip a fetch whose plan is provably empty -- a DE group whose private-queue head
+# fits no DE (every DE choice ends its fetch there) with an empty global queue, or a PE group whose
+# engines are all over beta (class C1, never chosen by any PE choice). Cursors are unchanged in both
+# cases, so plans are identical with and without it (tests/sim check the JCT is the same).
+FETCH_ELISION = True
 SMALL_CLUSTER_NODES = 32
 BATCH_VIEW_LIMIT = 64
 
@@ -56,6 +61,25 @@ class PolicyAdapter:
         plan = self.scheduler.assign_decode(self.decode_view(node))
         self.fetches += 1
         return self.apply_decode(node, plan)
+
+    def decode_may_assign(self, node) -> bool:
+        """False only if this DE group's fetch would certainly return an empty plan."""
+        if not FETCH_ELISION or self.global_queue:
+            return True
+        queue = self.private[node.node_id]
+        if not queue:
+            return False
+        need = queue[0].decode_len
+        states = self.sim.de_states
+        return any(states[g].hbm_tokens - states[g].reserved >= need for g in node.gpus)
+
+    def prefill_may_assign(self, node) -> bool:
+        """False only if every PE of this group is over beta (C1)."""
+        if not FETCH_ELISION:
+            return True
+        beta = self.scheduler.config.beta_tokens
+        pes = self.sim.pe_states
+        return any(pes[g].tok <= beta for g in node.gpus)
 
     def decode_view(self, node) -> DecodeFetchView:
         sim = self.sim

@@ -21,7 +21,7 @@ class DeState:
     and the running batch of its unit's forward pass."""
 
     __slots__ = ("gpu_id", "node_id", "unit", "tok", "seq", "hbm_tokens", "reserved", "batch",
-                 "ctx_sum", "step_s")
+                 "ctx_sum", "step_s", "slot")
 
     def __init__(self, gpu_id: int, node_id: int, hbm_tokens: int) -> None:
         self.gpu_id = gpu_id
@@ -34,6 +34,7 @@ class DeState:
         self.batch = 0
         self.ctx_sum = 0.0
         self.step_s = 0.0
+        self.slot = 0
 
 
 class DecodeUnit:
@@ -42,8 +43,9 @@ class DecodeUnit:
         self.kernel = sim.kernel
         self.costs = sim.costs
         self.states = states
-        for st in states:
+        for slot, st in enumerate(states):
             st.unit = self
+            st.slot = slot
         self.step_list = [0.0] * len(states)
         self.counter = 0.0
         self.last_t = 0.0
@@ -63,10 +65,7 @@ class DecodeUnit:
         self.last_t = now
 
     def _restep(self) -> None:
-        steps = self.step_list
-        for i, st in enumerate(self.states):
-            steps[i] = st.step_s
-        self.step_s = max(steps)
+        self.step_s = max(self.step_list)
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
@@ -88,6 +87,7 @@ class DecodeUnit:
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
         st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum)
+        self.step_list[st.slot] = st.step_s
         self._restep()
         req.t_join = self.kernel.now_s
 
@@ -108,6 +108,7 @@ class DecodeUnit:
             st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0
             if not st.batch:
                 st.ctx_sum = 0.0
+            self.step_list[st.slot] = st.step_s
         self._restep()
 
     def current_step_s(self) -> float:

@@ -124,7 +124,7 @@ class Simulation:
             self._de_dirty.discard(node.node_id)
             adapter.fetch_decode(node)
         for node_id in sorted(self._de_dirty):
-            if adapter.private[node_id]:
+            if adapter.private[node_id] and adapter.decode_may_assign(nodes[node_id]):
                 adapter.fetch_decode(nodes[node_id])
         self._de_dirty.clear()
         # Groups fetch on their own timers; rotating who goes first each tick stands in for that.
@@ -133,6 +133,8 @@ class Simulation:
         for node in pe_nodes[self._next_pe:] + pe_nodes[:self._next_pe]:
             if adapter.prefill_queue and node.node_id in self._pe_dirty:
                 self._pe_dirty.discard(node.node_id)
+                if not adapter.prefill_may_assign(node):
+                    continue
                 if adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT:
                     self._pe_dirty.add(node.node_id)
                     self._request_tick()
