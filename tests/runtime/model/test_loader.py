@@ -50,3 +50,10 @@ def test_packaged_default_model_resolves() -> None:
     assert gguf is not None and (folder / gguf).is_file()
     with pytest.raises(ConfigError, match="not a known model name"):
         resolve_model("no-such-model")
+
+
+def test_folder_without_tokenizer_fails_fast(tiny_dirs: dict[str, Path]) -> None:
+    from dualpath.runtime.model import load_tokenizer
+
+    with pytest.raises(ConfigError, match="no tokenizer files"):
+        load_tokenizer(str(tiny_dirs["llama"]))

@@ -19,7 +19,7 @@ import torch
 
 from dualpath.core.errors import require
 from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, LocalPipeline
-from dualpath.runtime.engine.types import SamplingParams
+from dualpath.runtime.engine.types import KVGeometry, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
 
 PATHS = ("pe", "de", "mixed")
@@ -123,7 +123,10 @@ def _run_path(
     ctx = {k: chat.first(m[0]) for k, m in convs.items()}
     rows = []
     with tempfile.TemporaryDirectory(prefix="dualpath-check-") as kv_dir:
+        geo = KVGeometry.of(dec.config, dec.dtype, cfg.block_size)
         local = LocalConfig(kv_dir=kv_dir, block_size=cfg.block_size, num_decode_engines=len(convs),
+                            buffer_bytes=geo.full_block_bytes * geo.num_blocks(2048),
+                            num_cache_blocks=2 * geo.num_blocks(2048),
                             max_batch_tokens=4096 if path != "mixed" else 48)  # fmt: skip
         with LocalPipeline(dec, local) as pipe:
             for turn in range(cfg.turns):

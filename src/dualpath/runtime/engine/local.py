@@ -144,6 +144,7 @@ class LocalPipeline:
         req = PrefillRequest(request_id=r.request_id, token_ids=r.token_ids, read_side=r.read_side,
                              decode_endpoint=de.config.name, hit_hashes=matched, sampling=r.sampling)  # fmt: skip
         if not self.prefill.add_request(req):
+            de.abort(r.request_id)
             raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"PE buffer full for {r.request_id!r}")
 
     def _run_prefill(self, hits: dict[str, int]) -> dict[str, PrefillOutput]:

