@@ -103,3 +103,28 @@ def test_cluster_down_gives_503_and_metrics_still_render(served) -> None:
     assert exc.value.status_code == 503
     r = httpx.get(served.url + "/metrics")
     assert r.status_code == 200 and "dualpath_cluster_up 0.0" in r.text
+
+
+def test_concurrent_streams_and_prompt_forms(make_served) -> None:
+    import asyncio
+
+    srv = make_served(token_delay_s=0.005)
+
+    async def main() -> list[list[int]]:
+        client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0)
+
+        async def one(i: int) -> list[int]:
+            prompt = [[3 + i, 4, 5]] if i % 2 else [3 + i, 4, 5]  # [[ids]] and [ids] both work
+            stream = await client.completions.create(
+                model="tiny", prompt=prompt, max_tokens=10, stream=True,
+                extra_body={"return_token_ids": True})
+            return [t async for c in stream for t in c.choices[0].model_extra.get("token_ids", [])]
+
+        return await asyncio.gather(*(one(i) for i in range(24)))
+
+    results = asyncio.run(main())
+    for i, ids in enumerate(results):
+        assert ids == fake_cluster.expected_tokens([3 + i, 4, 5], 10)
+    deep = "[" * 100_000 + "]" * 100_000
+    r = httpx.post(srv.url + "/v1/completions", content=deep)
+    assert r.status_code == 400

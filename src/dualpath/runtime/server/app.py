@@ -155,7 +155,7 @@ async def _read_json(state: _State, request: Request) -> Any:
                        f"{state.config.max_request_bytes} bytes")
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
 
 
