@@ -147,3 +147,19 @@ def test_shared_token_bucket_serialises_processes(tmp_path: Path) -> None:
     gaps = np.diff(finishes)
     assert len(finishes) == 1000
     assert gaps.min() >= 1e-3 * (1 - 1e-6)  # each 1000-byte reservation holds the link 1 ms
+
+
+def test_queued_reads_are_pinned(tmp_path: Path, layout: BlockLayout, make_blocks) -> None:
+    from dualpath.runtime.kvstore.blockfile import file_bytes_for
+
+    store = BlockStore(tmp_path, layout, capacity_bytes=2 * file_bytes_for(layout))
+    a, da = make_blocks(store, np.arange(8))
+    b, _ = make_blocks(store, np.arange(100, 108), seed=1)
+    limiter = GateLimiter()
+    with IOEngine(store, limiter=limiter) as eng:
+        fut = eng.submit_full(a[0], out=np.empty(layout.full_block_bytes, np.uint8))
+        make_blocks(store, np.arange(200, 208), seed=2)  # over capacity: a0 is LRU but queued
+        assert store.contains(a[0]) and not store.contains(b[0])
+        limiter.gate.set()
+        r = fut.result(timeout=10)
+        assert r.ok and np.array_equal(r.data, da[0])

@@ -141,3 +141,34 @@ def test_vanished_file_is_a_miss(store: BlockStore, make_blocks) -> None:
     assert store.stats().num_read_misses == 1 and store.stats().num_corrupt == 0
     assert store.match_prefix(np.arange(16)) == hashes[:1]
     assert block_hash(None, np.arange(8)) == hashes[0]
+
+
+def test_fast_crc_matches_zlib() -> None:
+    """Files stay readable with or without the optional isal package: same crc32 values."""
+    import zlib
+
+    from dualpath.runtime.kvstore import blockfile
+
+    data = np.random.default_rng(0).integers(0, 256, 100_003, dtype=np.uint8)
+    assert blockfile._crc32(data) == zlib.crc32(data)
+    assert blockfile._crc32(data[5:77], 12345) == zlib.crc32(data[5:77], 12345)
+
+
+def test_direct_io_reads_match(tmp_path: Path, make_blocks) -> None:
+    """O_DIRECT into aligned pool buffers, buffered fallback for unaligned ones: same bytes."""
+    from dualpath.runtime.kvstore import BufferPool
+
+    layout = BlockLayout(num_layers=2, kv_bytes_per_token_layer=512, block_size=8)  # 4 KiB layers
+    s = BlockStore(tmp_path, layout, direct_io=True)
+    hashes, datas = make_blocks(s, np.arange(16))
+    pool = BufferPool(layout.full_block_bytes, 2)
+    lease = pool.acquire()
+    assert lease.array.ctypes.data % 4096 == 0
+    assert s.read_full_into(hashes[1], lease.array) and np.array_equal(lease.array, datas[1])
+    unaligned = np.empty(layout.full_block_bytes + 1, np.uint8)[1:]
+    assert s.read_full_into(hashes[0], unaligned) and np.array_equal(unaligned, datas[0])
+    got = s.read_layer(hashes[1], 1)
+    assert got is not None and np.array_equal(got, datas[1][4096:])
+    _flip_byte(block_path(s.root, hashes[0]), header_bytes_for(layout) + 7)
+    assert not s.read_full_into(hashes[0], lease.array)
+    assert s.stats().num_corrupt == 1

@@ -13,9 +13,12 @@ rename, a vanished file is a miss, and quarantine moves a file only if it is sti
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
+import mmap
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ import numpy as np
 
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.kvstore.blockfile import (
+    PAGE_BYTES,
     SUFFIX,
     BlockHeader,
     CorruptBlockError,
@@ -40,6 +44,22 @@ META_NAME = "kvstore.json"
 QUARANTINE_DIR = "quarantine"
 TMP_PREFIX = ".tmp."
 _tmp_counter = itertools.count()
+_scratch = threading.local()
+
+
+def _header_scratch(nbytes: int) -> memoryview:
+    """A page-aligned per-thread buffer for headers (reused: decode_header copies what it keeps)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _scratch.buf = mmap.mmap(-1, nbytes)
+    return memoryview(buf)[:nbytes]
+
+
+def _direct_ok(out: memoryview, offset: int) -> bool:
+    """O_DIRECT needs page-aligned file offset, length and memory address."""
+    if len(out) % PAGE_BYTES or offset % PAGE_BYTES:
+        return False
+    return int(np.frombuffer(out, dtype=np.uint8).ctypes.data) % PAGE_BYTES == 0
 
 
 def block_path(root: Path, block_hash: str) -> Path:
@@ -120,31 +140,37 @@ def read_block(
     out: memoryview,
     layer: int | None,
     verify: bool,
+    direct: bool = False,
 ) -> BlockHeader | None:
     """Read a Full Block (``layer`` None) or one Layer Block into ``out``; None if the file is absent.
 
+    ``direct`` uses O_DIRECT (no page cache, no copy) when ``out`` is page-aligned, else buffered.
     Raises CorruptBlockError (with the file already quarantined) on a bad header, short file or a
     failed checksum of the bytes read; ``out`` then holds garbage and must not be used.
     """
+    hdr = _header_scratch(header_bytes_for(layout))
+    offset = len(hdr) + (0 if layer is None else layout.layer_range(layer)[0])
+    flags = os.O_RDONLY | (os.O_DIRECT if direct and _direct_ok(out, offset) else 0)
     try:
-        fd = os.open(block_path(root, block_hash), os.O_RDONLY)
+        fd = os.open(block_path(root, block_hash), flags)
     except FileNotFoundError:
         return None
+    except OSError as err:  # a file system without O_DIRECT
+        if err.errno != errno.EINVAL or not flags & os.O_DIRECT:
+            raise
+        return read_block(root, layout, block_hash, out, layer, verify, direct=False)
     try:
-        hdr = bytearray(header_bytes_for(layout))
         if layer is None:
             n = os.preadv(fd, [hdr, out], 0) - len(hdr)
-            first, offset = 0, len(hdr)
         else:
             n = os.preadv(fd, [hdr], 0) - len(hdr)
-            first, offset = layer, len(hdr) + layout.layer_range(layer)[0]
             n = os.preadv(fd, [out], offset) if n >= 0 else n
         try:
             header = decode_header(hdr, layout, block_hash)
             if n != len(out):
                 raise CorruptBlockError(block_hash, f"truncated: {n} of {len(out)} data bytes")
             if verify:
-                verify_layers(header, out, layout, first)
+                verify_layers(header, out, layout, 0 if layer is None else layer)
         except CorruptBlockError:
             quarantine(root, block_hash, fd)
             raise

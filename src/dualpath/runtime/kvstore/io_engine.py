@@ -145,6 +145,7 @@ class IOEngine:
             out = lease.array[:nbytes]
         with self._lock:
             self._c["read_queue_bytes"] += nbytes
+        self.store.pin((h,))  # not evicted by this process while queued
         fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
         if callback is not None:
             fut.add_done_callback(lambda f: callback(f.result()))
@@ -165,6 +166,7 @@ class IOEngine:
                 lease.release()
             raise
         finally:
+            self.store.unpin((h,))
             with self._lock:
                 self._c["read_queue_bytes"] -= nbytes
         with self._lock:

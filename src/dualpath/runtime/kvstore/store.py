@@ -49,7 +49,9 @@ class BlockStore:
 
     ``capacity_bytes`` bounds the file bytes this process's index holds (None: unbounded); writes
     beyond it evict least-recently-used unpinned leaf blocks. ``verify`` checks crc32 on every read;
-    ``fsync`` makes writes durable before they become visible. Opening scans ``root_dir`` (reading
+    ``fsync`` makes writes durable before they become visible. ``direct_io`` reads with O_DIRECT
+    (bypassing the page cache, as on a storage system with no DRAM cache) whenever the target
+    buffer is page-aligned (BufferPool buffers are). Opening scans ``root_dir`` (reading
     each block's header) and removes temp files older than ``stale_tmp_s``.
     """
 
@@ -61,6 +63,7 @@ class BlockStore:
         *,
         verify: bool = True,
         fsync: bool = False,
+        direct_io: bool = False,
         stale_tmp_s: float = 300.0,
     ) -> None:
         require(
@@ -71,6 +74,7 @@ class BlockStore:
         self.capacity_bytes = capacity_bytes
         self.verify = verify
         self.fsync = fsync
+        self.direct_io = direct_io
         self.file_bytes = file_bytes_for(layout)
         self._lock = threading.Lock()
         self._index = BlockIndex()
@@ -181,7 +185,9 @@ class BlockStore:
         want = self.layout.full_block_bytes if layer is None else self.layout.layer_block_bytes
         require(len(view) == want, "out", f"{len(view)} bytes", f"must be exactly {want} bytes")
         try:
-            header = files.read_block(self.root, self.layout, h, view, layer, self.verify)
+            header = files.read_block(
+                self.root, self.layout, h, view, layer, self.verify, self.direct_io
+            )
         except CorruptBlockError as err:
             self._report(err)
             header = None
