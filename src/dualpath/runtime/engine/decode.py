@@ -97,7 +97,7 @@ class DecodeEngine:
             return None
         ok = 0
         for f in reads:  # a miss ends the usable prefix; the PE recomputes the rest
-            if not f.result().ok:
+            if f.exception() is not None or not f.result().ok:
                 break
             ok += 1
         return ok * self.geometry.block_size

@@ -117,7 +117,7 @@ class PrefillEngine:
         elif all(f.done() for f in st.reads):
             ok = 0
             for f in st.reads:  # a miss ends the usable prefix; the rest is recomputed
-                if not f.result().ok:
+                if f.exception() is not None or not f.result().ok:
                     break
                 ok += 1
             st.hit_len = ok * self.geometry.block_size
@@ -162,7 +162,9 @@ class PrefillEngine:
         self._load(0, batch)
         for layer in range(dec.num_layers):
             nxt = layer + 1 < dec.num_layers
-            pending = self._loader.submit(self._load, layer + 1, batch) if nxt and self.config.overlap else None
+            pending = None
+            if nxt and self.config.overlap:
+                pending = self._loader.submit(self._load, layer + 1, batch)
             self.staging.wait_loaded(layer)
             cached = [self.staging.view(layer, st.req.request_id) if st.computed_len else None
                       for st, _ in batch]  # fmt: skip
@@ -204,14 +206,17 @@ class PrefillEngine:
                 st.blocks.read_tokens(layer, 0, c, self.staging.view(layer, rid))
                 if st.sent_len < c:  # spec section 4: the PE path forwards the hit KV too
                     items = self.buffer.layer_items(rid, layer, st.sent_len, c)
-                    handles.append(self.transport.submit(st.req.decode_endpoint, items, source=self.config.name))
+                    dest = st.req.decode_endpoint
+                    handles.append(self.transport.submit(dest, items, source=self.config.name))
             else:  # DE read path: DE buffer -> transport -> this engine's staging
                 remote = self._remotes[st.req.decode_endpoint]
                 handles.append(remote.request_layer(rid, layer, 0, c, self.config.name))
         for h in handles:
             h.wait(60.0)
 
-    def _emit(self, layer: int, batch: Sequence[tuple[_State, int]], kv: torch.Tensor) -> list[TransferHandle]:
+    def _emit(
+        self, layer: int, batch: Sequence[tuple[_State, int]], kv: torch.Tensor
+    ) -> list[TransferHandle]:
         """Send ``layer``'s new KV to each request's DE buffer (one submit per destination)."""
         by_dest: dict[str, list[TransferItem]] = {}
         off, bs = 0, self.geometry.block_size
