@@ -75,7 +75,8 @@ class PrefillEngine:
         self.io = io
         self.geometry = KVGeometry.of(decoder.config, decoder.dtype, cfg.block_size)
         self.buffer = KVBuffer(self.geometry, cfg.buffer_bytes, name=f"{cfg.name}/buffer")
-        self.staging = LayerStaging(self.geometry, cfg.max_cached_tokens, decoder.device)
+        slots = 2 if cfg.overlap else 1  # one layer computing (+ the next one loading)
+        self.staging = LayerStaging(self.geometry, cfg.max_cached_tokens, decoder.device, slots)
         self._remotes: dict[str, RemoteKV] = dict(remotes or {})
         self._reqs: dict[str, _State] = {}
         self._loader = ThreadPoolExecutor(1, thread_name_prefix=f"{cfg.name}-load")
