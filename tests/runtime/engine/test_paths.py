@@ -26,11 +26,13 @@ def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, si
     assert hits == [0, 48, 64]
 
 
-def test_mixed_batch_two_decoders_chunked(tiny_llama: tuple[Decoder, Any], kv_dir: str) -> None:
+@pytest.mark.parametrize("async_transfer", [False, True])
+def test_mixed_batch_two_decoders_chunked(tiny_llama: tuple[Decoder, Any], kv_dir: str, async_transfer: bool) -> None:
     """PE-path and DE-path requests in one prefill batch, chunked prefill, two DEs, unaligned prompts."""
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(12)
-    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=24, num_decode_engines=2)
+    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=24, num_decode_engines=2,
+                      async_transfer=async_transfer)  # fmt: skip
     prompts = {"a": random_tokens(gen, 37), "b": random_tokens(gen, 16), "c": random_tokens(gen, 61)}
     with LocalPipeline(dec, cfg) as pipe:
         run_conversation(pipe, hf, prompts=prompts, gen=gen, num_turns=3,

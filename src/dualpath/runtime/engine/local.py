@@ -43,6 +43,7 @@ class LocalConfig:
     overlap: bool = True
     io_queue_depth: int = 4
     store_capacity_bytes: int | None = None
+    async_transfer: bool = False  # in-process transport with a progress thread
 
     def __post_init__(self) -> None:
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, ">= 1")
@@ -82,7 +83,7 @@ class LocalPipeline:
         self.store = BlockStore(cfg.kv_dir, self.geometry.layout, cfg.store_capacity_bytes)
         self.io = IOEngine(self.store, IOEngineConfig(queue_depth=cfg.io_queue_depth))
         fabric = InProcFabric()
-        self.transport = fabric.transport()
+        self.transport = fabric.transport(asynchronous=cfg.async_transfer)
         self.prefill = PrefillEngine(decoder, self.transport, self.io, PrefillConfig(
             name="pe0", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
             max_cached_tokens=cfg.max_cached_tokens, overlap=cfg.overlap))  # fmt: skip
