@@ -79,6 +79,38 @@ async def replay(client: ClusterClient, agents: list[AgentPlan], *, vocab_size: 
                         errors=tuple(errors))
 
 
+async def closed_loop(client: ClusterClient, agents: list[AgentPlan], *, vocab_size: int, seed: int,
+                      warmup_s: float, window_s: float) -> dict[str, float]:
+    """Steady-state throughput: every agent repeats its trajectory (fresh tokens each time) until
+    ``warmup_s + window_s``; counts tokens and requests that finish inside the window.
+
+    Returns generated tokens/s, requests/s and the mean TTFT inside the window."""
+    t0 = time.monotonic()
+    start, end = t0 + warmup_s, t0 + warmup_s + window_s
+    done = {"tokens": 0, "requests": 0, "ttft_sum": 0.0}
+
+    async def agent(plan: AgentPlan, index: int) -> None:
+        rng = random.Random(seed * 1_000_003 + index)
+        while time.monotonic() < end:
+            context: list[int] = []
+            for append_len, gen_len in plan.turns:
+                if time.monotonic() >= end:
+                    return
+                context = context + [rng.randrange(3, vocab_size) for _ in range(append_len)]
+                params = SamplingParams(max_tokens=gen_len, ignore_eos=True)
+                async for ev in client.generate(context, params):
+                    context.append(ev.token_id)
+                    if ev.stats is not None and start <= time.monotonic() < end:
+                        done["tokens"] += ev.stats.num_generated
+                        done["requests"] += 1
+                        done["ttft_sum"] += ev.stats.ttft_s
+
+    await asyncio.gather(*(agent(p, i) for i, p in enumerate(agents)))
+    n = max(done["requests"], 1)
+    return {"tokens_per_s": done["tokens"] / window_s, "requests_per_s": done["requests"] / window_s,
+            "ttft_mean_s": done["ttft_sum"] / n}
+
+
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict[str, int]]:
     """Bytes per path and per NIC moved between two snapshots."""
     def diff(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -89,9 +121,10 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, 
 
 
 async def run_system(client: ClusterClient, agents: list[AgentPlan], *, policy: str,
-                     read_free: bool, seed: int, settle_s: float) -> dict[str, object]:
+                     read_free: bool, seed: int, settle_s: float,
+                     snic_gbps: float | None = None) -> dict[str, object]:
     """Configure the cluster for one system, replay the agents, return its row of results."""
-    await client.configure(policy, read_free=read_free)
+    await client.configure(policy, read_free=read_free, snic_gbps=snic_gbps)
     info = await client.info()
     await asyncio.sleep(settle_s)
     before = await client.metrics()
@@ -109,5 +142,6 @@ async def run_system(client: ClusterClient, agents: list[AgentPlan], *, policy: 
         "read_sides": res.read_sides,
         "snic_read_bytes": snic_reads,
         "bytes_by_path": delta["bytes_by_path"],
+        "generated_tokens": sum(g for a in agents for _, g in a.turns),
         "errors": list(res.errors),
     }

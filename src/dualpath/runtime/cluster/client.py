@@ -167,13 +167,15 @@ class ClusterClient:
         assert reply.info is not None
         return reply.info
 
-    async def configure(self, policy: str, read_free: bool = False) -> ClusterHealth:
-        """Switch the scheduling policy (and ``read_free``, the Oracle) for later requests.
+    async def configure(self, policy: str, read_free: bool = False,
+                        snic_gbps: float | None = None) -> ClusterHealth:
+        """Switch the scheduling policy (and ``read_free``, the Oracle; ``snic_gbps``, the emulated
+        storage-NIC cap of every node, None = unchanged) for later requests.
 
         Only while no request is in flight; raises ClusterError otherwise or for an unknown policy.
         """
         reply = await self._query("configure", lambda qid: Configure(
-            query_id=qid, policy=policy, read_free=read_free))
+            query_id=qid, policy=policy, read_free=read_free, snic_gbps=snic_gbps))
         if reply.error:
             raise ClusterError(reply.error)
         assert reply.health is not None

@@ -36,6 +36,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     decode_hbm_tokens: int = 65536
     block_size: int = 64
     dtype: str = "float32"
+    prefill_tokens_per_s: float = 0.0  # beta = 5 s of this (0: a per-model default)
     heartbeat_s: float = 0.2
     engine_timeout_s: float = 5.0
     seed: int = 0
@@ -61,6 +62,14 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
         require(self.engine_timeout_s > 2 * self.heartbeat_s, "engine_timeout_s",
                 self.engine_timeout_s, "must exceed two heartbeats")
+
+    @property
+    def beta_rate(self) -> float:
+        """Prompt tokens/s one PE is assumed to prefill (policy beta = 5 s of it). Cached tokens
+        dominate prompts in agentic turns and cost little compute, hence the generous defaults."""
+        if self.prefill_tokens_per_s > 0:
+            return self.prefill_tokens_per_s
+        return 200_000.0 if self.model == "tiny" else 20_000.0
 
     @property
     def num_engines(self) -> int:

@@ -15,6 +15,7 @@ import msgspec
 import torch
 import zmq
 
+from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
     Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
@@ -134,6 +135,8 @@ def _configure(msg: Configure, args: EngineArgs, worker: object, traffic: Traffi
     from dualpath.policy import SchedulerConfig, make_scheduler
 
     traffic.read_free = msg.read_free
+    if msg.snic_gbps is not None:
+        traffic.snic.rate_bytes_per_s = gbps_to_bytes_per_s(msg.snic_gbps)
     if hasattr(worker, "scheduler"):
         cfg = SchedulerConfig(batching="tokens", max_batch_tokens=args.max_batch_tokens,
                               block_size=args.block_size)

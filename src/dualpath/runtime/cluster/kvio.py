@@ -4,6 +4,7 @@ manager, sampling, and the engine's outbox of messages to the scheduler."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,17 +84,20 @@ class BlockIO:
             try:
                 hashes = chain_hashes(token_ids[: (first_block + num_blocks) * bs], bs)
                 buf = np.empty(self.geo.layout().full_block_bytes, dtype=np.uint8)
+                end_s = self.traffic.reserve_read(buf.nbytes * num_blocks, path)
                 for b in range(first_block, first_block + num_blocks):
-                    self.traffic.storage_read(buf.nbytes, path)
                     if not self.store.read_full_into(hashes[b], buf):
                         raise RuntimeError(f"KV block {b} ({hashes[b][:8]}) vanished or is corrupt")
                     blk = torch.from_numpy(buf).view(self.geo.dtype).view(
                         self.geo.num_layers, bs, 2, self.geo.num_kv_heads, self.geo.head_dim)
                     dest[:, b * bs:(b + 1) * bs].copy_(blk)
-                    with self._lock:
-                        self.read_queue_tokens -= bs
+                wait_s = end_s - time.monotonic()
+                if wait_s > 0:
+                    time.sleep(wait_s)
             except BaseException as exc:  # reported to the caller, never lost
                 err = exc
+            with self._lock:
+                self.read_queue_tokens -= num_blocks * bs
             done(err)
 
         return self._reads.submit(job)

@@ -64,6 +64,7 @@ class LocalCluster:
         self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", SchedulerArgs(
             bind=f"tcp://{cfg.host}:{cfg.scheduler_port}", kv_dir=cfg.kv_dir, policy=cfg.policy,
             snic_gbps=cfg.snic_gbps, max_queued_requests=cfg.max_queued_requests,
+            prefill_tokens_per_s=cfg.beta_rate,
             engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file)), "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():

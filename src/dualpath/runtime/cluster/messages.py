@@ -149,6 +149,7 @@ class Configure(_Msg):
     query_id: int
     policy: str
     read_free: bool = False
+    snic_gbps: float | None = None  # None: keep the current storage-NIC cap
 
 
 class Cancel(_Msg):

@@ -144,7 +144,8 @@ class SchedulerService:
         if self.hello is None:
             return QueryReply(query_id=msg.query_id, error="no engine registered yet")
         try:
-            self.args = msgspec.structs.replace(self.args, policy=msg.policy)
+            snic = self.args.snic_gbps if msg.snic_gbps is None else msg.snic_gbps
+            self.args = msgspec.structs.replace(self.args, policy=msg.policy, snic_gbps=snic)
             self._setup(self.hello)
         except DualpathError as exc:
             return QueryReply(query_id=msg.query_id, error=str(exc))
