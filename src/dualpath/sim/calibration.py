@@ -17,7 +17,7 @@ FETCH_INTERVAL_S = 0.02
 # --- storage -------------------------------------------------------------------------------------
 # 3FS "saturates a 400 Gbps SNIC" (spec section 3). Reads are of 64-token Full Blocks (2.5 MB for
 # DS 660B), large enough that no per-request overhead is modelled. Fraction of line rate achieved:
-STORAGE_EFFICIENCY = 1.0
+STORAGE_EFFICIENCY = 0.5
 
 # Share of each DE node's DRAM buffer kept free of DE-side hit reads, for prefill output streaming
 # in (PE-read hits + misses). Without a reserve, a buffer full of read-ahead hits could block the
@@ -26,7 +26,7 @@ DE_OUTPUT_RESERVE = 0.25
 
 # --- HBM -----------------------------------------------------------------------------------------
 # Fraction of HBM usable for weights + KV (the rest: activations, CUDA graphs, allocator slack).
-HBM_USABLE_FRACTION = 0.85
+HBM_USABLE_FRACTION = 0.70
 
 # --- parallelism ---------------------------------------------------------------------------------
 # EP group size in nodes for the DeepSeek models (attention DP inside, lockstep MoE across the
@@ -38,7 +38,7 @@ DECODE_EP_NODES = 4
 # Multipliers on the cost model's times (1.0 = the cost model as is). The roofline model is
 # optimistic for small EP batches (kernel launch, synchronisation, imbalance across the group).
 PREFILL_TIME_SCALE = 1.5
-DECODE_TIME_SCALE = 2.0
+DECODE_TIME_SCALE = 2.1
 # Fixed per-iteration overhead of a PE iteration / DE step (scheduling, launch, sync), seconds.
 PREFILL_ITER_OVERHEAD_S = 0.005
 DECODE_STEP_OVERHEAD_S = 0.0

@@ -57,7 +57,7 @@ class Simulation:
         self.decode_units = [DecodeUnit(self, [self.de_states[g] for g in u])
                              for u in cluster.decode_units]
         sched_cfg = SchedulerConfig.from_rates(
-            snic_bytes_per_s=cluster.node_spec.snic_bytes_per_s, kv_bytes_per_token=self.bpt,
+            snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
             attention_predictor=self.costs.predictor, block_size=self.block_len,
             compute_quota_s=cal.COMPUTE_QUOTA_PER_FORWARD_S / model.num_layers)

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from dualpath.cli import app
+
+
+def _json(args: list[str]) -> dict:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_offline_json_has_the_promised_keys(tmp_path) -> None:
+    out = _json(["simulate", "--agents", "4", "--system", "basic,oracle", "--json",
+                 "--out", str(tmp_path)])
+    assert set(out["systems"]) == {"basic", "oracle"}
+    for res in out["systems"].values():
+        for key in ("jct_s", "snic_max_over_avg", "attn_max_over_avg", "bytes", "events",
+                    "wall_s", "ttft_breakdown_s"):
+            assert key in res
+    assert out["systems"]["oracle"]["jct_s"] <= out["systems"]["basic"]["jct_s"]
+    assert (tmp_path / "requests_basic.csv").exists() and (tmp_path / "result.json").exists()
+    lines = (tmp_path / "requests_oracle.csv").read_text().splitlines()
+    assert len(lines) == out["systems"]["oracle"]["num_requests"] + 1
+
+
+def test_online_json_reports_capacity() -> None:
+    out = _json(["simulate", "--model", "ds-27b", "--pd", "1p1d", "--online", "--aps",
+                 "0.05,0.1", "--horizon", "60", "--system", "dualpath", "--json"])
+    sweep = out["systems"]["dualpath"]
+    assert "capacity_aps" in sweep and sweep["points"]
+    point = sweep["points"][0]
+    assert point["ttft_mean_s"] is None or point["ttft_mean_s"] > 0
+    assert "ttft_p90_s" in point and "tpot_mean_s" in point
+
+
+def test_unknown_system_fails_with_choices() -> None:
+    result = CliRunner().invoke(app, ["simulate", "--system", "nope", "--json"])
+    assert result.exit_code != 0
