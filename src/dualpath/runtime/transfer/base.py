@@ -56,7 +56,7 @@ class TransferItem:
     def nbytes(self) -> int:
         p = self.payload
         if isinstance(p, torch.Tensor):
-            return p.numel() * p.element_size()
+            return p.nbytes
         return memoryview(p).nbytes
 
 
