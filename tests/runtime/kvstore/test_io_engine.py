@@ -163,3 +163,35 @@ def test_queued_reads_are_pinned(tmp_path: Path, layout: BlockLayout, make_block
         limiter.gate.set()
         r = fut.result(timeout=10)
         assert r.ok and np.array_equal(r.data, da[0])
+
+
+def test_submit_after_close_leaves_no_accounting(store: BlockStore, layout: BlockLayout, make_blocks) -> None:
+    hashes, _ = make_blocks(store, np.arange(8))
+    pool = BufferPool(layout.full_block_bytes, 1)
+    eng = IOEngine(store, pool=pool)
+    eng.close()
+    with pytest.raises(RuntimeError):
+        eng.submit_full(hashes[0])
+    assert eng.read_queue_tokens == 0 and pool.num_free == 1
+
+
+def test_submit_blocks_batches_and_bounds(store: BlockStore, layout: BlockLayout, make_blocks) -> None:
+    hashes, datas = make_blocks(store, np.arange(80))  # 10 blocks
+    pool = BufferPool(layout.full_block_bytes, 10)
+    with IOEngine(store, IOEngineConfig(queue_depth=3), pool=pool) as eng:
+        results = [f.result(timeout=10) for f in eng.submit_blocks(hashes)]
+        assert [r.block_hash for r in results] == hashes
+        assert all(np.array_equal(r.data, d) for r, d in zip(results, datas, strict=True))
+        assert len({r.lease.slot for r in results if r.lease}) == 10  # distinct buffers
+        with pytest.raises(BufferPoolExhausted):  # all on loan: all-or-none acquisition
+            eng.submit_blocks(hashes[:2], timeout_s=0.01)
+        assert pool.num_free == 0
+        for r in results:
+            r.release()
+        with pytest.raises(ConfigError, match="more blocks than the pool"):
+            eng.submit_blocks(hashes + hashes[:1])
+        layer = [f.result(timeout=10) for f in eng.submit_blocks(hashes[:4], layer=3)]
+        assert all(np.array_equal(r.data, layout.layer_view(d, 3)) for r, d in zip(layer, datas))
+        for r in layer:
+            r.release()
+        assert pool.num_free == 10 and eng.read_queue_tokens == 0

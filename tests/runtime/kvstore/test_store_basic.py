@@ -47,6 +47,7 @@ def test_round_trip_full_and_layer(store: BlockStore, make_blocks) -> None:
             a, b = LAYOUT.layer_range(layer)
             got = store.read_layer(h, layer)
             assert got is not None and np.array_equal(got, full[a:b])
+            assert np.array_equal(LAYOUT.layer_view(full, layer), got)
     out = np.empty(LAYOUT.full_block_bytes, dtype=np.uint8)
     assert store.read_full_into(hashes[2], out) and np.array_equal(out, datas[2])
     assert store.read_full("0" * 32) is None

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dualpath.runtime.kvstore.bandwidth import BandwidthLimiter, SharedTokenBucket, TokenBucket
 from dualpath.runtime.kvstore.blockfile import CorruptBlockError
 from dualpath.runtime.kvstore.buffers import BufferLease, BufferPool, BufferPoolExhausted
-from dualpath.runtime.kvstore.io_engine import IOEngine, IOEngineConfig, IOStats, ReadResult
+from dualpath.runtime.kvstore.io_engine import IOEngine
+from dualpath.runtime.kvstore.io_types import IOEngineConfig, IOStats, ReadResult
 from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes
 from dualpath.runtime.kvstore.store import BlockStore, StoreStats
 

@@ -45,9 +45,13 @@ class BlockHeader:
 
     block_hash: str
     parent_hash: str | None
-    token_ids: np.ndarray
+    token_bytes: bytes  # the block's token ids as little-endian int64
     layer_crcs: tuple[int, ...]
     header_bytes: int
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        return np.frombuffer(self.token_bytes, dtype="<i8")
 
 
 def header_bytes_for(layout: BlockLayout) -> int:
@@ -113,8 +117,8 @@ def decode_header(buf: bytes | memoryview, layout: BlockLayout, expected_hash: s
     return BlockHeader(
         block_hash=own.hex(),
         parent_hash=parent.hex() if has_parent else None,
-        token_ids=np.frombuffer(buf, dtype="<i8", count=ntok, offset=_FIXED.size).copy(),
-        layer_crcs=tuple(int(c) for c in np.frombuffer(buf, "<u4", count=layers, offset=tok_end)),
+        token_bytes=bytes(buf[_FIXED.size : tok_end]),
+        layer_crcs=struct.unpack_from(f"<{layers}I", buf, tok_end),
         header_bytes=size,
     )
 
@@ -124,7 +128,7 @@ def verify_layers(
 ) -> None:
     """Check crc32 of consecutive Layer Blocks in ``data`` starting at ``first_layer``."""
     step = layout.layer_block_bytes
+    crcs = header.layer_crcs
     for k in range(len(data) // step):
-        layer = first_layer + k
-        if _crc32(data[k * step : (k + 1) * step]) != header.layer_crcs[layer]:
-            raise CorruptBlockError(header.block_hash, f"layer {layer} checksum mismatch")
+        if _crc32(data[k * step : (k + 1) * step]) != crcs[first_layer + k]:
+            raise CorruptBlockError(header.block_hash, f"layer {first_layer + k} checksum mismatch")

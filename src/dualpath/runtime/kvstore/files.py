@@ -66,6 +66,10 @@ def block_path(root: Path, block_hash: str) -> Path:
     return root / block_hash[:2] / f"{block_hash}{SUFFIX}"
 
 
+def _block_path_str(root: Path, block_hash: str) -> str:  # hot path: no pathlib objects
+    return f"{root}/{block_hash[:2]}/{block_hash}{SUFFIX}"
+
+
 def init_root(root: Path, layout: BlockLayout) -> None:
     """Create the directory tree and layout file, or check an existing layout matches ``layout``."""
     root.mkdir(parents=True, exist_ok=True)
@@ -152,7 +156,7 @@ def read_block(
     offset = len(hdr) + (0 if layer is None else layout.layer_range(layer)[0])
     flags = os.O_RDONLY | (os.O_DIRECT if direct and _direct_ok(out, offset) else 0)
     try:
-        fd = os.open(block_path(root, block_hash), flags)
+        fd = os.open(_block_path_str(root, block_hash), flags)
     except FileNotFoundError:
         return None
     except OSError as err:  # a file system without O_DIRECT

@@ -12,58 +12,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
 from dualpath.core.errors import require
 from dualpath.runtime.kvstore.bandwidth import BandwidthLimiter, wait_until
 from dualpath.runtime.kvstore.buffers import BufferLease, BufferPool
+from dualpath.runtime.kvstore.io_types import IOEngineConfig, IOStats, ReadResult
 from dualpath.runtime.kvstore.store import BlockStore
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IOEngineConfig:
-    """``queue_depth``: concurrent I/Os (worker threads)."""
-
-    queue_depth: int = 4
-
-    def __post_init__(self) -> None:
-        require(1 <= self.queue_depth <= 256, "queue_depth", self.queue_depth, "must be in [1, 256]")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadResult:
-    """Outcome of one read. ``ok`` False means a miss (absent, vanished or corrupt): recompute.
-
-    ``data`` views the caller's ``out`` or a pooled buffer (``lease``); call ``release()`` when done
-    with pooled data (a no-op for caller buffers) so the buffer returns to the pool.
-    """
-
-    block_hash: str
-    layer: int | None
-    ok: bool
-    data: np.ndarray | None
-    lease: BufferLease | None = None
-
-    def release(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IOStats:
-    num_reads: int
-    num_read_misses: int
-    read_bytes: int
-    num_writes: int
-    written_bytes: int
-    read_queue_bytes: int
-    read_queue_tokens: int
-    write_queue_bytes: int
-
-
 Callback = Callable[[ReadResult], None]
+_Job = tuple[str, np.ndarray, BufferLease | None, "Future[ReadResult]"]  # hash, out, lease, future
 
 
 class IOEngine:
@@ -119,13 +79,64 @@ class IOEngine:
         outs: Sequence[np.ndarray] | None = None,
         layer: int | None = None,
         callback: Callback | None = None,
+        timeout_s: float | None = None,
     ) -> list[Future[ReadResult]]:
-        """Queue reads of a request's blocks (Full Blocks, or one layer of each), in order."""
+        """Queue reads of a request's blocks (Full Blocks, or one layer of each).
+
+        Batched: at most ``queue_depth`` work items, block i going to item ``i % queue_depth``,
+        so futures complete roughly in order. Without ``outs``, all the request's buffers are taken
+        from the pool first (all or none; the request must fit in the pool).
+        """
         require(outs is None or len(outs) == len(hashes), "outs", len(outs or ()), "one per hash")
-        return [
-            self._submit_read(h, layer, None if outs is None else outs[i], callback, None)
+        if layer is not None:
+            self.store.layout.layer_range(layer)  # validates
+        leases = self._acquire_all(len(hashes), timeout_s) if outs is None else None
+        layout = self.store.layout
+        nbytes = layout.full_block_bytes if layer is None else layout.layer_block_bytes
+        jobs: list[_Job] = [
+            (h, outs[i] if outs is not None else leases[i].array[:nbytes],  # type: ignore[index]
+             None if leases is None else leases[i], Future())
             for i, h in enumerate(hashes)
-        ]
+        ]  # fmt: skip
+        if callback is not None:
+            for job in jobs:
+                job[3].add_done_callback(lambda f: callback(f.result()))
+        with self._lock:
+            self._c["read_queue_bytes"] += nbytes * len(jobs)
+        self.store.pin(hashes)
+        k = self.config.queue_depth
+        for start in range(min(k, len(jobs))):
+            self._exec.submit(self._run_batch, jobs[start::k], layer, nbytes)
+        return [job[3] for job in jobs]
+
+    def _acquire_all(self, n: int, timeout_s: float | None) -> list[BufferLease]:
+        require(self.pool is not None, "out", None, "IOEngine has no BufferPool; pass outs")
+        assert self.pool is not None
+        require(n <= self.pool.num_buffers, "hashes", n, f"more blocks than the pool's "
+                f"{self.pool.num_buffers} buffers")  # fmt: skip
+        leases: list[BufferLease] = []
+        try:
+            for _ in range(n):
+                leases.append(self.pool.acquire(timeout_s))
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        return leases
+
+    def _run_batch(self, jobs: list[_Job], layer: int | None, nbytes: int) -> None:
+        for h, out, lease, fut in jobs:
+            if not fut.set_running_or_notify_cancel():  # cancelled while queued: undo
+                self.store.unpin((h,))
+                with self._lock:
+                    self._c["read_queue_bytes"] -= nbytes
+                if lease is not None:
+                    lease.release()
+                continue
+            try:
+                fut.set_result(self._read(h, layer, out, lease, nbytes))
+            except BaseException as err:  # delivered through the future
+                fut.set_exception(err)
 
     def _submit_read(
         self,
@@ -146,7 +157,15 @@ class IOEngine:
         with self._lock:
             self._c["read_queue_bytes"] += nbytes
         self.store.pin((h,))  # not evicted by this process while queued
-        fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
+        try:
+            fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
+        except BaseException:  # e.g. submitted after close(): undo the accounting
+            self.store.unpin((h,))
+            with self._lock:
+                self._c["read_queue_bytes"] -= nbytes
+            if lease is not None:
+                lease.release()
+            raise
         if callback is not None:
             fut.add_done_callback(lambda f: callback(f.result()))
         return fut
@@ -164,15 +183,17 @@ class IOEngine:
         except BaseException:
             if lease is not None:
                 lease.release()
-            raise
-        finally:
             self.store.unpin((h,))
             with self._lock:
                 self._c["read_queue_bytes"] -= nbytes
+            raise
+        self.store.unpin((h,))
         with self._lock:
-            self._c["num_reads"] += 1
-            self._c["read_bytes"] += nbytes if ok else 0
-            self._c["num_read_misses"] += 0 if ok else 1
+            c = self._c
+            c["read_queue_bytes"] -= nbytes
+            c["num_reads"] += 1
+            c["read_bytes"] += nbytes if ok else 0
+            c["num_read_misses"] += 0 if ok else 1
         if not ok and lease is not None:
             lease.release()
             lease = None

@@ -59,6 +59,11 @@ class BlockLayout:
         start = layer * self.layer_block_bytes
         return start, start + self.layer_block_bytes
 
+    def layer_view(self, full_block: np.ndarray, layer: int) -> np.ndarray:
+        """The Layer Block of ``layer`` inside a Full Block's uint8 array (a view, no copy)."""
+        start, stop = self.layer_range(layer)
+        return full_block[start:stop]
+
 
 def _is_hash(value: object) -> bool:
     if not isinstance(value, str) or len(value) != HASH_HEX_LEN:

@@ -142,7 +142,7 @@ class BlockStore:
         with self._lock:
             for h in matched:  # root first, so the deepest block is the most recent
                 self._index.touch(h)
-                if pin and h in self._index:
+                if pin and self.capacity_bytes is not None and h in self._index:
                     self._index.pin(h)
             self._c["hit_tokens"] += len(matched) * self.layout.block_size
             self._c["miss_tokens"] += len(token_ids) - len(matched) * self.layout.block_size
@@ -150,12 +150,16 @@ class BlockStore:
 
     def pin(self, hashes: Iterable[str]) -> None:
         """Protect known blocks from this process's eviction (counted; pair with ``unpin``)."""
+        if self.capacity_bytes is None:
+            return  # nothing is ever evicted
         with self._lock:
             for h in hashes:
                 if h in self._index:
                     self._index.pin(h)
 
     def unpin(self, hashes: Iterable[str]) -> None:
+        if self.capacity_bytes is None:
+            return
         with self._lock:
             for h in hashes:
                 self._index.unpin(h)
@@ -183,7 +187,8 @@ class BlockStore:
     def _read(self, h: str, out: np.ndarray | memoryview, layer: int | None) -> bool:
         view = _byte_view(out)
         want = self.layout.full_block_bytes if layer is None else self.layout.layer_block_bytes
-        require(len(view) == want, "out", f"{len(view)} bytes", f"must be exactly {want} bytes")
+        if len(view) != want:
+            raise ConfigError("out", f"{len(view)} bytes", f"must be exactly {want} bytes")
         try:
             header = files.read_block(
                 self.root, self.layout, h, view, layer, self.verify, self.direct_io
@@ -257,13 +262,13 @@ class BlockStore:
     def stats(self) -> StoreStats:
         """A snapshot of the counters."""
         with self._lock:
-            c = dict(self._c)
+            c: dict[str, int | None] = dict(self._c)
             c.update(
                 num_blocks=len(self._index),
                 used_bytes=self._index.used_bytes,
                 capacity_bytes=self.capacity_bytes,
             )
-        return StoreStats(**c)
+        return StoreStats(**c)  # type: ignore[arg-type]
 
     def known_hashes(self) -> list[str]:
         """Hashes in this process's index, least recently used first."""
@@ -277,7 +282,7 @@ class BlockStore:
 
 
 def _byte_view(data: np.ndarray | memoryview | bytes) -> memoryview:
-    view = memoryview(data)
+    view = memoryview(data)  # type: ignore[arg-type]
     if not view.c_contiguous:
         raise ConfigError("data", f"shape {view.shape}", "must be C-contiguous")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
