@@ -162,17 +162,18 @@ class Decoder:
                     got = None if cached is None else tuple(cached.shape)
                     raise ConfigError("cached_kv", got, f"expected {span.cached_len} cached tokens")
                 kv = torch.cat((cached.to(kv.dtype), kv), dim=0)
-            qh = q[start:end].transpose(0, 1)  # [heads, n, d]
+            n, group = span.new_len, self.config.num_heads // self.config.num_kv_heads
+            # GQA without repeating K/V: the `group` query heads sharing a KV head are stacked along
+            # the query axis (row r of group j is head j * group + r // n, query r % n)
+            qg = q[start:end].transpose(0, 1).reshape(self.config.num_kv_heads, group * n, -1)
             kh, vh = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [kv_heads, c+n, d]
             mask = None
-            if span.new_len > 1 and span.cached_len:
+            if n > 1:
                 key_pos = torch.arange(kv.shape[0], device=q.device)
-                query_pos = torch.arange(span.new_len, device=q.device) + span.cached_len
-                mask = key_pos[None, :] <= query_pos[:, None]
-            is_causal = span.new_len > 1 and not span.cached_len
-            o = F.scaled_dot_product_attention(
-                qh, kh, vh, attn_mask=mask, is_causal=is_causal, scale=self._scale, enable_gqa=True
-            )
+                query_pos = torch.arange(n, device=q.device) + span.cached_len
+                mask = (key_pos[None, :] <= query_pos[:, None]).repeat(group, 1)
+            o = F.scaled_dot_product_attention(qg, kh, vh, attn_mask=mask, scale=self._scale)
+            o = o.view(self.config.num_heads, n, -1)
             outs.append(o.transpose(0, 1).reshape(span.new_len, -1))
             start = end
         return torch.cat(outs, dim=0)
