@@ -28,7 +28,9 @@ def test_block_hash_is_a_stable_chain() -> None:
     assert len(a) == 32 and int(a, 16) >= 0
     assert block_hash(a, [4]) != block_hash(None, [4])
     assert block_hash(None, [1, 2, 4]) != a
-    # fixed value: hashes must not change between versions/processes (persisted on disk)
+    # fixed values: hashes name files on disk, so they must never change between versions
+    assert block_hash(None, range(64)) == "0f032ceda9bd5b4a8b72e642b132e4b9"
+    assert block_hash(block_hash(None, range(64)), [7] * 64) == "42d456748dad4ef3ab73708bdae22708"
     assert block_hash(None, list(range(8))) == block_hash(None, tuple(range(8)))
     assert chain_hashes(list(range(20)), 8) == [
         block_hash(None, range(8)),

@@ -8,6 +8,7 @@ from this process's index are looked up on the file system before a prefix match
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
@@ -113,9 +114,12 @@ class BlockStore:
         header = self._safe_header(h)
         if header is None:
             return False
-        with self._lock:
-            if self._index.add(h, header.parent_hash, self.file_bytes):
+        with self._lock:  # re-check under the lock: an eviction here may have unlinked it since
+            if h not in self._index and os.path.exists(files.block_path(self.root, h)):
+                self._index.add(h, header.parent_hash, self.file_bytes)
                 self._c["num_discovered"] += 1
+            elif h not in self._index:
+                return False
         self._evict_over_capacity(h)
         return True
 
@@ -203,8 +207,7 @@ class BlockStore:
                 return False
             self._c["num_full_reads" if layer is None else "num_layer_reads"] += 1
             self._c["read_bytes"] += want
-            if h not in self._index:
-                self._index.add(h, header.parent_hash, self.file_bytes)
+            self._index.touch(h)  # a read is a use; membership changes only via contains/writes
             return True
 
     # ----- writes ------------------------------------------------------------------------------
@@ -242,7 +245,7 @@ class BlockStore:
         """Delete a block (from disk and index); False if it was not there."""
         with self._lock:
             self._index.remove(block_hash)
-        return files.remove_block(self.root, block_hash)
+            return files.remove_block(self.root, block_hash)
 
     def _evict_over_capacity(self, protect: str | None) -> None:
         if self.capacity_bytes is None:
@@ -256,7 +259,7 @@ class BlockStore:
                     log.warning("kvstore: over capacity but every block is pinned or interior")
                     return
                 self._c["num_evictions"] += 1
-            files.remove_block(self.root, victim)
+                files.remove_block(self.root, victim)  # under the lock: index and disk agree
 
     # ----- introspection -----------------------------------------------------------------------
     def stats(self) -> StoreStats:
