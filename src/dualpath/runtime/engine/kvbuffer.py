@@ -1,6 +1,6 @@
 """Host DRAM KV buffer of one engine (the PE buffer or the DE buffer of spec section 4).
 
-Preallocated and bounded in bytes: a kvstore ``BufferPool`` of Full-Block-sized slots, touched once.
+Preallocated and bounded in bytes: one arena of Full-Block-sized slots, touched once.
 A request owns ``ceil(prompt_len / block_size)`` slots holding its prompt KV in the Full Block layout
 ``[layers, block_size, 2, kv_heads, head_dim]``. The buffer is a ``KVSink``: Layer/Full Blocks sent
 to its endpoint are written into the owning request's slots. It also serves layer reads to a remote PE
@@ -19,7 +19,7 @@ import torch
 
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.engine.types import KVGeometry, layer_items_spans
-from dualpath.runtime.kvstore import BufferLease, BufferPool, IOEngine, ReadResult
+from dualpath.runtime.kvstore import IOEngine, ReadResult
 from dualpath.runtime.transfer import FULL_BLOCK, TransferHandle, TransferItem, Transport
 
 
@@ -38,33 +38,56 @@ def payload_tensor(item: TransferItem, geometry: KVGeometry) -> torch.Tensor:
 
 
 class RequestBlocks:
-    """The slots of one request; ``tensors[j]`` views slot j as a Full Block tensor."""
+    """The slots of one request. ``tensors[j]`` views its block j as a Full Block tensor, ``arrays[j]``
+    as the uint8 array the store reads into; ``slots`` indexes the buffer's arena (whole-block gathers
+    and scatters are one indexed copy per layer, not a Python loop over blocks)."""
 
-    __slots__ = ("leases", "tensors", "arrays")
+    __slots__ = ("slots", "index", "tensors", "arrays", "_arena")
 
-    def __init__(self, leases: list[BufferLease], geometry: KVGeometry) -> None:
-        self.leases = leases
-        self.arrays: list[np.ndarray] = [lease.array for lease in leases]
-        shape = (geometry.num_layers, geometry.block_size, *geometry.token_shape)
-        self.tensors = [torch.from_numpy(a).view(geometry.dtype).view(shape) for a in self.arrays]
+    def __init__(self, slots: list[int], arena: torch.Tensor, raw: torch.Tensor) -> None:
+        self.slots = slots
+        self.index = torch.tensor(slots, dtype=torch.long)
+        self._arena = arena  # [num_slots, layers, block_size, 2, kv, d]
+        self.tensors = [arena[s] for s in slots]
+        self.arrays: list[np.ndarray] = [raw[s].numpy() for s in slots]
 
     def read_tokens(self, layer: int, start: int, stop: int, out: torch.Tensor) -> None:
-        """Copy tokens ``[start, stop)`` of ``layer`` into ``out`` (``[stop - start, 2, kv, d]``)."""
+        """Copy tokens ``[start, stop)`` of ``layer`` into ``out`` (``[stop - start, 2, kv, d]``).
+
+        From token 0, ``out`` may be a block-padded region (``[num_blocks * block_size, ...]``
+        rounded up): then the copy is a single gather."""
         bs = self.tensors[0].shape[1]
+        if start == 0 and stop > 0:
+            nb = -(-stop // bs)
+            if out.shape[0] >= nb * bs and out.is_contiguous() and out.device == self._arena.device:
+                torch.index_select(self._arena[:, layer], 0, self.index[:nb],
+                                   out=out[: nb * bs].view(nb, bs, *out.shape[1:]))  # fmt: skip
+                return
+            src = self._arena[:, layer].index_select(0, self.index[:nb])
+            src = src.view(nb * bs, *src.shape[2:])
+            out[:stop].copy_(src[:stop], non_blocking=True)
+            return
         for block, off, n in layer_items_spans(start, stop, bs):
             dst = block * bs + off - start
             out[dst : dst + n].copy_(self.tensors[block][layer, off : off + n], non_blocking=True)
 
     def write_tokens(self, layer: int, start: int, kv: torch.Tensor) -> None:
         """Write ``kv`` (``[n, 2, kv, d]``) as tokens ``[start, start + n)`` of ``layer``."""
-        bs = self.tensors[0].shape[1]
-        for block, off, n in layer_items_spans(start, start + kv.shape[0], bs):
+        bs, n = self.tensors[0].shape[1], kv.shape[0]
+        if start % bs == 0 and n >= bs:  # whole blocks: one indexed scatter
+            first, nfull = start // bs, n // bs
+            whole = kv[: nfull * bs].to(self._arena.device).view(nfull, bs, *kv.shape[1:])
+            self._arena[:, layer].index_copy_(0, self.index[first : first + nfull], whole)
+            start, kv = start + nfull * bs, kv[nfull * bs :]
+        for block, off, k in layer_items_spans(start, start + kv.shape[0], bs):
             src = block * bs + off - start
-            self.tensors[block][layer, off : off + n].copy_(kv[src : src + n])
+            self.tensors[block][layer, off : off + k].copy_(kv[src : src + k])
 
 
 class KVBuffer:
-    """A bounded pool of Full-Block slots assigned to requests. Thread-safe for allocate/free/deliver."""
+    """A bounded pool of Full-Block slots assigned to requests. Thread-safe for allocate/free/deliver.
+
+    One preallocated, touched arena of ``capacity_bytes // full_block_bytes`` slots."""
 
     def __init__(self, geometry: KVGeometry, capacity_bytes: int, *, name: str = "") -> None:
         if capacity_bytes < geometry.full_block_bytes:
@@ -72,20 +95,24 @@ class KVBuffer:
                               f"must hold at least one Full Block ({geometry.full_block_bytes} bytes)")  # fmt: skip
         self.geometry = geometry
         self.name = name
-        self._pool = BufferPool.bounded(capacity_bytes, geometry.full_block_bytes)
+        num_slots = capacity_bytes // geometry.full_block_bytes
+        self._raw = torch.zeros(num_slots, geometry.full_block_bytes, dtype=torch.uint8)  # touched
+        shape = (num_slots, geometry.num_layers, geometry.block_size, *geometry.token_shape)
+        self._arena = self._raw.view(geometry.dtype).view(shape)
+        self._free = list(range(num_slots - 1, -1, -1))
         self._reqs: dict[str, RequestBlocks] = {}
         self._lock = threading.Lock()
 
     @property
     def capacity_bytes(self) -> int:
-        return self._pool.capacity_bytes
+        return self._raw.numel()
 
     @property
     def num_free_blocks(self) -> int:
-        return self._pool.num_free
+        return len(self._free)
 
     def can_allocate(self, num_tokens: int) -> bool:
-        return self.geometry.num_blocks(num_tokens) <= self._pool.num_free
+        return self.geometry.num_blocks(num_tokens) <= len(self._free)
 
     def allocate(self, request_id: str, num_tokens: int) -> RequestBlocks | None:
         """Slots for ``num_tokens`` tokens, all or nothing; None when they do not fit now."""
@@ -93,9 +120,9 @@ class KVBuffer:
             if request_id in self._reqs:
                 raise ConfigError("request_id", request_id, f"already has blocks in buffer {self.name!r}")
             need = self.geometry.num_blocks(num_tokens)
-            if need > self._pool.num_free:
+            if need > len(self._free):
                 return None
-            blocks = RequestBlocks([self._pool.acquire(0.0) for _ in range(need)], self.geometry)
+            blocks = RequestBlocks([self._free.pop() for _ in range(need)], self._arena, self._raw)
             self._reqs[request_id] = blocks
             return blocks
 
@@ -112,8 +139,8 @@ class KVBuffer:
         """Return the request's slots to the pool (no-op if it has none)."""
         with self._lock:
             blocks = self._reqs.pop(request_id, None)
-        for lease in blocks.leases if blocks else ():
-            lease.release()
+            if blocks is not None:
+                self._free.extend(reversed(blocks.slots))
 
     def load_from_store(
         self, request_id: str, hashes: Sequence[str], io: IOEngine

@@ -25,7 +25,7 @@ from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks
 from dualpath.runtime.engine.sampling import sample_token
 from dualpath.runtime.engine.staging import LayerStaging
 from dualpath.runtime.engine.types import (
-    KVGeometry, PrefillOutput, PrefillRequest, RemoteKV, layer_items_spans,
+    KVGeometry, PrefillOutput, PrefillRequest, RemoteKV,
 )  # fmt: skip
 from dualpath.runtime.kvstore import IOEngine, ReadResult
 from dualpath.runtime.model import Decoder, Span
@@ -204,11 +204,12 @@ class PrefillEngine:
             if c == 0:
                 continue
             if st.blocks is not None:  # PE read path: PE buffer -> device, and hit KV -> DE buffer
-                st.blocks.read_tokens(layer, 0, c, self.staging.view(layer, rid))
-                if st.sent_len < c:  # spec section 4: the PE path forwards the hit KV too
-                    items = self.buffer.layer_items(rid, layer, st.sent_len, c)
+                st.blocks.read_tokens(layer, 0, c, self.staging.padded_view(layer, rid))
+                if st.sent_len < c:  # spec section 4: the PE path forwards the hit KV (from HBM) too
+                    item = _span_item(rid, layer, st.sent_len, self.staging.view(layer, rid)[st.sent_len :],
+                                      self.geometry.block_size)  # fmt: skip
                     dest = st.req.decode_endpoint
-                    handles.append(self.transport.submit(dest, items, source=self.config.name))
+                    handles.append(self.transport.submit(dest, [item], source=self.config.name))
             else:  # DE read path: DE buffer -> transport -> this engine's staging
                 remote = self._remotes[st.req.decode_endpoint]
                 handles.append(remote.request_layer(rid, layer, 0, c, self.config.name))
@@ -227,10 +228,7 @@ class PrefillEngine:
             items = by_dest.setdefault(st.req.decode_endpoint, [])
             if st.blocks is not None and c + n < len(st.req.token_ids):
                 st.blocks.write_tokens(layer, c, new)  # later chunks read it back from the PE buffer
-            for b, o, k in layer_items_spans(c, c + n, bs):
-                src = b * bs + o - c
-                items.append(TransferItem(key=rid, block_index=b, layer=layer, num_tokens=k,
-                                          token_offset=o, payload=new[src : src + k]))  # fmt: skip
+            items.append(_span_item(rid, layer, c, new, bs))
         return [self.transport.submit(dest, items, source=self.config.name)
                 for dest, items in by_dest.items()]  # fmt: skip
 
@@ -261,3 +259,10 @@ def _with_hits(req: PrefillRequest, hits: tuple[str, ...]) -> PrefillRequest:
     return PrefillRequest(request_id=req.request_id, token_ids=req.token_ids, hit_hashes=hits,
                           decode_endpoint=req.decode_endpoint, read_side=req.read_side,
                           sampling=req.sampling)  # fmt: skip
+
+
+def _span_item(rid: str, layer: int, start: int, kv: torch.Tensor, block_size: int) -> TransferItem:
+    """One item carrying tokens ``[start, start + len(kv))`` of ``layer`` (may span several blocks)."""
+    block, off = divmod(start, block_size)
+    return TransferItem(key=rid, block_index=block, layer=layer, num_tokens=kv.shape[0],
+                        token_offset=off, payload=kv)  # fmt: skip

@@ -61,15 +61,17 @@ class LayerStaging:
         return self._buf.numel() * self._buf.element_size()
 
     def arrange(self, layer: int, cached: Sequence[tuple[str, int]]) -> None:
-        """Reserve, in layer ``layer``'s slot, ``cached_len`` tokens for each ``(request_id, cached_len)``."""
-        total = sum(c for _, c in cached)
+        """Reserve, in layer ``layer``'s slot, ``cached_len`` tokens (padded to whole blocks) for each
+        ``(request_id, cached_len)``."""
+        bs = self.geometry.block_size
+        total = sum(-(-c // bs) * bs for _, c in cached)  # each request padded to whole blocks
         if total > self.max_cached_tokens:
             raise ConfigError("batch cached tokens", total,
                               f"exceeds the staging capacity max_cached_tokens={self.max_cached_tokens}")  # fmt: skip
         offsets, base = {}, 0
         for rid, c in cached:
             offsets[rid] = (base, c)
-            base += c
+            base += -(-c // bs) * bs
         with self._lock:
             self._offsets[layer % self.num_slots] = {f"{rid}@{layer}": v for rid, v in offsets.items()}
 
@@ -77,6 +79,12 @@ class LayerStaging:
         """The request's cached KV of ``layer``: ``[cached_len, 2, kv, d]`` (a view, valid until reuse)."""
         base, c = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
         return self._buf[layer % self.num_slots, base : base + c]
+
+    def padded_view(self, layer: int, request_id: str) -> torch.Tensor:
+        """``view`` extended to whole blocks (``ceil(cached_len / block_size) * block_size`` tokens)."""
+        base, c = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
+        bs = self.geometry.block_size
+        return self._buf[layer % self.num_slots, base : base + -(-c // bs) * bs]
 
     def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
         """KVSink: Layer Blocks of an arranged ``(request, layer)`` land at their token positions."""

@@ -39,8 +39,11 @@ class TransferItem:
     """One Layer Block (``layer >= 0``) or Full Block (``layer == FULL_BLOCK``) on the wire.
 
     ``key`` names the owner (a request id); ``block_index`` is the block's position in that request's
-    token sequence; ``num_tokens`` how many of the block's token slots hold data (the last block of a
-    prompt may be partial); ``token_offset`` the first valid slot (a chunk may start mid-block).
+    token sequence; ``token_offset`` the first valid slot (a chunk may start mid-block); ``num_tokens``
+    how many tokens the payload holds. A Layer Block item normally stays inside its block, but a
+    *span* item may run on into the following blocks of the same request: it carries the request's
+    tokens ``[block_index * block_size + token_offset, ... + num_tokens)`` of one layer, contiguous
+    (e.g. a chunk's new KV, straight from the device). Sinks accept both.
     ``payload`` is the block's bytes, or a tensor (any dtype; a transport that crosses processes
     sends its raw bytes and the sink reinterprets them with the layout it knows).
     """
