@@ -13,11 +13,11 @@ from dualpath.runtime.model import Decoder
 from .conftest import random_tokens, run_conversation
 
 
-@pytest.mark.parametrize("side", ["pe", "de"])
-def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str) -> None:
+@pytest.mark.parametrize(("side", "overlap"), [("pe", True), ("de", True), ("pe", False), ("de", False)])
+def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str, overlap: bool) -> None:
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(11)
-    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=4096)
+    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=4096, overlap=overlap)
     with LocalPipeline(dec, cfg) as pipe:
         hist = run_conversation(pipe, hf, prompts={"a": random_tokens(gen, 45)},
                                 sides=lambda k, t: side, num_turns=3, gen=gen)  # fmt: skip
