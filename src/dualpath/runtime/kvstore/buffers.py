@@ -6,6 +6,7 @@ construction; afterwards acquiring a buffer is a queue pop. The pool is bounded 
 
 from __future__ import annotations
 
+import mmap
 import queue
 import threading
 
@@ -14,6 +15,20 @@ import numpy as np
 from dualpath.core.errors import DualpathError, require
 
 _PAGE = 4096
+
+
+def _alloc_arena(nbytes: int) -> np.ndarray:
+    """Page-aligned anonymous memory, backed by huge pages where the kernel allows (fewer TLB
+    misses when copying whole blocks), every page touched now rather than on the first read."""
+    arena = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            arena.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # pragma: no cover - kernel without THP
+            pass
+    array = np.frombuffer(arena, dtype=np.uint8)
+    array[::_PAGE] = 1
+    return array
 
 
 class BufferPoolExhausted(DualpathError):
@@ -50,10 +65,7 @@ class BufferPool:
         self.buffer_bytes = buffer_bytes
         self.num_buffers = num_buffers
         self._stride = -(-buffer_bytes // _PAGE) * _PAGE
-        raw = np.zeros(self._stride * num_buffers + _PAGE, dtype=np.uint8)
-        skip = -int(raw.ctypes.data) % _PAGE
-        self._arena = raw[skip : skip + self._stride * num_buffers]
-        self._arena[::_PAGE] = 1  # touch every page now, not on the first read
+        self._arena = _alloc_arena(self._stride * num_buffers)
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slot in range(num_buffers):
             self._free.put(slot)
