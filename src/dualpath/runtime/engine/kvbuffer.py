@@ -39,8 +39,8 @@ def payload_tensor(item: TransferItem, geometry: KVGeometry) -> torch.Tensor:
 
 class RequestBlocks:
     """The slots of one request. ``tensors[j]`` views its block j as a Full Block tensor, ``arrays[j]``
-    as the uint8 array the store reads into; ``slots`` indexes the buffer's arena (whole-block gathers
-    and scatters are one indexed copy per layer, not a Python loop over blocks)."""
+    as the uint8 array the store reads into; ``slots`` indexes the buffer's arena (a whole-block gather
+    into a block-padded destination is one ``index_select``)."""
 
     __slots__ = ("slots", "index", "tensors", "arrays", "_arena")
 
@@ -54,18 +54,13 @@ class RequestBlocks:
     def read_tokens(self, layer: int, start: int, stop: int, out: torch.Tensor) -> None:
         """Copy tokens ``[start, stop)`` of ``layer`` into ``out`` (``[stop - start, 2, kv, d]``).
 
-        From token 0, ``out`` may be a block-padded region (``[num_blocks * block_size, ...]``
-        rounded up): then the copy is a single gather."""
+        From token 0 into a block-padded ``out`` (``ceil(stop / block_size) * block_size`` tokens) on the
+        buffer's device, the copy is a single gather."""
         bs = self.tensors[0].shape[1]
-        if start == 0 and stop > 0:
-            nb = -(-stop // bs)
-            if out.shape[0] >= nb * bs and out.is_contiguous() and out.device == self._arena.device:
-                torch.index_select(self._arena[:, layer], 0, self.index[:nb],
-                                   out=out[: nb * bs].view(nb, bs, *out.shape[1:]))  # fmt: skip
-                return
-            src = self._arena[:, layer].index_select(0, self.index[:nb])
-            src = src.view(nb * bs, *src.shape[2:])
-            out[:stop].copy_(src[:stop], non_blocking=True)
+        nb = -(-stop // bs)
+        if start == 0 and out.shape[0] >= nb * bs and out.is_contiguous() and out.device == self._arena.device:
+            torch.index_select(self._arena[:, layer], 0, self.index[:nb],
+                               out=out[: nb * bs].view(nb, bs, *out.shape[1:]))  # fmt: skip
             return
         for block, off, n in layer_items_spans(start, stop, bs):
             dst = block * bs + off - start
@@ -73,12 +68,7 @@ class RequestBlocks:
 
     def write_tokens(self, layer: int, start: int, kv: torch.Tensor) -> None:
         """Write ``kv`` (``[n, 2, kv, d]``) as tokens ``[start, start + n)`` of ``layer``."""
-        bs, n = self.tensors[0].shape[1], kv.shape[0]
-        if start % bs == 0 and n >= bs:  # whole blocks: one indexed scatter
-            first, nfull = start // bs, n // bs
-            whole = kv[: nfull * bs].to(self._arena.device).view(nfull, bs, *kv.shape[1:])
-            self._arena[:, layer].index_copy_(0, self.index[first : first + nfull], whole)
-            start, kv = start + nfull * bs, kv[nfull * bs :]
+        bs = self.tensors[0].shape[1]  # (an index_copy_ scatter measured no faster than this loop)
         for block, off, k in layer_items_spans(start, start + kv.shape[0], bs):
             src = block * bs + off - start
             self.tensors[block][layer, off : off + k].copy_(kv[src : src + k])
