@@ -114,6 +114,7 @@ class Metrics:
             "ttft_breakdown_s": {k: self.sums[k] / n for k in BREAKDOWN},
             "snic_max_over_avg": _max_over_avg(snic),
             "attn_max_over_avg": attn_sum / attn_n if attn_n else 1.0,
+            "attn_max_over_avg_early": _early_attn(sim),
             "bytes": cluster.bytes_by_class(),
             "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
             "events": sim.kernel.events,
@@ -138,6 +139,14 @@ def check_invariants(sim) -> None:
             raise AssertionError(f"oracle moved {busy:.3g} KV bytes over links")
     if sim.config.aps is None and not sim.stopped_reason and sim.agents_left:
         raise AssertionError(f"{sim.agents_left} agents did not finish")
+
+
+def _early_attn(sim) -> float:
+    from dualpath.sim.prefill import EARLY_ITERATIONS
+
+    total = sum(u.attn_early_sum for u in sim.prefill_units)
+    count = sum(min(u.attn_ratio_n, EARLY_ITERATIONS) for u in sim.prefill_units)
+    return total / count if count else 1.0
 
 
 def _max_over_avg(values: list[float]) -> float:

@@ -17,6 +17,10 @@ from __future__ import annotations
 from dualpath.sim.kernel import PRIO_COMPLETE
 from dualpath.sim.links import transfer
 
+# Attention balance "early in the run" (the paper's 1.06): the first iterations, when every PE is
+# saturated by the agents' first turns.
+EARLY_ITERATIONS = 100
+
 
 class PeState:
     __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit")
@@ -42,6 +46,7 @@ class PrefillUnit:
         self.busy_s = 0.0
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
+        self.attn_early_sum = 0.0
 
     def kick(self) -> None:
         """A request became ready on one of this unit's GPUs: start iterating if idle."""
@@ -68,8 +73,11 @@ class PrefillUnit:
             self.busy = False
             return
         if len(attn) > 1 and sum(attn) > 0:
-            self.attn_ratio_sum += max(attn) * len(attn) / sum(attn)
+            ratio = max(attn) * len(attn) / sum(attn)
+            self.attn_ratio_sum += ratio
             self.attn_ratio_n += 1
+            if self.attn_ratio_n <= EARLY_ITERATIONS:
+                self.attn_early_sum += ratio
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
         if sim.system.free_io:
