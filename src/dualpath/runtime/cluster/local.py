@@ -29,6 +29,16 @@ from dualpath.runtime.cluster.scheduler import SchedulerArgs
 from dualpath.runtime.cluster.traffic import links_dir
 
 
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM when the process that started it dies (no orphans)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def tiny_model_dir(root: Path) -> Path:
     """A small random Llama checkpoint (the ``--tiny`` model), made once under ``root``."""
     from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
@@ -54,7 +64,8 @@ class LocalCluster:
         out = open(self.run_dir / log, "wb")
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
         return subprocess.Popen([sys.executable, "-m", module, msgspec.json.encode(args).decode()],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with_parent)
 
     def start(self) -> LocalCluster:
         cfg = self.config
