@@ -11,6 +11,7 @@ deliver into the buffer from other threads).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from dualpath.runtime.engine.types import DecodeOutput, KVGeometry, SamplingPara
 from dualpath.runtime.kvstore import IOEngine, ReadResult, block_hash
 from dualpath.runtime.model import Decoder, Span
 from dualpath.runtime.transfer import TransferHandle, Transport
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +181,9 @@ class DecodeEngine:
 
     def _release(self, st: _Running) -> None:
         for f in st.writes:  # the cache block must not be reused before its write finished
-            f.result()
+            if f.exception() is not None:  # a failed persist only loses a future hit
+                log.warning("decode %s: persisting a block of %s failed: %s",
+                            self.config.name, st.rid, f.exception())  # fmt: skip
         self.cache.free(st.block_ids)
 
     def abort(self, request_id: str) -> None:
