@@ -12,6 +12,7 @@ from dualpath.spec.models import MODELS
 # DRAM buffer per node (spec section 3): 80 GB for the DeepSeek models, 320 GB for Qwen 32B.
 _BUFFER_GB = {"qwen2.5-32b": 320.0}
 DEFAULT_NODE = "hopper-8x400"
+TRACE_ALIASES = {"mooncake": "mooncake-conversation"}
 
 
 def make_cluster(model: str, pd: str, *, node: str = DEFAULT_NODE,
@@ -43,7 +44,7 @@ def make_trajectories(spec: WorkloadSpec) -> list:
     from dualpath.workload import ReplayConfig, expand_agents, generate_trajectories, load_trace
 
     if spec.trace:
-        base = load_trace(spec.trace)
+        base = load_trace(TRACE_ALIASES.get(spec.trace, spec.trace))
     else:
         base = generate_trajectories(maxlen=spec.maxlen, num=spec.num_base, seed=spec.seed)
     cfg = ReplayConfig(num_agents=spec.num_agents, seed=spec.seed,

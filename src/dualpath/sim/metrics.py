@@ -54,7 +54,7 @@ class Metrics:
         self.counts["ttft"] += 1
         ttst = tpot = math.nan
         if req.gen_len > 1:
-            ttst = req.t_join + step_s - req.t_arrive
+            ttst = req.t_join + step_s - req.t_first  # first -> second token (the paper's TTST)
             tpot = (req.t_done - req.t_first) / (req.gen_len - 1)
             sums["ttst"] += ttst
             sums["tpot"] += tpot
