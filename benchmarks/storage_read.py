@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,21 +94,23 @@ def populate(root: Path, layout: BlockLayout, data_mb: int) -> list[str]:
 
 def store_read_gbs(store: BlockStore, hashes: list[str], qd: int, per_request: int) -> float:
     """GB/s of file bytes reading every block once through an IOEngine, as a PE would: requests
-    of ``per_request`` blocks, two requests in flight, buffers reused from a pool of two requests."""
+    of ``per_request`` blocks, enough requests in flight to keep ``2 * qd`` blocks queued (at least
+    two), buffers reused from a pool sized for them."""
     layout = store.layout
-    pool = BufferPool(layout.full_block_bytes, 2 * per_request)
+    depth = max(2, -(-2 * qd // per_request))
+    pool = BufferPool(layout.full_block_bytes, depth * per_request)
     requests = [hashes[i : i + per_request] for i in range(0, len(hashes), per_request)]
     failures = 0
     with IOEngine(store, IOEngineConfig(queue_depth=qd), pool=pool) as eng:
         start = time.perf_counter()
-        pending = eng.submit_blocks(requests[0])
-        for nxt in [*requests[1:], None]:
-            ahead = eng.submit_blocks(nxt) if nxt is not None else []
-            for fut in pending:
+        pending = deque(eng.submit_blocks(req) for req in requests[:depth])
+        for nxt in requests[depth:] + [None] * depth:
+            for fut in pending.popleft():
                 r = fut.result()
                 failures += not r.ok
                 r.release()
-            pending = ahead
+            if nxt is not None:
+                pending.append(eng.submit_blocks(nxt))
         elapsed = time.perf_counter() - start
     if failures:
         raise RuntimeError(f"{failures} blocks failed to read")
