@@ -66,15 +66,16 @@ def test_buffer_deliver_layer_and_full_blocks_land_in_layout() -> None:
 def test_staging_bounds_one_layer_pair() -> None:
     st = LayerStaging(GEO, 16, torch.device("cpu"))
     assert st.nbytes == 2 * 16 * GEO.kv_bytes_per_token_layer
-    st.arrange(0, [("a", 4), ("b", 6)])
-    st.arrange(1, [("a", 4)])
+    st.arrange(0, [("a", 4, 1), ("b", 6, 2)])  # b: 6 cached + 2 new = one block
+    st.arrange(1, [("a", 4, 5)])
     assert st.view(0, "b").shape == (6, 2, 2, 4) and st.view(1, "a").shape == (4, 2, 2, 4)
     assert st.padded_view(0, "b").shape == (8, 2, 2, 4)  # requests start on whole blocks
+    assert st.work_view(0, "b").shape == (8, 2, 2, 4) and st.work_view(1, "a").shape == (9, 2, 2, 4)
     st.deliver("de0", [TransferItem(key="b", block_index=0, layer=0, num_tokens=2, token_offset=3,
                                     payload=torch.ones(2, 2, 2, 4))])  # fmt: skip
     assert st.view(0, "b")[3:5].sum().item() == 32 and st.view(0, "b")[:3].abs().sum().item() == 0
     with pytest.raises(ConfigError, match="max_cached_tokens"):
-        st.arrange(2, [("a", 9), ("b", 1)])  # 16 + 8 padded tokens > 16
+        st.arrange(2, [("a", 9, 0), ("b", 1, 0)])  # 16 + 8 padded tokens > 16
     with pytest.raises(ConfigError, match="beyond"):
         st.deliver("de0", [TransferItem(key="a", block_index=0, layer=1, num_tokens=5, payload=torch.ones(5, 2, 2, 4))])
 

@@ -87,3 +87,21 @@ def test_bf16_close_to_fp32(tiny_dirs: dict[str, Path]) -> None:
     a, b = d32.forward_full(ids), d16.forward_full(ids).float()
     assert b.dtype == torch.float32 and (a - b).abs().max().item() < 0.25 * a.abs().max().item()
     assert d16.config.kv_bytes_per_token_layer(torch.bfloat16) == 2 * 2 * 16 * 2
+
+
+def test_cache_with_room_is_filled_in_place_and_matches(tiny_dirs: dict[str, Path]) -> None:
+    dec, _ = load_decoder(str(tiny_dirs["llama"]), device="cpu")
+    ids = list(range(5, 45))
+    cache = _kv_of(dec, ids[:30])
+    span = [Span(30, 10)]
+    h_ref = h_room = dec.embed(ids[30:])
+    for i in range(dec.num_layers):
+        room = torch.full((41, 2, 2, 16), float("nan"))
+        room[:30] = cache[i]
+        h_ref, kv_ref = dec.run_layer(i, h_ref, span, [cache[i]])
+        h_room, kv_room = dec.run_layer(i, h_room, span, [room], cache_has_room=True)
+        assert torch.equal(kv_ref, kv_room) and torch.equal(room[30:40], kv_room)
+        assert torch.isnan(room[40]).all()  # nothing beyond the new tokens is touched
+    assert torch.equal(h_ref, h_room)
+    with pytest.raises(Exception, match="room for 10 more"):
+        dec.run_layer(0, dec.embed(ids[30:]), span, [cache[0]], cache_has_room=True)

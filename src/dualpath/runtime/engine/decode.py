@@ -148,8 +148,9 @@ class DecodeEngine:
         hidden = dec.embed([st.tokens[-1] for st in batch])
         rope = dec.rope(dec.positions(spans))
         for layer in range(dec.num_layers):
-            cached = [self.cache.gather(layer, st.table, st.ctx_len) for st in batch]  # type: ignore[arg-type]
-            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope)
+            # gather one row more than the context: the decoder writes the new token's KV there
+            cached = [self.cache.gather(layer, st.table, st.ctx_len + 1) for st in batch]  # type: ignore[arg-type]
+            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope, cache_has_room=True)
             for j, st in enumerate(batch):
                 self.cache.write_token(layer, st.block_ids, st.ctx_len, kv[j])
         logits = dec.final(hidden)

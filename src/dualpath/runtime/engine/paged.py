@@ -44,8 +44,8 @@ class PagedKVCache:
 
     def gather(self, layer: int, table: torch.Tensor, length: int) -> torch.Tensor:
         """Tokens ``[0, length)`` of ``layer`` for a block table: ``[length, 2, kv, d]`` (a copy)."""
-        blocks = self.data.index_select(0, table[: self.geometry.num_blocks(length)])
-        return blocks[:, layer].reshape(-1, *self.geometry.token_shape)[:length]
+        blocks = self.data[:, layer].index_select(0, table[: self.geometry.num_blocks(length)])
+        return blocks.view(-1, *self.geometry.token_shape)[:length]
 
     def write_token(self, layer: int, block_ids: list[int], pos: int, kv: torch.Tensor) -> None:
         """Store one token's KV (``[2, kv, d]``) at position ``pos`` of ``layer``."""

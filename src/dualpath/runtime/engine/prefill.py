@@ -167,9 +167,9 @@ class PrefillEngine:
             if nxt and self.config.overlap:
                 pending = self._loader.submit(self._load, layer + 1, batch)
             self.staging.wait_loaded(layer)
-            cached = [self.staging.view(layer, st.req.request_id) if st.computed_len else None
+            cached = [self.staging.work_view(layer, st.req.request_id) if st.computed_len else None
                       for st, _ in batch]  # fmt: skip
-            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope)
+            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope, cache_has_room=True)
             handles.extend(self._emit(layer, batch, kv))
             if pending is not None:
                 pending.result()
@@ -193,7 +193,7 @@ class PrefillEngine:
         """Put ``layer``'s cached KV of every batch entry into the staging slot of ``layer``; on the PE
         path also forward the not yet sent cached KV of that layer to the DE buffer (off the compute
         thread when overlapped)."""
-        self.staging.arrange(layer, [(st.req.request_id, st.computed_len) for st, _ in batch])
+        self.staging.arrange(layer, [(st.req.request_id, st.computed_len, n) for st, n in batch])
         with self.staging.loading(layer):
             self._load_into_staging(layer, batch)
 

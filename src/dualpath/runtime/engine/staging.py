@@ -32,7 +32,7 @@ class LayerStaging:
         self.num_slots = num_slots
         shape = (num_slots, max(max_cached_tokens, 1), *geometry.token_shape)
         self._buf = torch.zeros(shape, dtype=geometry.dtype, device=device)  # touched once, here
-        self._offsets: list[dict[str, tuple[int, int]]] = [{} for _ in range(num_slots)]
+        self._offsets: list[dict[str, tuple[int, int, int]]] = [{} for _ in range(num_slots)]
         self._lock = threading.Lock()
         # CUDA: loads run on a side stream so they overlap compute; events order the two
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -60,29 +60,35 @@ class LayerStaging:
     def nbytes(self) -> int:
         return self._buf.numel() * self._buf.element_size()
 
-    def arrange(self, layer: int, cached: Sequence[tuple[str, int]]) -> None:
-        """Reserve, in layer ``layer``'s slot, ``cached_len`` tokens (padded to whole blocks) for each
-        ``(request_id, cached_len)``."""
+    def arrange(self, layer: int, cached: Sequence[tuple[str, int, int]]) -> None:
+        """Reserve, in layer ``layer``'s slot, room for each ``(request_id, cached_len, new_len)``:
+        ``cached_len + new_len`` tokens rounded up to whole blocks."""
         bs = self.geometry.block_size
-        total = sum(-(-c // bs) * bs for _, c in cached)  # each request padded to whole blocks
+        total = sum(-(-(c + n) // bs) * bs for _, c, n in cached)  # whole blocks, room for the new KV
         if total > self.max_cached_tokens:
             raise ConfigError("batch cached tokens", total,
                               f"exceeds the staging capacity max_cached_tokens={self.max_cached_tokens}")  # fmt: skip
         offsets, base = {}, 0
-        for rid, c in cached:
-            offsets[rid] = (base, c)
-            base += -(-c // bs) * bs
+        for rid, c, n in cached:
+            offsets[rid] = (base, c, n)
+            base += -(-(c + n) // bs) * bs
         with self._lock:
             self._offsets[layer % self.num_slots] = {f"{rid}@{layer}": v for rid, v in offsets.items()}
 
     def view(self, layer: int, request_id: str) -> torch.Tensor:
         """The request's cached KV of ``layer``: ``[cached_len, 2, kv, d]`` (a view, valid until reuse)."""
-        base, c = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
+        base, c, _ = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
         return self._buf[layer % self.num_slots, base : base + c]
+
+    def work_view(self, layer: int, request_id: str) -> torch.Tensor:
+        """``view`` plus room for the request's new tokens (``[cached_len + new_len, 2, kv, d]``), for
+        ``Decoder.run_layer(..., cache_has_room=True)``."""
+        base, c, n = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
+        return self._buf[layer % self.num_slots, base : base + c + n]
 
     def padded_view(self, layer: int, request_id: str) -> torch.Tensor:
         """``view`` extended to whole blocks (``ceil(cached_len / block_size) * block_size`` tokens)."""
-        base, c = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
+        base, c, _ = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
         bs = self.geometry.block_size
         return self._buf[layer % self.num_slots, base : base + -(-c // bs) * bs]
 

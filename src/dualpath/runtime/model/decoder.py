@@ -117,10 +117,15 @@ class Decoder:
         spans: Sequence[Span],
         cached_kv: Sequence[torch.Tensor | None],
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        *,
+        cache_has_room: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoder layer over packed new tokens. Does not mutate its inputs.
+        """One decoder layer over packed new tokens.
 
         ``cached_kv[j]`` is ``[spans[j].cached_len, 2, kv_heads, head_dim]`` (None when cached_len is 0).
+        With ``cache_has_room`` each non-None ``cached_kv[j]`` has at least ``cached_len + new_len``
+        rows and the new tokens' KV is written into rows ``[cached_len, cached_len + new_len)`` (the only
+        mutation), which saves concatenating cached and new KV; otherwise inputs are not mutated.
         ``rope`` may pass precomputed ``self.rope(self.positions(spans))`` to share it across layers.
         Returns ``(hidden_out [T, hidden], new_kv [T, 2, kv_heads, head_dim])``.
         """
@@ -134,7 +139,7 @@ class Decoder:
         q = q * cos3 + _rotate_half(q) * sin3
         k = k * cos3 + _rotate_half(k) * sin3
         new_kv = torch.stack((k, v), dim=1)
-        attn = self._attention(q, new_kv, spans, cached_kv)
+        attn = self._attention(q, new_kv, spans, cached_kv, cache_has_room)
         h = hidden + F.linear(attn, self._w[p + "self_attn.o_proj.weight"])
         x = _rms_norm(h, self._w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
         gate = F.linear(x, self._w[p + "mlp.gate_proj.weight"])
@@ -151,6 +156,7 @@ class Decoder:
         new_kv: torch.Tensor,
         spans: Sequence[Span],
         cached_kv: Sequence[torch.Tensor | None],
+        cache_has_room: bool = False,
     ) -> torch.Tensor:
         """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``."""
         outs, start = [], 0
@@ -158,10 +164,17 @@ class Decoder:
             end = start + span.new_len
             kv = new_kv[start:end]
             if span.cached_len:
-                if cached is None or cached.shape[0] != span.cached_len:
-                    got = None if cached is None else tuple(cached.shape)
-                    raise ConfigError("cached_kv", got, f"expected {span.cached_len} cached tokens")
-                kv = torch.cat((cached.to(kv.dtype), kv), dim=0)
+                total = span.cached_len + span.new_len
+                rows = None if cached is None else cached.shape[0]
+                if rows is None or rows < span.cached_len or (cache_has_room and rows < total):
+                    raise ConfigError("cached_kv", rows, f"expected {span.cached_len} cached tokens"
+                                      + (f" and room for {span.new_len} more" if cache_has_room else ""))  # fmt: skip
+                assert cached is not None
+                if cache_has_room:
+                    cached[span.cached_len : total].copy_(kv)
+                    kv = cached[:total]
+                else:
+                    kv = torch.cat((cached[: span.cached_len].to(kv.dtype), kv), dim=0)
             n, group = span.new_len, self.config.num_heads // self.config.num_kv_heads
             # GQA without repeating K/V: the `group` query heads sharing a KV head are stacked along
             # the query axis (row r of group j is head j * group + r // n, query r % n)
