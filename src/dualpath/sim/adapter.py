@@ -46,6 +46,7 @@ class PolicyAdapter:
         self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
+        self._totals: dict[int, GroupTotal] = {}
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
 
     # ------------------------------------------------------------------ decode side
@@ -85,8 +86,15 @@ class PolicyAdapter:
         sim = self.sim
         node_tok = sim.de_node_tok
         private_tokens = self.private_tokens
-        totals = tuple(GroupTotal(group_id=n, num_tokens=node_tok[n] + private_tokens[n])
-                       for n in self.de_node_ids)
+        cache = self._totals  # frozen GroupTotal objects, rebuilt only when a total changed
+        out = []
+        for n in self.de_node_ids:
+            value = node_tok[n] + private_tokens[n]
+            obj = cache.get(n)
+            if obj is None or obj.num_tokens != value:
+                obj = cache[n] = GroupTotal(group_id=n, num_tokens=value)
+            out.append(obj)
+        totals = tuple(out)
         view = DecodeFetchView(
             now_s=sim.kernel.now_s, group=self._de_group(node),
             private_queue=tuple(r.info for r in self.private[node.node_id]),

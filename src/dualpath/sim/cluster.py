@@ -80,8 +80,14 @@ class Cluster:
         gpu_ids = [g for node in nodes for g in node.gpus]
         if ep_nodes <= 0:
             return [[g] for g in gpu_ids]
-        size = ep_nodes * self.num_gpus_per_node
-        return [gpu_ids[i:i + size] for i in range(0, len(gpu_ids), size)]
+        # as many EP groups of about ep_nodes nodes as fit, sizes differing by at most one node
+        num_units = max(1, len(nodes) // ep_nodes)
+        units, start = [], 0
+        for i in range(num_units):
+            count = len(nodes) // num_units + (1 if i < len(nodes) % num_units else 0)
+            units.append([g for node in nodes[start:start + count] for g in node.gpus])
+            start += count
+        return units
 
     def links(self) -> list[Link]:
         out: list[Link] = []

@@ -44,10 +44,11 @@ class Simulation:
         hbm = cluster.gpu_spec.hbm_gb * 1e9 * cal.HBM_USABLE_FRACTION
         de_kv = int((hbm - weight_bytes_per_gpu(model, ep_size=de_ep)) / self.bpt)
         self.pe_kv_tokens = max(0, int((hbm - weight_bytes_per_gpu(model, ep_size=pe_ep)) / self.bpt))
-        if de_kv <= 0:
+        if de_kv <= 0 or hbm < weight_bytes_per_gpu(model, ep_size=pe_ep):
             from dualpath.core.errors import ConfigError
-            raise ConfigError("cluster", config.cluster.name, "weights do not fit in DE HBM")
+            raise ConfigError("cluster", config.cluster.name, "weights do not fit in PE or DE HBM (use more nodes per EP group)")
         self.storage = Storage(self.kernel, cluster.nodes, self.bpt)
+        self.max_de_tokens = de_kv
         self.pe_states = {g.gpu_id: PeState(g.gpu_id, g.node_id) for g in cluster.gpus
                           if g.role == "pe"}
         self.de_states = {g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus
@@ -99,6 +100,11 @@ class Simulation:
             self.metrics.agent_done(agent)
             return
         req.t_arrive = self.kernel.now_s
+        if req.decode_len > self.max_de_tokens:
+            from dualpath.core.errors import ConfigError
+            raise ConfigError("cluster", self.config.cluster.name,
+                              f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
+                              f"at most {self.max_de_tokens} (weights leave too little HBM)")
         self.adapter.global_queue.append(req)
         self._request_tick()
 

@@ -77,7 +77,8 @@ def fig_offline_grid(out: str, quick: bool) -> list[str]:
 
 
 def fig_pd_ratio(out: str, quick: bool) -> list[str]:
-    pds = ["2p2d", "2p4d", "4p4d"] if quick else ["2p2d", "2p4d", "2p6d", "4p4d", "4p8d"]
+    # DS 660B needs >= 4 decode nodes per EP group for KV room (weights: ~37 GB/GPU at EP32)
+    pds = ["2p4d", "4p4d", "2p6d"] if quick else ["2p4d", "3p4d", "2p6d", "4p4d", "2p8d", "4p8d"]
     n = 64 if quick else 2048
     rows, series = [], {"basic": ([], []), "dualpath": ([], [])}
     for pd in pds:
