@@ -82,7 +82,7 @@ def main() -> None:
     io = IOEngine(store)
     buf_bytes = (geo.num_blocks(prompt_len) + 2) * geo.full_block_bytes
     # compute alone: the same layer calls with the cached KV already resident (no load, no send)
-    cached = [torch.randn(args.cached, 2, 3, 64) for _ in range(args.layers)]
+    cached = [torch.randn(args.cached + args.new, 2, 3, 64) for _ in range(args.layers)]  # + room for new KV
     spans = [Span(args.cached, args.new)]
 
     def compute() -> float:
@@ -90,11 +90,11 @@ def main() -> None:
         h = dec.embed(ids[args.cached :])
         rope = dec.rope(dec.positions(spans))
         for layer in range(args.layers):
-            h, _ = dec.run_layer(layer, h, spans, [cached[layer]], rope)
+            h, _ = dec.run_layer(layer, h, spans, [cached[layer]], rope, cache_has_room=True)
         dec.final(h[-1:])
         return time.perf_counter() - t0
 
-    staging = torch.empty(args.cached, 2, 3, 64)
+    staging = torch.empty(args.cached + args.new, 2, 3, 64)
 
     def load() -> float:  # the PE-path load alone: copy each layer's cached KV into a staging slot
         t0 = time.perf_counter()
@@ -110,7 +110,7 @@ def main() -> None:
             de = DecodeEngine(dec, tx, io, DecodeConfig(name="de0", block_size=bs, buffer_bytes=buf_bytes,
                                                         num_cache_blocks=1))  # fmt: skip
             pe = PrefillEngine(dec, tx, io, PrefillConfig(block_size=bs, buffer_bytes=buf_bytes,
-                                                          max_cached_tokens=args.cached, overlap=overlap),
+                                                          max_cached_tokens=args.cached + args.new + bs, overlap=overlap),
                                remotes={"de0": de})  # fmt: skip
             engines.append(pe)
             name = f"{side}-path {'overlapped' if overlap else 'serial'}"

@@ -34,7 +34,8 @@ from dualpath.runtime.transfer import TransferHandle, TransferItem, Transport
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillConfig:
-    """``buffer_bytes``: PE DRAM buffer; ``max_cached_tokens``: staging capacity per layer slot."""
+    """``buffer_bytes``: PE DRAM buffer; ``max_cached_tokens``: staging capacity per layer slot, in
+    tokens (a batch's cached + new tokens, each request padded to whole blocks)."""
 
     name: str = "pe0"
     block_size: int = 64

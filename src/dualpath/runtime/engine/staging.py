@@ -66,7 +66,7 @@ class LayerStaging:
         bs = self.geometry.block_size
         total = sum(-(-(c + n) // bs) * bs for _, c, n in cached)  # whole blocks, room for the new KV
         if total > self.max_cached_tokens:
-            raise ConfigError("batch cached tokens", total,
+            raise ConfigError("batch staging tokens (cached + new, block-padded)", total,
                               f"exceeds the staging capacity max_cached_tokens={self.max_cached_tokens}")  # fmt: skip
         offsets, base = {}, 0
         for rid, c, n in cached:
