@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import tempfile
 import time
 
@@ -88,8 +89,11 @@ def main() -> None:
                         num_prefill_engines=1, num_decode_engines=2, snic_gbps=100.0,
                         transport=args.transport, engine_timeout_s=60.0)
     t0 = time.monotonic()
-    with LocalCluster(cfg) as cluster:
-        out = asyncio.run(_run(cluster.address, agents, args))
+    try:
+        with LocalCluster(cfg) as cluster:
+            out = asyncio.run(_run(cluster.address, agents, args))
+    finally:
+        shutil.rmtree(cfg.kv_dir, ignore_errors=True)
     rows = out["rows"]
     tput = {k: r["tokens_per_s"] for k, r in rows.items()}
     result = {

@@ -9,6 +9,7 @@ binds; Oracle still computes everything but pays nothing for storage reads and P
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from collections.abc import Callable
 
@@ -30,7 +31,7 @@ SYSTEMS: dict[str, tuple[str, bool]] = {  # name -> (policy, read_free)
 }
 # Default storage-NIC caps (Gbit/s) per model so that reading a turn's cached context takes a few
 # times longer than computing its append on a 2-core CPU (KV: SmolLM2 46 KB/token fp32, tiny 2 KB).
-DEFAULT_SNIC_GBPS = {"smollm2-135m": 0.25, "tiny": 0.01}
+DEFAULT_SNIC_GBPS = {"smollm2-135m": 0.1, "tiny": 0.01}
 
 
 class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,13 +58,21 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def snic(self) -> float:
-        return self.snic_gbps if self.snic_gbps is not None else DEFAULT_SNIC_GBPS.get(self.model, 0.25)
+        return self.snic_gbps if self.snic_gbps is not None else DEFAULT_SNIC_GBPS.get(self.model, 0.1)
 
 
 def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> dict[str, object]:
     """Start the cluster, run every system, return {"config", "systems": {name: row}, "ratios"}."""
     say = progress or (lambda _msg: None)
     kv_dir = cfg.kv_dir or tempfile.mkdtemp(prefix="dualpath-demo-kv-")
+    try:
+        return _run(cfg, kv_dir, say)
+    finally:
+        if not cfg.kv_dir:
+            shutil.rmtree(kv_dir, ignore_errors=True)
+
+
+def _run(cfg: DemoConfig, kv_dir: str, say: Callable[[str], None]) -> dict[str, object]:
     ccfg = ClusterConfig(kv_dir=kv_dir, model=cfg.model, num_prefill_engines=cfg.num_prefill_engines,
                          num_decode_engines=cfg.num_decode_engines, snic_gbps=cfg.snic,
                          cnic_gbps=cfg.cnic_gbps, transport=cfg.transport, engine_timeout_s=30.0)
@@ -82,7 +91,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> 
                                                   seed=cfg.seed * 100 + i + 1, settle_s=0.5)
 
         asyncio.run(main())
-    return {"config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic, "kv_dir": kv_dir},
+    return {"config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic},
             "systems": rows, "ratios": ratios(rows)}
 
 
