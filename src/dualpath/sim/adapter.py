@@ -47,14 +47,23 @@ class PolicyAdapter:
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
         self._totals: dict[int, GroupTotal] = {}
+        self._loads: dict[int, EngineLoad] = {}
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
 
     # ------------------------------------------------------------------ decode side
+    def _engine(self, g: int, seq: int, tok: int, free: int) -> EngineLoad:
+        """Frozen EngineLoad for engine ``g``, reused while its numbers are unchanged."""
+        obj = self._loads.get(g)
+        if obj is None or obj.num_seqs != seq or obj.num_tokens != tok or obj.free_hbm_tokens != free:
+            obj = self._loads[g] = EngineLoad(engine_id=g, num_seqs=seq, num_tokens=tok,
+                                              free_hbm_tokens=free)
+        return obj
+
     def _de_group(self, node) -> GroupLoad:
         states = self.sim.de_states
+        engine = self._engine
         return GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
-            EngineLoad(engine_id=g, num_seqs=states[g].seq, num_tokens=states[g].tok,
-                       free_hbm_tokens=states[g].hbm_tokens - states[g].reserved)
+            engine(g, states[g].seq, states[g].tok, states[g].hbm_tokens - states[g].reserved)
             for g in node.gpus))
 
     def fetch_decode(self, node) -> int:
@@ -133,9 +142,9 @@ class PolicyAdapter:
     def prefill_view(self, node) -> PrefillFetchView:
         sim = self.sim
         pes = sim.pe_states
+        engine = self._engine
         group = GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
-            EngineLoad(engine_id=g, num_seqs=pes[g].seq, num_tokens=pes[g].tok)
-            for g in node.gpus))
+            engine(g, pes[g].seq, pes[g].tok, 0) for g in node.gpus))
         prefix = []
         nodes_seen = {node.node_id}
         for i, req in enumerate(self.prefill_queue):

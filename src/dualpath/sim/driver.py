@@ -255,8 +255,7 @@ class Simulation:
             self.storage.write(self.cluster.nodes[de.node_id], blocks * self.block_len * self.bpt)
         self.metrics.request_done(req, de.unit.current_step_s())
         self.mark_de_dirty(de.node_id)
-        agent = req.agent
-        self.kernel.at(now, lambda: self._issue(agent), PRIO_ARRIVAL)
+        self._issue(req.agent)  # zero tool latency: the next turn arrives now
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict:
