@@ -1,6 +1,6 @@
 """IOEngine: asynchronous block reads/writes with a bounded queue depth, into reusable buffers.
 
-A thread pool of ``queue_depth`` workers runs store reads and writes (the syscalls and crc32 release
+A thread pool of ``queue_depth`` workers runs store reads and writes (the read/write syscalls release
 the GIL). Submissions never block on I/O; they return a ``Future[ReadResult]`` (an optional callback
 runs on completion in the worker thread). ``read_queue_tokens`` counts tokens' worth of KV queued or
 in flight, which is the scheduler's ``read_q``. An optional ``BandwidthLimiter`` caps the bytes/s
@@ -47,6 +47,13 @@ class IOEngine:
         self.pool = pool
         self.limiter = limiter
         self._exec = ThreadPoolExecutor(self.config.queue_depth, thread_name_prefix="kvstore-io")
+        ready = threading.Barrier(self.config.queue_depth + 1)
+        for _ in range(self.config.queue_depth):  # start every worker now, not on the first reads
+            self._exec.submit(ready.wait, 10.0)
+        try:
+            ready.wait(10.0)
+        except threading.BrokenBarrierError:  # a very loaded machine: workers start later instead
+            pass
         self._lock = threading.Lock()
         self._c = {k: 0 for k in IOStats.__slots__ if k != "read_queue_tokens"}
 

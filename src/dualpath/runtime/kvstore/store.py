@@ -85,7 +85,8 @@ class BlockStore:
 
     # ----- index -------------------------------------------------------------------------------
     def rebuild(self, stale_tmp_s: float = 300.0) -> int:
-        """Rescan the directory into a fresh index (corrupt headers are quarantined). Returns count."""
+        """Rescan the directory into a fresh index (corrupt headers are quarantined; pins and LRU
+        order are reset, so call it at open or when idle). Returns the number of blocks."""
         index = BlockIndex()
         for h in files.scan(self.root, stale_tmp_s):
             header = self._safe_header(h)
