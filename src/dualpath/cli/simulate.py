@@ -136,8 +136,8 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
                      bd["reading"], bd["prefill"], r["mean_tpot_s"], r["snic_max_over_avg"],
                      r["requests_per_wall_s"]))
     print_table(f"offline JCT {model} {cluster.pd_label} {maxlen} x{result['agents']} agents",
-                ("system", "jct_s", "ttft_s", "queue_s", "alloc_s", "read_s", "prefill_s",
-                 "tpot_s", "snic_max/avg", "req/wall_s"), rows)
+                ("system", "JCT s", "TTFT", "queue", "alloc", "read", "prefill", "TPOT",
+                 "SNIC m/a", "req/s"), rows)
 
 
 def _last(sweep: dict, key: str):
