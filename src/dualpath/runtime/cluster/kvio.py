@@ -78,13 +78,14 @@ class BlockIO:
         bs = self.geo.block_size
         with self._lock:
             self.read_queue_tokens += num_blocks * bs
+        # Join the node's SNIC queue now (submission order), not when the I/O thread gets to it.
+        end_s = self.traffic.reserve_read(self.geo.layout().full_block_bytes * num_blocks, path)
 
         def job() -> None:
             err: BaseException | None = None
             try:
                 hashes = chain_hashes(token_ids[: (first_block + num_blocks) * bs], bs)
                 buf = np.empty(self.geo.layout().full_block_bytes, dtype=np.uint8)
-                end_s = self.traffic.reserve_read(buf.nbytes * num_blocks, path)
                 for b in range(first_block, first_block + num_blocks):
                     if not self.store.read_full_into(hashes[b], buf):
                         raise RuntimeError(f"KV block {b} ({hashes[b][:8]}) vanished or is corrupt")
