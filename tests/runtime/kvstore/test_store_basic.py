@@ -96,3 +96,21 @@ def test_data_may_be_any_contiguous_buffer(store: BlockStore) -> None:
     store.write_full(h, None, toks, data)
     got = store.read_full(h)
     assert got is not None and np.array_equal(got.view(np.float32).reshape(data.shape), data)
+
+
+def test_fsync_writes_and_buffer_pool_bounds(tmp_path: Path) -> None:
+    from dualpath.runtime.kvstore import BufferPool
+
+    s = BlockStore(tmp_path, LAYOUT, fsync=True)
+    toks = np.arange(8)
+    h = block_hash(None, toks)
+    data = np.arange(LAYOUT.full_block_bytes, dtype=np.uint32).astype(np.uint8)
+    assert s.write_full(h, None, toks, data)
+    assert np.array_equal(BlockStore(tmp_path, LAYOUT).read_full(h), data)
+    pool = BufferPool.bounded(3 * 4096 + 100, 4096)
+    assert pool.num_buffers == 3 and pool.capacity_bytes == 3 * 4096
+    leases = [pool.try_acquire() for _ in range(4)]
+    assert leases[3] is None and all(lease is not None for lease in leases[:3])
+    assert len({lease.array.ctypes.data for lease in leases[:3] if lease}) == 3
+    with pytest.raises(ConfigError, match="capacity_bytes"):
+        BufferPool.bounded(100, 4096)
