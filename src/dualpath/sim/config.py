@@ -7,9 +7,13 @@ mechanism switches: layerwise prefill and free I/O (Oracle). The decisions stay 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
 from dualpath.core.registry import lookup
+
+if TYPE_CHECKING:
+    from dualpath.spec.clusters import ClusterPreset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +57,7 @@ class SimConfig:
     """
 
     system: SystemSpec
-    cluster: object
+    cluster: ClusterPreset
     seed: int = 0
     aps: float | None = None
     horizon_s: float = 600.0

@@ -29,7 +29,7 @@ class _Req:
         self.de_gpu = de_gpu
         self.is_ready = True
         self.out_claimed = True
-        self.pending = None
+        self.pending: v.PendingPrefill | None = None
 
 
 class _FakeSim:

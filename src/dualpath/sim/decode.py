@@ -12,6 +12,7 @@ in by counting each request at its mid-decode context.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from dualpath.sim.kernel import PRIO_COMPLETE
 
@@ -26,7 +27,7 @@ class DeState:
     def __init__(self, gpu_id: int, node_id: int, hbm_tokens: int) -> None:
         self.gpu_id = gpu_id
         self.node_id = node_id
-        self.unit: DecodeUnit | None = None
+        self.unit: Any = None  # the DecodeUnit it steps in
         self.tok = 0
         self.seq = 0
         self.hbm_tokens = hbm_tokens
@@ -50,7 +51,7 @@ class DecodeUnit:
         self.counter = 0.0
         self.last_t = 0.0
         self.step_s = 0.0
-        self.heap: list[tuple[float, int, object]] = []
+        self.heap: list[tuple[float, int, Any]] = []
         self.seq = 0
         self.handle = None
         self.busy_s = 0.0  # time with a non-empty batch

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
+from typing import Any
 
 from dualpath.policy import SchedulerConfig, make_scheduler
 from dualpath.sim import calibration as cal
@@ -68,7 +70,7 @@ class Simulation:
         self.agents = agents
         self.agents_left = len(agents)
         self.rng = random.Random(config.seed)
-        self._tick = None
+        self._tick: Any = None
         self.starved_units: set = set()  # PE units that skipped a request for lack of DE buffer
         self._de_dirty: set[int] = set()
         self._next_de = 0
@@ -90,7 +92,7 @@ class Simulation:
             if aps is not None:
                 t += self.rng.expovariate(aps)
             agent.t_start = t
-            self.kernel.at(t, lambda a=agent: self._issue(a), PRIO_ARRIVAL)
+            self.kernel.at(t, partial(self._issue, agent), PRIO_ARRIVAL)
 
     def _issue(self, agent: Agent) -> None:
         req = agent.next_request(self.block_len)

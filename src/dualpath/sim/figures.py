@@ -80,7 +80,8 @@ def fig_pd_ratio(out: str, quick: bool) -> list[str]:
     # DS 660B needs >= 4 decode nodes per EP group for KV room (weights: ~37 GB/GPU at EP32)
     pds = ["2p4d", "4p4d", "2p6d"] if quick else ["2p4d", "3p4d", "2p6d", "4p4d", "2p8d", "4p8d"]
     n = 64 if quick else 2048
-    rows, series = [], {"basic": ([], []), "dualpath": ([], [])}
+    rows: list[list] = []
+    series: dict[str, tuple[list, list]] = {"basic": ([], []), "dualpath": ([], [])}
     for pd in pds:
         res = offline(list(series), make_cluster(MODEL, pd), WorkloadSpec(num_agents=n))
         for s in series:
@@ -98,9 +99,10 @@ def fig_scaling(out: str, quick: bool) -> list[str]:
     n = 64 if quick else 1024
     rows, files = [], []
     for knob in ("append", "gen"):
-        series = {"basic": ([], []), "dualpath": ([], [])}
+        series: dict[str, tuple[list, list]] = {"basic": ([], []), "dualpath": ([], [])}
         for scale in ([0.5, 2.0] if quick else [0.5, 1.0, 2.0, 4.0]):
-            wl = WorkloadSpec(num_agents=n, **{f"{knob}_scale": scale})
+            wl = (WorkloadSpec(num_agents=n, append_scale=scale) if knob == "append"
+                  else WorkloadSpec(num_agents=n, gen_scale=scale))
             res = offline(list(series), make_cluster(MODEL, "2p4d"), wl)
             for s in series:
                 rows.append([knob, scale, s, res[s]["jct_s"]])
@@ -121,7 +123,9 @@ def fig_online(out: str, quick: bool) -> list[str]:
     base = make_trajectories(WorkloadSpec(num_agents=500))
     rates = [0.1, 0.3] if quick else [0.1, 0.2, 0.3, 0.4, 0.45, 0.5]
     horizon = 300.0 if quick else 1200.0
-    rows, ttft, tpot = [], {}, {}
+    rows: list[list] = []
+    ttft: dict[str, tuple[list, list]] = {}
+    tpot: dict[str, tuple[list, list]] = {}
     for s in ("basic", "dualpath"):
         ttft[s], tpot[s] = ([], []), ([], [])
         for aps in rates:

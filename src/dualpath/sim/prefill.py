@@ -14,6 +14,8 @@ before compute, and is sent to the DE buffer after it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dualpath.sim.kernel import PRIO_COMPLETE
 from dualpath.sim.links import transfer
 
@@ -31,7 +33,7 @@ class PeState:
         self.tok = 0
         self.seq = 0
         self.queue: list = []  # assigned, prefill unfinished, in assignment order
-        self.unit: PrefillUnit | None = None
+        self.unit: Any = None  # the PrefillUnit it iterates in
 
 
 class PrefillUnit:

@@ -7,6 +7,8 @@ claim admitted, reading = claims admitted -> KV read done, prefill = read done -
 
 from __future__ import annotations
 
+from typing import Any
+
 from dualpath.policy.views import RequestInfo
 
 NAN = float("nan")
@@ -44,7 +46,7 @@ class Req:
         self.out_claimed = False
         self.is_ready = False
         self.target = 0.0  # decode: step count at which the last token is produced
-        self.pending = None  # policy PendingPrefill, built once
+        self.pending: Any = None  # policy PendingPrefill, built once
         self.t_arrive = NAN
         self.t_de = NAN
         self.t_pe = NAN

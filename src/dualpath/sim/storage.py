@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from dualpath.sim.kernel import PRIO_COMPLETE, Kernel
 from dualpath.sim.links import transfer
@@ -88,7 +89,7 @@ class Storage:
                 end = transfer((node.snic, node.dram), nbytes, self.kernel.now_s)
                 node.snic_read_bytes += nbytes
                 self.bytes_read += nbytes
-                self.kernel.at(end, lambda c=claim, n=node: self._read_done(n, c), PRIO_COMPLETE)
+                self.kernel.at(end, partial(self._read_done, node, claim), PRIO_COMPLETE)
             else:
                 claim.on_done(claim.req)
 
