@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         system: str = typer.Option("basic,dualpath,oracle", help="Comma list of systems."),
         online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
         aps: str = typer.Option("0.1:0.5:0.05", help="Online rates lo:hi:step or a comma list."),
-        horizon: float = typer.Option(900.0, help="Online: seconds of arrivals per rate."),
+        horizon: float = typer.Option(3600.0, help="Online: seconds of arrivals per rate."),
         trace: str = typer.Option(None, help="Replay a trace (e.g. mooncake) instead of synthetic."),
         append_scale: float = typer.Option(1.0, help="Scale every append length."),
         gen_scale: float = typer.Option(1.0, help="Scale every generation length."),

@@ -122,7 +122,7 @@ def fig_online(out: str, quick: bool) -> list[str]:
 
     base = make_trajectories(WorkloadSpec(num_agents=500))
     rates = [0.1, 0.3] if quick else [0.1, 0.2, 0.3, 0.4, 0.45, 0.5]
-    horizon = 300.0 if quick else 1200.0
+    horizon = 300.0 if quick else 3600.0
     rows: list[list] = []
     ttft: dict[str, tuple[list, list]] = {}
     tpot: dict[str, tuple[list, list]] = {}
