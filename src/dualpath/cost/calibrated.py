@@ -98,38 +98,38 @@ class CalibratedCostModel(RooflineCostModel):
         note = f"moe_perf {dtype} ep={ep_table}" + ("" if ep_table == ep else f" scaled to ep={ep}")
         return (curve, ep_table / ep), note
 
-    def _mla_rows(self, model: ModelSpec, table: str) -> Any:
-        kv = "fp8" if model.kv_dtype_bytes <= 1 else "bfloat16"
-        return select(self.tables.frame("mla", table), num_heads=model.num_heads, tp_size=1,
-                      kv_cache_dtype=kv)
-
-    def _gqa_rows(self, model: ModelSpec, table: str) -> Any:
-        kv = "fp8" if model.kv_dtype_bytes <= 1 else "bfloat16"
-        return select(self.tables.frame("attention", table), num_heads=model.num_heads,
-                      num_key_value_heads=model.num_kv_heads, head_dim=model.head_dim,
-                      window_size=0, attn_dtype="bfloat16", kv_cache_dtype=kv)
-
-    def _bind_decode_attn(self, model: ModelSpec) -> tuple[Lookup, str]:
+    def _attention_rows(self, model: ModelSpec, phase: str) -> tuple[Any, str]:
+        """``(rows, table)`` of the ``phase`` ("generation" | "context") attention table that
+        matches ``model``; ``(None, reason)`` when no table covers it."""
         if not is_uniform(model):
             return None, "windowed or compressed (csa) attention layers are not in the tables"
-        mla = model.attention_kind == "mla"
-        table = "generation_mla_perf" if mla else "generation_attention_perf"
-        rows = self._mla_rows(model, table) if mla else self._gqa_rows(model, table)
+        kv = "fp8" if model.kv_dtype_bytes <= 1 else "bfloat16"
+        if model.attention_kind == "mla":
+            table = f"{phase}_mla_perf"
+            rows = select(self.tables.frame("mla", table), num_heads=model.num_heads, tp_size=1,
+                          kv_cache_dtype=kv)
+        else:
+            table = f"{phase}_attention_perf"
+            rows = select(self.tables.frame("attention", table), num_heads=model.num_heads,
+                          num_key_value_heads=model.num_kv_heads, head_dim=model.head_dim,
+                          window_size=0, attn_dtype="bfloat16", kv_cache_dtype=kv)
         if rows is None:
             return None, f"no {table} rows for {model.num_heads} heads"
+        return rows, table
+
+    def _bind_decode_attn(self, model: ModelSpec) -> tuple[Lookup, str]:
+        rows, table = self._attention_rows(model, "generation")
+        if rows is None:
+            return None, table
         return Surface.from_rows(rows, "batch_size", "step"), f"{table} (batch, kv_len)"
 
     def _bind_prefill_attn(self, model: ModelSpec) -> tuple[Lookup, str]:
         if model.attention_kind == "mla" and model.sparse_top_k is not None:
             found, note = self._bind_decode_attn(model)
             return (("sparse", found) if found is not None else None), f"{note}, sparse MQA"
-        if not is_uniform(model):
-            return None, "windowed or compressed (csa) attention layers are not in the tables"
-        mla = model.attention_kind == "mla"
-        table = "context_mla_perf" if mla else "context_attention_perf"
-        rows = self._mla_rows(model, table) if mla else self._gqa_rows(model, table)
+        rows, table = self._attention_rows(model, "context")
         if rows is None:
-            return None, f"no {table} rows for {model.num_heads} heads"
+            return None, table
         return ("pairs", Surface.from_rows(rows, "batch_size", "isl")), f"{table} at equal pairs"
 
     # ---- ops ----------------------------------------------------------------------------------
