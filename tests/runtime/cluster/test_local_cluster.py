@@ -119,3 +119,18 @@ def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> No
     # the cluster keeps serving on the surviving decode engine
     again = generate(cluster.address, [[9] * 80], SamplingParams(max_tokens=3, ignore_eos=True))
     assert again[0][-1].finish_reason == "length" and again[0][-1].stats.decode_engine == 1
+    # the store stays consistent: every block file in the shared directory reads back intact
+    from dualpath.runtime.kvstore import BlockStore
+
+    s = BlockStore(cluster.config.kv_dir, _layout(cluster))
+    assert s.stats().num_blocks > 0 and s.stats().num_corrupt == 0
+    for h in s.known_hashes():
+        assert s.read_full(h) is not None
+
+
+def _layout(c: LocalCluster):  # type: ignore[no-untyped-def]
+    from dualpath.runtime.cluster.kvio import Geometry
+    from dualpath.runtime.model import load_decoder
+
+    dec, _ = load_decoder(str(tiny_dir(c)), device="cpu")
+    return Geometry.of(dec, c.config.block_size).layout()

@@ -40,9 +40,13 @@ _REJECT_ERRORS: dict[str, type[ClusterError]] = {
 class ClusterClient:
     """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
 
-    def __init__(self, address: str, *, query_timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0) -> None:
+        """``liveness_s``: while a request waits longer than this for its next event, the client
+        asks the scheduler for health; no answer within ``query_timeout_s`` raises
+        ClusterUnavailableError (so a dead scheduler never leaves a request hanging)."""
         self.address = address
         self.query_timeout_s = query_timeout_s
+        self.liveness_s = liveness_s
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self._recv_task: asyncio.Task[None] | None = None
@@ -122,7 +126,11 @@ class ClusterClient:
             await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids),
                                     params=params))
             while True:
-                item = await queue.get()
+                try:
+                    item = await asyncio.wait_for(queue.get(), self.liveness_s)
+                except asyncio.TimeoutError:
+                    await self.health()  # raises ClusterUnavailableError if the scheduler is gone
+                    continue
                 if isinstance(item, Rejected):
                     finished = True
                     raise _REJECT_ERRORS.get(item.kind, ClusterError)(item.reason)
