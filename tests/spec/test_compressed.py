@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from dualpath.spec import compressed
+from dualpath.spec.model_spec import causal_kv_sum
 from dualpath.spec.models import get_model
 
 
@@ -19,7 +20,7 @@ def test_closed_forms_match_brute_force() -> None:
         cap = rng.choice([None, 1, 5, 512])
         assert compressed._compressed_sum(c, n, r, cap) == _brute(c, n, r, cap)
         w = rng.choice([1, 128, 4096])
-        assert compressed._window_sum(c, n, w) == sum(min(p, w) for p in range(c + 1, c + n + 1))
+        assert causal_kv_sum(c, n, w) == sum(min(p, w) for p in range(c + 1, c + n + 1))
 
 
 def test_v4_kv_bytes_by_hand() -> None:

@@ -144,14 +144,14 @@ def test_inconsistent_values_rejected() -> None:
 def test_causal_key_count_matches_brute_force() -> None:
     import random
 
-    from dualpath.spec.model_spec import _causal_keys
+    from dualpath.spec.model_spec import causal_kv_sum
 
     rng = random.Random(3)
     for _ in range(300):
         c, n = rng.randint(0, 5000), rng.randint(0, 600)
         cap = rng.choice([None, 1, 128, 2048])
         brute = sum(min(c + i, cap) if cap is not None else c + i for i in range(1, n + 1))
-        assert _causal_keys(c, n, cap) == brute
+        assert causal_kv_sum(c, n, cap) == brute
 
 
 def test_prefill_flops_grow_with_context() -> None:

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 from dualpath.cost.base import CostConfig, Item
 from dualpath.cost.roofline import RooflineCostModel
 from dualpath.cost.shapes import (
-    _causal_keys, attention_flops_split, decode_attention_flops, is_uniform, model_shape,
+    attention_flops_split, decode_attention_flops, is_uniform, model_shape,
 )
 from dualpath.cost.tables import (
     Curve, PerfTables, Surface, curve_from_rows, perf_db_dir, resolve_data_dir, select,
 )
+from dualpath.spec.model_spec import causal_kv_sum
 
 if TYPE_CHECKING:
     from dualpath.spec.hardware import GPUSpec
@@ -157,7 +158,7 @@ class CalibratedCostModel(RooflineCostModel):
             return RooflineCostModel.prefill_attention_layer_s(self, model, items)
         kind, surface = found
         cap = model.sparse_top_k
-        pairs = sum(_causal_keys(c, n, cap) for c, n in items)
+        pairs = sum(causal_kv_sum(c, n, cap) for c, n in items)
         queries = sum(n for _, n in items)
         if kind == "sparse":
             indexer = sum(attention_flops_split(model, c, n)[1] for c, n in items)

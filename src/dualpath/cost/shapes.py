@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
+from dualpath.spec.model_spec import causal_kv_sum
 
 if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
@@ -92,20 +93,12 @@ def kv_layer_bytes(model: ModelSpec, num_tokens: int) -> float:
     return model.kv_bytes(num_tokens) / model.num_layers
 
 
-def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
-    """Keys seen by ``new_len`` causal queries after ``cached_len`` cached tokens, capped per query."""
-    if cap is None:
-        return new_len * cached_len + new_len * (new_len + 1) // 2
-    under = max(0, min(cap - cached_len, new_len))
-    return under * cached_len + under * (under + 1) // 2 + (new_len - under) * cap
-
-
 def attention_flops_split(model: ModelSpec, cached_len: int, new_len: int) -> tuple[float, float]:
     """(main attention, DSA indexer) FLOPs of one average layer; they sum to the spec's count."""
     total = attention_flops_layer(model, cached_len, new_len)
     if not model.index_num_heads or model.attention_kind == "csa":
         return total, 0.0  # csa: the spec folds its compressed-entry indexer into the total
-    indexer = _causal_keys(cached_len, new_len, model.window_len) * model.indexer_flops_per_pair
+    indexer = causal_kv_sum(cached_len, new_len, model.window_len) * model.indexer_flops_per_pair
     return total - indexer, float(indexer)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dualpath.core.errors import require
+from dualpath.spec.model_spec import causal_kv_sum  # re-exported: dualpath.policy.causal_kv_sum
 
 
 @runtime_checkable
@@ -29,17 +30,6 @@ class AttentionTimePredictor(Protocol):
     def predict_s(self, flops: float) -> float:
         """Predicted wall time (s) of one attention layer over a batch totalling ``flops``."""
         ...
-
-
-def causal_kv_sum(cached_len: int, new_len: int, kv_cap: int | None = None) -> int:
-    """Sum over the ``new_len`` queries of the KV length each attends to (``cached_len + i`` for
-    the i-th new token, i = 1..new_len), each capped at ``kv_cap`` (sparse top-k) when given."""
-    if new_len <= 0:
-        return 0
-    if kv_cap is None:
-        return new_len * cached_len + new_len * (new_len + 1) // 2
-    uncapped = min(max(kv_cap - cached_len, 0), new_len)
-    return uncapped * cached_len + uncapped * (uncapped + 1) // 2 + (new_len - uncapped) * kv_cap
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

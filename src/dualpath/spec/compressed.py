@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dualpath.spec.model_spec import causal_kv_sum
+
 if TYPE_CHECKING:
     from dualpath.spec.model_spec import ModelSpec
 
@@ -27,12 +29,6 @@ def _floor_sum(n: int, r: int) -> int:
         return 0
     q, rem = divmod(n, r)
     return r * q * (q - 1) // 2 + q * (rem + 1)
-
-
-def _window_sum(c: int, n: int, w: int) -> int:
-    """sum_{p=c+1..c+n} min(p, w)."""
-    m = max(0, min(w - c, n))  # positions still under the window
-    return m * c + m * (m + 1) // 2 + (n - m) * w
 
 
 def _compressed_sum(c: int, n: int, r: int, cap: int | None) -> int:
@@ -67,7 +63,7 @@ def kv_bytes_per_token(m: ModelSpec) -> int:
 
 def attention_flops_layer(m: ModelSpec, cached_len: int, new_len: int, layer: int) -> float:
     ratio = m.compress_ratios[layer]
-    pairs = _window_sum(cached_len, new_len, m.window_len or 0)
+    pairs = causal_kv_sum(cached_len, new_len, m.window_len or 0)  # the window
     flops = 0.0
     if ratio:
         cap = m.sparse_top_k if ratio == CSA_RATIO else None

@@ -23,13 +23,17 @@ AttentionKind = Literal["mha", "gqa", "mla", "csa"]
 ATTENTION_KINDS = ("mha", "gqa", "mla", "csa")  # csa: DeepSeek-V4 hybrid, see spec/compressed.py
 
 
-def _causal_keys(cached_len: int, new_len: int, cap: int | None) -> int:
-    """Sum over the ``new_len`` new queries of the keys each attends to (``cached + i``, capped)."""
+def causal_kv_sum(cached_len: int, new_len: int, kv_cap: int | None = None) -> int:
+    """Sum over the ``new_len`` new queries of the keys each attends to: ``cached_len + i`` for the
+    i-th new token (i = 1..new_len), each capped at ``kv_cap`` (sparse top-k or a sliding window)
+    when given. The one closed form every FLOPs count (spec, cost, policy) uses."""
     n, c = new_len, cached_len
-    if cap is None:
+    if n <= 0:
+        return 0
+    if kv_cap is None:
         return n * c + n * (n + 1) // 2
-    m = max(0, min(cap - c, n))  # queries still under the cap
-    return m * c + m * (m + 1) // 2 + (n - m) * cap
+    m = max(0, min(kv_cap - c, n))  # queries still under the cap
+    return m * c + m * (m + 1) // 2 + (n - m) * kv_cap
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,10 +222,10 @@ class ModelSpec:
                                                     self._csa_layer(layer))
         window = None if layer is None else self.layer_window(layer)
         caps = [c for c in (window, self.sparse_top_k) if c is not None]
-        pairs = _causal_keys(cached_len, new_len, min(caps) if caps else None)
+        pairs = causal_kv_sum(cached_len, new_len, min(caps) if caps else None)
         flops = pairs * self.attention_flops_per_pair
         if self.index_num_heads:
-            flops += _causal_keys(cached_len, new_len, window) * self.indexer_flops_per_pair
+            flops += causal_kv_sum(cached_len, new_len, window) * self.indexer_flops_per_pair
         return float(flops)
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
