@@ -102,7 +102,7 @@ class DecodeWorker:
                 self._orphans.setdefault(it.key, []).append(_copy(it))
                 continue
             if it.layer == DONE_LAYER:
-                self._new.append((it.key, int(np.frombuffer(it.payload, dtype=np.int64)[0])))
+                self._new.append((it.key, int(np.frombuffer(it.payload, dtype=np.int64)[0])))  # type: ignore[arg-type]
                 continue
             a, b = it.token_offset, it.token_offset + it.num_tokens
             src = torch.frombuffer(it.payload, dtype=self.geo.dtype)  # type: ignore[arg-type]

@@ -116,7 +116,7 @@ class LocalCluster:
 
     def health(self, timeout_s: float = 2.0) -> ClusterHealth | None:
         """Synchronous health query (usable inside or outside an event loop); None if no answer."""
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:

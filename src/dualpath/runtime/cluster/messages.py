@@ -24,24 +24,24 @@ class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="t", tag=True):
 
 
 # ----------------------------------------------------------------- client <-> scheduler
-class Submit(_Msg):
+class Submit(_Msg, frozen=True):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
 
 
-class Abort(_Msg):
+class Abort(_Msg, frozen=True):
     request_id: str
 
 
-class Query(_Msg):
+class Query(_Msg, frozen=True):
     """``what``: "health" | "metrics" | "info"."""
 
     query_id: int
     what: str
 
 
-class QueryReply(_Msg):
+class QueryReply(_Msg, frozen=True):
     query_id: int
     health: ClusterHealth | None = None
     metrics: MetricsSnapshot | None = None
@@ -49,7 +49,7 @@ class QueryReply(_Msg):
     error: str | None = None
 
 
-class Rejected(_Msg):
+class Rejected(_Msg, frozen=True):
     """``kind``: "queue_full" | "too_long" | "unavailable" | "bad_request"."""
 
     request_id: str
@@ -57,14 +57,14 @@ class Rejected(_Msg):
     reason: str
 
 
-class Tokens(_Msg):
+class Tokens(_Msg, frozen=True):
     """Token events, in order per request (DE -> scheduler -> client)."""
 
     events: list[TokenEvent]
 
 
 # ----------------------------------------------------------------- engine <-> scheduler
-class EngineHello(_Msg):
+class EngineHello(_Msg, frozen=True):
     """First message of an engine. ``engine_id`` -1 lets the scheduler choose."""
 
     engine_id: int
@@ -82,19 +82,19 @@ class EngineHello(_Msg):
     max_context_len: int = 0
 
 
-class Welcome(_Msg):
+class Welcome(_Msg, frozen=True):
     engine_id: int
     is_leader: bool
     peers: dict[int, str]
 
 
-class Peers(_Msg):
+class Peers(_Msg, frozen=True):
     """Data addresses of every live engine (sent when the set changes)."""
 
     peers: dict[int, str]
 
 
-class Heartbeat(_Msg):
+class Heartbeat(_Msg, frozen=True):
     """Periodic report. ``read_queue_tokens``: this engine's storage read backlog (the group leader's
     report of its node's ``read_q`` is what the scheduler uses); byte counters are cumulative."""
 
@@ -106,7 +106,7 @@ class Heartbeat(_Msg):
     bytes_by_nic: dict[str, int]
 
 
-class PrefillTask(_Msg):
+class PrefillTask(_Msg, frozen=True):
     """Prefill ``prompt_token_ids`` on this PE; hits are the first ``hit_len`` tokens (whole blocks):
     the first ``pe_read_len`` read here, the rest (``de_read_len``) arrive from DE ``decode_engine``."""
 
@@ -119,7 +119,7 @@ class PrefillTask(_Msg):
     params: SamplingParams
 
 
-class DecodeTask(_Msg):
+class DecodeTask(_Msg, frozen=True):
     """Receive this request's prompt KV (reading ``de_read_len`` hit tokens after the first
     ``pe_read_len`` from the store and sending them to PE ``prefill_engine``), then decode."""
 
@@ -132,7 +132,7 @@ class DecodeTask(_Msg):
     params: SamplingParams
 
 
-class Progress(_Msg):
+class Progress(_Msg, frozen=True):
     """Lifecycle events from engines. ``event``: "read_done" (the engine's share of the hit read is
     in its buffer), "prefill_done" (PE side finished), "failed" (then ``error``)."""
 
@@ -142,7 +142,7 @@ class Progress(_Msg):
     error: str | None = None
 
 
-class Configure(_Msg):
+class Configure(_Msg, frozen=True):
     """Switch the policy and the Oracle switch (client -> scheduler -> engines); only when idle.
     The scheduler answers with a QueryReply carrying health (``query_id`` echoes)."""
 
@@ -152,11 +152,11 @@ class Configure(_Msg):
     snic_gbps: float | None = None  # None: keep the current storage-NIC cap
 
 
-class Cancel(_Msg):
+class Cancel(_Msg, frozen=True):
     request_id: str
 
 
-class Shutdown(_Msg):
+class Shutdown(_Msg, frozen=True):
     reason: str = ""
 
 

@@ -159,5 +159,10 @@ class Reporter:
                   "in_flight": len(self.timing)}
         for node, q in st.read_q.items():
             depths[f"node{node}/read_q_tokens"] = q
-        return MetricsSnapshot(bytes_by_path=paths, bytes_by_nic=nics, queue_depths=depths,
-                               **self.counts, **{k: list(v) for k, v in self.samples.items()})
+        c, s = self.counts, self.samples
+        return MetricsSnapshot(
+            num_requests=c["num_requests"], num_finished=c["num_finished"], num_failed=c["num_failed"],
+            hit_tokens=c["hit_tokens"], prompt_tokens=c["prompt_tokens"],
+            generated_tokens=c["generated_tokens"], bytes_by_path=paths, bytes_by_nic=nics,
+            queue_depths=depths, ttft_s=list(s["ttft_s"]), ttst_s=list(s["ttst_s"]),
+            tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]))

@@ -15,7 +15,7 @@ import msgspec
 import zmq
 
 from dualpath.core.units import gbps_to_bytes_per_s
-from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
@@ -24,6 +24,7 @@ from dualpath.runtime.cluster.messages import (
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
+from dualpath.runtime.kvstore import BlockStore
 
 
 class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,8 +49,8 @@ class SchedulerService:
         self.sock.bind(bind)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.state = ClusterState()
-        self.sched = None  # built at the first engine hello (needs the KV geometry)
-        self.store = None
+        self.sched: Scheduler | None = None  # built at the first engine hello (needs the KV geometry)
+        self.store: BlockStore | None = None
         self.hello: EngineHello | None = None
         self.clients: dict[str, bytes] = {}
         self.prompts: dict[str, tuple[list[int], SamplingParams]] = {}
@@ -122,7 +123,7 @@ class SchedulerService:
         self._broadcast_peers()
 
     def _setup(self, msg: EngineHello) -> None:
-        from dualpath.runtime.kvstore import BlockLayout, BlockStore
+        from dualpath.runtime.kvstore import BlockLayout
 
         self.hello = msg
         layout = BlockLayout(num_layers=msg.num_layers, block_size=msg.block_size,
@@ -134,7 +135,7 @@ class SchedulerService:
                                          prefill_tokens_per_s=self.args.prefill_tokens_per_s,
                                          batching="tokens", block_size=msg.block_size)
         self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
-        self.sched = make_scheduler(self.args.policy, cfg)  # type: ignore[assignment]
+        self.sched = make_scheduler(self.args.policy, cfg)
 
     def _configure(self, msg: Configure) -> QueryReply:
         from dualpath.core.errors import DualpathError
@@ -273,11 +274,13 @@ class SchedulerService:
     def _dispatch(self, rid: str, now: float) -> None:
         req = self.state.requests[rid]
         ids, params = self.prompts[rid]
-        common = dict(request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len,
-                      pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, params=params)
         self.report.dispatched(rid, now)
-        self._send(self.state.engines[req.de].identity, DecodeTask(prefill_engine=req.pe, **common))
-        self._send(self.state.engines[req.pe].identity, PrefillTask(decode_engine=req.de, **common))
+        self._send(self.state.engines[req.de].identity, DecodeTask(
+            request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
+            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
+        self._send(self.state.engines[req.pe].identity, PrefillTask(
+            request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
+            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
 
 
 def main() -> None:
