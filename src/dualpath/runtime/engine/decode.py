@@ -20,7 +20,7 @@ import torch
 
 from dualpath.core.errors import ConfigError
 from dualpath.core.units import MiB
-from dualpath.runtime.engine.kvbuffer import KVBuffer
+from dualpath.runtime.engine.kvbuffer import KVBuffer, loaded_prefix_tokens
 from dualpath.runtime.engine.paged import PagedKVCache
 from dualpath.runtime.engine.sampling import sample_token
 from dualpath.runtime.engine.types import DecodeOutput, KVGeometry, SamplingParams
@@ -87,7 +87,7 @@ class DecodeEngine:
         False (nothing changed) when the buffer has no room now."""
         if self.buffer.allocate(request_id, prompt_len) is None:
             return False
-        hits = list(hit_hashes)[: (prompt_len - 1) // self.geometry.block_size]
+        hits = list(hit_hashes)[: self.geometry.max_hit_blocks(prompt_len)]
         if hits:
             if self.io is None:
                 raise ConfigError("io", None, "DE-path hits need an IOEngine on the decode engine")
@@ -95,15 +95,7 @@ class DecodeEngine:
         return True
 
     def loaded_hit_tokens(self, request_id: str) -> int | None:
-        reads = self._reads.get(request_id, [])
-        if not all(f.done() for f in reads):
-            return None
-        ok = 0
-        for f in reads:  # a miss ends the usable prefix; the PE recomputes the rest
-            if f.exception() is not None or not f.result().ok:
-                break
-            ok += 1
-        return ok * self.geometry.block_size
+        return loaded_prefix_tokens(self._reads.get(request_id, []), self.geometry.block_size)
 
     def request_layer(self, request_id: str, layer: int, start: int, stop: int, dest: str) -> TransferHandle:
         return self.buffer.send_layer(request_id, layer, start, stop, dest, self.transport)

@@ -37,6 +37,20 @@ def payload_tensor(item: TransferItem, geometry: KVGeometry) -> torch.Tensor:
     return p.reshape(item.num_tokens, *geometry.token_shape)
 
 
+def loaded_prefix_tokens(reads: Sequence[Future[ReadResult]], block_size: int) -> int | None:
+    """Tokens of the leading run of successful block reads (``load_from_store``'s futures, in
+    block order); None while any of them is in flight. A miss or a failed read ends the usable
+    prefix: the engine recomputes the rest."""
+    if not all(f.done() for f in reads):
+        return None
+    num_ok = 0
+    for f in reads:
+        if f.exception() is not None or not f.result().ok:
+            break
+        num_ok += 1
+    return num_ok * block_size
+
+
 class RequestBlocks:
     """The slots of one request. ``tensors[j]`` views its block j as a Full Block tensor, ``arrays[j]``
     as the uint8 array the store reads into; ``slots`` indexes the buffer's arena (a whole-block gather

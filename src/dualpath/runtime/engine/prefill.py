@@ -21,7 +21,7 @@ import torch
 from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import MiB
 from dualpath.policy.views import BatchEntry, BatchItem, BatchPlan
-from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks
+from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks, loaded_prefix_tokens
 from dualpath.runtime.engine.sampling import sample_token
 from dualpath.runtime.engine.staging import LayerStaging
 from dualpath.runtime.engine.types import (
@@ -94,8 +94,7 @@ class PrefillEngine:
         Returns False (nothing changed) when the PE buffer has no room for its prompt now."""
         if req.request_id in self._reqs:
             raise ConfigError("request_id", req.request_id, "already on this prefill engine")
-        max_hits = (len(req.token_ids) - 1) // self.geometry.block_size  # always compute >= 1 token
-        req = _with_hits(req, req.hit_hashes[:max_hits])
+        req = _with_hits(req, req.hit_hashes[: self.geometry.max_hit_blocks(len(req.token_ids))])
         st = _State(req)
         if req.read_side == "pe":
             blocks = self.buffer.allocate(req.request_id, len(req.token_ids))
@@ -116,13 +115,8 @@ class PrefillEngine:
             return True
         if st.req.read_side == "de":
             st.hit_len = self._remotes[st.req.decode_endpoint].loaded_hit_tokens(st.req.request_id)
-        elif all(f.done() for f in st.reads):
-            ok = 0
-            for f in st.reads:  # a miss ends the usable prefix; the rest is recomputed
-                if f.exception() is not None or not f.result().ok:
-                    break
-                ok += 1
-            st.hit_len = ok * self.geometry.block_size
+        else:
+            st.hit_len = loaded_prefix_tokens(st.reads, self.geometry.block_size)
         if st.hit_len is not None:
             st.computed_len = st.hit_len
         return st.hit_len is not None

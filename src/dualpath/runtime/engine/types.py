@@ -58,6 +58,11 @@ class KVGeometry:
         """Blocks needed to hold ``num_tokens`` tokens (the last may be partial)."""
         return -(-num_tokens // self.block_size)
 
+    def max_hit_blocks(self, prompt_len: int) -> int:
+        """Whole cached blocks a prompt may load: the last prompt token is always computed (its
+        logits give the first generated token), so a fully cached prompt loads one block less."""
+        return (prompt_len - 1) // self.block_size
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
