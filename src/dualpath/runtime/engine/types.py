@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -43,7 +44,8 @@ class KVGeometry:
 
     @property
     def kv_bytes_per_token_layer(self) -> int:
-        return 2 * self.num_kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+        """Bytes of one ``token_shape`` entry in ``dtype``."""
+        return math.prod(self.token_shape) * self.dtype.itemsize
 
     @property
     def layout(self) -> BlockLayout:

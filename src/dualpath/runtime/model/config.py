@@ -58,7 +58,7 @@ class DecoderConfig:
 
     def kv_bytes_per_token_layer(self, dtype: torch.dtype) -> int:
         """Bytes of one token's K and V in one layer, at ``dtype``."""
-        return self.kv_elems_per_token_layer * torch.empty((), dtype=dtype).element_size()
+        return self.kv_elems_per_token_layer * dtype.itemsize
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> DecoderConfig:
