@@ -17,7 +17,7 @@ from dualpath.sim.config import SimConfig, get_system
 
 TTFT_SLO_S = 4.0
 TPOT_SLO_S = 0.050
-STOP_WINDOW = 200
+STOP_WINDOW = 1000
 WARMUP_FRACTION = 0.5
 
 
