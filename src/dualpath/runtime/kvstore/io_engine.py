@@ -134,11 +134,7 @@ class IOEngine:
     def _run_batch(self, jobs: list[_Job], layer: int | None, nbytes: int) -> None:
         for h, out, lease, fut in jobs:
             if not fut.set_running_or_notify_cancel():  # cancelled while queued: undo
-                self.store.unpin((h,))
-                with self._lock:
-                    self._c["read_queue_bytes"] -= nbytes
-                if lease is not None:
-                    lease.release()
+                self._drop_read(h, nbytes, lease)
                 continue
             try:
                 fut.set_result(self._read(h, layer, out, lease, nbytes))
@@ -167,11 +163,7 @@ class IOEngine:
         try:
             fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
         except BaseException:  # e.g. submitted after close(): undo the accounting
-            self.store.unpin((h,))
-            with self._lock:
-                self._c["read_queue_bytes"] -= nbytes
-            if lease is not None:
-                lease.release()
+            self._drop_read(h, nbytes, lease)
             raise
         if callback is not None:
             fut.add_done_callback(lambda f: callback(f.result()))
@@ -188,11 +180,7 @@ class IOEngine:
                 ok = self.store.read_layer_into(h, layer, out)
             wait_until(finish_s)
         except BaseException:
-            if lease is not None:
-                lease.release()
-            self.store.unpin((h,))
-            with self._lock:
-                self._c["read_queue_bytes"] -= nbytes
+            self._drop_read(h, nbytes, lease)
             raise
         self.store.unpin((h,))
         with self._lock:
@@ -205,6 +193,15 @@ class IOEngine:
             lease.release()
             lease = None
         return ReadResult(block_hash=h, layer=layer, ok=ok, data=out if ok else None, lease=lease)
+
+    def _drop_read(self, h: str, nbytes: int, lease: BufferLease | None) -> None:
+        """Undo a read that will not complete: unpin its block, take its bytes off the read
+        queue and return its pooled buffer."""
+        self.store.unpin((h,))
+        with self._lock:
+            self._c["read_queue_bytes"] -= nbytes
+        if lease is not None:
+            lease.release()
 
     # ----- writes ------------------------------------------------------------------------------
     def submit_write(
@@ -245,14 +242,15 @@ class IOEngine:
     @property
     def read_queue_tokens(self) -> int:
         """Tokens' worth of KV (all layers) queued or in flight for reading, rounded up."""
-        per_token = self.store.layout.kv_bytes_per_token
-        return -(-self.read_queue_bytes // per_token)
+        return self._tokens(self.read_queue_bytes)
 
     def stats(self) -> IOStats:
         with self._lock:
             c = dict(self._c)
-        per_token = self.store.layout.kv_bytes_per_token
-        return IOStats(read_queue_tokens=-(-c["read_queue_bytes"] // per_token), **c)
+        return IOStats(read_queue_tokens=self._tokens(c["read_queue_bytes"]), **c)
+
+    def _tokens(self, nbytes: int) -> int:
+        return -(-nbytes // self.store.layout.kv_bytes_per_token)
 
     def close(self) -> None:
         """Wait for queued I/O, then stop the workers."""
