@@ -10,6 +10,7 @@ emitted by the writer thread after the request's persists, so the next turn find
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ class DecodeWorker:
         self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
         self._lock = threading.Lock()
         self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
+        self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
 
     def load(self) -> tuple[int, int]:
         with self._lock:
@@ -58,6 +60,7 @@ class DecodeWorker:
                    tokens=list(task.prompt_token_ids), persisted=task.hit_len // bs)
         with self._lock:
             self._reqs[task.request_id] = req
+            self._orphan_t.pop(task.request_id, None)
             self._deliver_locked(self._orphans.pop(task.request_id, []))
         if task.de_read_len:
             rid = task.request_id
@@ -95,11 +98,14 @@ class DecodeWorker:
         with self._lock:
             self._deliver_locked(items)
 
+    def _hold(self, it: TransferItem) -> None:
+        _hold_item(self._orphans, self._orphan_t, it)
+
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
             req = self._reqs.get(it.key)
             if req is None:
-                self._orphans.setdefault(it.key, []).append(_copy(it))
+                self._hold(it)
                 continue
             if it.layer == DONE_LAYER:
                 self._new.append((it.key, int(np.frombuffer(it.payload, dtype=np.int64)[0])))  # type: ignore[arg-type]
@@ -176,6 +182,21 @@ class DecodeWorker:
 
         self.io.persist(req.tokens, req.kv, req.persisted, full, after=after)
         req.persisted = full
+
+
+ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
+
+
+def _hold_item(orphans: dict[str, list[TransferItem]], first_s: dict[str, float],
+               it: TransferItem) -> None:
+    """Keep a copy of an item that arrived before its task; purge keys older than ORPHAN_TTL_S."""
+    now = time.monotonic()
+    if it.key not in orphans:
+        for key in [k for k, t in first_s.items() if now - t > ORPHAN_TTL_S]:
+            orphans.pop(key, None)
+            first_s.pop(key, None)
+        first_s[it.key] = now
+    orphans.setdefault(it.key, []).append(_copy(it))
 
 
 def _copy(it: TransferItem) -> TransferItem:

@@ -51,6 +51,7 @@ class PrefillWorker:
         self._reqs: dict[str, _Req] = {}
         self._lock = threading.Lock()
         self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
+        self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
 
     # ------------------------------------------------------------------ load / admin
     def load(self) -> tuple[int, int]:
@@ -65,6 +66,7 @@ class PrefillWorker:
         with self._lock:
             self._reqs[task.request_id] = req
             self.queue.add(task.request_id, task.hit_len, n - task.hit_len)
+            self._orphan_t.pop(task.request_id, None)
             self._deliver_locked(self._orphans.pop(task.request_id, []))
         if task.pe_read_len:
             rid = task.request_id
@@ -92,11 +94,14 @@ class PrefillWorker:
         with self._lock:
             self._deliver_locked(items)
 
+    def _hold(self, it: TransferItem) -> None:
+        _hold_item(self._orphans, self._orphan_t, it)
+
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
             req = self._reqs.get(it.key)
             if req is None:
-                self._orphans.setdefault(it.key, []).append(_copy(it))
+                self._hold(it)
                 continue
             a, b = it.token_offset, it.token_offset + it.num_tokens
             src = torch.frombuffer(it.payload, dtype=self.geo.dtype)  # type: ignore[arg-type]
@@ -171,6 +176,21 @@ class PrefillWorker:
     def _item(self, r: _Req, layer: int, a: int, b: int) -> TransferItem:
         return TransferItem(key=r.task.request_id, block_index=a // self.geo.block_size, layer=layer,
                             num_tokens=b - a, token_offset=a, payload=r.kv[layer, a:b])
+
+
+ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
+
+
+def _hold_item(orphans: dict[str, list[TransferItem]], first_s: dict[str, float],
+               it: TransferItem) -> None:
+    """Keep a copy of an item that arrived before its task; purge keys older than ORPHAN_TTL_S."""
+    now = time.monotonic()
+    if it.key not in orphans:
+        for key in [k for k, t in first_s.items() if now - t > ORPHAN_TTL_S]:
+            orphans.pop(key, None)
+            first_s.pop(key, None)
+        first_s[it.key] = now
+    orphans.setdefault(it.key, []).append(_copy(it))
 
 
 def _copy(it: TransferItem) -> TransferItem:

@@ -55,6 +55,11 @@ class SchedulerService:
         self.clients: dict[str, bytes] = {}
         self.prompts: dict[str, tuple[list[int], SamplingParams]] = {}
         self.report = Reporter(self)
+        # Engines see a key per dispatch attempt (rid, then rid#1, ... after re-dispatch), so late
+        # messages or KV of an attempt that lost an engine never mix with the next attempt.
+        self.keys: dict[str, str] = {}  # engine-facing key -> client request id
+        self.current: dict[str, str] = {}  # client request id -> its current key
+        self.attempts: dict[str, int] = {}
         self.running = True
 
     # ------------------------------------------------------------------ main loop
@@ -193,8 +198,12 @@ class SchedulerService:
         req = self.state.requests[rid]
         for other in (req.pe, req.de):
             if other >= 0 and self.state.engines[other].alive:
-                self._send(self.state.engines[other].identity, Cancel(request_id=rid))
+                self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
         self.state.finish(rid)
+        self.keys.pop(self.current.get(rid, ""), None)
+        self.attempts[rid] = self.attempts.get(rid, 0) + 1
+        self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
+        self.keys[key] = rid
         self.state.submit(req.info)
         self.state.global_queue.insert(0, self.state.global_queue.pop())
 
@@ -209,33 +218,44 @@ class SchedulerService:
         bs = self.hello.block_size
         hit = min(len(self.store.match_prefix(msg.prompt_token_ids)) * bs, (n - 1) // bs * bs)
         self.clients[rid] = ident
+        self.current[rid] = self.keys[rid] = rid
         self.prompts[rid] = (list(msg.prompt_token_ids), msg.params)
         self.report.submitted(rid, n, hit, now)
         self.state.submit(pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit,
                                          gen_len=msg.params.max_tokens))
 
+    def _rid(self, key: str) -> str | None:
+        """Client request id of an engine-facing key; None if stale (an earlier attempt)."""
+        rid = self.keys.get(key)
+        return rid if rid is not None and self.current.get(rid) == key else None
+
     def _progress(self, msg: Progress) -> None:
+        rid = self._rid(msg.request_id)
         e = self.state.engines.get(msg.engine_id)
         if e is not None:
             e.last_seen_s = time.monotonic()
+        if rid is None:
+            return
         if msg.event == "read_done" and e is not None:
-            self.state.read_done(msg.request_id, e.node_id)
+            self.state.read_done(rid, e.node_id)
         elif msg.event == "prefill_done":
-            self.state.prefill_done(msg.request_id)
+            self.state.prefill_done(rid)
         elif msg.event == "failed":
-            self._fail(msg.request_id, msg.error or "engine failure")
+            self._fail(rid, msg.error or "engine failure")
 
     def _tokens(self, msg: Tokens, now: float) -> None:
         for ev in msg.events:
-            ident = self.clients.get(ev.request_id)
-            req = self.state.requests.get(ev.request_id)
-            if ident is None or req is None:
+            rid = self._rid(ev.request_id)
+            ident = self.clients.get(rid) if rid is not None else None
+            req = self.state.requests.get(rid) if rid is not None else None
+            if rid is None or ident is None or req is None:
                 continue
+            ev = msgspec.structs.replace(ev, request_id=rid)
             if ev.is_last:
-                ev = msgspec.structs.replace(ev, stats=self.report.stats(ev.request_id, req, now))
-                self._drop(ev.request_id, cancel=False)
+                ev = msgspec.structs.replace(ev, stats=self.report.stats(rid, req, now))
+                self._drop(rid, cancel=False)
             else:
-                self.report.token(ev.request_id, now)
+                self.report.token(rid, now)
             self._to_client(ident, Tokens(events=[ev]))
 
     def _fail(self, rid: str, error: str) -> None:
@@ -252,7 +272,9 @@ class SchedulerService:
         if req is not None and cancel:
             for eid in (req.pe, req.de):
                 if eid >= 0 and self.state.engines[eid].alive:
-                    self._send(self.state.engines[eid].identity, Cancel(request_id=rid))
+                    self._send(self.state.engines[eid].identity, Cancel(request_id=self.current[rid]))
+        self.keys.pop(self.current.pop(rid, ""), None)
+        self.attempts.pop(rid, None)
         self.clients.pop(rid, None)
         self.prompts.pop(rid, None)
         self.report.forget(rid)
@@ -275,11 +297,12 @@ class SchedulerService:
         req = self.state.requests[rid]
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
+        key = self.current[rid]
         self._send(self.state.engines[req.de].identity, DecodeTask(
-            request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
+            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
             pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
         self._send(self.state.engines[req.pe].identity, PrefillTask(
-            request_id=rid, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
+            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
             pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
 
 
