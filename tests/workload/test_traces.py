@@ -85,6 +85,10 @@ def test_load_trace_dispatch() -> None:
         resolve_trace("no-such-trace")
 
 
+def test_trace_alias_resolves_to_its_file() -> None:
+    assert resolve_trace("mooncake") == resolve_trace("mooncake-conversation")
+
+
 @pytest.mark.parametrize("line,reason", [
     ('{"timestamp": 0, "input_length": 10', "bad Mooncake record"),
     ('{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1]}', "hash_ids"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dualpath.bench.config import TRACE_ALIASES, BenchConfig
+from dualpath.bench.config import BenchConfig
 from dualpath.workload import (
     ReplayConfig,
     Trajectory,
@@ -37,7 +37,7 @@ def load_trajectories(cfg: BenchConfig) -> tuple[list[Trajectory], int]:
     """(trajectories, the length they were made for: ``maxlen`` or the longest trajectory)."""
     if cfg.trace == "synthetic":
         return generate_trajectories(cfg.maxlen, cfg.num_agents, cfg.seed), cfg.maxlen
-    trajs = load_trace(TRACE_ALIASES.get(cfg.trace, cfg.trace), limit=cfg.num_agents)
+    trajs = load_trace(cfg.trace, limit=cfg.num_agents)
     return trajs, max(t.final_len for t in trajs)
 
 

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from dualpath.core.errors import require
 
-TRACE_ALIASES = {"mooncake": "mooncake-conversation"}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:

@@ -21,6 +21,7 @@ from dualpath.workload.synthetic import (
     resolve_maxlen,
 )
 from dualpath.workload.traces import (
+    TRACE_ALIASES,
     TRACE_FILES,
     load_azure,
     load_jsonl,
@@ -39,7 +40,7 @@ from dualpath.workload.types import (
 
 __all__ = [
     "BUCKET_PARAMS", "ReplayConfig", "STAT_COLUMNS", "SYNTHETIC_PREFIX_LEN", "SyntheticParams",
-    "TABLE2", "TRACE_FILES", "Trajectory", "Turn", "TurnRequest", "compare_to_table2",
+    "TABLE2", "TRACE_ALIASES", "TRACE_FILES", "Trajectory", "Turn", "TurnRequest", "compare_to_table2",
     "expand_agents", "generate_trajectories", "iter_turn_requests", "load_azure", "load_jsonl",
     "load_mooncake", "load_trace", "params_for", "resolve_maxlen", "resolve_trace", "save_jsonl",
     "scale_turns", "truncate", "with_poisson_arrivals", "workload_stats",

@@ -25,6 +25,7 @@ TRACE_FILES: dict[str, str] = {
     "azure-code": "traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv",
     "azure-conv": "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
 }
+TRACE_ALIASES: dict[str, str] = {"mooncake": "mooncake-conversation"}  # short name -> TRACE_FILES key
 
 
 def data_dir() -> Path:
@@ -37,14 +38,14 @@ def data_dir() -> Path:
 
 
 def resolve_trace(name_or_path: str | Path) -> Path:
-    """A trace name from ``TRACE_FILES`` or a path to an existing file."""
-    text = str(name_or_path)
+    """A trace name from ``TRACE_FILES`` (or an alias of one) or a path to an existing file."""
+    text = TRACE_ALIASES.get(str(name_or_path), str(name_or_path))
     if text in TRACE_FILES:
         return data_dir() / TRACE_FILES[text]
     path = Path(text)
     if path.suffix in (".jsonl", ".csv", ".json") or path.exists():
         return path
-    raise UnknownNameError("trace", text, TRACE_FILES)
+    raise UnknownNameError("trace", text, [*TRACE_FILES, *TRACE_ALIASES])
 
 
 def _lines(path: Path) -> Iterable[tuple[int, str]]:
