@@ -8,7 +8,10 @@ import pytest
 from dualpath.sim.figures import make_figures
 
 
-def test_pd_ratio_figure_writes_png_and_csv(tmp_path) -> None:
+def test_pd_ratio_figure_writes_png_and_csv(tmp_path, monkeypatch) -> None:
+    import dualpath.sim.figures as figures
+
+    monkeypatch.setattr(figures, "QUICK_AGENTS", 6)
     index = make_figures(str(tmp_path), quick=True, only=["pd_ratio"])
     assert (tmp_path / "pd_ratio.png").stat().st_size > 1000
     rows = list(csv.DictReader(open(tmp_path / "pd_ratio.csv")))

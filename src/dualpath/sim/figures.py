@@ -14,10 +14,11 @@ import os
 from dualpath.sim.experiments import WorkloadSpec, make_cluster, offline
 
 MODEL = "deepseek-v3.2"
+QUICK_AGENTS = 64  # agents per run in --quick mode (tests shrink it)
 
 
 def _agents(quick: bool) -> list[int]:
-    return [32, 64] if quick else [512, 1024, 2048, 4096]
+    return [QUICK_AGENTS // 2, QUICK_AGENTS] if quick else [512, 1024, 2048, 4096]
 
 
 def _write_csv(path: str, header: list[str], rows: list[list]) -> None:
@@ -79,7 +80,7 @@ def fig_offline_grid(out: str, quick: bool) -> list[str]:
 def fig_pd_ratio(out: str, quick: bool) -> list[str]:
     # DS 660B needs >= 4 decode nodes per EP group for KV room (weights: ~37 GB/GPU at EP32)
     pds = ["2p4d", "4p4d", "2p6d"] if quick else ["2p4d", "3p4d", "2p6d", "4p4d", "2p8d", "4p8d"]
-    n = 64 if quick else 2048
+    n = QUICK_AGENTS if quick else 2048
     rows: list[list] = []
     series: dict[str, tuple[list, list]] = {"basic": ([], []), "dualpath": ([], [])}
     for pd in pds:
@@ -96,7 +97,7 @@ def fig_pd_ratio(out: str, quick: bool) -> list[str]:
 
 
 def fig_scaling(out: str, quick: bool) -> list[str]:
-    n = 64 if quick else 1024
+    n = QUICK_AGENTS if quick else 1024
     rows, files = [], []
     for knob in ("append", "gen"):
         series: dict[str, tuple[list, list]] = {"basic": ([], []), "dualpath": ([], [])}
@@ -148,7 +149,7 @@ def fig_online(out: str, quick: bool) -> list[str]:
 def fig_ablation(out: str, quick: bool) -> list[str]:
     systems = ["basic", "layerwise", "dualpath-rr", "dualpath", "dualpath-split", "oracle"]
     rows, breakdown, balance = [], {}, {}
-    for n in ([64] if quick else [1024, 2048]):
+    for n in ([QUICK_AGENTS] if quick else [1024, 2048]):
         res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(num_agents=n))
         for s in systems:
             r = res[s]
@@ -173,7 +174,8 @@ def fig_ablation(out: str, quick: bool) -> list[str]:
 
 
 def fig_large_scale(out: str, quick: bool) -> list[str]:
-    cases = [("2p4d", 64), ("8p16d", 256)] if quick else [("2p4d", 2048), ("48p96d", 49152)]
+    cases = ([("2p4d", QUICK_AGENTS), ("8p16d", 4 * QUICK_AGENTS)] if quick
+             else [("2p4d", 2048), ("48p96d", 49152)])
     rows = []
     for pd, n in cases:
         r = offline(["dualpath"], make_cluster(MODEL, pd), WorkloadSpec(num_agents=n))["dualpath"]
