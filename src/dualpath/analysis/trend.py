@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from dualpath.core.errors import require
 from dualpath.core.registry import lookup
-from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.core.units import TFLOP, gbps_to_bytes_per_s
 from dualpath.spec.hardware import GPUS
 
 PAPER_GENERATIONS = ("a100", "h100", "b200")
@@ -46,7 +46,7 @@ def _point(name: str) -> GenerationPoint:
     return GenerationPoint(
         gpu=name, year=gpu.year, dtype=dtype, dense_tflops=tflops, nic_gbps=gpu.nic_gbps,
         hbm_gb=gpu.hbm_gb, hbm_bandwidth_gbs=gpu.hbm_bandwidth_gbs,
-        io_bytes_per_kflop=gbps_to_bytes_per_s(gpu.nic_gbps) / (tflops * 1e12) * 1e3,
+        io_bytes_per_kflop=gbps_to_bytes_per_s(gpu.nic_gbps) / (tflops * TFLOP) * 1e3,
     )
 
 

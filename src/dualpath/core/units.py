@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dualpath.core.errors import ConfigError
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -24,8 +26,6 @@ def bytes_per_s_to_gbps(bytes_per_s: float) -> float:
 
 def parse_tokens(text: str) -> int:
     """Parse a token count such as ``64k``, ``32K``, ``1m`` or ``4096`` (k = 1024)."""
-    from dualpath.core.errors import ConfigError
-
     raw = text.strip().lower()
     scale = 1
     if raw.endswith("k"):

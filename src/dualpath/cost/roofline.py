@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
+from dualpath.core.units import TFLOP
 from dualpath.cost.base import CostConfig, Item, check_contexts, check_group, check_items
 from dualpath.cost.efficiency import roofline_s
 from dualpath.cost.shapes import (
@@ -51,8 +52,7 @@ class RooflineCostModel:
         """Dense tensor-core peak for operands of ``dtype_bytes`` (<= 1: FP8, else BF16)."""
         dtype = "fp8" if dtype_bytes <= 1 else "bf16"
         # compute_tflops falls back to a wider dtype where the GPU lacks one (FP8 on A100)
-        tflops = getattr(self.gpu, "compute_tflops", self.gpu.dense_tflops)(dtype)
-        return float(tflops) * 1e12
+        return self.gpu.compute_tflops(dtype) * TFLOP
 
     # ---- operations (one average layer, this GPU) ------------------------------------------
     def attention_op_s(self, main_flops: float, indexer_flops: float, num_bytes: float) -> float:

@@ -44,8 +44,7 @@ class GPUSpec:
     def dense_tflops(self, dtype: str) -> float:
         """Dense tensor-core TFLOPS for ``dtype``; error if unknown or unsupported on this GPU."""
         require(dtype in DTYPES, "dtype", dtype, f"choices: {', '.join(DTYPES)}")
-        value = {"fp4": self.fp4_tflops, "fp8": self.fp8_tflops, "int8": self.int8_tflops,
-                 "bf16": self.bf16_tflops, "fp16": self.bf16_tflops}[dtype]
+        value = self._raw(dtype)
         if value is None:
             supported = [d for d in DTYPES if d == "fp16" or self._raw(d) is not None]
             raise ConfigError("dtype", dtype, f"not supported by {self.name}; choices: "
@@ -71,8 +70,6 @@ class GPUSpec:
         return {"fp4": self.fp4_tflops, "fp8": self.fp8_tflops, "int8": self.int8_tflops,
                 "bf16": self.bf16_tflops, "fp16": self.bf16_tflops}[dtype]
 
-
-_SRC_YAML = "aiconfigurator-systems/{}_sxm.yaml"
 
 GPUS: dict[str, GPUSpec] = {
     g.name: g

@@ -19,7 +19,7 @@ Deterministic: everything comes from ``numpy.random.default_rng(seed)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -144,8 +144,3 @@ def generate_trajectories(maxlen: int | str, num: int, seed: int = 0,
                                    first_append, p.append_mean * x[i],
                                    p.gen_mean * x[i] ** GEN_COUPLING))
     return out
-
-
-def with_params(base: SyntheticParams, **changes: float) -> SyntheticParams:
-    """A copy of ``base`` with some fields changed (calibration helper)."""
-    return replace(base, **changes)

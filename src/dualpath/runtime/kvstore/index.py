@@ -71,9 +71,6 @@ class BlockIndex:
     def is_leaf(self, block_hash: str) -> bool:
         return not self._children.get(block_hash)
 
-    def num_children(self, block_hash: str) -> int:
-        return len(self._children.get(block_hash, ()))
-
     def pin(self, block_hash: str) -> None:
         """Protect a known block from eviction until unpin (counted)."""
         self._nodes[block_hash].pins += 1
@@ -82,10 +79,6 @@ class BlockIndex:
         node = self._nodes.get(block_hash)
         if node is not None and node.pins > 0:
             node.pins -= 1
-
-    def is_pinned(self, block_hash: str) -> bool:
-        node = self._nodes.get(block_hash)
-        return node is not None and node.pins > 0
 
     def pop_victim(self, protect: str | None = None) -> str | None:
         """Remove and return the least recently used unpinned leaf, or None if there is none.
