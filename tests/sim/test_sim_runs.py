@@ -46,3 +46,8 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, 
     without = run_one(cfg, trajs)
     assert with_elision["jct_s"] == without["jct_s"]
     assert with_elision["bytes"] == without["bytes"]
+    # bounded queue prefixes in PE views (refetched when fully taken) give the same plans too
+    monkeypatch.setattr("dualpath.sim.driver.VIEW_LIMIT", 2)
+    monkeypatch.setattr(adapter, "VIEW_LIMIT", 2)
+    tiny = run_one(cfg, trajs)
+    assert tiny["jct_s"] == without["jct_s"] and tiny["bytes"] == without["bytes"]

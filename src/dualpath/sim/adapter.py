@@ -2,8 +2,9 @@
 
 This is the ONLY place the simulator meets scheduling decisions; it decides nothing itself. Group
 ids are node ids (one group per node, spec section 3); engine ids are GPU ids. Queue prefixes passed
-in a view are bounded (``VIEW_LIMIT``) -- an adapter choice that cannot change a plan as long as a
-fetch never takes more requests than that (checked: a plan that takes the whole prefix is refetched).
+in a view are bounded (``VIEW_LIMIT``): PE choice is FIFO and stops at the first request it cannot
+place, so a plan for a prefix equals the whole-queue plan cut there; when a plan takes the whole
+prefix the driver fetches again at once with the updated loads (tested equal to unbounded views).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dualpath.policy.views import (
     PrefillFetchView,
 )
 
-VIEW_LIMIT = 512
+VIEW_LIMIT = 64
 # Fetch elision: skip a fetch whose plan is provably empty -- a DE group whose private-queue head
 # fits no DE (every DE choice ends its fetch there) with an empty global queue, or a PE group whose
 # engines are all over beta (class C1, never chosen by any PE choice). Cursors are unchanged in both

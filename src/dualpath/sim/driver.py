@@ -143,9 +143,9 @@ class Simulation:
                 self._pe_dirty.discard(node.node_id)
                 if not adapter.prefill_may_assign(node):
                     continue
-                if adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT:
-                    self._pe_dirty.add(node.node_id)
-                    self._request_tick()
+                while (adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT
+                       and adapter.prefill_queue and adapter.prefill_may_assign(node)):
+                    pass  # the plan took the whole prefix: continue with the next one
 
     # ------------------------------------------------------------------ plan execution
     def assign_de(self, req, gpu_id: int) -> None:
