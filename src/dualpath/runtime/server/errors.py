@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualpath.core.errors import DualpathError
 from dualpath.runtime.cluster.api import (
     ClusterError,
     ClusterUnavailableError,
@@ -15,7 +16,7 @@ from dualpath.runtime.cluster.api import (
 )
 
 
-class APIError(Exception):
+class APIError(DualpathError):
     """An HTTP error answer. ``param`` names the offending request field (None if none)."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
