@@ -54,7 +54,8 @@ class InProcTransport(Transport):
     def __init__(self, fabric: InProcFabric, *, asynchronous: bool = False) -> None:
         self._fabric = fabric
         self._closed = False
-        self._completed = 0
+        self._completed = 0  # since the last poll; the progress thread adds, poll takes
+        self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Job | None] | None = None
         self._thread: threading.Thread | None = None
         if asynchronous:
@@ -91,7 +92,8 @@ class InProcTransport(Transport):
             handle.complete(exc)
         else:
             handle.complete()
-        self._completed += 1
+        with self._count_lock:
+            self._completed += 1
 
     def _progress(self) -> None:
         assert self._queue is not None
@@ -99,7 +101,8 @@ class InProcTransport(Transport):
             self._deliver(*job)
 
     def poll(self) -> int:
-        done, self._completed = self._completed, 0
+        with self._count_lock:
+            done, self._completed = self._completed, 0
         return done
 
     def close(self) -> None:
