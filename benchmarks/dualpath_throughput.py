@@ -72,7 +72,7 @@ async def _run(address: str, agents: list, args: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="small random model (default SmolLM2-135M)")
-    ap.add_argument("--agents", type=int, default=16)
+    ap.add_argument("--agents", type=int, default=48)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--scale", type=float, default=1 / 16)
     ap.add_argument("--max-len", type=int, default=2048)
