@@ -63,15 +63,15 @@ class LayerStaging:
     def arrange(self, layer: int, cached: Sequence[tuple[str, int, int]]) -> None:
         """Reserve, in layer ``layer``'s slot, room for each ``(request_id, cached_len, new_len)``:
         ``cached_len + new_len`` tokens rounded up to whole blocks."""
-        bs = self.geometry.block_size
-        total = sum(-(-(c + n) // bs) * bs for _, c, n in cached)  # whole blocks, room for the new KV
+        padded = [self.geometry.padded_len(c + n) for _, c, n in cached]  # room for the new KV
+        total = sum(padded)
         if total > self.max_cached_tokens:
             raise ConfigError("batch staging tokens (cached + new, block-padded)", total,
                               f"exceeds the staging capacity max_cached_tokens={self.max_cached_tokens}")  # fmt: skip
         offsets, base = {}, 0
-        for rid, c, n in cached:
+        for (rid, c, n), size in zip(cached, padded, strict=True):
             offsets[rid] = (base, c, n)
-            base += -(-(c + n) // bs) * bs
+            base += size
         with self._lock:
             self._offsets[layer % self.num_slots] = {f"{rid}@{layer}": v for rid, v in offsets.items()}
 
@@ -89,8 +89,7 @@ class LayerStaging:
     def padded_view(self, layer: int, request_id: str) -> torch.Tensor:
         """``view`` extended to whole blocks (``ceil(cached_len / block_size) * block_size`` tokens)."""
         base, c, _ = self._offsets[layer % self.num_slots][f"{request_id}@{layer}"]
-        bs = self.geometry.block_size
-        return self._buf[layer % self.num_slots, base : base + -(-c // bs) * bs]
+        return self._buf[layer % self.num_slots, base : base + self.geometry.padded_len(c)]
 
     def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
         """KVSink: Layer Blocks of an arranged ``(request, layer)`` land at their token positions."""

@@ -60,6 +60,10 @@ class KVGeometry:
         """Blocks needed to hold ``num_tokens`` tokens (the last may be partial)."""
         return -(-num_tokens // self.block_size)
 
+    def padded_len(self, num_tokens: int) -> int:
+        """``num_tokens`` rounded up to whole blocks."""
+        return self.num_blocks(num_tokens) * self.block_size
+
     def max_hit_blocks(self, prompt_len: int) -> int:
         """Whole cached blocks a prompt may load: the last prompt token is always computed (its
         logits give the first generated token), so a fully cached prompt loads one block less."""

@@ -13,8 +13,7 @@ import threading
 import numpy as np
 
 from dualpath.core.errors import DualpathError, require
-
-_PAGE = 4096
+from dualpath.runtime.kvstore.blockfile import PAGE_BYTES as _PAGE
 
 
 def _alloc_arena(nbytes: int) -> np.ndarray:

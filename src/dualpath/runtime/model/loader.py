@@ -83,7 +83,8 @@ def load_decoder(
     return Decoder(ckpt.config, ckpt.weights, device=device or default_device(), dtype=dtype), ckpt
 
 
-def _hf_config(folder: Path, gguf_file: str | None) -> Any:
+def _hf_config(folder: Path, gguf_file: str | None) -> tuple[Any, DecoderConfig]:
+    """The transformers config and our validated ``DecoderConfig`` made from it (model type, rope)."""
     from transformers import AutoConfig
 
     where = folder / gguf_file if gguf_file else folder / "config.json"
@@ -91,14 +92,13 @@ def _hf_config(folder: Path, gguf_file: str | None) -> Any:
         cfg = AutoConfig.from_pretrained(str(folder), gguf_file=gguf_file)
     except Exception as exc:  # transformers raises many types; report them all the same way
         raise ConfigError("checkpoint", str(where), f"unreadable config: {exc}") from exc
-    DecoderConfig.from_hf(cfg)  # validates model type, rope type, ...
-    return cfg
+    return cfg, DecoderConfig.from_hf(cfg)
 
 
 def _load_hf_folder(folder: Path) -> Checkpoint:
     if not (folder / "config.json").is_file():
         raise ConfigError("checkpoint", str(folder), "no config.json (and not a single .gguf file)")
-    hf_config = _hf_config(folder, None)
+    hf_config, config = _hf_config(folder, None)
     files = _safetensors_files(folder)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -109,8 +109,8 @@ def _load_hf_folder(folder: Path) -> Checkpoint:
             weights.update(load_file(str(file)))
         except (SafetensorError, OSError) as exc:
             raise ConfigError("checkpoint", str(file), f"unreadable safetensors: {exc}") from exc
-    return Checkpoint(path=str(folder), gguf_file=None, config=DecoderConfig.from_hf(hf_config),
-                      hf_config=hf_config, weights=_check(weights, folder, hf_config))  # fmt: skip
+    return Checkpoint(path=str(folder), gguf_file=None, config=config, hf_config=hf_config,
+                      weights=_check(weights, folder, config))  # fmt: skip
 
 
 def _safetensors_files(folder: Path) -> list[Path]:
@@ -133,7 +133,7 @@ def _load_gguf(folder: Path, gguf_file: str) -> Checkpoint:
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    hf_config = _hf_config(folder, gguf_file)
+    hf_config, config = _hf_config(folder, gguf_file)
     with torch.device("meta"):  # only for transformers' GGUF -> HF name mapping
         skeleton = AutoModelForCausalLM.from_config(hf_config)
     try:
@@ -142,13 +142,12 @@ def _load_gguf(folder: Path, gguf_file: str) -> Checkpoint:
     except Exception as exc:
         raise ConfigError("checkpoint", str(folder / gguf_file), f"unreadable GGUF: {exc}") from exc
     weights = {k: torch.as_tensor(v) for k, v in parsed["tensors"].items()}
-    return Checkpoint(path=str(folder), gguf_file=gguf_file, config=DecoderConfig.from_hf(hf_config),
-                      hf_config=hf_config, weights=_check(weights, folder, hf_config))  # fmt: skip
+    return Checkpoint(path=str(folder), gguf_file=gguf_file, config=config, hf_config=hf_config,
+                      weights=_check(weights, folder, config))  # fmt: skip
 
 
-def _check(weights: dict[str, torch.Tensor], folder: Path, hf_config: Any) -> dict[str, torch.Tensor]:
+def _check(weights: dict[str, torch.Tensor], folder: Path, cfg: DecoderConfig) -> dict[str, torch.Tensor]:
     """Fail early, naming the path, when a tensor the decoder needs is absent or misshapen."""
-    cfg = DecoderConfig.from_hf(hf_config)
     emb = weights.get("model.embed_tokens.weight")
     if emb is None:
         raise ConfigError("checkpoint", str(folder), "missing tensor model.embed_tokens.weight")
