@@ -9,33 +9,18 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dualpath.core.errors import ConfigError
+from dualpath.core.paths import DATA_DIR_ENV
+from dualpath.core.paths import data_dir as resolve_data_dir  # the name cost callers use
 
-DATA_DIR_ENV = "DUALPATH_DATA_DIR"
 PERF_DB = Path("hardware") / "aiconfigurator-perf-db"
 MS = 1e-3
 _FRAMES: dict[Path, Any] = {}  # parquet path -> DataFrame, shared by every PerfTables (read-only)
-
-
-def repo_root() -> Path:
-    """The checkout holding ``src/dualpath`` (this file is ``src/dualpath/cost/tables.py``)."""
-    return Path(__file__).resolve().parents[3]
-
-
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """``data_dir``, else ``$DUALPATH_DATA_DIR``, else ``<repo root>/../shared/data``."""
-    if data_dir is not None:
-        return Path(data_dir)
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    return repo_root().parent / "shared" / "data"
 
 
 def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from dualpath.core.errors import ConfigError, UnknownNameError
+from dualpath.core.paths import data_dir
 from dualpath.workload.types import Trajectory, Turn
 
 MOONCAKE_BLOCK_LEN = 512  # tokens per hash block in the Mooncake traces
@@ -26,15 +26,6 @@ TRACE_FILES: dict[str, str] = {
     "azure-conv": "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
 }
 TRACE_ALIASES: dict[str, str] = {"mooncake": "mooncake-conversation"}  # short name -> TRACE_FILES key
-
-
-def data_dir() -> Path:
-    """The shared data folder: ``$DUALPATH_DATA_DIR`` or ``<repo root>/../shared/data``."""
-    env = os.environ.get("DUALPATH_DATA_DIR")
-    if env:
-        return Path(env)
-    repo_root = Path(__file__).resolve().parents[3]
-    return repo_root.parent / "shared" / "data"
 
 
 def resolve_trace(name_or_path: str | Path) -> Path:
