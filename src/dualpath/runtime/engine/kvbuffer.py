@@ -136,9 +136,6 @@ class KVBuffer:
         except KeyError:
             raise ConfigError("request_id", request_id, f"has no blocks in buffer {self.name!r}") from None
 
-    def has(self, request_id: str) -> bool:
-        return request_id in self._reqs
-
     def free(self, request_id: str) -> None:
         """Return the request's slots to the pool (no-op if it has none)."""
         with self._lock:
