@@ -62,9 +62,12 @@ def _int_field(obj: dict, key: str, minimum: int) -> int:
     return value
 
 
-def _read_mooncake(path: Path) -> list[tuple[float, int, int, list[int]]]:
-    rows = []
+def _read_mooncake(path: Path, limit: int | None) -> list[tuple[float, int, int, list[int]]]:
+    """The first ``limit`` records (all when None); lines after them are not read."""
+    rows: list[tuple[float, int, int, list[int]]] = []
     for lineno, line in _lines(path):
+        if limit is not None and len(rows) >= limit:
+            break
         try:
             obj = json.loads(line)
             hashes = obj["hash_ids"]
@@ -79,7 +82,7 @@ def _read_mooncake(path: Path) -> list[tuple[float, int, int, list[int]]]:
                          max(1, _int_field(obj, "output_length", 0)), hashes))
         except (ValueError, KeyError, TypeError) as exc:
             raise _bad(path, lineno, line, f"bad Mooncake record: {exc}") from None
-    if not rows:
+    if not rows and limit != 0:
         raise ConfigError("trace", str(path), "no records")
     return rows
 
@@ -94,9 +97,7 @@ def load_mooncake(path: str | Path, limit: int | None = None) -> list[Trajectory
     session). ``append_len = r.input - (p.input + p.output)``, clamped to at least 1 token when the
     recorded prompt left out part of the previous answer. ``limit`` reads only the first records."""
     path = resolve_trace(path)
-    rows = _read_mooncake(path)
-    if limit is not None:
-        rows = rows[:limit]
+    rows = _read_mooncake(path, limit)
     sessions: list[list[Turn]] = []
     starts: list[float] = []
     context: list[int] = []
