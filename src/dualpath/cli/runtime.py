@@ -4,6 +4,7 @@ transformers on the default model."""
 from __future__ import annotations
 
 import typer
+from rich.console import Console
 
 from dualpath.cli._common import print_json, print_table
 
@@ -53,7 +54,5 @@ def check(
         raise typer.Exit(1)
 
 
-def _stderr():  # type: ignore[no-untyped-def]
-    from rich.console import Console
-
+def _stderr() -> Console:
     return Console(stderr=True)
