@@ -73,6 +73,8 @@ def engine(
     policy: str = typer.Option("dualpath", help="Policy for this PE's batch planning."),
     snic_gbps: float = typer.Option(0.0, help="Emulated storage-NIC cap of this node (0 = none)."),
     cnic_gbps: float = typer.Option(0.0, help="Emulated compute-NIC cap (0 = none)."),
+    cluster_id: str = typer.Option("default", help="Engines of one node on one host with the same id "
+                                   "share their emulated storage NIC."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
@@ -84,7 +86,8 @@ def engine(
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
     run_engine(EngineArgs(scheduler=addr, role=role, node_id=node_id, engine_id=engine_id, model=model,
                           kv_dir=kv_dir, transport=transport, host=host, policy=policy,
-                          snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None))
+                          snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
+                          cluster_id=cluster_id))
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 
