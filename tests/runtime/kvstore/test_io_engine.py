@@ -195,3 +195,17 @@ def test_submit_blocks_batches_and_bounds(store: BlockStore, layout: BlockLayout
         for r in layer:
             r.release()
         assert pool.num_free == 10 and eng.read_queue_tokens == 0
+
+
+def test_cancelled_queued_read_leaves_no_accounting(store: BlockStore, layout: BlockLayout, make_blocks) -> None:
+    """A read cancelled while still queued behind another gives back its queue bytes and buffer."""
+    hashes, _ = make_blocks(store, np.arange(16))
+    pool = BufferPool(layout.full_block_bytes, 2)
+    limiter = GateLimiter()
+    with IOEngine(store, IOEngineConfig(queue_depth=1), pool=pool, limiter=limiter) as eng:
+        first = eng.submit_full(hashes[0])  # holds the only worker at the gate
+        queued = eng.submit_full(hashes[1])
+        assert queued.cancel()
+        limiter.gate.set()
+        first.result(timeout=10).release()
+    assert eng.read_queue_tokens == 0 and pool.num_free == 2

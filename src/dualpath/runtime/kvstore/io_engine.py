@@ -66,7 +66,8 @@ class IOEngine:
         timeout_s: float | None = None,
     ) -> Future[ReadResult]:
         """Queue a Full Block read into ``out`` (or a pooled buffer)."""
-        return self._submit_read(block_hash, None, out, callback, timeout_s)
+        outs = None if out is None else [out]
+        return self.submit_blocks([block_hash], outs, None, callback, timeout_s)[0]
 
     def submit_layer(
         self,
@@ -77,8 +78,8 @@ class IOEngine:
         timeout_s: float | None = None,
     ) -> Future[ReadResult]:
         """Queue one Layer Block read into ``out`` (or a pooled buffer)."""
-        self.store.layout.layer_range(layer)  # validates
-        return self._submit_read(block_hash, layer, out, callback, timeout_s)
+        outs = None if out is None else [out]
+        return self.submit_blocks([block_hash], outs, layer, callback, timeout_s)[0]
 
     def submit_blocks(
         self,
@@ -92,7 +93,8 @@ class IOEngine:
 
         Batched: at most ``queue_depth`` work items, block i going to item ``i % queue_depth``,
         so futures complete roughly in order. Without ``outs``, all the request's buffers are taken
-        from the pool first (all or none; the request must fit in the pool).
+        from the pool first (all or none; the request must fit in the pool). Queued blocks are
+        pinned (not evicted by this process) until their read ends.
         """
         require(outs is None or len(outs) == len(hashes), "outs", len(outs or ()), "one per hash")
         if layer is not None:
@@ -113,7 +115,12 @@ class IOEngine:
         self.store.pin(hashes)
         k = self.config.queue_depth
         for start in range(min(k, len(jobs))):
-            self._exec.submit(self._run_batch, jobs[start::k], layer, nbytes)
+            try:
+                self._exec.submit(self._run_batch, jobs[start::k], layer, nbytes)
+            except BaseException:  # e.g. submitted after close(): undo what was not queued
+                for h, _, lease, _ in (job for s in range(start, k) for job in jobs[s::k]):
+                    self._drop_read(h, nbytes, lease)
+                raise
         return [job[3] for job in jobs]
 
     def _acquire_all(self, n: int, timeout_s: float | None) -> list[BufferLease]:
@@ -140,34 +147,6 @@ class IOEngine:
                 fut.set_result(self._read(h, layer, out, lease, nbytes))
             except BaseException as err:  # delivered through the future
                 fut.set_exception(err)
-
-    def _submit_read(
-        self,
-        h: str,
-        layer: int | None,
-        out: np.ndarray | None,
-        callback: Callback | None,
-        timeout_s: float | None,
-    ) -> Future[ReadResult]:
-        layout = self.store.layout
-        nbytes = layout.full_block_bytes if layer is None else layout.layer_block_bytes
-        lease = None
-        if out is None:
-            require(self.pool is not None, "out", None, "IOEngine has no BufferPool; pass out")
-            assert self.pool is not None
-            lease = self.pool.acquire(timeout_s)
-            out = lease.array[:nbytes]
-        with self._lock:
-            self._c["read_queue_bytes"] += nbytes
-        self.store.pin((h,))  # not evicted by this process while queued
-        try:
-            fut = self._exec.submit(self._read, h, layer, out, lease, nbytes)
-        except BaseException:  # e.g. submitted after close(): undo the accounting
-            self._drop_read(h, nbytes, lease)
-            raise
-        if callback is not None:
-            fut.add_done_callback(lambda f: callback(f.result()))
-        return fut
 
     def _read(
         self, h: str, layer: int | None, out: np.ndarray, lease: BufferLease | None, nbytes: int
