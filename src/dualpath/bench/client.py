@@ -72,7 +72,9 @@ def _on_chunk(obj: dict[str, Any], res: TurnResult, t_s: float) -> None:
     for choice in obj.get("choices") or []:
         ids = choice.get("token_ids")
         if isinstance(ids, list):
-            res.token_ids = (res.token_ids or []) + [int(t) for t in ids]
+            if res.token_ids is None:
+                res.token_ids = []
+            res.token_ids.extend(int(t) for t in ids)  # in place: no copy of the ids so far
             new = len(ids)
         else:
             new = 1 if choice.get("text") else 0  # text-only servers: one token per chunk
