@@ -12,6 +12,7 @@ import random
 from functools import partial
 from typing import Any
 
+from dualpath.cost import ForwardAttentionPredictor
 from dualpath.policy import SchedulerConfig, make_scheduler
 from dualpath.sim import calibration as cal
 from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
@@ -62,8 +63,9 @@ class Simulation:
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
-            attention_predictor=self.costs.predictor, block_size=self.block_len,
-            compute_quota_s=cal.COMPUTE_QUOTA_PER_FORWARD_S / model.num_layers)
+            attention_predictor=ForwardAttentionPredictor(layer=self.costs.predictor,
+                                                          num_layers=model.num_layers),
+            block_size=self.block_len, compute_quota_s=cal.COMPUTE_QUOTA_PER_FORWARD_S)
         self.de_node_tok = {n.node_id: 0 for n in cluster.de_nodes}  # sum of DE tok_e per node
         self.adapter = PolicyAdapter(self, make_scheduler(self.system.policy, sched_cfg))
         self.metrics = Metrics(self, config.out_dir)
