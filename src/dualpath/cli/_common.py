@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Piped output (a file, CI logs, `| less`) gets wide tables instead of rich's 80-column default.
+_PIPED = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+console = Console(width=160 if _PIPED else None)
 
 
 def _jsonable(value: Any) -> Any:
