@@ -10,6 +10,7 @@ prefix the driver fetches again at once with the updated loads (tested equal to 
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 from dualpath.policy.views import (
     BatchItem,
@@ -50,6 +51,21 @@ class PolicyAdapter:
         self._totals: dict[int, GroupTotal] = {}
         self._loads: dict[int, EngineLoad] = {}
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
+        self._all_sorted = sorted(self.all_node_ids)
+        # View caches. The driver calls de_changed / pe_changed whenever a DE's or PE's numbers
+        # (seq, tok, reservation) change; the adapter itself tracks its private-queue tokens.
+        self._groups: dict[int, GroupLoad] = {}  # node id -> GroupLoad (DE and PE nodes)
+        self._totals_tuple: tuple[GroupTotal, ...] | None = None
+        self._reads: dict[int, NodeReadQueue] = {}
+
+    def de_changed(self, node_id: int) -> None:
+        """A DE of node ``node_id`` changed seq/tok/reservation (its group total too)."""
+        self._groups.pop(node_id, None)
+        self._totals_tuple = None
+
+    def pe_changed(self, node_id: int) -> None:
+        """A PE of node ``node_id`` changed seq/tok."""
+        self._groups.pop(node_id, None)
 
     # ------------------------------------------------------------------ decode side
     def _engine(self, g: int, seq: int, tok: int, free: int) -> EngineLoad:
@@ -61,11 +77,15 @@ class PolicyAdapter:
         return obj
 
     def _de_group(self, node) -> GroupLoad:
-        states = self.sim.de_states
-        engine = self._engine
-        return GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
-            engine(g, states[g].seq, states[g].tok, states[g].hbm_tokens - states[g].reserved)
-            for g in node.gpus))
+        group = self._groups.get(node.node_id)
+        if group is None:
+            states = self.sim.de_states
+            engine = self._engine
+            group = self._groups[node.node_id] = GroupLoad(
+                group_id=node.node_id, node_id=node.node_id, engines=tuple(
+                    engine(g, states[g].seq, states[g].tok,
+                           states[g].hbm_tokens - states[g].reserved) for g in node.gpus))
+        return group
 
     def fetch_decode(self, node) -> int:
         """One DE group's fetch. Returns the number of requests assigned to its DEs."""
@@ -94,17 +114,19 @@ class PolicyAdapter:
 
     def decode_view(self, node) -> DecodeFetchView:
         sim = self.sim
-        node_tok = sim.de_node_tok
-        private_tokens = self.private_tokens
-        cache = self._totals  # frozen GroupTotal objects, rebuilt only when a total changed
-        out = []
-        for n in self.de_node_ids:
-            value = node_tok[n] + private_tokens[n]
-            obj = cache.get(n)
-            if obj is None or obj.num_tokens != value:
-                obj = cache[n] = GroupTotal(group_id=n, num_tokens=value)
-            out.append(obj)
-        totals = tuple(out)
+        totals = self._totals_tuple
+        if totals is None:
+            node_tok = sim.de_node_tok
+            private_tokens = self.private_tokens
+            cache = self._totals  # frozen GroupTotal objects, rebuilt only when a total changed
+            out = []
+            for n in self.de_node_ids:
+                value = node_tok[n] + private_tokens[n]
+                obj = cache.get(n)
+                if obj is None or obj.num_tokens != value:
+                    obj = cache[n] = GroupTotal(group_id=n, num_tokens=value)
+                out.append(obj)
+            totals = self._totals_tuple = tuple(out)
         view = DecodeFetchView(
             now_s=sim.kernel.now_s, group=self._de_group(node),
             private_queue=tuple(r.info for r in self.private[node.node_id]),
@@ -117,6 +139,8 @@ class PolicyAdapter:
         sim = self.sim
         self.de_rr[node.node_id] = plan.next_rr_cursor
         self.group_rr = plan.next_group_rr_cursor
+        if plan.routings or plan.assignments:
+            self._totals_tuple = None  # private-queue tokens change below
         if plan.routings:
             assert len(plan.routings) == len(self.global_queue), "routing must drain the queue"
             for routing in plan.routings:
@@ -142,23 +166,35 @@ class PolicyAdapter:
 
     def prefill_view(self, node) -> PrefillFetchView:
         sim = self.sim
-        pes = sim.pe_states
-        engine = self._engine
-        group = GroupLoad(group_id=node.node_id, node_id=node.node_id, engines=tuple(
-            engine(g, pes[g].seq, pes[g].tok, 0) for g in node.gpus))
-        prefix = []
-        nodes_seen = {node.node_id}
-        for i, req in enumerate(self.prefill_queue):
-            if i >= VIEW_LIMIT:
-                break
-            prefix.append(req.pending)
-            nodes_seen.add(req.pending.de_node_id)
+        group = self._groups.get(node.node_id)
+        if group is None:
+            pes = sim.pe_states
+            engine = self._engine
+            group = self._groups[node.node_id] = GroupLoad(
+                group_id=node.node_id, node_id=node.node_id,
+                engines=tuple(engine(g, pes[g].seq, pes[g].tok, 0) for g in node.gpus))
         nodes = sim.cluster.nodes
-        if len(nodes) <= SMALL_CLUSTER_NODES:  # small clusters: every node's read queue
-            nodes_seen = set(self.all_node_ids)
-        queues = tuple(NodeReadQueue(node_id=n, read_queue_tokens=nodes[n].read_q,
-                                     read_tokens_per_s=self.read_rate[n])
-                       for n in sorted(nodes_seen))
+        small = len(nodes) <= SMALL_CLUSTER_NODES  # small clusters: every node's read queue
+        if small:
+            prefix = [req.pending for req in islice(self.prefill_queue, VIEW_LIMIT)]
+            node_ids = self._all_sorted
+        else:
+            prefix = []
+            nodes_seen = {node.node_id}
+            for req in islice(self.prefill_queue, VIEW_LIMIT):
+                prefix.append(req.pending)
+                nodes_seen.add(req.pending.de_node_id)
+            node_ids = sorted(nodes_seen)
+        reads = self._reads  # frozen NodeReadQueue objects, rebuilt only when read_q changed
+        out = []
+        for n in node_ids:
+            q = nodes[n].read_q
+            obj = reads.get(n)
+            if obj is None or obj.read_queue_tokens != q:
+                obj = reads[n] = NodeReadQueue(node_id=n, read_queue_tokens=q,
+                                               read_tokens_per_s=self.read_rate[n])
+            out.append(obj)
+        queues = tuple(out)
         return PrefillFetchView(now_s=sim.kernel.now_s, groups=(group,), queue=tuple(prefix),
                                 read_queues=queues, rr_cursor=self.pe_rr[node.node_id])
 

@@ -14,6 +14,31 @@ from dualpath.sim import calibration as cal
 
 _TOKEN_BUCKET = 16
 _CTX_BUCKET = 1024
+_MEMO_LIMIT = 1 << 20  # entries kept by MemoAttentionPredictor before it starts afresh
+
+
+class MemoAttentionPredictor:
+    """A per-layer attention predictor with ``attention_flops`` memoised per ``(cached, new)``.
+
+    Same numbers as the wrapped predictor (the function is pure), at a dict lookup instead of the
+    model's FLOPs formula; the batch planner's binary search and the simulator's layer times ask
+    for the same spans over and over. Satisfies ``dualpath.policy.AttentionTimePredictor``."""
+
+    __slots__ = ("layer", "_flops", "predict_s")
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self._flops: dict[tuple[int, int], float] = {}
+        self.predict_s = layer.predict_s
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        key = (cached_len, new_len)
+        value = self._flops.get(key)
+        if value is None:
+            if len(self._flops) >= _MEMO_LIMIT:
+                self._flops.clear()
+            value = self._flops[key] = self.layer.attention_flops(cached_len, new_len)
+        return value
 
 
 class CostCache:
@@ -25,7 +50,7 @@ class CostCache:
                                        num_gpus_per_node=num_gpus_per_node)
         self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size,
                                        num_gpus_per_node=num_gpus_per_node)
-        self.predictor = self.pe_cost.attention_predictor(model)
+        self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
         self._pe_ep = pe_ep_size
         self._de_ep = de_ep_size
         self._gpn = num_gpus_per_node

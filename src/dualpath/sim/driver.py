@@ -158,6 +158,7 @@ class Simulation:
         st.tok += req.decode_len
         st.reserved += req.decode_len
         self.de_node_tok[st.node_id] += req.decode_len
+        self.adapter.de_changed(st.node_id)
         self.adapter.enqueue_prefill(req, st.node_id)
         self._pe_dirty.update(n.node_id for n in self.cluster.pe_nodes)
 
@@ -169,6 +170,7 @@ class Simulation:
         assert pe_read_len + de_read_len == req.hit_len, (req.rid, pe_read_len, de_read_len)
         st.seq += 1
         st.tok += req.prompt_len
+        self.adapter.pe_changed(st.node_id)
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
         if self.system.free_io:
@@ -212,7 +214,9 @@ class Simulation:
 
     def _ready(self, req) -> None:
         req.is_ready = True
-        self.pe_states[req.pe_gpu].unit.kick()
+        st = self.pe_states[req.pe_gpu]
+        st.num_ready += 1
+        st.unit.kick()
 
     # ------------------------------------------------------------------ completions
     def prefill_done(self, req, st: PeState, kv_at: float) -> None:
@@ -221,6 +225,7 @@ class Simulation:
         req.t_first = now
         st.seq -= 1
         st.tok -= req.prompt_len
+        self.adapter.pe_changed(st.node_id)
         self._pe_dirty.add(st.node_id)
         if self.adapter.prefill_queue:
             self._request_tick()
@@ -254,6 +259,7 @@ class Simulation:
         de.tok -= req.decode_len
         de.reserved -= req.decode_len
         self.de_node_tok[de.node_id] -= req.decode_len
+        self.adapter.de_changed(de.node_id)
         if not self.system.free_io:
             blocks = (req.decode_len // self.block_len) - (req.prompt_len // self.block_len)
             self.storage.write(self.cluster.nodes[de.node_id], blocks * self.block_len * self.bpt)

@@ -25,7 +25,7 @@ EARLY_ITERATIONS = 100
 
 
 class PeState:
-    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit")
+    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready")
 
     def __init__(self, gpu_id: int, node_id: int) -> None:
         self.gpu_id = gpu_id
@@ -34,6 +34,7 @@ class PeState:
         self.seq = 0
         self.queue: list = []  # assigned, prefill unfinished, in assignment order
         self.unit: Any = None  # the PrefillUnit it iterates in
+        self.num_ready = 0  # requests in ``queue`` whose reads are done (is_ready)
 
 
 class PrefillUnit:
@@ -62,8 +63,11 @@ class PrefillUnit:
         batches = []
         attn = []
         layer_s = 0.0
+        plan_batch = sim.adapter.plan_batch
         for st in self.states:
-            entries = sim.adapter.plan_batch(st)
+            if not st.num_ready:  # nothing ready: the batch view would be empty
+                continue
+            entries = plan_batch(st)
             if not entries:
                 continue
             a = costs.attention_layer_s([(c, n) for _r, c, n in entries])
@@ -144,5 +148,6 @@ class PrefillUnit:
                 req.done_new += chunk
                 if req.done_new >= req.miss_len:
                     st.queue.remove(req)
+                    st.num_ready -= 1
                     sim.prefill_done(req, st, max(send_at, now))
         self._iterate()
