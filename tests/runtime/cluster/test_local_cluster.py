@@ -134,3 +134,30 @@ def _layout(c: LocalCluster):  # type: ignore[no-untyped-def]
 
     dec, _ = load_decoder(str(tiny_dir(c)), device="cpu")
     return Geometry.of(dec, c.config.block_size).layout()
+
+
+@pytest.mark.parametrize("policy,side", [("always-de", "de"), ("dualpath-split", "split")])
+def test_de_read_path_layer_pulls_and_split_reads_are_exact(cluster: LocalCluster, policy: str,
+                                                            side: str) -> None:
+    """DE read path (the PE pulls each layer's hit KV from the DE buffer while computing the one
+    before) and split reads (the DE pushes its share into the PE buffer): greedy tokens equal a
+    single-process forward in the turn that hits the store."""
+
+    async def configure(name: str) -> None:
+        async with ClusterClient(cluster.address) as client:
+            await client.configure(name)
+
+    rng = random.Random(7 if side == "de" else 8)
+    contexts = [[rng.randrange(3, 512) for _ in range(200 + 70 * i)] for i in range(2)]
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    asyncio.run(configure(policy))
+    try:
+        for turn in range(2):
+            for i, events in enumerate(generate(cluster.address, contexts, params)):
+                toks = [e.token_id for e in events]
+                assert events[-1].finish_reason == "length" and toks == _reference(cluster, contexts[i], 4)
+                if turn == 1:
+                    assert events[-1].stats.read_side == side and events[-1].stats.hit_len >= 192
+                contexts[i] = contexts[i] + toks + [rng.randrange(3, 512) for _ in range(90)]
+    finally:
+        asyncio.run(configure("dualpath"))

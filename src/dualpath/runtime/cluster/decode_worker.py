@@ -1,10 +1,16 @@
-"""Decode engine worker: owns each request's prompt KV buffer (the DE buffer), reads its share of the
-hit KV (DE read path) and streams it to the PE layer by layer, receives the prompt KV the PE computes,
-then decodes every started request in one batch per step, persisting each full block as it fills.
+"""Decode engine worker: the cluster's adapter around ``runtime/engine``'s ``DecodeEngine``.
 
-``deliver`` runs on the transport's receive thread, reads on the I/O thread; request state is touched
-under ``_lock``. ``step`` runs on the engine's main thread. The last token event of a request is
-emitted by the writer thread after the request's persists, so the next turn finds its blocks.
+The engine owns the DE buffer (each request's prompt KV while it is prefilled) and the paged decode
+cache; this worker reserves buffer slots per ``DecodeTask``, reads the request's DE-path share of the
+hit KV into them (through this node's SNIC) and serves it to the PE layer by layer (each layer when
+the PE asks for it with a ``PULL_LAYER`` marker; a split request's share is pushed), hands the PE's
+Layer Blocks to the buffer, starts decoding on the PE's ``DONE_LAYER`` marker (the first token) and
+turns the engine's outputs into ``Tokens`` events.
+
+``deliver`` runs on the transport's receive thread, reads complete on the I/O thread; both touch
+request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
+engine's main thread. Persists run on the writer thread; the last token event of a request is
+emitted there after them, so the next turn finds its blocks.
 """
 
 from __future__ import annotations
@@ -12,176 +18,221 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from dualpath.runtime.cluster.api import TokenEvent
-from dualpath.runtime.cluster.kvio import DONE_LAYER, BlockIO, Geometry, Outbox, sample
+from dualpath.core.errors import ConfigError
+from dualpath.core.units import GiB
+from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
+from dualpath.runtime.cluster.kvio import (
+    DONE_LAYER, PULL_LAYER, READY_LAYER, BlockIO, Geometry, Outbox,
+)  # fmt: skip
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
-from dualpath.runtime.model import Decoder, Span
+from dualpath.runtime.engine import DecodeConfig, DecodeEngine, DecodeOutput
+from dualpath.runtime.engine import SamplingParams as EngineSampling
+from dualpath.runtime.kvstore import chain_hashes
+from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferItem, Transport
 
-
-@dataclass(slots=True)
-class _Req:
-    task: DecodeTask
-    kv: torch.Tensor
-    tokens: list[int]
-    ctx: int = 0  # tokens whose KV is in kv
-    num_generated: int = 0
-    persisted: int = 0  # blocks persisted (or known stored)
-    started: bool = False
-    done: bool = False
+SLACK_BLOCKS = 64  # cache/buffer blocks beyond hbm_tokens: per-request rounding to whole blocks
+MAX_CACHE_BYTES = 2 * GiB  # paged cache bound on this host (SmolLM2 fp32: ~45K tokens)
+MAX_BUFFER_BYTES = 1 * GiB  # DE buffer bound (prompts being prefilled; more wait for room)
 
 
 class DecodeWorker:
     def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
                  blockio: BlockIO, transport: Transport, outbox: Outbox,
-                 eos_token_id: int | None) -> None:
+                 eos_token_id: int | None, hbm_tokens: int = 65536) -> None:
         self.engine_id, self.node_id = engine_id, node_id
-        self.decoder, self.geo, self.io = decoder, geo, blockio
-        self.transport, self.outbox, self.eos = transport, outbox, eos_token_id
-        self._reqs: dict[str, _Req] = {}
+        self.geo, self.io, self.transport = geo, blockio, transport
+        self.outbox, self.eos = outbox, eos_token_id
+        block_bytes = geo.layout().full_block_bytes
+        blocks = -(-hbm_tokens // geo.block_size) + SLACK_BLOCKS
+        # The engine's own endpoint is local only; ``e<id>`` is this worker (it routes to the buffer).
+        self.engine = DecodeEngine(decoder, transport, blockio, DecodeConfig(  # type: ignore[arg-type]
+            name=f"e{engine_id}.buffer", block_size=geo.block_size,
+            buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
+            num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1))))
+        self._tasks: dict[str, DecodeTask] = {}
+        self._unreserved: list[str] = []  # tasks waiting for DE buffer room
+        self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)
+        self._reading: set[str] = set()  # rids whose DE-path reads are in flight
         self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
+        self._blocked: list[tuple[str, int]] = []  # first token came, paged cache had no room yet
+        self._generated: dict[str, int] = {}
         self._lock = threading.Lock()
         self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
         self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
 
     def load(self) -> tuple[int, int]:
         with self._lock:
-            return len(self._reqs), sum(len(r.task.prompt_token_ids) + r.task.params.max_tokens
-                                        for r in self._reqs.values())
+            return len(self._tasks), sum(len(t.prompt_token_ids) + t.params.max_tokens
+                                         for t in self._tasks.values())
 
     def add(self, task: DecodeTask) -> None:
-        n, bs = len(task.prompt_token_ids), self.geo.block_size
-        req = _Req(task=task, kv=self.geo.alloc(n + task.params.max_tokens),
-                   tokens=list(task.prompt_token_ids), persisted=task.hit_len // bs)
         with self._lock:
-            self._reqs[task.request_id] = req
-            self._orphan_t.pop(task.request_id, None)
-            self._deliver_locked(self._orphans.pop(task.request_id, []))
-        if task.de_read_len:
-            rid = task.request_id
-            self.io.read_blocks(task.prompt_token_ids, task.pe_read_len // bs, task.de_read_len // bs,
-                                req.kv, "de-read", lambda err: self._read_done(rid, err))
+            self._tasks[task.request_id] = task
+            self._unreserved.append(task.request_id)
+        self._reserve_waiting()
 
-    def _read_done(self, rid: str, err: BaseException | None) -> None:
+    def _reserve_waiting(self) -> None:
+        """Give DE buffer slots to waiting tasks in order (stops at the first that does not fit)."""
+        while self._unreserved:
+            rid = self._unreserved[0]
+            task = self._tasks.get(rid)
+            if task is not None and not self.engine.reserve(rid, len(task.prompt_token_ids)):
+                return
+            self._unreserved.pop(0)
+            if task is None:
+                continue
+            with self._lock:
+                self._reserved.add(rid)
+                self._orphan_t.pop(rid, None)
+                self._deliver_locked(self._orphans.pop(rid, []))
+            if task.de_read_len:
+                self._read_hits(task)
+
+    def _read_hits(self, task: DecodeTask) -> None:
+        bs, rid = self.geo.block_size, task.request_id
+        first, num = task.pe_read_len // bs, task.de_read_len // bs
+        hashes = chain_hashes(task.prompt_token_ids[: (first + num) * bs], bs)[first:]
+        outs = self.engine.buffer.blocks(rid).arrays[first:first + num]
         with self._lock:
-            req = self._reqs.get(rid)
-        if req is None:
+            self._reading.add(rid)
+        self.io.read_into(hashes, outs, "de-read", lambda err: self._read_done(task, err))
+
+    def _read_done(self, task: DecodeTask, err: BaseException | None) -> None:
+        rid = task.request_id
+        with self._lock:
+            self._reading.discard(rid)
+            live = rid in self._tasks
+            if not live:  # cancelled while reading: its slots were kept for the read
+                self.engine.buffer.free(rid)
+        if not live:
             return
         if err is not None:
             self._fail(rid, f"decode engine {self.engine_id} read failed: {err}")
             return
         self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
-        t = req.task
-        a, b = t.pe_read_len, t.pe_read_len + t.de_read_len
-        for layer in range(self.geo.num_layers):  # DE buffer -> PE, one Layer Block batch per layer
-            item = TransferItem(key=rid, block_index=a // self.geo.block_size, layer=layer,
-                                num_tokens=b - a, token_offset=a, payload=req.kv[layer, a:b])
-            self.transport.submit(f"e{t.prefill_engine}", [item], source=f"e{self.engine_id}")
+        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
+        if a == 0:  # DE read path: the PE pulls each layer when it computes it
+            ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,
+                                 payload=np.array([b], dtype=np.int64).tobytes())
+            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")
+            return
+        for layer in range(self.geo.num_layers):  # split: our share -> PE buffer, a batch per layer
+            items = self.engine.buffer.layer_items(rid, layer, a, b)
+            self.transport.submit(pe, items, source=f"e{self.engine_id}")
 
     def _fail(self, rid: str, error: str) -> None:
         with self._lock:
-            self._reqs.pop(rid, None)
+            self._tasks.pop(rid, None)  # its slots are freed by the main thread's next step
         self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed", error=error))
 
     def cancel(self, rid: str) -> None:
         with self._lock:
-            self._reqs.pop(rid, None)
+            self._tasks.pop(rid, None)
             self._orphans.pop(rid, None)
+            self._generated.pop(rid, None)
+            self._reserved.discard(rid)
+            if rid in self._reading:
+                return  # the read's completion frees the slots
+        self.engine.abort(rid)
 
     def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
         """Prompt KV Layer Blocks from the PE, then its DONE_LAYER marker with the first token."""
         with self._lock:
             self._deliver_locked(items)
 
-    def _hold(self, it: TransferItem) -> None:
-        _hold_item(self._orphans, self._orphan_t, it)
-
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
-            req = self._reqs.get(it.key)
-            if req is None:
-                self._hold(it)
+            if it.layer == PULL_LAYER:  # the PE computes this layer next: send its cached KV
+                if it.key in self._reserved and it.key in self._tasks:
+                    ask = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
+                    layer, start, stop = ask.tolist()
+                    pe = f"e{self._tasks[it.key].prefill_engine}"
+                    self.transport.submit(pe, self.engine.buffer.layer_items(it.key, layer, start, stop),
+                                          source=f"e{self.engine_id}")
+                continue
+            if it.key not in self._reserved:
+                if it.key not in self._generated:  # (late items of a started request: dropped)
+                    _hold_item(self._orphans, self._orphan_t, it)
                 continue
             if it.layer == DONE_LAYER:
-                self._new.append((it.key, int(np.frombuffer(it.payload, dtype=np.int64)[0])))  # type: ignore[arg-type]
+                tok = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
+                self._new.append((it.key, int(tok[0])))
                 continue
-            a, b = it.token_offset, it.token_offset + it.num_tokens
-            src = torch.frombuffer(it.payload, dtype=self.geo.dtype)  # type: ignore[arg-type]
-            req.kv[it.layer, a:b].copy_(src.view(b - a, 2, self.geo.num_kv_heads, self.geo.head_dim))
+            try:
+                self.engine.buffer.deliver("", [it])
+            except ConfigError:  # cancelled meanwhile
+                pass
 
     def has_work(self) -> bool:
         with self._lock:
-            return bool(self._new) or any(r.started and not r.done for r in self._reqs.values())
+            return bool(self._new or self._blocked) or self.engine.num_running > 0
 
     # ------------------------------------------------------------------ decode
     def step(self) -> bool:
         events: list[TokenEvent] = []
+        self._drop_failed()
+        self._reserve_waiting()
         with self._lock:
-            new, self._new = self._new, []
-            for rid, tok in new:
-                req = self._reqs.get(rid)
-                if req is not None:
-                    req.started, req.ctx = True, len(req.task.prompt_token_ids)
-                    self._emit(req, tok, events)
-            batch = [r for r in self._reqs.values() if r.started and not r.done and r.num_generated > 0
-                     and r.task.request_id not in {n[0] for n in new}]
-        if batch:
-            self._decode(batch, events)
+            new, self._new = self._blocked + self._new, []
+            self._blocked = []
+        for rid, tok in new:
+            task = self._tasks.get(rid)
+            if task is None:
+                continue
+            params = self._sampling(task.params)
+            if not self.engine.add_request(rid, task.prompt_token_ids, tok, params):
+                self._blocked.append((rid, tok))
+                continue
+            with self._lock:
+                self._reserved.discard(rid)
+            done = params.max_new_tokens == 1 or tok in params.stop_token_ids
+            self._emit(rid, tok, done, events)
+        outs: list[DecodeOutput] = self.engine.step()
+        for out in outs:
+            if out.request_id in self._tasks:
+                self._emit(out.request_id, out.token, out.finished, events)
         if events:
             self.outbox.put(Tokens(events=events))
-        return bool(new or batch)
+        return bool(new or outs)
 
-    @torch.inference_mode()
-    def _decode(self, batch: list[_Req], events: list[TokenEvent]) -> None:
-        spans = [Span(r.ctx, 1) for r in batch]
-        h = self.decoder.embed([r.tokens[-1] for r in batch])
-        rope = self.decoder.rope(self.decoder.positions(spans))
-        for layer in range(self.geo.num_layers):
-            h, new_kv = self.decoder.run_layer(layer, h, spans, [r.kv[layer, :r.ctx] for r in batch], rope)
-            for i, r in enumerate(batch):
-                r.kv[layer, r.ctx] = new_kv[i]
-        logits = self.decoder.final(h)
+    def _drop_failed(self) -> None:
         with self._lock:
-            for i, r in enumerate(batch):
-                r.ctx += 1
-                if r.task.request_id in self._reqs:
-                    self._emit(r, sample(logits[i], r.task.params, r.num_generated), events)
+            gone = [r for r in self._reserved if r not in self._tasks and r not in self._reading]
+            self._reserved.difference_update(gone)
+        for rid in gone:
+            self.engine.abort(rid)
 
-    def _emit(self, req: _Req, tok: int, events: list[TokenEvent]) -> None:
-        """Record generated token ``tok``; persist newly full blocks; finish if it is the last."""
-        p = req.task.params
-        req.tokens.append(tok)
-        index = req.num_generated
-        req.num_generated += 1
-        stop = tok in p.stop_token_ids or (not p.ignore_eos and tok == self.eos)
-        reason = "length" if req.num_generated >= p.max_tokens else ("stop" if stop else None)
-        full = req.ctx // self.geo.block_size
-        if reason is None:
-            if full > req.persisted:
-                self.io.persist(req.tokens, req.kv, req.persisted, full)
-                req.persisted = full
-            events.append(TokenEvent(request_id=req.task.request_id, index=index, token_id=tok))
+    def _sampling(self, p: SamplingParams) -> EngineSampling:
+        stops = tuple(p.stop_token_ids) + (() if p.ignore_eos or self.eos is None else (self.eos,))
+        return EngineSampling(temperature=p.temperature, top_p=p.top_p, seed=p.seed or 0,
+                              max_new_tokens=p.max_tokens, stop_token_ids=stops)
+
+    def _emit(self, rid: str, tok: int, finished: bool, events: list[TokenEvent]) -> None:
+        """Record generated token ``tok``; the last one is sent after the request's persists."""
+        index = self._generated.get(rid, 0)
+        self._generated[rid] = index + 1
+        if not finished:
+            events.append(TokenEvent(request_id=rid, index=index, token_id=tok))
             return
-        req.done = True
-        last = TokenEvent(request_id=req.task.request_id, index=index, token_id=tok,
-                          finish_reason=reason)
-        rid = req.task.request_id
+        max_tokens = self._tasks[rid].params.max_tokens
+        last = TokenEvent(request_id=rid, index=index, token_id=tok,
+                          finish_reason="length" if index + 1 >= max_tokens else "stop")
+        self._generated.pop(rid, None)
         if events:  # earlier events of this step must reach the scheduler first
             self.outbox.put(Tokens(events=list(events)))
             events.clear()
 
         def after() -> None:
             with self._lock:
-                self._reqs.pop(rid, None)
+                self._tasks.pop(rid, None)
             self.outbox.put(Tokens(events=[last]))
 
-        self.io.persist(req.tokens, req.kv, req.persisted, full, after=after)
-        req.persisted = full
+        self.io.after_writes(after)
 
 
 ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
@@ -200,6 +251,7 @@ def _hold_item(orphans: dict[str, list[TransferItem]], first_s: dict[str, float]
 
 
 def _copy(it: TransferItem) -> TransferItem:
+    p = it.payload
     return TransferItem(key=it.key, block_index=it.block_index, layer=it.layer,
                         num_tokens=it.num_tokens, token_offset=it.token_offset,
-                        payload=bytes(it.payload))  # type: ignore[arg-type]
+                        payload=p.clone() if isinstance(p, torch.Tensor) else bytes(p))

@@ -84,6 +84,8 @@ def run_engine(args: EngineArgs) -> None:
     welcome = decode(sock.recv())
     assert isinstance(welcome, Welcome), welcome
     eid = welcome.engine_id
+    gate = _Gate()  # KV may come as soon as the scheduler knows us: hold it until the worker exists
+    transport.bind(f"e{eid}", gate)
     traffic.close()
     traffic = TrafficManager(engine_id=eid, node_id=args.node_id, snic_gbps=args.snic_gbps,
                              cnic_gbps=args.cnic_gbps, shared_dir=links_dir(args.cluster_id),
@@ -102,8 +104,8 @@ def run_engine(args: EngineArgs) -> None:
     else:
         from dualpath.runtime.cluster.decode_worker import DecodeWorker
 
-        worker = DecodeWorker(eos_token_id=eos, **common)  # type: ignore[arg-type]
-    transport.bind(f"e{eid}", worker)  # type: ignore[arg-type]
+        worker = DecodeWorker(eos_token_id=eos, hbm_tokens=args.hbm_tokens, **common)  # type: ignore[arg-type]
+    gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
     stop = threading.Event()
     hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop),
@@ -121,13 +123,30 @@ def run_engine(args: EngineArgs) -> None:
         ctx.term()
 
 
+class _Gate:
+    """The engine's transport sink: waits (on the receive thread) until the worker is built."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._sink: object = None
+
+    def open(self, sink: object) -> None:
+        self._sink = sink
+        self._ready.set()
+
+    def deliver(self, source: str, items: object) -> None:
+        if not self._ready.wait(120.0):
+            raise RuntimeError("engine worker not ready")
+        self._sink.deliver(source, items)  # type: ignore[attr-defined]
+
+
 def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:
     routes = transport.routes()  # type: ignore[attr-defined]
     for pid, addr in peers.items():
         if pid != me:
             transport.add_route(f"e{pid}", addr)  # type: ignore[attr-defined]
-    for name in routes:
-        if name != f"e{me}" and int(name[1:]) not in peers:
+    for name in routes:  # (``e<id>.<x>`` names are this engine's local endpoints)
+        if name != f"e{me}" and name[1:].isdigit() and int(name[1:]) not in peers:
             transport.fail_endpoint(name, f"engine {name[1:]} is gone")  # type: ignore[attr-defined]
 
 

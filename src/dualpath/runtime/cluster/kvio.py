@@ -1,23 +1,25 @@
 """Shared pieces of the engine workers: model geometry, block reads/writes through the traffic
-manager, sampling, and the engine's outbox of messages to the scheduler."""
+manager (the engines' I/O), the marker layers of engine-to-engine items, and the engine's outbox of
+messages to the scheduler."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.traffic import TrafficManager
-from dualpath.runtime.kvstore import BlockLayout, BlockStore, chain_hashes
+from dualpath.runtime.kvstore import BlockLayout, BlockStore
 from dualpath.runtime.model import Decoder
 
 DONE_LAYER = -2  # TransferItem.layer of the PE's "prefill finished" marker (payload: first token)
+PULL_LAYER = -3  # PE -> DE: "send tokens [start, stop) of layer L" (payload int64 [L, start, stop])
+READY_LAYER = -4  # DE -> PE: DE-read-path hits are in the DE buffer (payload int64 [hit tokens])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,11 +40,6 @@ class Geometry:
         per = 2 * self.num_kv_heads * self.head_dim * torch.empty(0, dtype=self.dtype).element_size()
         return BlockLayout(num_layers=self.num_layers, kv_bytes_per_token_layer=per,
                            block_size=self.block_size)
-
-    def alloc(self, num_tokens: int) -> torch.Tensor:
-        """A request's KV buffer ``[layers, tokens, 2, kv_heads, head_dim]``."""
-        return torch.empty((self.num_layers, num_tokens, 2, self.num_kv_heads, self.head_dim),
-                           dtype=self.dtype)
 
 
 class Outbox:
@@ -72,74 +69,53 @@ class BlockIO:
         self.read_queue_tokens = 0
         self._lock = threading.Lock()
 
-    def read_blocks(self, token_ids: list[int], first_block: int, num_blocks: int, dest: torch.Tensor,
-                    path: str, done: Callable[[BaseException | None], None]) -> Future[None]:
-        """Read blocks [first, first+num) of ``token_ids``'s chain into ``dest[:, tokens]``."""
-        bs = self.geo.block_size
+    def read_into(self, hashes: list[str], outs: list[np.ndarray], path: str,
+                  done: Callable[[BaseException | None], None]) -> Future[None]:
+        """Read Full Blocks ``hashes`` into the uint8 arrays ``outs`` (one per block) on the read
+        thread, paying this node's SNIC; then ``done(error or None)`` on that thread."""
+        num_tokens = len(hashes) * self.geo.block_size
         with self._lock:
-            self.read_queue_tokens += num_blocks * bs
+            self.read_queue_tokens += num_tokens
         # Join the node's SNIC queue now (submission order), not when the I/O thread gets to it.
-        end_s = self.traffic.reserve_read(self.geo.layout().full_block_bytes * num_blocks, path)
+        end_s = self.traffic.reserve_read(self.geo.layout().full_block_bytes * len(hashes), path)
 
         def job() -> None:
             err: BaseException | None = None
             try:
-                hashes = chain_hashes(token_ids[: (first_block + num_blocks) * bs], bs)
-                buf = np.empty(self.geo.layout().full_block_bytes, dtype=np.uint8)
-                for b in range(first_block, first_block + num_blocks):
-                    if not self.store.read_full_into(hashes[b], buf):
-                        raise RuntimeError(f"KV block {b} ({hashes[b][:8]}) vanished or is corrupt")
-                    blk = torch.from_numpy(buf).view(self.geo.dtype).view(
-                        self.geo.num_layers, bs, 2, self.geo.num_kv_heads, self.geo.head_dim)
-                    dest[:, b * bs:(b + 1) * bs].copy_(blk)
+                for i, (h, out) in enumerate(zip(hashes, outs, strict=True)):
+                    if not self.store.read_full_into(h, out):
+                        raise RuntimeError(f"KV block {i} ({h[:8]}) vanished or is corrupt")
                 wait_s = end_s - time.monotonic()
                 if wait_s > 0:
                     time.sleep(wait_s)
             except BaseException as exc:  # reported to the caller, never lost
                 err = exc
             with self._lock:
-                self.read_queue_tokens -= num_blocks * bs
+                self.read_queue_tokens -= num_tokens
             done(err)
 
         return self._reads.submit(job)
 
-    def persist(self, token_ids: list[int], kv: torch.Tensor, first_block: int, end_block: int,
-                after: Callable[[], None] | None = None) -> None:
-        """Write blocks [first, end) of ``token_ids`` (KV in ``kv[:, tokens]``); then run ``after``
-        on the writer thread (so it runs after every earlier persist of this engine)."""
-        bs = self.geo.block_size
-        ids = list(token_ids[: end_block * bs])
-        data = kv[:, first_block * bs:end_block * bs].clone() if end_block > first_block else None
+    def submit_write(self, block_hash: str, parent: str | None, token_ids: Sequence[int],
+                     data: np.ndarray) -> Future[bool]:
+        """``IOEngine.submit_write`` for ``runtime/engine``'s DecodeEngine: copies ``data`` now (so the
+        cache block may be reused at once) and persists it on the writer thread through this node's
+        SNIC. The returned future is already resolved; ``after_writes`` orders work after the write."""
+        raw, ids = np.array(data, dtype=np.uint8, copy=True).reshape(-1), list(token_ids)
 
         def job() -> None:
-            try:
-                if data is not None:
-                    hashes = chain_hashes(ids, bs)
-                    for i, b in enumerate(range(first_block, end_block)):
-                        parent = hashes[b - 1] if b > 0 else None
-                        blk = data[:, i * bs:(i + 1) * bs].contiguous()
-                        raw = blk.view(torch.uint8).numpy().reshape(-1)
-                        if self.store.write_full(hashes[b], parent, ids[b * bs:(b + 1) * bs], raw):
-                            self.traffic.storage_write(raw.nbytes)
-            finally:
-                if after is not None:
-                    after()
+            if self.store.write_full(block_hash, parent, ids, raw):
+                self.traffic.storage_write(raw.nbytes)
 
         self._writes.submit(job)
+        done: Future[bool] = Future()
+        done.set_result(True)
+        return done
+
+    def after_writes(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the writer thread after every write submitted so far."""
+        self._writes.submit(fn)
 
     def close(self) -> None:
         self._reads.shutdown(wait=False, cancel_futures=True)
         self._writes.shutdown(wait=True)
-
-
-def sample(logits: torch.Tensor, params: SamplingParams, index: int) -> int:
-    """One token from ``logits [vocab]``: greedy at temperature 0, else seeded top-p sampling."""
-    if params.temperature == 0.0:
-        return int(torch.argmax(logits).item())
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sp, si = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sp, 0) - sp < params.top_p
-        probs = torch.zeros_like(probs).scatter_(0, si[keep], sp[keep])
-    gen = torch.Generator().manual_seed((params.seed or 0) * 1_000_003 + index)
-    return int(torch.multinomial(probs, 1, generator=gen).item())

@@ -1,10 +1,22 @@
-"""Prefill engine worker: gathers each request's hit KV (PE read path: from the store through this
-node's SNIC; DE read path: Layer Blocks from its DE over the transport), then prefills layer by layer
-in batches planned by the policy (``plan_prefill_batch``), streaming every layer's prompt KV to the
-request's DE and finally the first token (a DONE_LAYER marker).
+"""Prefill engine worker: the cluster's adapter around ``runtime/engine``'s ``PrefillEngine``.
 
-Thread model: ``deliver`` runs on the transport's receive thread and reads complete on the I/O thread;
-both only touch request state under ``_lock``. ``step`` runs on the engine's main thread.
+The engine prefills layer by layer with one layer's cached KV staged at a time, the next layer's
+load overlapped on its loader thread, and streams every layer's new KV (and PE-path hit KV) to the
+request's DE. This worker admits ``PrefillTask`` s, plans batches with the policy
+(``plan_prefill_batch`` over the engine's ready requests), sends the first token to the DE as a
+``DONE_LAYER`` marker and reports progress. Read paths:
+
+- PE read path: the engine's hit reads go through ``_PeIO`` (this node's SNIC, ``pe-read``) into the
+  PE buffer.
+- DE read path: the DE reads the hits into its buffer and announces them (``READY_LAYER`` marker);
+  for each layer the engine pulls that layer's cached KV (``PULL_LAYER`` marker to the DE, Layer
+  Blocks back into the staging slot), so the PE never holds more than two layers of it.
+- Split (both): the DE pushes its share into the PE buffer layer by layer; those blocks count as
+  read once all their layers arrived.
+
+Thread model: ``deliver`` runs on the transport's receive thread, reads complete on the I/O thread,
+pulls are awaited on the engine's loader thread; they share ``_lock``. ``step`` / ``add`` /
+``cancel`` run on the engine's main thread (the only one calling the engine, but for deliveries).
 """
 
 from __future__ import annotations
@@ -12,188 +24,307 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 
 import numpy as np
-import torch
 
+from dualpath.core.errors import ConfigError
+from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
-from dualpath.runtime.cluster.batching import PrefillQueue
-from dualpath.runtime.cluster.kvio import DONE_LAYER, BlockIO, Geometry, Outbox, sample
+from dualpath.policy import views as pv
+from dualpath.runtime.cluster.api import SamplingParams
+from dualpath.runtime.cluster.decode_worker import ORPHAN_TTL_S, _hold_item
+from dualpath.runtime.cluster.kvio import (
+    DONE_LAYER, PULL_LAYER, READY_LAYER, BlockIO, Geometry, Outbox,
+)  # fmt: skip
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
-from dualpath.runtime.model import Decoder, Span
-from dualpath.runtime.transfer.base import TransferItem, Transport
+from dualpath.runtime.engine import PrefillConfig, PrefillEngine, PrefillRequest
+from dualpath.runtime.engine import SamplingParams as EngineSampling
+from dualpath.runtime.kvstore import ReadResult, chain_hashes
+from dualpath.runtime.model import Decoder
+from dualpath.runtime.transfer.base import TransferError, TransferItem, Transport
 
+TRANSFER_TIMEOUT_S = 3.0  # a DE that does not answer within this is presumed dead: retry the batch
+MAX_BUFFER_BYTES = 1 * GiB  # PE buffer (PE-path prompts); requests beyond wait for room
+STAGING_TOKENS = 65536  # one layer's batch (cached + new, block-padded) per staging slot
 
-@dataclass(slots=True)
-class _Req:
-    task: PrefillTask
-    kv: torch.Tensor
-    dest: str
-    pe_ready: bool
-    de_layers_left: int
-    sent_hit: bool = False
-    failed: str | None = None
-    handles: list[object] = field(default_factory=list)
-
-    @property
-    def ready(self) -> bool:
-        return self.pe_ready and self.de_layers_left == 0 and self.failed is None
+__all__ = ["ORPHAN_TTL_S", "PrefillWorker"]
 
 
 class PrefillWorker:
     def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
                  blockio: BlockIO, transport: Transport, scheduler: Scheduler, outbox: Outbox) -> None:
         self.engine_id, self.node_id = engine_id, node_id
-        self.decoder, self.geo, self.io = decoder, geo, blockio
-        self.transport, self.scheduler, self.outbox = transport, scheduler, outbox
-        self.queue = PrefillQueue(engine_id)
-        self._reqs: dict[str, _Req] = {}
+        self.geo, self.io, self.transport = geo, blockio, transport
+        self.scheduler, self.outbox = scheduler, outbox
+        bb = geo.layout().full_block_bytes
+        self._pe_io = _PeIO(self)
+        self.engine = PrefillEngine(decoder, transport, self._pe_io, PrefillConfig(  # type: ignore[arg-type]
+            name=f"e{engine_id}.staging", block_size=geo.block_size,
+            buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
+            overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
         self._lock = threading.Lock()
-        self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
-        self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
+        self._cond = threading.Condition(self._lock)
+        self._tasks: dict[str, PrefillTask] = {}
+        self._unadmitted: list[str] = []  # tasks waiting for PE buffer room
+        self._pulling: set[str] = set()  # admitted DE-read-path requests (layers pulled per step)
+        self._split: dict[str, _Split] = {}  # admitted split requests: DE share pushed to the buffer
+        self._hits: dict[str, int] = {}  # DE-path hit tokens announced by the DEs
+        self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
+        self._connected: set[str] = set()  # DE endpoints registered with the engine
+        self._orphans: dict[str, list[TransferItem]] = {}
+        self._orphan_t: dict[str, float] = {}
 
     # ------------------------------------------------------------------ load / admin
     def load(self) -> tuple[int, int]:
         with self._lock:
-            return len(self._reqs), sum(len(r.task.prompt_token_ids) for r in self._reqs.values())
+            return len(self._tasks), sum(len(t.prompt_token_ids) for t in self._tasks.values())
 
     def add(self, task: PrefillTask) -> None:
-        n, bs = len(task.prompt_token_ids), self.geo.block_size
-        req = _Req(task=task, kv=self.geo.alloc(n), dest=f"e{task.decode_engine}",
-                   pe_ready=task.pe_read_len == 0,
-                   de_layers_left=self.geo.num_layers if task.de_read_len else 0)
         with self._lock:
-            self._reqs[task.request_id] = req
-            self.queue.add(task.request_id, task.hit_len, n - task.hit_len)
-            self._orphan_t.pop(task.request_id, None)
-            self._deliver_locked(self._orphans.pop(task.request_id, []))
-        if task.pe_read_len:
-            rid = task.request_id
-            self.io.read_blocks(task.prompt_token_ids, 0, task.pe_read_len // bs, req.kv, "pe-read",
-                                lambda err: self._read_done(rid, err))
+            self._tasks[task.request_id] = task
+        self._unadmitted.append(task.request_id)
+        self._admit()
 
-    def _read_done(self, rid: str, err: BaseException | None) -> None:
-        with self._lock:
-            req = self._reqs.get(rid)
-            if req is None:
+    def _admit(self) -> None:
+        """Hand waiting tasks to the engine in order (stops at the first that does not fit)."""
+        while self._unadmitted:
+            rid = self._unadmitted[0]
+            task = self._tasks.get(rid)
+            if task is not None and not self._admit_one(task):
                 return
-            if err is not None:
-                req.failed = f"prefill engine {self.engine_id} read failed: {err}"
-            req.pe_ready = True
+            self._unadmitted.pop(0)
+
+    def _admit_one(self, task: PrefillTask) -> bool:
+        bs, rid, de = self.geo.block_size, task.request_id, f"e{task.decode_engine}"
+        hashes = tuple(chain_hashes(task.prompt_token_ids[:task.hit_len], bs))
+        pure_de = task.de_read_len > 0 and task.pe_read_len == 0
+        if pure_de and de not in self._connected:
+            self.engine.connect(de, _RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
+            self._connected.add(de)
+        req = PrefillRequest(request_id=rid, token_ids=tuple(task.prompt_token_ids), decode_endpoint=de,
+                             read_side="de" if pure_de else "pe", hit_hashes=hashes,
+                             sampling=_sampling(task.params))  # fmt: skip
+        self._pe_io.expect(rid, task.pe_read_len // bs, task.de_read_len // bs if not pure_de else 0)
+        if not self.engine.add_request(req):
+            self._pe_io.expect(None, 0, 0)
+            return False
+        with self._lock:
+            if pure_de:
+                self._pulling.add(rid)
+            self._orphan_t.pop(rid, None)
+            self._deliver_locked(self._orphans.pop(rid, []))
+        return True
+
+    def _read_done(self, rid: str) -> None:
         self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
 
     def cancel(self, rid: str) -> None:
+        """Forget the task; the engine drops the request once it is ready (its reads done), so the
+        main thread never blocks on a read."""
         with self._lock:
-            self._reqs.pop(rid, None)
+            self._tasks.pop(rid, None)
             self._orphans.pop(rid, None)
-            self.queue.remove(rid)
+            if rid in self._pulling:
+                self._hits.setdefault(rid, 0)  # (its DE may never announce its hits now)
+            split = self._split.pop(rid, None)
+        if split is not None:
+            split.resolve(ok=False)
 
+    def _forget(self, rid: str) -> None:
+        with self._lock:
+            self._tasks.pop(rid, None)
+            self._pulling.discard(rid)
+            self._hits.pop(rid, None)
+            sp = self._split.pop(rid, None)
+        if sp is not None:
+            sp.resolve(ok=False)
+
+    # ------------------------------------------------------------------ transport sink
     def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
-        """Hit KV Layer Blocks read on the DE side (copied into the request's buffer)."""
+        """DE -> PE: READY markers, pulled Layer Blocks (into staging), pushed split shares."""
         with self._lock:
             self._deliver_locked(items)
 
-    def _hold(self, it: TransferItem) -> None:
-        _hold_item(self._orphans, self._orphan_t, it)
-
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
-            req = self._reqs.get(it.key)
-            if req is None:
-                self._hold(it)
-                continue
-            a, b = it.token_offset, it.token_offset + it.num_tokens
-            src = torch.frombuffer(it.payload, dtype=self.geo.dtype)  # type: ignore[arg-type]
-            req.kv[it.layer, a:b].copy_(src.view(b - a, 2, self.geo.num_kv_heads, self.geo.head_dim))
-            req.de_layers_left -= 1
+            rid = it.key
+            if it.layer == READY_LAYER:
+                self._hits[rid] = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+            elif rid in self._pulling:
+                try:
+                    self.engine.staging.deliver("", [it])
+                except ConfigError:  # a stale pull of an aborted batch
+                    continue
+                key = (rid, it.layer)
+                self._arrived[key] = self._arrived.get(key, 0) + it.num_tokens
+                self._cond.notify_all()
+            elif rid in self._split:
+                self.engine.buffer.deliver("", [it])
+                self._split[rid].arrived(it.num_tokens)
+            else:  # before its task (or after it ended: purged after ORPHAN_TTL_S)
+                _hold_item(self._orphans, self._orphan_t, it)
 
     # ------------------------------------------------------------------ compute
     def has_work(self) -> bool:
-        with self._lock:
-            return any(r.ready or r.failed for r in self._reqs.values())
+        return bool(self._ready())
+
+    def _ready(self) -> list[pv.BatchItem]:
+        items = []
+        for item in self.engine.waiting():
+            if item.request_id in self._tasks:
+                items.append(item)
+            else:  # cancelled; its reads are done now, so dropping it does not block
+                self.engine.abort(item.request_id)
+                self._forget(item.request_id)
+        return items
 
     def step(self) -> bool:
         """Run one planned batch if any request is ready; returns whether it did anything."""
-        with self._lock:
-            for rid in [r for r, q in self._reqs.items() if q.failed]:
-                req = self._reqs.pop(rid)
-                self.queue.remove(rid)
-                self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed",
-                                         error=req.failed))
-            ready = {r for r, q in self._reqs.items() if q.ready}
-            if not ready:
-                return False
-            plan = self.scheduler.plan_prefill_batch(self.queue.view(time.monotonic(), ready))
-            reqs = [self._reqs[e.request_id] for e in plan.entries]
-        if not plan.entries:
+        self._admit()
+        ready = self._ready()
+        if not ready:
             return False
-        self._run(plan.entries, reqs)
+        view = pv.BatchView(now_s=time.monotonic(), engine_id=self.engine_id, waiting=tuple(ready))
+        entries = self._fit(self.scheduler.plan_prefill_batch(view).entries)
+        if not entries:
+            return False
+        try:
+            outs = self.engine.step(entries)
+        except TransferError:  # a DE died or stalls: redo these requests (the scheduler cancels
+            for e in entries:  # the ones of a dead DE meanwhile)
+                self._retry(e.request_id)
+            return True
+        for out in outs:
+            task = self._tasks.get(out.request_id)
+            self._forget(out.request_id)
+            if task is None:
+                continue
+            marker = TransferItem(key=out.request_id, block_index=-1, layer=DONE_LAYER, num_tokens=1,
+                                  payload=np.array([out.first_token], dtype=np.int64).tobytes())
+            self.transport.submit(f"e{task.decode_engine}", [marker], source=f"e{self.engine_id}")
+            self.outbox.put(Progress(request_id=out.request_id, engine_id=self.engine_id,
+                                     event="prefill_done"))
+        self._admit()
         return True
 
-    @torch.inference_mode()
-    def _run(self, entries: Sequence[object], reqs: list[_Req]) -> None:
-        spans = [Span(e.cached_len, e.chunk_len) for e in entries]  # type: ignore[attr-defined]
-        ids = [t for e, r in zip(entries, reqs) for t in
-               r.task.prompt_token_ids[e.cached_len:e.cached_len + e.chunk_len]]  # type: ignore[attr-defined]
-        h = self.decoder.embed(ids)
-        rope = self.decoder.rope(self.decoder.positions(spans))
-        for layer in range(self.geo.num_layers):
-            cached = [r.kv[layer, :s.cached_len] if s.cached_len else None for s, r in zip(spans, reqs)]
-            h, new_kv = self.decoder.run_layer(layer, h, spans, cached, rope)
-            off = 0
-            for s, r in zip(spans, reqs):
-                r.kv[layer, s.cached_len:s.cached_len + s.new_len].copy_(new_kv[off:off + s.new_len])
-                off += s.new_len
-                self._send_layer(r, layer, s)
-        ends = np.cumsum([s.new_len for s in spans]) - 1
-        finished = [(r, int(end)) for s, r, end in zip(spans, reqs, ends)
-                    if s.cached_len + s.new_len == len(r.task.prompt_token_ids)]
-        logits = self.decoder.final(h[[end for _, end in finished]]) if finished else None
-        for s, r in zip(spans, reqs):
-            r.sent_hit = True
-            with self._lock:
-                self.queue.advance(r.task.request_id, s.new_len)
-        for i, (r, _) in enumerate(finished):
-            assert logits is not None
-            tok = sample(logits[i], r.task.params, 0)
-            marker = TransferItem(key=r.task.request_id, block_index=-1, layer=DONE_LAYER,
-                                  num_tokens=1, payload=np.array([tok], dtype=np.int64).tobytes())
-            self.transport.submit(r.dest, [marker], source=f"e{self.engine_id}")
-            with self._lock:
-                self._reqs.pop(r.task.request_id, None)
-            self.outbox.put(Progress(request_id=r.task.request_id, engine_id=self.engine_id,
-                                     event="prefill_done"))
+    def _fit(self, entries: Sequence[pv.BatchEntry]) -> list[pv.BatchEntry]:
+        """The plan's leading entries whose staging rows (cached + chunk, block-padded) fit a slot."""
+        out: list[pv.BatchEntry] = []
+        used = 0
+        for e in entries:
+            used += self.geo.block_size * -(-(e.cached_len + e.chunk_len) // self.geo.block_size)
+            if out and used > STAGING_TOKENS:
+                break
+            out.append(e)
+        return out
 
-    def _send_layer(self, r: _Req, layer: int, s: Span) -> None:
-        """This layer's KV the DE does not have yet: the PE-read hits (first chunk) + the chunk."""
-        items = []
-        if not r.sent_hit and r.task.pe_read_len:
-            items.append(self._item(r, layer, 0, r.task.pe_read_len))
-        items.append(self._item(r, layer, s.cached_len, s.cached_len + s.new_len))
-        self.transport.submit(r.dest, items, source=f"e{self.engine_id}")
-
-    def _item(self, r: _Req, layer: int, a: int, b: int) -> TransferItem:
-        return TransferItem(key=r.task.request_id, block_index=a // self.geo.block_size, layer=layer,
-                            num_tokens=b - a, token_offset=a, payload=r.kv[layer, a:b])
+    def _retry(self, rid: str) -> None:
+        self.engine.abort(rid)
+        with self._lock:
+            split = self._split.pop(rid, None)
+            self._pulling.discard(rid)
+        if split is not None:  # its DE share was pushed once: cannot be redone here
+            split.resolve(ok=False)
+            self._forget(rid)
+            self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed",
+                                     error=f"prefill engine {self.engine_id}: KV transfer to its "
+                                           f"decode engine failed"))  # fmt: skip
+            return
+        self._unadmitted.insert(0, rid)
 
 
-ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
+class _Split:
+    """The DE share of a split request: block futures resolved when all its layers arrived."""
+
+    __slots__ = ("futures", "hashes", "left")
+
+    def __init__(self, hashes: Sequence[str], futures: list[Future[ReadResult]], tokens: int) -> None:
+        self.hashes, self.futures, self.left = list(hashes), futures, tokens
+
+    def arrived(self, num_tokens: int) -> None:
+        self.left -= num_tokens
+        if self.left <= 0:
+            self.resolve(ok=True)
+
+    def resolve(self, *, ok: bool) -> None:
+        for h, f in zip(self.hashes, self.futures, strict=True):
+            if not f.done():
+                f.set_result(ReadResult(block_hash=h, layer=None, ok=ok, data=None))
 
 
-def _hold_item(orphans: dict[str, list[TransferItem]], first_s: dict[str, float],
-               it: TransferItem) -> None:
-    """Keep a copy of an item that arrived before its task; purge keys older than ORPHAN_TTL_S."""
-    now = time.monotonic()
-    if it.key not in orphans:
-        for key in [k for k, t in first_s.items() if now - t > ORPHAN_TTL_S]:
-            orphans.pop(key, None)
-            first_s.pop(key, None)
-        first_s[it.key] = now
-    orphans.setdefault(it.key, []).append(_copy(it))
+class _PeIO:
+    """The engine's ``IOEngine`` on a PE: PE-path blocks read through this node's SNIC; a split
+    request's trailing DE-share blocks are "read" when the DE has pushed them (``_Split``)."""
+
+    def __init__(self, worker: PrefillWorker) -> None:
+        self.w = worker
+        self._next: tuple[str | None, int, int] = (None, 0, 0)
+
+    def expect(self, rid: str | None, pe_blocks: int, de_blocks: int) -> None:
+        """The next ``submit_blocks`` is request ``rid``'s: its first ``pe_blocks`` from the store,
+        the next ``de_blocks`` from the DE."""
+        self._next = (rid, pe_blocks, de_blocks)
+
+    def submit_blocks(self, hashes: list[str], outs: list[np.ndarray]) -> list[Future[ReadResult]]:
+        rid, pe_blocks, de_blocks = self._next
+        assert rid is not None and pe_blocks + de_blocks >= len(hashes) > 0
+        pe_blocks = min(pe_blocks, len(hashes))
+        local: list[Future[ReadResult]] = [Future() for _ in range(pe_blocks)]
+        if pe_blocks:
+            def done(err: BaseException | None) -> None:
+                for h, out, f in zip(hashes, outs, local, strict=False):
+                    f.set_result(ReadResult(block_hash=h, layer=None, ok=err is None, data=out))
+                self.w._read_done(rid)
+
+            self.w.io.read_into(hashes[:pe_blocks], outs[:pe_blocks], "pe-read", done)
+        remote: list[Future[ReadResult]] = [Future() for _ in range(len(hashes) - pe_blocks)]
+        if remote:
+            tokens = len(remote) * self.w.geo.block_size * self.w.geo.num_layers
+            sp = _Split(hashes[pe_blocks:], remote, tokens)
+            with self.w._lock:
+                self.w._split[rid] = sp
+        return local + remote
 
 
-def _copy(it: TransferItem) -> TransferItem:
-    return TransferItem(key=it.key, block_index=it.block_index, layer=it.layer,
-                        num_tokens=it.num_tokens, token_offset=it.token_offset,
-                        payload=bytes(it.payload))  # type: ignore[arg-type]
+class _RemoteDE:
+    """``RemoteKV`` of one DE across processes: hits announced by its READY marker; a layer is
+    pulled with a PULL marker and arrives as Layer Blocks in the staging slot (``deliver``)."""
+
+    def __init__(self, worker: PrefillWorker, de_id: int) -> None:
+        self.w, self.de_id = worker, de_id
+
+    def loaded_hit_tokens(self, request_id: str) -> int | None:
+        with self.w._lock:
+            return self.w._hits.get(request_id)
+
+    def request_layer(self, request_id: str, layer: int, start: int, stop: int, dest: str) -> _Pull:
+        with self.w._lock:
+            self.w._arrived[(request_id, layer)] = 0
+        ask = TransferItem(key=request_id, block_index=-1, layer=PULL_LAYER, num_tokens=1,
+                           payload=np.array([layer, start, stop], dtype=np.int64).tobytes())
+        self.w.transport.submit(f"e{self.de_id}", [ask], source=f"e{self.w.engine_id}")
+        return _Pull(self.w, request_id, layer, stop - start, self.de_id)
+
+
+class _Pull:
+    """Handle of one pulled layer: done when ``num_tokens`` tokens of it are in the staging slot."""
+
+    def __init__(self, w: PrefillWorker, rid: str, layer: int, num_tokens: int, de_id: int) -> None:
+        self.w, self.key, self.num_tokens, self.de_id = w, (rid, layer), num_tokens, de_id
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        end = time.monotonic() + (timeout_s if timeout_s is not None else 1e9)
+        with self.w._cond:
+            while self.w._arrived.get(self.key, 0) < self.num_tokens:
+                left = end - time.monotonic()
+                if left <= 0 or not self.w._cond.wait(left):
+                    if self.w._arrived.get(self.key, 0) < self.num_tokens:
+                        raise TransferError(f"layer {self.key[1]} of {self.key[0]} from decode "
+                                            f"engine {self.de_id} did not arrive")  # fmt: skip
+            self.w._arrived.pop(self.key, None)
+
+
+def _sampling(p: SamplingParams) -> EngineSampling:
+    return EngineSampling(temperature=p.temperature, top_p=p.top_p, seed=p.seed or 0,
+                          max_new_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids))

@@ -35,15 +35,19 @@ from dualpath.runtime.transfer import TransferHandle, TransferItem, Transport
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillConfig:
     """``buffer_bytes``: PE DRAM buffer; ``max_cached_tokens``: staging capacity per layer slot, in
-    tokens (a batch's cached + new tokens, each request padded to whole blocks)."""
+    tokens (a batch's cached + new tokens, each request padded to whole blocks);
+    ``transfer_timeout_s``: the longest wait for one transfer (a layer load, a KV hand-off) before
+    ``step`` raises ``TransferError``."""
 
     name: str = "pe0"
     block_size: int = 64
     buffer_bytes: int = 64 * MiB
     max_cached_tokens: int = 8192
     overlap: bool = True
+    transfer_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        require(self.transfer_timeout_s > 0, "transfer_timeout_s", self.transfer_timeout_s, "> 0")
         require(self.max_cached_tokens >= 1, "max_cached_tokens", self.max_cached_tokens, ">= 1")
 
 
@@ -171,7 +175,7 @@ class PrefillEngine:
             elif nxt:
                 self._load(layer + 1, batch)
         for h in handles:
-            h.wait(60.0)
+            h.wait(self.config.transfer_timeout_s)
         return self._finish(batch, hidden)
 
     def _checked(self, e: BatchEntry) -> _State:
@@ -209,7 +213,7 @@ class PrefillEngine:
                 remote = self._remotes[st.req.decode_endpoint]
                 handles.append(remote.request_layer(rid, layer, 0, c, self.config.name))
         for h in handles:
-            h.wait(60.0)
+            h.wait(self.config.transfer_timeout_s)
 
     def _emit(
         self, layer: int, batch: Sequence[tuple[_State, int]], kv: torch.Tensor
