@@ -48,20 +48,22 @@ class PolicyAdapter:
         self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
-        self._totals: dict[int, GroupTotal] = {}
         self._loads: dict[int, EngineLoad] = {}
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
         self._all_sorted = sorted(self.all_node_ids)
         # View caches. The driver calls de_changed / pe_changed whenever a DE's or PE's numbers
         # (seq, tok, reservation) change; the adapter itself tracks its private-queue tokens.
         self._groups: dict[int, GroupLoad] = {}  # node id -> GroupLoad (DE and PE nodes)
-        self._totals_tuple: tuple[GroupTotal, ...] | None = None
+        self._totals_list: list[GroupTotal | None] = [None] * len(self.de_node_ids)
+        self._totals_pos = {n: i for i, n in enumerate(self.de_node_ids)}
+        self._totals_dirty: set[int] = set(self.de_node_ids)  # nodes whose total may have changed
+        self._totals_tuple: tuple[GroupTotal, ...] = ()
         self._reads: dict[int, NodeReadQueue] = {}
 
     def de_changed(self, node_id: int) -> None:
         """A DE of node ``node_id`` changed seq/tok/reservation (its group total too)."""
         self._groups.pop(node_id, None)
-        self._totals_tuple = None
+        self._totals_dirty.add(node_id)
 
     def pe_changed(self, node_id: int) -> None:
         """A PE of node ``node_id`` changed seq/tok."""
@@ -114,19 +116,20 @@ class PolicyAdapter:
 
     def decode_view(self, node) -> DecodeFetchView:
         sim = self.sim
-        totals = self._totals_tuple
-        if totals is None:
+        dirty = self._totals_dirty
+        if dirty:  # frozen GroupTotal objects, rebuilt only for nodes whose total changed
             node_tok = sim.de_node_tok
             private_tokens = self.private_tokens
-            cache = self._totals  # frozen GroupTotal objects, rebuilt only when a total changed
-            out = []
-            for n in self.de_node_ids:
+            out = self._totals_list
+            pos = self._totals_pos
+            for n in dirty:
                 value = node_tok[n] + private_tokens[n]
-                obj = cache.get(n)
+                obj = out[pos[n]]
                 if obj is None or obj.num_tokens != value:
-                    obj = cache[n] = GroupTotal(group_id=n, num_tokens=value)
-                out.append(obj)
-            totals = self._totals_tuple = tuple(out)
+                    out[pos[n]] = GroupTotal(group_id=n, num_tokens=value)
+            dirty.clear()
+            self._totals_tuple = tuple(out)  # type: ignore[arg-type]
+        totals = self._totals_tuple
         view = DecodeFetchView(
             now_s=sim.kernel.now_s, group=self._de_group(node),
             private_queue=tuple(r.info for r in self.private[node.node_id]),
@@ -139,8 +142,7 @@ class PolicyAdapter:
         sim = self.sim
         self.de_rr[node.node_id] = plan.next_rr_cursor
         self.group_rr = plan.next_group_rr_cursor
-        if plan.routings or plan.assignments:
-            self._totals_tuple = None  # private-queue tokens change below
+        dirty = self._totals_dirty  # private-queue tokens change below
         if plan.routings:
             assert len(plan.routings) == len(self.global_queue), "routing must drain the queue"
             for routing in plan.routings:
@@ -148,8 +150,11 @@ class PolicyAdapter:
                 assert req.rid == routing.request_id, (req.rid, routing.request_id)
                 self.private[routing.group_id].append(req)
                 self.private_tokens[routing.group_id] += req.decode_len
+                dirty.add(routing.group_id)
                 sim.mark_de_dirty(routing.group_id)
         queue = self.private[node.node_id]
+        if plan.assignments:
+            dirty.add(node.node_id)
         for assignment in plan.assignments:
             req = queue.popleft()
             assert req.rid == assignment.request_id, (req.rid, assignment.request_id)

@@ -77,7 +77,8 @@ class Simulation:
         self._de_dirty: set[int] = set()
         self._next_de = 0
         self._next_pe = 0
-        self._pe_dirty: set[int] = {n.node_id for n in cluster.pe_nodes}
+        self._pe_node_ids = [n.node_id for n in cluster.pe_nodes]
+        self._pe_dirty: set[int] = set(self._pe_node_ids)
         self.stopped_reason = ""
 
     def _prefill_tokens_per_s(self) -> float:
@@ -160,7 +161,7 @@ class Simulation:
         self.de_node_tok[st.node_id] += req.decode_len
         self.adapter.de_changed(st.node_id)
         self.adapter.enqueue_prefill(req, st.node_id)
-        self._pe_dirty.update(n.node_id for n in self.cluster.pe_nodes)
+        self._pe_dirty.update(self._pe_node_ids)
 
     def assign_pe(self, req, gpu_id: int, pe_read_len: int, de_read_len: int, side: str) -> None:
         st = self.pe_states[gpu_id]
