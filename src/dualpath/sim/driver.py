@@ -78,6 +78,8 @@ class Simulation:
         self._next_de = 0
         self._next_pe = 0
         self._pe_node_ids = [n.node_id for n in cluster.pe_nodes]
+        pe_nodes = cluster.pe_nodes  # PE fetch orders, one per rotation (see _on_tick)
+        self._pe_orders = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
         self._pe_dirty: set[int] = set(self._pe_node_ids)
         self.stopped_reason = ""
 
@@ -95,7 +97,7 @@ class Simulation:
             if aps is not None:
                 t += self.rng.expovariate(aps)
             agent.t_start = t
-            self.kernel.at(t, partial(self._issue, agent), PRIO_ARRIVAL)
+            self.kernel.call_at(t, partial(self._issue, agent), PRIO_ARRIVAL)
 
     def _issue(self, agent: Agent) -> None:
         req = agent.next_request(self.block_len)
@@ -139,11 +141,13 @@ class Simulation:
                 adapter.fetch_decode(nodes[node_id])
         self._de_dirty.clear()
         # Groups fetch on their own timers; rotating who goes first each tick stands in for that.
-        pe_nodes = self.cluster.pe_nodes
-        self._next_pe = (self._next_pe + 1) % len(pe_nodes)
-        for node in pe_nodes[self._next_pe:] + pe_nodes[:self._next_pe]:
-            if adapter.prefill_queue and node.node_id in self._pe_dirty:
-                self._pe_dirty.discard(node.node_id)
+        self._next_pe = (self._next_pe + 1) % len(self._pe_orders)
+        if not adapter.prefill_queue:  # every PE group's fetch would be skipped
+            return
+        pe_dirty = self._pe_dirty
+        for node in self._pe_orders[self._next_pe]:
+            if adapter.prefill_queue and node.node_id in pe_dirty:
+                pe_dirty.discard(node.node_id)
                 if not adapter.prefill_may_assign(node):
                     continue
                 while (adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT
@@ -239,7 +243,7 @@ class Simulation:
         gpu = self.cluster.gpus[req.de_gpu]
         node = self.cluster.nodes[de.node_id]
         end = transfer((node.dram, gpu.tx, gpu.rx), req.prompt_len * self.bpt, kv_at)
-        self.kernel.at(end, lambda: self._to_hbm(req, de, node), PRIO_COMPLETE)
+        self.kernel.call_at(end, lambda: self._to_hbm(req, de, node), PRIO_COMPLETE)
 
     def _to_hbm(self, req, de: DeState, node) -> None:
         self.storage.release(node, req.prompt_len * self.bpt)

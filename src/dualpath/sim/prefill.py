@@ -55,7 +55,7 @@ class PrefillUnit:
         """A request became ready on one of this unit's GPUs: start iterating if idle."""
         if not self.busy:
             self.busy = True
-            self.kernel.at(self.kernel.now_s, self._iterate)
+            self.kernel.call_at(self.kernel.now_s, self._iterate)
 
     def _iterate(self) -> None:
         sim = self.sim
@@ -99,7 +99,7 @@ class PrefillUnit:
             kv_at = -1.0  # sends start after compute (see _finish)
         self.iterations += 1
         self.busy_s += end - now
-        self.kernel.at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
+        self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
 
     def _transfers(self, batches, now: float, with_sends: bool) -> float:
         """Reserve loads (and, layerwise, sends) of every entry; return when the last ends."""

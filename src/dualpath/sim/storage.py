@@ -89,7 +89,7 @@ class Storage:
                 end = transfer((node.snic, node.dram), nbytes, self.kernel.now_s)
                 node.snic_read_bytes += nbytes
                 self.bytes_read += nbytes
-                self.kernel.at(end, partial(self._read_done, node, claim), PRIO_COMPLETE)
+                self.kernel.call_at(end, partial(self._read_done, node, claim), PRIO_COMPLETE)
             else:
                 claim.on_done(claim.req)
 
