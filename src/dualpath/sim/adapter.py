@@ -48,7 +48,6 @@ class PolicyAdapter:
         self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
-        self._loads: dict[int, EngineLoad] = {}
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
         self._all_sorted = sorted(self.all_node_ids)
         # View caches. The driver calls de_changed / pe_changed whenever a DE's or PE's numbers
@@ -60,34 +59,49 @@ class PolicyAdapter:
         self._totals_tuple: tuple[GroupTotal, ...] = ()
         self._reads: dict[int, NodeReadQueue] = {}
 
-    def de_changed(self, node_id: int) -> None:
-        """A DE of node ``node_id`` changed seq/tok/reservation (its group total too)."""
+        self._node_loads: dict[int, list[EngineLoad]] = {}  # node id -> its engines' loads
+        self._stale: dict[int, set[int]] = {}  # node id -> GPUs whose EngineLoad is out of date
+
+    def de_changed(self, node_id: int, gpu_id: int) -> None:
+        """DE ``gpu_id`` of node ``node_id`` changed seq/tok/reservation (its group total too)."""
         self._groups.pop(node_id, None)
+        self._stale.setdefault(node_id, set()).add(gpu_id)
         self._totals_dirty.add(node_id)
 
-    def pe_changed(self, node_id: int) -> None:
-        """A PE of node ``node_id`` changed seq/tok."""
+    def pe_changed(self, node_id: int, gpu_id: int) -> None:
+        """PE ``gpu_id`` of node ``node_id`` changed seq/tok."""
         self._groups.pop(node_id, None)
+        self._stale.setdefault(node_id, set()).add(gpu_id)
+
+    def _group(self, node, load) -> GroupLoad:
+        """The node's GroupLoad; only the EngineLoads of GPUs that changed are rebuilt."""
+        nid = node.node_id
+        group = self._groups.get(nid)
+        if group is not None:
+            return group
+        loads = self._node_loads.get(nid)
+        stale = self._stale.pop(nid, None)
+        if loads is None:
+            loads = self._node_loads[nid] = [load(g) for g in node.gpus]
+        elif stale:
+            for i, g in enumerate(node.gpus):
+                if g in stale:
+                    loads[i] = load(g)
+        group = self._groups[nid] = GroupLoad(group_id=nid, node_id=nid, engines=tuple(loads))
+        return group
+
+    def _de_load(self, g: int) -> EngineLoad:
+        st = self.sim.de_states[g]
+        return EngineLoad(engine_id=g, num_seqs=st.seq, num_tokens=st.tok,
+                          free_hbm_tokens=st.hbm_tokens - st.reserved)
+
+    def _pe_load(self, g: int) -> EngineLoad:
+        st = self.sim.pe_states[g]
+        return EngineLoad(engine_id=g, num_seqs=st.seq, num_tokens=st.tok, free_hbm_tokens=0)
 
     # ------------------------------------------------------------------ decode side
-    def _engine(self, g: int, seq: int, tok: int, free: int) -> EngineLoad:
-        """Frozen EngineLoad for engine ``g``, reused while its numbers are unchanged."""
-        obj = self._loads.get(g)
-        if obj is None or obj.num_seqs != seq or obj.num_tokens != tok or obj.free_hbm_tokens != free:
-            obj = self._loads[g] = EngineLoad(engine_id=g, num_seqs=seq, num_tokens=tok,
-                                              free_hbm_tokens=free)
-        return obj
-
     def _de_group(self, node) -> GroupLoad:
-        group = self._groups.get(node.node_id)
-        if group is None:
-            states = self.sim.de_states
-            engine = self._engine
-            group = self._groups[node.node_id] = GroupLoad(
-                group_id=node.node_id, node_id=node.node_id, engines=tuple(
-                    engine(g, states[g].seq, states[g].tok,
-                           states[g].hbm_tokens - states[g].reserved) for g in node.gpus))
-        return group
+        return self._group(node, self._de_load)
 
     def fetch_decode(self, node) -> int:
         """One DE group's fetch. Returns the number of requests assigned to its DEs."""
@@ -171,13 +185,7 @@ class PolicyAdapter:
 
     def prefill_view(self, node) -> PrefillFetchView:
         sim = self.sim
-        group = self._groups.get(node.node_id)
-        if group is None:
-            pes = sim.pe_states
-            engine = self._engine
-            group = self._groups[node.node_id] = GroupLoad(
-                group_id=node.node_id, node_id=node.node_id,
-                engines=tuple(engine(g, pes[g].seq, pes[g].tok, 0) for g in node.gpus))
+        group = self._group(node, self._pe_load)
         nodes = sim.cluster.nodes
         small = len(nodes) <= SMALL_CLUSTER_NODES  # small clusters: every node's read queue
         if small:

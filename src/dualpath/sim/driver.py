@@ -163,7 +163,7 @@ class Simulation:
         st.tok += req.decode_len
         st.reserved += req.decode_len
         self.de_node_tok[st.node_id] += req.decode_len
-        self.adapter.de_changed(st.node_id)
+        self.adapter.de_changed(st.node_id, st.gpu_id)
         self.adapter.enqueue_prefill(req, st.node_id)
         self._pe_dirty.update(self._pe_node_ids)
 
@@ -175,7 +175,7 @@ class Simulation:
         assert pe_read_len + de_read_len == req.hit_len, (req.rid, pe_read_len, de_read_len)
         st.seq += 1
         st.tok += req.prompt_len
-        self.adapter.pe_changed(st.node_id)
+        self.adapter.pe_changed(st.node_id, st.gpu_id)
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
         if self.system.free_io:
@@ -230,7 +230,7 @@ class Simulation:
         req.t_first = now
         st.seq -= 1
         st.tok -= req.prompt_len
-        self.adapter.pe_changed(st.node_id)
+        self.adapter.pe_changed(st.node_id, st.gpu_id)
         self._pe_dirty.add(st.node_id)
         if self.adapter.prefill_queue:
             self._request_tick()
@@ -264,7 +264,7 @@ class Simulation:
         de.tok -= req.decode_len
         de.reserved -= req.decode_len
         self.de_node_tok[de.node_id] -= req.decode_len
-        self.adapter.de_changed(de.node_id)
+        self.adapter.de_changed(de.node_id, de.gpu_id)
         if not self.system.free_io:
             blocks = (req.decode_len // self.block_len) - (req.prompt_len // self.block_len)
             self.storage.write(self.cluster.nodes[de.node_id], blocks * self.block_len * self.bpt)
