@@ -30,6 +30,8 @@ def serve(
     port: int = typer.Option(8000, help="HTTP port."),
     scheduler_port: int = typer.Option(0, help="Scheduler port for remote engines (0 = any free)."),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
+    compute_quota_ms: float = typer.Option(300.0, help="DualPath PE batches: predicted attention "
+                                           "time per forward pass, measured at PE start (ms)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
@@ -39,7 +41,8 @@ def serve(
     cfg = ClusterConfig(kv_dir=kv_dir, model=model, num_prefill_engines=prefill_engines,
                         num_decode_engines=decode_engines, engines_per_node=engines_per_node,
                         policy=policy, snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
-                        transport=transport, scheduler_port=scheduler_port)
+                        transport=transport, scheduler_port=scheduler_port,
+                        compute_quota_ms=compute_quota_ms)
     try:
         from dualpath.runtime.server.run import run_server
     except ImportError as exc:  # the HTTP layer is optional at import time
@@ -75,6 +78,8 @@ def engine(
     cnic_gbps: float = typer.Option(0.0, help="Emulated compute-NIC cap (0 = none)."),
     cluster_id: str = typer.Option("default", help="Engines of one node on one host with the same id "
                                    "share their emulated storage NIC."),
+    compute_quota_ms: float = typer.Option(300.0, help="DualPath PE batches: predicted attention "
+                                           "time per forward pass, measured at PE start (ms)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
@@ -83,11 +88,13 @@ def engine(
 
     if role not in ("prefill", "decode"):
         raise ConfigError("role", role, "choices: prefill, decode")
+    if compute_quota_ms <= 0:
+        raise ConfigError("compute_quota_ms", compute_quota_ms, "must be > 0")
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
     run_engine(EngineArgs(scheduler=addr, role=role, node_id=node_id, engine_id=engine_id, model=model,
                           kv_dir=kv_dir, transport=transport, host=host, policy=policy,
                           snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
-                          cluster_id=cluster_id))
+                          cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3))
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 

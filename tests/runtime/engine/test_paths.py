@@ -32,7 +32,7 @@ def test_mixed_batch_two_decoders_chunked(tiny_llama: tuple[Decoder, Any], kv_di
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(12)
     cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=24, num_decode_engines=2,
-                      async_transfer=async_transfer)  # fmt: skip
+                      async_transfer=async_transfer, batching="tokens")  # fmt: skip
     prompts = {"a": random_tokens(gen, 37), "b": random_tokens(gen, 16), "c": random_tokens(gen, 61)}
     with LocalPipeline(dec, cfg) as pipe:
         run_conversation(pipe, hf, prompts=prompts, gen=gen, num_turns=3,

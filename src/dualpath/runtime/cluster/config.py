@@ -18,6 +18,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     share it), ``cnic_gbps`` each engine's compute NIC (KV between engines); None = uncapped.
     ``read_free`` bypasses storage-read and PD-transfer costs (the paper's Oracle).
     ``model`` is a name from dualpath.spec ("smollm2-135m") or "tiny" (a small random model).
+    ``compute_quota_ms`` caps a PE batch's predicted attention time per forward pass under the
+    dualpath policies' quota batching (the paper's 300 ms; on a 1-thread CPU SmolLM2 this packs
+    two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
+    predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
+    ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
     """
 
     kv_dir: str
@@ -36,6 +41,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     decode_hbm_tokens: int = 65536
     block_size: int = 64
     dtype: str = "float32"
+    compute_quota_ms: float = 300.0
+    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
+    attention_intercept_s: float = 0.0
+    max_batch_tokens: int = 2048
     prefill_tokens_per_s: float = 0.0  # beta = 5 s of this (0: a per-model default)
     heartbeat_s: float = 0.2
     engine_timeout_s: float = 5.0
@@ -59,6 +68,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
                 "must be >= 1")
         require(self.decode_hbm_tokens >= self.block_size, "decode_hbm_tokens",
                 self.decode_hbm_tokens, "must hold at least one block")
+        require(self.compute_quota_ms > 0, "compute_quota_ms", self.compute_quota_ms, "must be > 0")
+        require(self.attention_s_per_gflop >= 0, "attention_s_per_gflop", self.attention_s_per_gflop,
+                "must be >= 0 (0 = measure at start)")
+        require(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s,
+                "must be >= 0")
+        require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, "must be >= 1")
         require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
         require(self.engine_timeout_s > 2 * self.heartbeat_s, "engine_timeout_s",
                 self.engine_timeout_s, "must exceed two heartbeats")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 import torch
@@ -21,6 +22,9 @@ from dualpath.runtime.cluster.messages import (
     Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
+
+if TYPE_CHECKING:
+    from dualpath.policy import SchedulerConfig
 
 
 class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +46,10 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     block_size: int = 64
     dtype: str = "float32"
     hbm_tokens: int = 65536
-    max_batch_tokens: int = 2048
+    max_batch_tokens: int = 2048  # token budget of the baselines' "tokens" batching
+    compute_quota_s: float = 0.3  # dualpath*'s "quota" batching: predicted attention s per forward
+    attention_s_per_gflop: float = 0.0  # > 0: this fixed predictor line instead of profiling
+    attention_intercept_s: float = 0.0  # (with attention_s_per_gflop) per forward pass
     heartbeat_s: float = 0.2
 
 
@@ -60,7 +67,7 @@ def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
 def run_engine(args: EngineArgs) -> None:
     """Run until the scheduler sends Shutdown or goes away for good."""
     torch.set_num_threads(1)
-    from dualpath.policy import SchedulerConfig, make_scheduler
+    from dualpath.policy import make_scheduler
     from dualpath.runtime.kvstore import BlockStore
     from dualpath.runtime.transfer.factory import make_transport
 
@@ -98,9 +105,8 @@ def run_engine(args: EngineArgs) -> None:
     if args.role == "prefill":
         from dualpath.runtime.cluster.prefill_worker import PrefillWorker
 
-        cfg = SchedulerConfig(batching="tokens", max_batch_tokens=args.max_batch_tokens,
-                              block_size=args.block_size)
-        worker = PrefillWorker(scheduler=make_scheduler(args.policy, cfg), **common)  # type: ignore[arg-type]
+        worker = PrefillWorker(scheduler=make_scheduler(args.policy, _sched_config(args, decoder)),
+                               **common)  # type: ignore[arg-type]
     else:
         from dualpath.runtime.cluster.decode_worker import DecodeWorker
 
@@ -112,7 +118,7 @@ def run_engine(args: EngineArgs) -> None:
                           daemon=True)
     hb.start()
     try:
-        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, args, worker, traffic))
+        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic))
     finally:
         stop.set()
         hb.join(2)
@@ -150,16 +156,33 @@ def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:
             transport.fail_endpoint(name, f"engine {name[1:]} is gone")  # type: ignore[attr-defined]
 
 
-def _configure(msg: Configure, args: EngineArgs, worker: object, traffic: TrafficManager) -> None:
-    from dualpath.policy import SchedulerConfig, make_scheduler
+def _sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
+    """A PE's policy knobs: the measured (or fixed) whole-forward attention predictor and the quota
+    for dualpath*'s "quota" batching; the token budget for the baselines' "tokens" batching (the
+    policy's registry picks the mode)."""
+    from dualpath.policy import SchedulerConfig
+    from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor
+
+    fixed = None
+    if args.attention_s_per_gflop > 0:
+        fixed = fixed_predictor(decoder, seconds_per_gflop=args.attention_s_per_gflop,  # type: ignore[arg-type]
+                                intercept_s=args.attention_intercept_s)
+    pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
+    print(f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
+          f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
+          f"quota {args.compute_quota_s * 1e3:.0f} ms", flush=True)
+    return SchedulerConfig(compute_quota_s=args.compute_quota_s, attention_predictor=pred,
+                           max_batch_tokens=args.max_batch_tokens, block_size=args.block_size)
+
+
+def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
+    from dualpath.policy import make_scheduler
 
     traffic.read_free = msg.read_free
     if msg.snic_gbps is not None:
         traffic.snic.rate_bytes_per_s = gbps_to_bytes_per_s(msg.snic_gbps)
-    if hasattr(worker, "scheduler"):
-        cfg = SchedulerConfig(batching="tokens", max_batch_tokens=args.max_batch_tokens,
-                              block_size=args.block_size)
-        worker.scheduler = make_scheduler(msg.policy, cfg)
+    if hasattr(worker, "scheduler"):  # same knobs (and fitted predictor), the new policy's mode
+        worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)
 
 
 def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int,

@@ -90,7 +90,10 @@ class LocalCluster:
                 model=model, kv_dir=cfg.kv_dir, transport=cfg.transport, host=cfg.host,
                 policy=cfg.policy, snic_gbps=cfg.snic_gbps, cnic_gbps=cfg.cnic_gbps,
                 read_free=cfg.read_free, cluster_id=self.cluster_id, block_size=cfg.block_size,
-                dtype=cfg.dtype, hbm_tokens=cfg.decode_hbm_tokens, heartbeat_s=cfg.heartbeat_s),
+                dtype=cfg.dtype, hbm_tokens=cfg.decode_hbm_tokens, heartbeat_s=cfg.heartbeat_s,
+                compute_quota_s=cfg.compute_quota_ms / 1e3, max_batch_tokens=cfg.max_batch_tokens,
+                attention_s_per_gflop=cfg.attention_s_per_gflop,
+                attention_intercept_s=cfg.attention_intercept_s),
                 f"engine{eid}.log")
         self.wait_ready()
         return self

@@ -127,7 +127,7 @@ def _run_path(
         local = LocalConfig(kv_dir=kv_dir, block_size=cfg.block_size, num_decode_engines=len(convs),
                             buffer_bytes=geo.full_block_bytes * geo.num_blocks(2048),
                             num_cache_blocks=2 * geo.num_blocks(2048),
-                            max_batch_tokens=4096 if path != "mixed" else 48)  # fmt: skip
+                            max_batch_tokens=48, batching="tokens" if path == "mixed" else None)  # fmt: skip
         with LocalPipeline(dec, local) as pipe:
             for turn in range(cfg.turns):
                 reqs = [GenRequest(request_id=f"{k}{turn}", token_ids=tuple(ctx[k]),

@@ -2,7 +2,8 @@
 
 ``LocalPipeline.generate(requests)`` runs a set of requests end to end: hits from the store's prefix
 match, DE buffer reservation (and DE-side reads on the DE path), layerwise prefill in batches planned
-by ``dualpath.policy`` (token-budget batching with chunking), then batched decoding with block
+by ``dualpath.policy`` (the policy's batching: dualpath's compute quota over a measured attention
+predictor, see ``profile.py``, or a token budget; both chunk), then batched decoding with block
 persistence. It is what the correctness tests, ``dualpath check`` and the benchmarks drive; the
 multi-process cluster drives the same engine classes step by step.
 """
@@ -18,9 +19,10 @@ import torch
 
 from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import MiB
-from dualpath.policy import BatchView, SchedulerConfig, make_scheduler
+from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, make_scheduler
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
+from dualpath.runtime.engine.profile import attention_predictor
 from dualpath.runtime.engine.types import (
     KVGeometry, PrefillOutput, PrefillRequest, ReadSide, SamplingParams,
 )  # fmt: skip
@@ -31,7 +33,13 @@ from dualpath.runtime.transfer import InProcFabric
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalConfig:
-    """One-process pipeline settings; ``kv_dir`` is the store directory."""
+    """One-process pipeline settings; ``kv_dir`` is the store directory.
+
+    ``policy`` plans the prefill batches with its own batching mode unless ``batching`` overrides it
+    ("quota": ``compute_quota_s`` of predicted attention per forward pass, with
+    ``attention_predictor`` or, when None, one measured on the decoder at start; "tokens":
+    ``max_batch_tokens`` new tokens per batch).
+    """
 
     kv_dir: str
     block_size: int = 64
@@ -44,6 +52,10 @@ class LocalConfig:
     io_queue_depth: int = 4
     store_capacity_bytes: int | None = None
     async_transfer: bool = False  # in-process transport with a progress thread
+    policy: str = "dualpath"
+    batching: str | None = None  # None: the policy's default mode
+    compute_quota_s: float = 0.3
+    attention_predictor: AttentionTimePredictor | None = None  # None: measured (cached per model)
 
     def __post_init__(self) -> None:
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, ">= 1")
@@ -95,9 +107,12 @@ class LocalPipeline:
         ]
         for de in self.decode:
             self.prefill.connect(de.config.name, de)
-        self.scheduler = make_scheduler("dualpath", SchedulerConfig(
-            batching="tokens", max_batch_tokens=cfg.max_batch_tokens, block_size=cfg.block_size))  # fmt: skip
+        pred = cfg.attention_predictor or attention_predictor(decoder)
+        self.scheduler = make_scheduler(cfg.policy, SchedulerConfig(
+            batching=cfg.batching, compute_quota_s=cfg.compute_quota_s, attention_predictor=pred,
+            max_batch_tokens=cfg.max_batch_tokens, block_size=cfg.block_size))  # fmt: skip
         self.num_prefill_steps = 0
+        self.prefill_batches: list[tuple[tuple[str, int], ...]] = []  # (request_id, chunk_len) per step
 
     def __enter__(self) -> LocalPipeline:
         return self
@@ -156,6 +171,7 @@ class LocalPipeline:
                 time.sleep(0.0005)
                 continue
             plan = self.scheduler.plan_prefill_batch(BatchView(now_s=0.0, engine_id=0, waiting=waiting))
+            self.prefill_batches.append(tuple((e.request_id, e.chunk_len) for e in plan.entries))
             for out in self.prefill.step(plan):
                 done[out.request_id] = out
                 hits[out.request_id] = out.hit_tokens
