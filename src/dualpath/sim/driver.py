@@ -60,11 +60,13 @@ class Simulation:
                               for u in cluster.prefill_units]
         self.decode_units = [DecodeUnit(self, [self.de_states[g] for g in u])
                              for u in cluster.decode_units]
+        # costs.predictor is a memoising wrapper with the FittedAttentionPredictor interface
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor,  # type: ignore[arg-type]
+                                            num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
-            attention_predictor=ForwardAttentionPredictor(layer=self.costs.predictor,
-                                                          num_layers=model.num_layers),
+            attention_predictor=forward,
             block_size=self.block_len, compute_quota_s=cal.COMPUTE_QUOTA_PER_FORWARD_S)
         self.de_node_tok = {n.node_id: 0 for n in cluster.de_nodes}  # sum of DE tok_e per node
         self.adapter = PolicyAdapter(self, make_scheduler(self.system.policy, sched_cfg))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Any
 
 from dualpath.core.errors import DualpathError
 
@@ -54,14 +55,14 @@ class Kernel:
     def __init__(self) -> None:
         self.now_s = 0.0
         self.events = 0
-        self._heap: list[tuple[float, int, int, Handle]] = []
+        self._heap: list[tuple[float, int, int, Any]] = []  # last: a Handle or a plain callable
         self._seq = 0
         self._stopped = False
 
     def at(self, time_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> Handle:
         """Run ``fn`` at absolute ``time_s`` (not before now). Returns a cancellable handle."""
         handle = Handle(fn)
-        self.call_at(time_s, handle, priority)  # type: ignore[arg-type]
+        self.call_at(time_s, handle, priority)  # type: ignore[arg-type]  # run() unwraps it
         return handle
 
     def call_at(self, time_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> None:
@@ -95,7 +96,7 @@ class Kernel:
                 if time_s > until_s:
                     break
                 pop(heap)
-                fn = entry[3]
+                fn: Any = entry[3]
                 if fn.__class__ is handle_cls:
                     if not fn.alive:
                         continue
