@@ -72,6 +72,7 @@ def run_engine(args: EngineArgs) -> None:
     from dualpath.runtime.transfer.factory import make_transport
 
     decoder, geo, eos, vocab, max_ctx = _model(args)
+    sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
     store = BlockStore(args.kv_dir, layout)
     ctx = zmq.Context()
@@ -105,8 +106,7 @@ def run_engine(args: EngineArgs) -> None:
     if args.role == "prefill":
         from dualpath.runtime.cluster.prefill_worker import PrefillWorker
 
-        worker = PrefillWorker(scheduler=make_scheduler(args.policy, _sched_config(args, decoder)),
-                               **common)  # type: ignore[arg-type]
+        worker = PrefillWorker(scheduler=make_scheduler(args.policy, sched_cfg), **common)  # type: ignore[arg-type]
     else:
         from dualpath.runtime.cluster.decode_worker import DecodeWorker
 

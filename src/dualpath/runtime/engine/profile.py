@@ -71,16 +71,18 @@ def fixed_predictor(decoder: Decoder, *, seconds_per_gflop: float,
     require(seconds_per_gflop > 0, "seconds_per_gflop", seconds_per_gflop, "must be > 0")
     require(intercept_s >= 0, "intercept_s", intercept_s, "must be >= 0")
     layers = decoder.num_layers
-    line = LinearAttentionPredictor(flops_model=flops_model(decoder), seconds_per_flop=seconds_per_gflop / 1e9,
-                                    intercept_s=intercept_s / layers)  # fmt: skip
+    line = LinearAttentionPredictor(flops_model=flops_model(decoder),
+                                    seconds_per_flop=seconds_per_gflop / 1e9, intercept_s=intercept_s / layers)
     return ForwardAttentionTime(layer=line, num_layers=layers)
 
 
 _CACHE: dict[tuple[object, ...], ForwardAttentionTime] = {}
 
 
-def attention_predictor(decoder: Decoder, *, fixed: ForwardAttentionTime | None = None,
-                        batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES) -> ForwardAttentionTime:
+def attention_predictor(
+    decoder: Decoder, *, fixed: ForwardAttentionTime | None = None,
+    batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES,
+) -> ForwardAttentionTime:
     """``fixed`` if given, else the measured fit for this model shape (profiled once per process)."""
     if fixed is not None:
         return fixed
@@ -118,7 +120,11 @@ def _clip(cached_len: int, new_len: int, max_len: int) -> Span:
     return Span(max(0, min(cached_len, max_len - new)), new)
 
 
-def _inputs(dec: Decoder, spans: list[Span]) -> tuple[torch.Tensor, torch.Tensor, list[Span], list[torch.Tensor | None]]:
+_Inputs = tuple[torch.Tensor, torch.Tensor, list[Span], list[torch.Tensor | None]]
+
+
+def _inputs(dec: Decoder, spans: list[Span]) -> _Inputs:
+    """Random q, new K/V and per-span cached KV with room for the new rows (``cache_has_room``)."""
     cfg, gen = dec.config, torch.Generator().manual_seed(0)
     total = sum(s.new_len for s in spans)
 
