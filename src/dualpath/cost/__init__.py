@@ -9,11 +9,7 @@ Public API: :class:`CostModel`, :func:`make_cost_model`, :data:`COST_MODEL_NAMES
 from dualpath.cost.base import CostConfig, CostModel
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from dualpath.cost.factory import COST_MODEL_NAMES, make_cost_model
-from dualpath.cost.predictor import (
-    FittedAttentionPredictor,
-    ForwardAttentionPredictor,
-    fit_attention_predictor,
-)
+from dualpath.cost.predictor import FittedAttentionPredictor, fit_attention_predictor
 from dualpath.cost.rates import decode_tokens_per_s, prefill_tokens_per_s
 from dualpath.cost.shapes import weight_bytes_per_gpu
 from dualpath.cost.traffic import model_traffic_bytes
@@ -25,7 +21,6 @@ __all__ = [
     "CostModel",
     "Efficiency",
     "FittedAttentionPredictor",
-    "ForwardAttentionPredictor",
     "fit_attention_predictor",
     "decode_tokens_per_s",
     "make_cost_model",

@@ -69,29 +69,6 @@ class FittedAttentionPredictor:
         return self.intercept_s + self.seconds_per_flop * flops
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForwardAttentionPredictor:
-    """Attention time of a whole forward pass (all ``num_layers`` layers) from a per-layer fit.
-
-    The paper's compute quota (300 ms) caps a PE batch's predicted attention time per forward;
-    wrap the per-layer :class:`FittedAttentionPredictor` in this to give the policy that scope.
-    ``attention_flops`` is ``num_layers`` x the layer's FLOPs and ``predict_s`` is ``num_layers`` x
-    the layer's time, so batches pack exactly as a per-layer quota of ``quota / num_layers`` would.
-    """
-
-    layer: FittedAttentionPredictor
-    num_layers: int
-
-    def __post_init__(self) -> None:
-        require(self.num_layers >= 1, "num_layers", self.num_layers, "must be >= 1")
-
-    def attention_flops(self, cached_len: int, new_len: int) -> float:
-        return self.num_layers * self.layer.attention_flops(cached_len, new_len)
-
-    def predict_s(self, flops: float) -> float:
-        return self.num_layers * self.layer.predict_s(flops / self.num_layers)
-
-
 def grid_batches(
     cached_lens: Sequence[int] = GRID_CACHED_LENS,
     new_lens: Sequence[int] = GRID_NEW_LENS,

@@ -14,6 +14,7 @@ from dualpath.policy.metrics import (
 from dualpath.policy.predictor import (
     AttentionFlops,
     AttentionTimePredictor,
+    ForwardAttentionPredictor,
     LinearAttentionPredictor,
     causal_kv_sum,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "POLICY_NAMES",
     "AttentionFlops",
     "AttentionTimePredictor",
+    "ForwardAttentionPredictor",
     "BatchEntry",
     "BatchItem",
     "BatchPlan",

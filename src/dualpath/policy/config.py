@@ -75,7 +75,7 @@ class SchedulerConfig:
     beta_tokens: a PE with ``tok_e > beta`` is class C1 (overloaded, never chosen).
     compute_quota_s: cap on a PE batch's predicted attention time over one forward pass, all layers
       (the paper's 300 ms). The predictor defines the scope: give one that predicts whole-forward
-      time (e.g. ``cost.ForwardAttentionPredictor``); a per-layer one packs 30-60x larger batches.
+      time (e.g. ``ForwardAttentionPredictor``); a per-layer one packs 30-60x larger batches.
     hbm_slack: the 1.05 factor of Z in DE phase 2.
     block_size: KV block size in tokens; split reads cut at whole blocks.
     batching: "quota" (compute quota, needs ``attention_predictor``) or "tokens" (FIFO up to

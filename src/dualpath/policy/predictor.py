@@ -23,13 +23,37 @@ class AttentionTimePredictor(Protocol):
     (in ``new_len`` and in ``flops``): the batch planner binary-searches over them."""
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
-        """Theoretical attention FLOPs of ONE layer for ``new_len`` tokens attending to
-        ``cached_len`` cached tokens plus the causal new ones."""
+        """Theoretical attention FLOPs for ``new_len`` tokens attending to ``cached_len`` cached
+        tokens plus the causal new ones (one layer, or all layers for a whole-forward predictor)."""
         ...
 
     def predict_s(self, flops: float) -> float:
-        """Predicted wall time (s) of one attention layer over a batch totalling ``flops``."""
+        """Predicted wall time (s) of the attention over a batch totalling ``flops``."""
         ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardAttentionPredictor:
+    """Whole-forward attention time (all ``num_layers`` layers) from a per-layer predictor.
+
+    The compute quota caps a PE batch's attention time per forward pass (the paper's 300 ms), so
+    drivers hand the policy this wrapper around their per-layer fit (the simulator's cost-model fit,
+    the runtime's measured one). ``attention_flops`` is ``num_layers`` x the layer's FLOPs and
+    ``predict_s(flops)`` is ``num_layers`` x the layer's time of ``flops / num_layers`` (a per-batch
+    intercept is paid once per layer).
+    """
+
+    layer: AttentionTimePredictor
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        require(self.num_layers >= 1, "num_layers", self.num_layers, "must be >= 1")
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        return self.num_layers * self.layer.attention_flops(cached_len, new_len)
+
+    def predict_s(self, flops: float) -> float:
+        return self.num_layers * self.layer.predict_s(flops / self.num_layers)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -57,7 +57,7 @@ DECODE_STEP_OVERHEAD_S = 0.0
 # never binds for agentic turns (one 429-token append over a 32K context costs ~0.7 ms per DS 660B
 # layer), and iterations would grow to tens of seconds; read per FORWARD (all layers) it yields
 # ~0.5 s iterations of a handful of requests, which is what the paper's TTFTs imply. The policy's
-# quota is per forward; the simulator gives it cost.ForwardAttentionPredictor (all layers).
+# quota is per forward; the simulator gives it policy.ForwardAttentionPredictor (all layers).
 COMPUTE_QUOTA_PER_FORWARD_S = 0.3
 
 # --- Basic (no layerwise prefill) ----------------------------------------------------------------

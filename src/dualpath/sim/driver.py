@@ -12,8 +12,7 @@ import random
 from functools import partial
 from typing import Any
 
-from dualpath.cost import ForwardAttentionPredictor
-from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
 from dualpath.sim import calibration as cal
 from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
 from dualpath.sim.cluster import Cluster
@@ -60,9 +59,7 @@ class Simulation:
                               for u in cluster.prefill_units]
         self.decode_units = [DecodeUnit(self, [self.de_states[g] for g in u])
                              for u in cluster.decode_units]
-        # costs.predictor is a memoising wrapper with the FittedAttentionPredictor interface
-        forward = ForwardAttentionPredictor(layer=self.costs.predictor,  # type: ignore[arg-type]
-                                            num_layers=model.num_layers)
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from dualpath.core.errors import require
-from dualpath.policy import AttentionFlops, LinearAttentionPredictor
+from dualpath.policy import AttentionFlops, ForwardAttentionPredictor, LinearAttentionPredictor
 from dualpath.runtime.model import Decoder, Span
 
 # Batches timed by default: one or more requests of (cached_len, new_len); clipped to the context.
@@ -30,32 +30,24 @@ PROFILE_REPEATS = 5  # min over repeats (after one warm-up) of each batch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ForwardAttentionTime:
-    """Attention of a whole forward pass from a per-layer line: ``attention_flops`` is
-    ``num_layers`` x the layer's FLOPs and ``predict_s(flops)`` is ``num_layers`` x the layer's time
-    of ``flops / num_layers`` (so the per-batch intercept is paid once per layer)."""
-
-    layer: LinearAttentionPredictor
-    num_layers: int
-
-    def __post_init__(self) -> None:
-        require(self.num_layers >= 1, "num_layers", self.num_layers, "must be >= 1")
-
-    def attention_flops(self, cached_len: int, new_len: int) -> float:
-        return self.num_layers * self.layer.attention_flops(cached_len, new_len)
-
-    def predict_s(self, flops: float) -> float:
-        return self.num_layers * self.layer.predict_s(flops / self.num_layers)
+class ForwardAttentionTime(ForwardAttentionPredictor):
+    """:class:`ForwardAttentionPredictor` over a measured :class:`LinearAttentionPredictor`, with
+    the fitted line's numbers for logs."""
 
     @property
     def seconds_per_gflop(self) -> float:
         """Fitted slope (the same per layer and per forward)."""
-        return self.layer.seconds_per_flop * 1e9
+        return self._line.seconds_per_flop * 1e9
 
     @property
     def intercept_s(self) -> float:
         """Fixed cost of one forward's attention (``num_layers`` x the layer's intercept)."""
-        return self.num_layers * self.layer.intercept_s
+        return self.num_layers * self._line.intercept_s
+
+    @property
+    def _line(self) -> LinearAttentionPredictor:
+        assert isinstance(self.layer, LinearAttentionPredictor)
+        return self.layer
 
 
 def flops_model(decoder: Decoder) -> AttentionFlops:

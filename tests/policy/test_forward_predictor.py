@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dualpath.core.errors import ConfigError
-from dualpath.cost import ForwardAttentionPredictor, make_cost_model
+from dualpath.cost import make_cost_model
+from dualpath.policy import ForwardAttentionPredictor
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import get_model
 
