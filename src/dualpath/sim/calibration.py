@@ -36,6 +36,16 @@ DE_OUTPUT_RESERVE = 0.25
 HBM_USABLE_FRACTION = 0.70
 
 # --- parallelism ---------------------------------------------------------------------------------
+# Dense (DP) models: one engine is a tensor-parallel group of the smallest TP degree (1, 2, 4, 8) whose
+# usable HBM (HBM_USABLE_FRACTION of each GPU, as for every model) holds the weights plus this many
+# tokens of KV, i.e. one request at the paper's largest MaxLen (64K). Not fitted. Why TP and not a
+# different HBM rule: Qwen2.5-32B's BF16 weights (65 GB) exceed one H100's usable 60 GB, and even the
+# whole 85.9 GB leaves 20.9 GB, so any headroom >= 3.7 GB leaves no room for one 64K context
+# (64K x 256 KiB = 17.2 GB): on these GPUs "DP" (spec section 9) can only mean DP over TP groups.
+# Re-expressing the fraction as a share of HBM after weights cannot keep the DS 660B fit either:
+# its PE (EP16, 58.0 GB weights) and DE (EP32, 37.5 GB) would need shares 0.078 and 0.467.
+# EP models (DeepSeek) never use TP here, so their results do not depend on this constant.
+MIN_KV_TOKENS_PER_ENGINE = 65536
 # EP group size in nodes for the DeepSeek models (attention DP inside, lockstep MoE across the
 # group). The paper's 2P4D runs one EP group per role; larger clusters are built from such units.
 PREFILL_EP_NODES = 2

@@ -6,9 +6,15 @@ of a node are pooled), one DRAM link (half duplex: every byte in or out), a boun
 Per GPU: its CNIC as two links, ``tx`` (the NIC reads host or device memory: sends, loopback source)
 and ``rx`` (the NIC writes memory: receives, loopback destination). Local host<->device copies go
 through the CNIC loopback (spec section 7), so they appear on both ``tx`` and ``rx`` of that GPU.
+
+Dense (DP) models whose weights leave one GPU too little KV room run each engine as a TP group
+(``tp_degree``): a ``Gpu`` is then that engine, with the summed HBM, FLOPs, HBM bandwidth and CNICs
+of its GPUs (TP all-reduces over NVLink are not modelled). EP models always have TP 1.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from dualpath.sim import calibration as cal
 from dualpath.sim.links import Link
@@ -44,6 +50,30 @@ class Gpu:
         self.rx = Link(f"g{gpu_id}.cnic_rx", "cnic_rx", cnic_bytes_per_s)
 
 
+def tp_degree(model, gpu, num_gpus_per_node: int) -> int:
+    """Smallest TP degree (a power of two dividing the node's GPUs) whose usable HBM holds the
+    weights plus ``calibration.MIN_KV_TOKENS_PER_ENGINE`` tokens of KV; the node's GPU count if none."""
+    from dualpath.cost import weight_bytes_per_gpu
+
+    need = weight_bytes_per_gpu(model, ep_size=1) + cal.MIN_KV_TOKENS_PER_ENGINE * model.kv_bytes_per_token
+    tp = 1
+    while tp < num_gpus_per_node:
+        if num_gpus_per_node % tp == 0 and tp * gpu.hbm_gb * 1e9 * cal.HBM_USABLE_FRACTION >= need:
+            return tp
+        tp *= 2
+    return num_gpus_per_node
+
+
+def engine_gpu_spec(gpu, tp: int):
+    """The GPUSpec of a TP group of ``tp`` GPUs seen as one engine (same name: kernel tables)."""
+    if tp == 1:
+        return gpu
+    scale = {k: getattr(gpu, k) * tp for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops",
+                                                "int8_tflops", "hbm_gb", "hbm_bandwidth_gbs", "tdp_w",
+                                                "nic_gbps", "pcie_gbs") if getattr(gpu, k) is not None}
+    return replace(gpu, **scale)
+
+
 class Cluster:
     """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP)."""
 
@@ -52,8 +82,11 @@ class Cluster:
         self.preset = preset
         self.model = preset.model_spec
         self.node_spec = node_spec
-        self.gpu_spec = node_spec.gpu_spec
-        self.num_gpus_per_node = node_spec.num_gpus
+        is_ep = preset.parallelism == "ep_dp" and self.model.is_moe
+        self.tp_size = 1 if is_ep else tp_degree(self.model, node_spec.gpu_spec, node_spec.num_gpus)
+        self.gpu_spec = engine_gpu_spec(node_spec.gpu_spec, self.tp_size)  # of one engine
+        self.num_gpus_per_node = node_spec.num_gpus // self.tp_size  # engines per node
+        cnic = node_spec.cnic_bytes_per_s * self.tp_size
         self.num_prefill_nodes = preset.num_prefill_nodes
         self.num_decode_nodes = preset.num_decode_nodes
         snic = node_spec.snic_bytes_per_s * cal.STORAGE_EFFICIENCY
@@ -66,12 +99,11 @@ class Cluster:
             self.nodes.append(node)
         for node in self.nodes:  # PE GPUs first (PE nodes come first), then DE GPUs
             for _ in range(self.num_gpus_per_node):
-                gpu = Gpu(len(self.gpus), node.node_id, node.role, node_spec.cnic_bytes_per_s)
+                gpu = Gpu(len(self.gpus), node.node_id, node.role, cnic)
                 node.gpus.append(gpu.gpu_id)
                 self.gpus.append(gpu)
         self.pe_nodes = self.nodes[: self.num_prefill_nodes]
         self.de_nodes = self.nodes[self.num_prefill_nodes:]
-        is_ep = preset.parallelism == "ep_dp" and self.model.is_moe
         self.prefill_units = self._units(self.pe_nodes, cal.PREFILL_EP_NODES if is_ep else 0)
         self.decode_units = self._units(self.de_nodes, cal.DECODE_EP_NODES if is_ep else 0)
 
