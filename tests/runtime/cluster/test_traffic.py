@@ -74,7 +74,19 @@ def test_traffic_manager_counts_paths_and_nics() -> None:
     tm.kv_send(30)
     paths, nics = tm.snapshot()
     assert paths == {"pe-read": 0, "de-read": 100, "pd-transfer": 30, "persist": 64}
-    assert nics == {"node2/snic": 164, "node2/snic:read": 100, "engine3/cnic": 30}
+    assert nics == {"node2/snic": 100, "node2/snic:read": 100, "node2/snic-tx": 64,
+                    "engine3/cnic": 30}
+
+
+def test_persists_use_the_other_snic_direction() -> None:
+    """NICs are full duplex: a persist does not wait behind reads booked on the node's SNIC."""
+    tm = TrafficManager(engine_id=0, node_id=0, snic_gbps=0.008, cnic_gbps=None, shared_dir=None)
+    t0 = time.monotonic()
+    end = tm.reserve_read(1_000_000, "pe-read")  # 1 MB at 1 MB/s: booked for ~1 s
+    assert end - t0 > 0.9
+    waited = tm.storage_write(10_000)  # 10 ms on the write direction
+    assert waited < 0.5
+    tm.close()
 
 
 def test_read_free_skips_the_wait() -> None:

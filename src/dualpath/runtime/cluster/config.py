@@ -14,8 +14,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     Engines are numbered: prefill engines 0..P-1, then decode engines P..P+D-1. Each emulated node
     holds ``engines_per_node`` engines of one role (one engine group per node, rank 0 leads); nodes
-    are numbered prefill first. ``snic_gbps`` caps each node's storage NIC (reads and persists
-    share it), ``cnic_gbps`` each engine's compute NIC (KV between engines); None = uncapped.
+    are numbered prefill first. ``snic_gbps`` caps each node's storage NIC in each direction
+    (full duplex: reads in, persists out), ``cnic_gbps`` each engine's compute NIC (KV between engines); None = uncapped.
     ``read_free`` bypasses storage-read and PD-transfer costs (the paper's Oracle).
     ``model`` is a name from dualpath.spec ("smollm2-135m") or "tiny" (a small random model).
     ``compute_quota_ms`` caps a PE batch's predicted attention time per forward pass under the

@@ -181,6 +181,7 @@ def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
     traffic.read_free = msg.read_free
     if msg.snic_gbps is not None:
         traffic.snic.rate_bytes_per_s = gbps_to_bytes_per_s(msg.snic_gbps)
+        traffic.snic_tx.rate_bytes_per_s = traffic.snic.rate_bytes_per_s
     if hasattr(worker, "scheduler"):  # same knobs (and fitted predictor), the new policy's mode
         worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)
 

@@ -136,6 +136,9 @@ class TrafficManager:
         self.read_free = read_free
         rate = (lambda g: None if g is None else gbps_to_bytes_per_s(g))
         self.snic = Link(f"node{node_id}/snic", rate(snic_gbps), shared_dir, slack_s=0.02)
+        # Persists leave through the SNIC's other direction (NICs are full duplex): they do not
+        # queue behind, or delay, this node's storage reads.
+        self.snic_tx = Link(f"node{node_id}/snic-tx", rate(snic_gbps), shared_dir, slack_s=0.02)
         self.cnic = Link(f"engine{engine_id}/cnic", rate(cnic_gbps), shared_dir, slack_s=0.02)
         self.bytes_by_path: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -167,7 +170,7 @@ class TrafficManager:
     def storage_write(self, nbytes: int) -> float:
         """Persisting ``nbytes`` of KV (a full block) through this node's SNIC."""
         self._count("persist", nbytes)
-        return self.snic.transmit(nbytes, "kv")
+        return self.snic_tx.transmit(nbytes, "kv")
 
     def kv_send(self, nbytes: int) -> float:
         """KV between engines (PD transfer) on this engine's CNIC, low lane."""
@@ -188,9 +191,11 @@ class TrafficManager:
             reads = int(self.bytes_by_path.get("snic-read", 0))
         nics = {self.snic.name: int(sum(self.snic.bytes_by_lane.values())),
                 self.snic.name + ":read": reads,
+                self.snic_tx.name: int(sum(self.snic_tx.bytes_by_lane.values())),
                 self.cnic.name: int(sum(self.cnic.bytes_by_lane.values()))}
         return paths, nics
 
     def close(self) -> None:
         self.snic.close()
+        self.snic_tx.close()
         self.cnic.close()
