@@ -111,3 +111,14 @@ def test_decode_worker_runs_the_paged_engine(decoder: Decoder, tmp_path: Path) -
     io.close()
     transport.close()
     traffic.close()
+
+
+def test_outbox_express_messages_wake_the_sender_and_skip_the_main_queue() -> None:
+    box = Outbox()
+    box.put("token")
+    assert not box.wake.is_set()
+    box.put_express("read_done")
+    assert box.wake.is_set()
+    assert box.drain_express() == ["read_done"]
+    assert not box.wake.is_set()
+    assert box.drain() == ["token"]

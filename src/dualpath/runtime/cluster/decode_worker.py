@@ -114,7 +114,7 @@ class DecodeWorker:
         if err is not None:
             self._fail(rid, f"decode engine {self.engine_id} read failed: {err}")
             return
-        self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
+        self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
         pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
         if a == 0:  # DE read path: the PE pulls each layer when it computes it
             ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,

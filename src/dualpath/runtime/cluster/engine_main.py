@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -121,6 +122,7 @@ def run_engine(args: EngineArgs) -> None:
         _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic))
     finally:
         stop.set()
+        outbox.wake.set()
         hb.join(2)
         io.close()
         transport.close()
@@ -219,8 +221,16 @@ def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(args.scheduler)
+    outbox: Outbox = worker.outbox  # type: ignore[attr-defined]
+    next_s = time.monotonic() + args.heartbeat_s
     try:
-        while not stop.wait(args.heartbeat_s):
+        while not stop.is_set():
+            outbox.wake.wait(max(next_s - time.monotonic(), 0.0))
+            for msg in outbox.drain_express():
+                sock.send(encode(msg))  # type: ignore[arg-type]
+            if time.monotonic() < next_s:
+                continue
+            next_s = time.monotonic() + args.heartbeat_s
             seqs, toks = worker.load()  # type: ignore[attr-defined]
             paths, nics = traffic.snapshot()
             sock.send(encode(Heartbeat(engine_id=eid, num_seqs=seqs, num_tokens=toks,

@@ -43,19 +43,34 @@ class Geometry:
 
 
 class Outbox:
-    """Thread-safe list of messages for the scheduler (drained by the engine's main loop)."""
+    """Thread-safe list of messages for the scheduler (drained by the engine's main loop), plus an
+    express list sent at once by the heartbeat thread (``put_express``: read completions, so the
+    scheduler's read queues do not stay long while the main thread runs a prefill batch)."""
 
     def __init__(self) -> None:
         self._items: list[object] = []
+        self._express: list[object] = []
         self._lock = threading.Lock()
+        self.wake = threading.Event()
 
     def put(self, msg: object) -> None:
         with self._lock:
             self._items.append(msg)
 
+    def put_express(self, msg: object) -> None:
+        with self._lock:
+            self._express.append(msg)
+        self.wake.set()
+
     def drain(self) -> list[object]:
         with self._lock:
             out, self._items = self._items, []
+        return out
+
+    def drain_express(self) -> list[object]:
+        with self._lock:
+            self.wake.clear()
+            out, self._express = self._express, []
         return out
 
 

@@ -117,7 +117,7 @@ class PrefillWorker:
         return True
 
     def _read_done(self, rid: str) -> None:
-        self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
+        self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
 
     def cancel(self, rid: str) -> None:
         """Forget the task; the engine drops the request once it is ready (its reads done), so the
