@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dualpath.core.registry import lookup
-from dualpath.spec.clusters import ClusterPreset, parse_pd
+from dualpath.spec.clusters import CLUSTERS, ClusterPreset, parse_pd
 from dualpath.spec.models import MODELS
 
-# DRAM buffer per node (spec section 3): 80 GB for the DeepSeek models, 320 GB for Qwen 32B.
-_BUFFER_GB = {"qwen2.5-32b": 320.0}
+# DRAM buffer per node when not given: the paper's preset for the model (spec.clusters: 80 GB for the
+# DeepSeek models, 320 GB for Qwen 32B), else the paper's DeepSeek default.
+_BUFFER_GB = {c.model: c.dram_buffer_gb for c in CLUSTERS.values()}
+DEFAULT_BUFFER_GB = 80.0
 DEFAULT_NODE = "hopper-8x400"
-TRACE_ALIASES = {"mooncake": "mooncake-conversation"}
 
 
 def make_cluster(model: str, pd: str, *, node: str = DEFAULT_NODE,
@@ -20,7 +21,7 @@ def make_cluster(model: str, pd: str, *, node: str = DEFAULT_NODE,
     """A preset for any model and P/D: EP + attention DP for MoE models, DP otherwise."""
     spec = lookup(MODELS, model, "model")
     p, d = parse_pd(pd)
-    buffer_gb = dram_buffer_gb if dram_buffer_gb is not None else _BUFFER_GB.get(model, 80.0)
+    buffer_gb = dram_buffer_gb if dram_buffer_gb is not None else _BUFFER_GB.get(model, DEFAULT_BUFFER_GB)
     return ClusterPreset(name=f"{model}-{p}p{d}d", model=model, node=node, num_prefill_nodes=p,
                          num_decode_nodes=d, dram_buffer_gb=buffer_gb,
                          parallelism="ep_dp" if spec.is_moe else "dp")
@@ -44,7 +45,7 @@ def make_trajectories(spec: WorkloadSpec) -> list:
     from dualpath.workload import ReplayConfig, expand_agents, generate_trajectories, load_trace
 
     if spec.trace:
-        base = load_trace(TRACE_ALIASES.get(spec.trace, spec.trace))
+        base = load_trace(spec.trace)  # workload resolves aliases such as "mooncake"
     else:
         base = generate_trajectories(maxlen=spec.maxlen, num=spec.num_base, seed=spec.seed)
     cfg = ReplayConfig(num_agents=spec.num_agents, seed=spec.seed,
