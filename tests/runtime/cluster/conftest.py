@@ -17,7 +17,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local 1P2D cluster with the tiny random model and a fresh KV directory."""
     kv = tmp_path_factory.mktemp("kv")
     cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=2,
-                        engine_timeout_s=1.5, heartbeat_s=0.1)
+                        engine_timeout_s=5.0, heartbeat_s=0.1)
     with LocalCluster(cfg) as c:
         yield c
 

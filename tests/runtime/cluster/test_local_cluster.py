@@ -40,7 +40,7 @@ def test_multi_turn_agents_match_single_process_and_hit_the_store(cluster: Local
         results = generate(cluster.address, contexts, params)
         for i, events in enumerate(results):
             assert [e.index for e in events] == list(range(6))
-            assert events[-1].finish_reason == "length" and events[-1].stats is not None
+            assert events[-1].finish_reason == "length" and events[-1].stats is not None, events[-1]
             toks = [e.token_id for e in events]
             assert toks == _reference(cluster, contexts[i], 6), f"agent {i} turn {turn}"
             st = events[-1].stats
@@ -118,7 +118,7 @@ def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> No
     assert h is not None and any("engine 2" in d for d in h.down)
     # the cluster keeps serving on the surviving decode engine
     again = generate(cluster.address, [[9] * 80], SamplingParams(max_tokens=3, ignore_eos=True))
-    assert again[0][-1].finish_reason == "length" and again[0][-1].stats.decode_engine == 1
+    assert again[0][-1].finish_reason == "length" and again[0][-1].stats.decode_engine == 1, again[0][-1]
     # the store stays consistent: every block file in the shared directory reads back intact
     from dualpath.runtime.kvstore import BlockStore
 
@@ -155,7 +155,8 @@ def test_de_read_path_layer_pulls_and_split_reads_are_exact(cluster: LocalCluste
         for turn in range(2):
             for i, events in enumerate(generate(cluster.address, contexts, params)):
                 toks = [e.token_id for e in events]
-                assert events[-1].finish_reason == "length" and toks == _reference(cluster, contexts[i], 4)
+                assert events[-1].finish_reason == "length", events[-1]
+                assert toks == _reference(cluster, contexts[i], 4)
                 if turn == 1:
                     assert events[-1].stats.read_side == side and events[-1].stats.hit_len >= 192
                 contexts[i] = contexts[i] + toks + [rng.randrange(3, 512) for _ in range(90)]

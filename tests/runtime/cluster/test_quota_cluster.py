@@ -26,7 +26,7 @@ QUOTA_MS, S_PER_GFLOP = 5.0, 1.0
 def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny", num_prefill_engines=1,
                         num_decode_engines=1, compute_quota_ms=QUOTA_MS, attention_s_per_gflop=S_PER_GFLOP,
-                        engine_timeout_s=1.5, heartbeat_s=0.1)
+                        engine_timeout_s=5.0, heartbeat_s=0.1)
     with LocalCluster(cfg) as c:
         yield c
 

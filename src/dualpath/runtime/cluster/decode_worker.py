@@ -62,13 +62,20 @@ class DecodeWorker:
         self._blocked: list[tuple[str, int]] = []  # first token came, paged cache had no room yet
         self._generated: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._last_load = (0, 0)
         self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
         self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
 
     def load(self) -> tuple[int, int]:
-        with self._lock:
-            return len(self._tasks), sum(len(t.prompt_token_ids) + t.params.max_tokens
-                                         for t in self._tasks.values())
+        """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
+        if not self._lock.acquire(timeout=0.05):
+            return self._last_load
+        try:
+            self._last_load = len(self._tasks), sum(len(t.prompt_token_ids) + t.params.max_tokens
+                                                   for t in self._tasks.values())
+        finally:
+            self._lock.release()
+        return self._last_load
 
     def add(self, task: DecodeTask) -> None:
         with self._lock:
@@ -129,6 +136,13 @@ class DecodeWorker:
         with self._lock:
             self._tasks.pop(rid, None)  # its slots are freed by the main thread's next step
         self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed", error=error))
+
+    def reset(self) -> None:
+        """Drop every task (the scheduler re-dispatched them after declaring this engine dead)."""
+        with self._lock:
+            rids = list(self._tasks)
+        for rid in rids:
+            self.cancel(rid)
 
     def cancel(self, rid: str) -> None:
         with self._lock:

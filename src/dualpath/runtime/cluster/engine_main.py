@@ -20,7 +20,8 @@ import zmq
 from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Shutdown, Welcome, decode, encode,
+    Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Reset, Shutdown,
+    Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
 
@@ -204,6 +205,9 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                     worker.add(msg)  # type: ignore[attr-defined]
                 elif isinstance(msg, Cancel):
                     worker.cancel(msg.request_id)  # type: ignore[attr-defined]
+                elif isinstance(msg, Reset):
+                    print(f"engine {eid}: reset by the scheduler ({msg.reason})", flush=True)
+                    worker.reset()  # type: ignore[attr-defined]
                 elif isinstance(msg, Peers):
                     _set_peers(transport, msg.peers, eid)
                 elif isinstance(msg, Configure):

@@ -15,7 +15,9 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from pathlib import Path
+from typing import ClassVar
 
 import msgspec
 import zmq
@@ -51,6 +53,8 @@ def tiny_model_dir(root: Path) -> Path:
 
 
 class LocalCluster:
+    _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
+
     def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0) -> None:
         self.config = config
         self.startup_timeout_s = startup_timeout_s
@@ -95,8 +99,26 @@ class LocalCluster:
                 attention_s_per_gflop=cfg.attention_s_per_gflop,
                 attention_intercept_s=cfg.attention_intercept_s),
                 f"engine{eid}.log")
+        LocalCluster._running.add(self)
         self.wait_ready()
         return self
+
+    @classmethod
+    def running(cls) -> list[LocalCluster]:
+        """Clusters of this process started and not yet stopped (for failure reports)."""
+        return list(cls._running)
+
+    def log_tails(self, chars: int = 3000) -> str:
+        """The end of each process's log, with each process's state (exit code or running)."""
+        procs = {"scheduler": self.scheduler_proc} | {f"engine{e}": p for e, p in self.engine_procs.items()}
+        parts = []
+        for name, proc in procs.items():
+            state = "not started" if proc is None else (
+                "running" if proc.poll() is None else f"exited with code {proc.returncode}")
+            log = self.run_dir / f"{name}.log"
+            text = log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
+            parts.append(f"--- {name} ({state}) {log}\n{text}")
+        return "\n".join(parts)
 
     def _check_alive(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is not None:
@@ -139,6 +161,7 @@ class LocalCluster:
         proc.wait(10)
 
     def stop(self) -> None:
+        LocalCluster._running.discard(self)
         procs = list(self.engine_procs.values()) + ([self.scheduler_proc] if self.scheduler_proc else [])
         for p in procs:
             if p.poll() is None:

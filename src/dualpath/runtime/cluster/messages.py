@@ -156,13 +156,21 @@ class Cancel(_Msg, frozen=True):
     request_id: str
 
 
+class Reset(_Msg, frozen=True):
+    """The scheduler declared this engine dead (missed heartbeats) and has re-dispatched or failed
+    its requests; the engine, still running, drops every task it holds and serves anew."""
+
+    reason: str = ""
+
+
 class Shutdown(_Msg, frozen=True):
     reason: str = ""
 
 
 Message = Union[
     Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
-    Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Shutdown,
+    Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Reset,
+    Shutdown,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

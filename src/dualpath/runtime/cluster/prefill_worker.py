@@ -64,6 +64,7 @@ class PrefillWorker:
             buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
             overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
         self._lock = threading.Lock()
+        self._last_load = (0, 0)
         self._cond = threading.Condition(self._lock)
         self._tasks: dict[str, PrefillTask] = {}
         self._unadmitted: list[str] = []  # tasks waiting for PE buffer room
@@ -77,8 +78,14 @@ class PrefillWorker:
 
     # ------------------------------------------------------------------ load / admin
     def load(self) -> tuple[int, int]:
-        with self._lock:
-            return len(self._tasks), sum(len(t.prompt_token_ids) for t in self._tasks.values())
+        """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
+        if not self._lock.acquire(timeout=0.05):
+            return self._last_load
+        try:
+            self._last_load = len(self._tasks), sum(len(t.prompt_token_ids) for t in self._tasks.values())
+        finally:
+            self._lock.release()
+        return self._last_load
 
     def add(self, task: PrefillTask) -> None:
         with self._lock:
@@ -118,6 +125,13 @@ class PrefillWorker:
 
     def _read_done(self, rid: str) -> None:
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
+
+    def reset(self) -> None:
+        """Drop every task (the scheduler re-dispatched them after declaring this engine dead)."""
+        with self._lock:
+            rids = list(self._tasks)
+        for rid in rids:
+            self.cancel(rid)
 
     def cancel(self, rid: str) -> None:
         """Forget the task; the engine drops the request once it is ready (its reads done), so the

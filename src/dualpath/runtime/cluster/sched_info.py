@@ -115,9 +115,12 @@ class Reporter:
     # ------------------------------------------------------------------ engines
     def heartbeat(self, hb: Heartbeat, now: float) -> None:
         e = self.svc.state.engines.get(hb.engine_id)
-        if e is not None and e.alive:
-            e.last_seen_s = now
-            self.heartbeats[hb.engine_id] = hb
+        if e is None:
+            return
+        if not e.alive:  # declared dead, yet its process runs: take it back, emptied
+            self.svc.revive(hb.engine_id, now)
+        e.last_seen_s = now
+        self.heartbeats[hb.engine_id] = hb
 
     # ------------------------------------------------------------------ queries
     def answer(self, q: Query) -> QueryReply:

@@ -20,7 +20,7 @@ from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
     Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress, Query, Rejected,
-    QueryReply, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    QueryReply, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
@@ -67,15 +67,20 @@ class SchedulerService:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while self.running:
-            if poller.poll(int(self.args.tick_s * 1000) or 1):
-                for _ in range(1000):
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._handle(frames[0], frames[-1])
-            self.tick(time.monotonic())
+            self.run_once(poller, int(self.args.tick_s * 1000) or 1)
         self.close()
+
+    def run_once(self, poller: zmq.Poller, timeout_ms: int, now: float | None = None) -> None:
+        """Handle what arrived within ``timeout_ms`` (at most 1,000 messages), then tick at ``now``
+        (the clock by default; tests pass their own)."""
+        if poller.poll(timeout_ms):
+            for _ in range(1000):
+                try:
+                    frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._handle(frames[0], frames[-1], now)
+        self.tick(time.monotonic() if now is None else now)
 
     def close(self) -> None:
         for e in self.state.engines.values():
@@ -90,12 +95,12 @@ class SchedulerService:
     def _to_client(self, identity: bytes, msg: object) -> None:
         self.sock.send_multipart([identity, b"", encode(msg)])  # type: ignore[arg-type]
 
-    def _handle(self, ident: bytes, raw: bytes) -> None:
+    def _handle(self, ident: bytes, raw: bytes, now: float | None = None) -> None:
         try:
             msg = decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return  # garbage on the socket never kills the scheduler
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         if isinstance(msg, Submit):
             self._submit(ident, msg, now)
         elif isinstance(msg, Tokens):
@@ -103,7 +108,7 @@ class SchedulerService:
         elif isinstance(msg, Heartbeat):
             self.report.heartbeat(msg, now)
         elif isinstance(msg, Progress):
-            self._progress(msg)
+            self._progress(msg, now)
         elif isinstance(msg, Abort):
             self._drop(msg.request_id, cancel=True)
         elif isinstance(msg, Query):
@@ -172,13 +177,29 @@ class SchedulerService:
     def _check_engines(self, now: float) -> None:
         for e in list(self.state.engines.values()):
             if e.alive and now - e.last_seen_s > self.args.engine_timeout_s:
-                self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding")
+                self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding "
+                                              f"(no heartbeat for {now - e.last_seen_s:.1f} s)")
+
+    def revive(self, eid: int, now: float) -> None:
+        """A heartbeat came from an engine declared dead (it was stalled, not gone): its requests
+        were already re-dispatched or failed, so it is told to drop what it holds, then serves again."""
+        e = self.state.engines[eid]
+        gone_s = now - e.last_seen_s
+        self._send(e.identity, Reset(reason=f"declared dead after {gone_s:.1f} s without heartbeat"))
+        e.alive, e.last_seen_s = True, now
+        self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
+        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
+        self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
+                                f"back in service, emptied")
+        print(f"scheduler: {self.report.down[-1]}", flush=True)
+        self._broadcast_peers()
 
     def engine_died(self, eid: int, reason: str) -> None:
         """Mark ``eid`` dead; requests without tokens go back to the queue, others fail."""
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
+        print(f"scheduler: {reason}", flush=True)
         for rid, req in list(self.state.requests.items()):
             if eid not in (req.pe, req.de):
                 continue
@@ -229,11 +250,11 @@ class SchedulerService:
         rid = self.keys.get(key)
         return rid if rid is not None and self.current.get(rid) == key else None
 
-    def _progress(self, msg: Progress) -> None:
+    def _progress(self, msg: Progress, now: float) -> None:
         rid = self._rid(msg.request_id)
         e = self.state.engines.get(msg.engine_id)
         if e is not None:
-            e.last_seen_s = time.monotonic()
+            e.last_seen_s = now
         if rid is None:
             return
         if msg.event == "read_done" and e is not None:

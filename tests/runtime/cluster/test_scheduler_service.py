@@ -1,0 +1,161 @@
+"""The scheduler service in this process, driven message by message with fake engine sockets and
+a test clock: dispatch, declaring a silent engine dead, and taking it back when it answers again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from dualpath.runtime.cluster.api import SamplingParams
+from dualpath.runtime.cluster.messages import (
+    DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Query, QueryReply, Reset, Submit, Tokens,
+    Welcome, decode, encode,
+)
+from dualpath.runtime.cluster.scheduler import SchedulerArgs, SchedulerService
+
+
+class _Rig:
+    def __init__(self, kv_dir: Path) -> None:
+        self.svc = SchedulerService(SchedulerArgs(bind="tcp://127.0.0.1:0", kv_dir=str(kv_dir),
+                                                  engine_timeout_s=1.0))
+        self.poller = zmq.Poller()
+        self.poller.register(self.svc.sock, zmq.POLLIN)
+        self.ctx = zmq.Context()
+        self.socks: list[zmq.Socket] = []
+        self.now = 1000.0
+
+    def dealer(self) -> zmq.Socket:
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(self.svc.address)
+        self.socks.append(s)
+        return s
+
+    def pump(self, dt: float = 0.0) -> None:
+        self.now += dt
+        for _ in range(5):
+            self.svc.run_once(self.poller, 20, now=self.now)
+
+    def engine(self, eid: int, role: str, node: int) -> zmq.Socket:
+        s = self.dealer()
+        s.send(encode(EngineHello(engine_id=eid, role=role, node_id=node, data_addr=f"tcp://x:{eid}",
+                                  pid=eid, hbm_tokens=100_000 if role == "decode" else 0,
+                                  num_layers=2, kv_bytes_per_token_layer=64, block_size=16,
+                                  vocab_size=100, max_context_len=4096)))
+        self.pump()
+        assert isinstance(_recv(s), Welcome)
+        return s
+
+    def heartbeat(self, eid: int) -> None:
+        self.dealer().send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
+                                            bytes_by_path={}, bytes_by_nic={})))
+
+    def health(self):  # type: ignore[no-untyped-def]
+        c = self.dealer()
+        c.send_multipart([b"", encode(Query(query_id=7, what="health"))])
+        self.pump()
+        reply = decode(c.recv_multipart()[-1])
+        assert isinstance(reply, QueryReply) and reply.health is not None
+        return reply.health
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close(0)
+        self.ctx.term()
+        self.svc.close()
+
+
+def _recv(sock: zmq.Socket, timeout_ms: int = 1000) -> object:
+    assert sock.poll(timeout_ms), "no message"
+    return decode(sock.recv_multipart()[-1])
+
+
+def _drain(sock: zmq.Socket) -> list[object]:
+    out = []
+    while sock.poll(50):
+        out.append(decode(sock.recv_multipart()[-1]))
+    return out
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[_Rig]:
+    r = _Rig(tmp_path)
+    yield r
+    r.close()
+
+
+def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) -> None:
+    pe = rig.engine(0, "prefill", 0)
+    de = rig.engine(1, "decode", 1)
+    client = rig.dealer()
+    client.send_multipart([b"", encode(Submit(request_id="r1", prompt_token_ids=list(range(40)),
+                                              params=SamplingParams(max_tokens=4, ignore_eos=True)))])
+    rig.pump()
+    assert any(isinstance(m, PrefillTask) and m.request_id == "r1" for m in _drain(pe))
+    assert any(isinstance(m, DecodeTask) and m.request_id == "r1" for m in _drain(de))
+
+    # the PE goes silent past the timeout (the DE keeps beating): declared dead; with no PE left,
+    # r1 fails at once with a clear error rather than hang
+    rig.now += 0.6
+    rig.heartbeat(1)
+    rig.pump(0.6)
+    h = rig.health()
+    assert [e.alive for e in h.engines] == [False, True] and not h.ok
+    assert any("prefill engine 0 stopped responding (no heartbeat for 1.2 s)" in d for d in h.down)
+    ev = decode(client.recv_multipart()[-1])
+    assert isinstance(ev, Tokens) and ev.events[0].finish_reason == "error"
+    assert "no live prefill engine left" in (ev.events[0].error or "")
+
+    # the PE's heartbeat comes again: it is told to drop what it holds, and serves new requests
+    _drain(de)
+    rig.heartbeat(0)
+    rig.pump()
+    got = _drain(pe)
+    assert isinstance(got[0], Reset) and "declared dead after 1.2 s" in got[0].reason
+    assert any(isinstance(m, Peers) and set(m.peers) == {0, 1} for m in got)
+    h = rig.health()
+    assert h.ok and all(e.alive for e in h.engines)
+    assert any("prefill engine 0 answered again" in d for d in h.down)
+    client.send_multipart([b"", encode(Submit(request_id="r2", prompt_token_ids=list(range(30)),
+                                              params=SamplingParams(max_tokens=2, ignore_eos=True)))])
+    rig.pump()
+    assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r2"]
+
+    # late tokens of the failed r1 are ignored; r2's reach the client
+    from dualpath.runtime.cluster.api import TokenEvent
+
+    de.send(encode(Tokens(events=[TokenEvent(request_id="r1", index=0, token_id=5)])))
+    rig.pump()
+    assert not client.poll(50)
+    de.send(encode(Tokens(events=[TokenEvent(request_id="r2", index=0, token_id=6)])))
+    rig.pump()
+    ev = decode(client.recv_multipart()[-1])
+    assert isinstance(ev, Tokens) and ev.events[0].request_id == "r2" and ev.events[0].token_id == 6
+
+
+def test_a_silent_decode_engine_loses_its_requests_to_the_other_one(rig: _Rig) -> None:
+    """Two DEs: when one goes silent, its request (no token streamed yet) is re-dispatched to the
+    other under a new attempt key, and nothing reaches the client twice."""
+    pe = rig.engine(0, "prefill", 0)
+    de1 = rig.engine(1, "decode", 1)
+    de2 = rig.engine(2, "decode", 2)
+    client = rig.dealer()
+    client.send_multipart([b"", encode(Submit(request_id="r1", prompt_token_ids=list(range(40)),
+                                              params=SamplingParams(max_tokens=4, ignore_eos=True)))])
+    rig.pump()
+    first = [m for s in (de1, de2) for m in _drain(s) if isinstance(m, DecodeTask)]
+    assert len(first) == 1
+    _drain(pe)
+    survivor_id = 2 if rig.svc.state.requests["r1"].de == 1 else 1
+    survivor = {1: de1, 2: de2}[survivor_id]
+    rig.now += 0.6
+    rig.heartbeat(0)
+    rig.heartbeat(survivor_id)
+    rig.pump(0.6)
+    again = [m for m in _drain(survivor) if isinstance(m, DecodeTask)]
+    assert [m.request_id for m in again] == ["r1#1"]
+    assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r1#1"]
+    assert not client.poll(50)  # the client saw nothing of the lost attempt
