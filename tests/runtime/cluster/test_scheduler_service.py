@@ -3,6 +3,7 @@ a test clock: dispatch, declaring a silent engine dead, and taking it back when 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,10 +35,15 @@ class _Rig:
         self.socks.append(s)
         return s
 
-    def pump(self, dt: float = 0.0) -> None:
-        self.now += dt
-        for _ in range(5):
-            self.svc.run_once(self.poller, 20, now=self.now)
+    def pump(self, dt: float = 0.0, step: float = 0.1) -> None:
+        """Advance the test clock by ``dt`` in ticks ``step`` apart, handling what arrived."""
+        end = self.now + dt
+        while True:
+            self.now = min(self.now + step, end)
+            for _ in range(3):
+                self.svc.run_once(self.poller, 10, now=self.now)
+            if self.now >= end:
+                return
 
     def engine(self, eid: int, role: str, node: int) -> zmq.Socket:
         s = self.dealer()
@@ -99,12 +105,13 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
 
     # the PE goes silent past the timeout (the DE keeps beating): declared dead; with no PE left,
     # r1 fails at once with a clear error rather than hang
-    rig.now += 0.6
+    rig.pump(0.6)
     rig.heartbeat(1)
     rig.pump(0.6)
     h = rig.health()
     assert [e.alive for e in h.engines] == [False, True] and not h.ok
-    assert any("prefill engine 0 stopped responding (no heartbeat for 1.2 s)" in d for d in h.down)
+    assert any(re.fullmatch(r"prefill engine 0 stopped responding \(no heartbeat for 1\.\d s\)", d)
+               for d in h.down), h.down
     ev = decode(client.recv_multipart()[-1])
     assert isinstance(ev, Tokens) and ev.events[0].finish_reason == "error"
     assert "no live prefill engine left" in (ev.events[0].error or "")
@@ -114,7 +121,7 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     rig.heartbeat(0)
     rig.pump()
     got = _drain(pe)
-    assert isinstance(got[0], Reset) and "declared dead after 1.2 s" in got[0].reason
+    assert isinstance(got[0], Reset) and "declared dead after" in got[0].reason
     assert any(isinstance(m, Peers) and set(m.peers) == {0, 1} for m in got)
     h = rig.health()
     assert h.ok and all(e.alive for e in h.engines)
@@ -151,7 +158,7 @@ def test_a_silent_decode_engine_loses_its_requests_to_the_other_one(rig: _Rig) -
     _drain(pe)
     survivor_id = 2 if rig.svc.state.requests["r1"].de == 1 else 1
     survivor = {1: de1, 2: de2}[survivor_id]
-    rig.now += 0.6
+    rig.pump(0.6)
     rig.heartbeat(0)
     rig.heartbeat(survivor_id)
     rig.pump(0.6)
@@ -159,3 +166,14 @@ def test_a_silent_decode_engine_loses_its_requests_to_the_other_one(rig: _Rig) -
     assert [m.request_id for m in again] == ["r1#1"]
     assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r1#1"]
     assert not client.poll(50)  # the client saw nothing of the lost attempt
+
+
+def test_the_schedulers_own_stall_does_not_kill_engines(rig: _Rig) -> None:
+    """A 3 s gap between two ticks (the scheduler descheduled, or the whole VM paused) is not the
+    engines' silence: they stay alive and serve; real silence afterwards still counts."""
+    rig.engine(0, "prefill", 0)
+    rig.engine(1, "decode", 1)
+    rig.pump(3.0, step=3.0)
+    assert all(e.alive for e in rig.health().engines)
+    rig.pump(1.2)
+    assert not any(e.alive for e in rig.health().engines)

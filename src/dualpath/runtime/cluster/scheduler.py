@@ -27,6 +27,9 @@ from dualpath.runtime.cluster.state import ClusterState, EngineState
 from dualpath.runtime.kvstore import BlockStore
 
 
+STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
+
+
 class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     bind: str  # "tcp://127.0.0.1:5557" (port 0 = any)
     kv_dir: str
@@ -61,6 +64,7 @@ class SchedulerService:
         self.current: dict[str, str] = {}  # client request id -> its current key
         self.attempts: dict[str, int] = {}
         self.running = True
+        self._last_check_s = float("inf")  # no stall before the first tick
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
@@ -175,6 +179,13 @@ class SchedulerService:
                 self._send(e.identity, Peers(peers=peers))
 
     def _check_engines(self, now: float) -> None:
+        # Time this loop itself was stalled (descheduled, a paused VM, a slow handler) is not the
+        # engines' silence: their heartbeats may not even have been sent yet. Credit it back.
+        stalled = now - self._last_check_s - STALL_GRACE_S
+        self._last_check_s = now
+        if stalled > 0:
+            for e in self.state.engines.values():
+                e.last_seen_s += stalled
         for e in list(self.state.engines.values()):
             if e.alive and now - e.last_seen_s > self.args.engine_timeout_s:
                 self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding "
