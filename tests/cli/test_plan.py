@@ -51,6 +51,8 @@ def test_cache_ratio_json() -> None:
     assert [r["context"] for r in out["ratios"]] == [16384, 65536]
     assert out["ratios"][0]["gb_per_pflop"] == pytest.approx(117, rel=0.1)
     assert out["ratios"][1]["gb_per_pflop"] == pytest.approx(267, rel=0.1)
+    commas = _json("plan", "cache-ratio", "--model", "qwen2.5-32b", "--context", "16k,32k", "--context", "64k")
+    assert [r["context"] for r in commas["ratios"]] == [16384, 32768, 65536]
 
 
 def test_working_set_json() -> None:

@@ -62,7 +62,8 @@ def pd_range_cmd(
 def cache_ratio_cmd(
     model: Annotated[str, typer.Option(help="Model name (see `dualpath models`).")] = "deepseek-v3.2",
     append: Annotated[str, typer.Option(help="Appended (new) tokens per turn.")] = "429",
-    context: Annotated[list[str] | None, typer.Option(help="Context length(s), e.g. 16k 64k.")] = None,
+    context: Annotated[list[str] | None, typer.Option(
+        help="Context length(s): repeat the option or separate by commas, e.g. --context 16k,64k.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """GB of cached KV to load per PFLOP of prefill compute."""
@@ -71,7 +72,7 @@ def cache_ratio_cmd(
     from dualpath.spec.models import get_model
 
     spec = get_model(model)
-    contexts = [parse_tokens(c) for c in (context or ["16k", "32k", "64k"])]
+    contexts = [parse_tokens(c) for arg in (context or ["16k,32k,64k"]) for c in arg.split(",") if c]
     ratios = cache_compute_ratios(spec, parse_tokens(append), contexts)
     rows = [{"context": r.context_len, "gb_per_pflop": r.gb_per_pflop, "kv_gb": r.kv_gb,
              "prefill_pflop": r.prefill_pflop} for r in ratios]
