@@ -8,16 +8,48 @@ for the driver's calling order and how round-robin cursors are carried.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import MISSING, dataclass, fields
+from typing import Literal, TypeVar
 
 ReadSide = Literal["pe", "de", "split"]
 READ_SIDES: tuple[str, ...] = ("pe", "de", "split")
+
+_T = TypeVar("_T")
+
+
+def _fast_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass a faster ``__init__`` with the same signature.
+
+    The generated ``__init__`` of a frozen dataclass sets each field with ``object.__setattr__``;
+    this one calls each slot descriptor's ``__set__`` directly (which is what that ends up doing),
+    about 1.5x faster. Views and plans are built several times per simulated request, so this is
+    measurable. Everything else (frozen ``__setattr__``, ``__eq__``, ``__hash__``, ``__repr__``,
+    keyword-only arguments and defaults) is the dataclass's own. No field may have a factory.
+    """
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    namespace: dict = {f"_set_{n}": getattr(cls, n).__set__ for n in names}
+    params = []
+    for f in fields(cls):  # type: ignore[arg-type]
+        assert f.default_factory is MISSING, f"{cls.__name__}.{f.name}: no factories here"
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+    body = "".join(f"    _set_{n}(self, {n})\n" for n in names)
+    exec(f"def __init__(self, *, {', '.join(params)}):\n{body}", namespace)  # noqa: S102
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
 
 
 # --------------------------------------------------------------------------- shared pieces
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestInfo:
     """One turn's request as the scheduler sees it.
@@ -43,6 +75,7 @@ class RequestInfo:
         return self.cached_len + self.new_len + self.gen_len
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLoad:
     """One engine's load as reported at its group's fetch.
@@ -59,6 +92,7 @@ class EngineLoad:
     free_hbm_tokens: int = 0
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeReadQueue:
     """A node's storage read queue: ``read_queue_tokens`` is the paper's ``read_q`` (hit tokens
@@ -70,6 +104,7 @@ class NodeReadQueue:
     read_tokens_per_s: float = 1.0
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupLoad:
     """One engine group (= one node, all PEs or all DEs) at its leader's fetch.
@@ -83,6 +118,7 @@ class GroupLoad:
     engines: tuple[EngineLoad, ...]
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupTotal:
     """A DE group's total load for phase 1: ``num_tokens`` = sum of ``tok_e`` over its engines plus
@@ -95,6 +131,7 @@ class GroupTotal:
 # --------------------------------------------------------------------------- decode fetch
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeFetchView:
     """A DE group's fetch. Phase 1 routes every request of ``global_queue`` (FIFO) to a DE group;
@@ -115,6 +152,7 @@ class DecodeFetchView:
     group_rr_cursor: int = 0
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupRouting:
     """Phase 1 decision: ``request_id`` joins the private queue of DE group ``group_id``."""
@@ -123,6 +161,7 @@ class GroupRouting:
     group_id: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeAssignment:
     """Phase 2 decision: ``request_id`` decodes on DE ``engine_id`` (reserve ``decode_len`` tokens)."""
@@ -131,6 +170,7 @@ class DecodeAssignment:
     engine_id: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodePlan:
     """Result of ``assign_decode``. ``routings`` covers the whole global queue, in its order.
@@ -147,6 +187,7 @@ class DecodePlan:
 # --------------------------------------------------------------------------- prefill fetch
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingPrefill:
     """A request waiting for a PE; its DE (``de_engine_id`` on node ``de_node_id``) is known."""
@@ -156,6 +197,7 @@ class PendingPrefill:
     de_node_id: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillFetchView:
     """A PE fetch: take requests FIFO from the head of ``queue`` (the global prefill queue).
@@ -174,6 +216,7 @@ class PrefillFetchView:
     rr_cursor: int = 0
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillAssignment:
     """``request_id`` prefills on PE ``engine_id``. Its ``cached_len`` hit tokens are read as
@@ -187,6 +230,7 @@ class PrefillAssignment:
     de_read_len: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillPlan:
     """Result of ``assign_prefill``: assignments for a prefix of the queue, in queue order.
@@ -201,6 +245,7 @@ class PrefillPlan:
 # --------------------------------------------------------------------------- PE batch
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchItem:
     """A request on a PE that still has tokens to compute: ``cached_len`` tokens have KV already
@@ -211,6 +256,7 @@ class BatchItem:
     new_len: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchView:
     """One PE's next iteration. ``waiting`` is FIFO (assignment order) and holds only requests the
@@ -221,6 +267,7 @@ class BatchView:
     waiting: tuple[BatchItem, ...]
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchEntry:
     """Compute ``chunk_len`` tokens of ``request_id`` on top of its ``cached_len`` tokens."""
@@ -230,6 +277,7 @@ class BatchEntry:
     chunk_len: int
 
 
+@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchPlan:
     """Result of ``plan_prefill_batch``: a FIFO prefix of ``waiting``; only the last entry may be
