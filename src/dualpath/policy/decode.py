@@ -60,7 +60,9 @@ def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str
     routings, next_group_cursor = route_to_groups(view, de_choice)
     gid = view.group.group_id
     private = list(view.private_queue)
-    private.extend(r for r, g in zip(view.global_queue, routings, strict=True) if g.group_id == gid)
+    if routings:
+        private.extend(r for r, g in zip(view.global_queue, routings, strict=True)
+                       if g.group_id == gid)
     if de_choice == "balanced":
         assignments, cursor = _balanced(view, private, config.hbm_slack), view.rr_cursor
     else:
@@ -89,13 +91,7 @@ def _balanced(
     out: list[DecodeAssignment] = []
     for req in private:
         need = req.decode_len
-        best, best_key = -1, (2, 0, 0)
-        for i in range(num):
-            if free[i] < need:
-                continue
-            key = (0, seq[i], tok[i]) if tok[i] + need <= z else (1, tok[i], seq[i])
-            if best < 0 or key < best_key:
-                best, best_key = i, key
+        best = _balanced_pick(seq, tok, free, need, z)
         if best < 0:
             break  # no DE has room for the head: the fetch ends (head-of-line, as specified)
         seq[best] += 1
@@ -103,6 +99,23 @@ def _balanced(
         free[best] -= need
         out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[best].engine_id))
     return out
+
+
+def _balanced_pick(seq: list[int], tok: list[int], free: list[int], need: int, z: float) -> int:
+    """Index of the DE for a request of ``need`` tokens, or -1 if none has room: among DEs with
+    ``tok + need <= z`` the smallest (seq, tok), else the smallest (tok, seq); first on ties."""
+    under, under_seq, under_tok = -1, 0, 0
+    over, over_tok, over_seq = -1, 0, 0
+    for i in range(len(free)):
+        if free[i] < need:
+            continue
+        s, t = seq[i], tok[i]
+        if t + need <= z:
+            if under < 0 or s < under_seq or (s == under_seq and t < under_tok):
+                under, under_seq, under_tok = i, s, t
+        elif under < 0 and (over < 0 or t < over_tok or (t == over_tok and s < over_seq)):
+            over, over_tok, over_seq = i, t, s
+    return under if under >= 0 else over
 
 
 def _round_robin(

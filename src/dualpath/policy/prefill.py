@@ -27,10 +27,10 @@ READ_CHOICES: tuple[str, ...] = ("pe", "de", "shorter", "split")
 class _Reads:
     """Mutable per-fetch copy of the read queues: node id -> [tokens, tokens/s]."""
 
-    __slots__ = ("order", "table")
+    __slots__ = ("queues", "table")
 
     def __init__(self, queues: tuple[NodeReadQueue, ...]) -> None:
-        self.order = [q.node_id for q in queues]
+        self.queues = queues
         self.table: dict[int, list[float]] = {}
         for q in queues:
             if q.node_id in self.table:
@@ -44,11 +44,15 @@ class _Reads:
             raise DualpathError(f"read_queues has no entry for node_id={node_id!r}") from None
 
     def freeze(self) -> tuple[NodeReadQueue, ...]:
-        return tuple(
-            NodeReadQueue(node_id=n, read_queue_tokens=int(self.table[n][0]),
-                          read_tokens_per_s=self.table[n][1])
-            for n in self.order
-        )
+        """The queues in view order; a node's view object is reused when nothing was added."""
+        out = []
+        for q in self.queues:
+            tokens, rate = self.table[q.node_id]
+            if tokens != q.read_queue_tokens or type(q.read_queue_tokens) is not int:
+                q = NodeReadQueue(node_id=q.node_id, read_queue_tokens=int(tokens),
+                                  read_tokens_per_s=rate)
+            out.append(q)
+        return tuple(out)
 
 
 def split_read(

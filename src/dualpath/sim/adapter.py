@@ -9,8 +9,9 @@ prefix the driver fetches again at once with the updated loads (tested equal to 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from itertools import islice
+from operator import attrgetter
 
 from dualpath.policy.views import (
     BatchItem,
@@ -32,6 +33,7 @@ VIEW_LIMIT = 64
 FETCH_ELISION = True
 SMALL_CLUSTER_NODES = 32
 BATCH_VIEW_LIMIT = 64
+_INFO = attrgetter("info")  # a queued Req's RequestInfo
 
 
 class PolicyAdapter:
@@ -60,18 +62,20 @@ class PolicyAdapter:
         self._reads: dict[int, NodeReadQueue] = {}
 
         self._node_loads: dict[int, list[EngineLoad]] = {}  # node id -> its engines' loads
-        self._stale: dict[int, set[int]] = {}  # node id -> GPUs whose EngineLoad is out of date
+        self._rank = {g: i for n in sim.cluster.nodes for i, g in enumerate(n.gpus)}  # GPU -> rank
+        # node id -> GPUs whose EngineLoad is out of date
+        self._stale: defaultdict[int, set[int]] = defaultdict(set)
 
     def de_changed(self, node_id: int, gpu_id: int) -> None:
         """DE ``gpu_id`` of node ``node_id`` changed seq/tok/reservation (its group total too)."""
         self._groups.pop(node_id, None)
-        self._stale.setdefault(node_id, set()).add(gpu_id)
+        self._stale[node_id].add(gpu_id)
         self._totals_dirty.add(node_id)
 
     def pe_changed(self, node_id: int, gpu_id: int) -> None:
         """PE ``gpu_id`` of node ``node_id`` changed seq/tok."""
         self._groups.pop(node_id, None)
-        self._stale.setdefault(node_id, set()).add(gpu_id)
+        self._stale[node_id].add(gpu_id)
 
     def _group(self, node, load) -> GroupLoad:
         """The node's GroupLoad; only the EngineLoads of GPUs that changed are rebuilt."""
@@ -84,9 +88,9 @@ class PolicyAdapter:
         if loads is None:
             loads = self._node_loads[nid] = [load(g) for g in node.gpus]
         elif stale:
-            for i, g in enumerate(node.gpus):
-                if g in stale:
-                    loads[i] = load(g)
+            rank = self._rank
+            for g in stale:
+                loads[rank[g]] = load(g)
         group = self._groups[nid] = GroupLoad(group_id=nid, node_id=nid, engines=tuple(loads))
         return group
 
@@ -118,7 +122,11 @@ class PolicyAdapter:
             return False
         need = queue[0].decode_len
         states = self.sim.de_states
-        return any(states[g].hbm_tokens - states[g].reserved >= need for g in node.gpus)
+        for g in node.gpus:
+            st = states[g]
+            if st.hbm_tokens - st.reserved >= need:
+                return True
+        return False
 
     def prefill_may_assign(self, node) -> bool:
         """False only if every PE of this group is over beta (C1)."""
@@ -126,7 +134,10 @@ class PolicyAdapter:
             return True
         beta = self.scheduler.config.beta_tokens
         pes = self.sim.pe_states
-        return any(pes[g].tok <= beta for g in node.gpus)
+        for g in node.gpus:
+            if pes[g].tok <= beta:
+                return True
+        return False
 
     def decode_view(self, node) -> DecodeFetchView:
         sim = self.sim
@@ -146,8 +157,8 @@ class PolicyAdapter:
         totals = self._totals_tuple
         view = DecodeFetchView(
             now_s=sim.kernel.now_s, group=self._de_group(node),
-            private_queue=tuple(r.info for r in self.private[node.node_id]),
-            global_queue=tuple(r.info for r in self.global_queue), group_totals=totals,
+            private_queue=tuple(map(_INFO, self.private[node.node_id])),
+            global_queue=tuple(map(_INFO, self.global_queue)), group_totals=totals,
             rr_cursor=self.de_rr[node.node_id], group_rr_cursor=self.group_rr)
         return view
 
