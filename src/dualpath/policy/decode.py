@@ -44,6 +44,11 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
             cursor = (cursor + 1) % len(totals)
         return out, cursor
+    if len(view.global_queue) == 1:  # the common case: the first smallest total, no heap
+        tokens = [g.num_tokens for g in totals]
+        req = view.global_queue[0]
+        gid = totals[tokens.index(min(tokens))].group_id
+        return [GroupRouting(request_id=req.request_id, group_id=gid)], view.group_rr_cursor
     heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
     heapq.heapify(heap)
     for req in view.global_queue:

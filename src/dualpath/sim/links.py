@@ -69,14 +69,15 @@ def transfer(links: Sequence[Link], nbytes: float, ready_s: float) -> float:
         return ready_s
     end = ready_s
     for link in links:
-        start = link.free_at_s if link.free_at_s > ready_s else ready_s
+        free = link.free_at_s
         dur = nbytes / link.bytes_per_s
-        link.free_at_s = start + dur
+        done = (free if free > ready_s else ready_s) + dur
+        link.free_at_s = done
         link.busy_s += dur
         link.bytes_moved += nbytes
         link.kv_bytes += nbytes
-        if start + dur > end:
-            end = start + dur
+        if done > end:
+            end = done
     return end
 
 
