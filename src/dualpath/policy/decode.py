@@ -23,6 +23,9 @@ from dualpath.policy.views import (
 )
 
 DE_CHOICES: tuple[str, ...] = ("balanced", "round-robin")
+# Phase 1 with at most this many requests scans the totals (two C loops per request) instead of
+# building a heap of every group; both pick the smallest (total, position), so plans are equal.
+_SCAN_LIMIT = 8
 
 
 def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRouting], int]:
@@ -44,11 +47,13 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
             cursor = (cursor + 1) % len(totals)
         return out, cursor
-    if len(view.global_queue) == 1:  # the common case: the first smallest total, no heap
+    if len(view.global_queue) <= _SCAN_LIMIT:  # a few requests: scan for the first smallest
         tokens = [g.num_tokens for g in totals]
-        req = view.global_queue[0]
-        gid = totals[tokens.index(min(tokens))].group_id
-        return [GroupRouting(request_id=req.request_id, group_id=gid)], view.group_rr_cursor
+        for req in view.global_queue:
+            pos = tokens.index(min(tokens))
+            out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
+            tokens[pos] += req.decode_len
+        return out, view.group_rr_cursor
     heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
     heapq.heapify(heap)
     for req in view.global_queue:

@@ -121,14 +121,17 @@ def assign_prefill(
     num = len(ids)
     cursor = view.rr_cursor % num if num else 0
     alpha, beta = config.alpha_tokens, config.beta_tokens
-    best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
-    index = _Candidates(best, tok, group_queues, alpha)
-    groups_of_node: dict[int, list[int]] = {}
-    for g, group in enumerate(view.groups):
-        groups_of_node.setdefault(group.node_id, []).append(g)
+    least_loaded = pe_choice == "least-loaded"
+    index: _Candidates | None = None  # least-loaded only (round-robin needs no candidates)
+    if least_loaded:
+        best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
+        index = _Candidates(best, tok, group_queues, alpha)
+        groups_of_node: dict[int, list[int]] = {}
+        for g, group in enumerate(view.groups):
+            groups_of_node.setdefault(group.node_id, []).append(g)
     out: list[PrefillAssignment] = []
     for pending in view.queue:
-        if pe_choice == "least-loaded":
+        if index is not None:
             pick = index.pick()
         else:
             pick = _round_robin(tok, beta, cursor)
@@ -139,16 +142,17 @@ def assign_prefill(
         req = pending.request
         tok[pick] += req.prompt_len
         g = group_of[pick]
-        best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
         side, pe_len, de_len = choose_read(
             read_choice, req.cached_len, group_queues[g], reads.get(pending.de_node_id),
             config.block_size,
         )
-        index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
-        for node in (view.groups[g].node_id, pending.de_node_id):
-            for other in groups_of_node.get(node, ()):
-                if other != g:
-                    index.refresh(other)
+        if index is not None:
+            best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
+            index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
+            for node in (view.groups[g].node_id, pending.de_node_id):
+                for other in groups_of_node.get(node, ()):
+                    if other != g:
+                        index.refresh(other)
         out.append(PrefillAssignment(request_id=req.request_id, engine_id=ids[pick],
                                      read_side=side, pe_read_len=pe_len, de_read_len=de_len))
     if pe_choice != "round-robin":
@@ -159,12 +163,11 @@ def assign_prefill(
 def _group_best(tok: list[int], lo: int, hi: int, beta: int) -> int:
     """Flat index of the group's engine with the smallest ``tok_e <= beta`` (first on ties), or
     -1 when the whole group is in C1. Classes are per node, so this is the group's candidate."""
-    best, best_tok = -1, 0
-    for i in range(lo, hi):
-        t = tok[i]
-        if t <= beta and (best < 0 or t < best_tok):
-            best, best_tok = i, t
-    return best
+    if lo >= hi:
+        return -1
+    group = tok[lo:hi]
+    smallest = min(group)  # the smallest tok_e is <= beta iff any is
+    return lo + group.index(smallest) if smallest <= beta else -1
 
 
 class _Candidates:

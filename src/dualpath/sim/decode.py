@@ -48,6 +48,7 @@ class DecodeUnit:
             st.unit = self
             st.slot = slot
         self.step_list = [0.0] * len(states)
+        self.max_step = 0.0  # max(step_list), kept up to date by _set_step
         self.counter = 0.0
         self.last_t = 0.0
         self.step_s = 0.0
@@ -65,8 +66,17 @@ class DecodeUnit:
             self.busy_s += dt
         self.last_t = now
 
+    def _set_step(self, st: DeState, step_s: float) -> None:
+        """Set one GPU's step time; the unit's max is recomputed only if the max went down."""
+        old = self.step_list[st.slot]
+        self.step_list[st.slot] = st.step_s = step_s
+        if step_s >= self.max_step:
+            self.max_step = step_s
+        elif old == self.max_step:
+            self.max_step = max(self.step_list)
+
     def _restep(self) -> None:
-        self.step_s = max(self.step_list)
+        self.step_s = self.max_step
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
@@ -87,8 +97,7 @@ class DecodeUnit:
         heapq.heappush(self.heap, (req.target, self.seq, req))
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
-        st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum)
-        self.step_list[st.slot] = st.step_s
+        self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
         self._restep()
         req.t_join = self.kernel.now_s
 
@@ -106,10 +115,9 @@ class DecodeUnit:
             touched.add(st)
             self.sim.decode_done(req, st)
         for st in touched:
-            st.step_s = self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0
+            self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0)
             if not st.batch:
                 st.ctx_sum = 0.0
-            self.step_list[st.slot] = st.step_s
         self._restep()
 
     def current_step_s(self) -> float:
