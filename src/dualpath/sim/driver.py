@@ -80,6 +80,7 @@ class Simulation:
         pe_nodes = cluster.pe_nodes  # PE fetch orders, one per rotation (see _on_tick)
         self._pe_orders = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
         self._pe_dirty: set[int] = set(self._pe_node_ids)
+        self._pe_all_dirty = False  # every PE node is dirty (set by assign_de, applied per tick)
         self.stopped_reason = ""
 
     def _prefill_tokens_per_s(self) -> float:
@@ -144,6 +145,9 @@ class Simulation:
         if not adapter.prefill_queue:  # every PE group's fetch would be skipped
             return
         pe_dirty = self._pe_dirty
+        if self._pe_all_dirty:
+            pe_dirty.update(self._pe_node_ids)
+            self._pe_all_dirty = False
         for node in self._pe_orders[self._next_pe]:
             if adapter.prefill_queue and node.node_id in pe_dirty:
                 pe_dirty.discard(node.node_id)
@@ -164,7 +168,7 @@ class Simulation:
         self.de_node_tok[st.node_id] += req.decode_len
         self.adapter.de_changed(st.node_id, st.gpu_id)
         self.adapter.enqueue_prefill(req, st.node_id)
-        self._pe_dirty.update(self._pe_node_ids)
+        self._pe_all_dirty = True  # a new request in the prefill queue: every PE group may fetch
 
     def assign_pe(self, req, gpu_id: int, pe_read_len: int, de_read_len: int, side: str) -> None:
         st = self.pe_states[gpu_id]
