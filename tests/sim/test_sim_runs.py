@@ -51,3 +51,31 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, 
     monkeypatch.setattr(adapter, "VIEW_LIMIT", 2)
     tiny = run_one(cfg, trajs)
     assert tiny["jct_s"] == without["jct_s"] and tiny["bytes"] == without["bytes"]
+
+
+@pytest.mark.parametrize("system", ["dualpath", "basic"])
+def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_trajectories,
+                                                          monkeypatch, system) -> None:
+    """DE views carry the private queue only up to the first request past the group's free HBM
+    (sim/adapter.py BOUND_PRIVATE_VIEW). 600 agents with ~60K contexts overfill the DE HBM of
+    DS 660B 2P4D, so most DE fetches see a queue that is cut (checked below)."""
+    import dualpath.sim.adapter as adapter
+
+    trajs = make_trajectories(600, turns=3, first=60000, append=400, gen=2000)
+    cfg = SimConfig(system=get_system(system), cluster=make_cluster(2, 4, model="deepseek-v3.2"))
+    monkeypatch.setattr(adapter, "_PRIVATE_FULL", 0)
+    cuts = []
+    prefix = adapter.PolicyAdapter._private_prefix
+
+    def counted(self, queue, group):
+        out = prefix(self, queue, group)
+        cuts.append(len(out) < len(queue))
+        return out
+
+    monkeypatch.setattr(adapter.PolicyAdapter, "_private_prefix", counted)
+    bounded = run_one(cfg, trajs)
+    assert sum(cuts) > len(cuts) // 2
+    monkeypatch.setattr(adapter, "BOUND_PRIVATE_VIEW", False)
+    full = run_one(cfg, trajs)
+    for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
+        assert bounded[key] == full[key], key

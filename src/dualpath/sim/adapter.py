@@ -32,6 +32,13 @@ VIEW_LIMIT = 64
 # cases, so plans are identical with and without it (tests/sim check the JCT is the same).
 FETCH_ELISION = True
 SMALL_CLUSTER_NODES = 32
+# Private-queue prefixes: every DE choice assigns a prefix of the private queue whose tokens fit
+# the group's free HBM (it stops at the first request no DE has room for, and the assigned tokens
+# never exceed the group's free total); balanced's R is that same fitting prefix. So a DE view
+# needs the private queue only up to the first request that takes its running sum past the
+# group's free HBM: the plan is the same (tests/sim check the JCT is the same without the bound).
+BOUND_PRIVATE_VIEW = True
+_PRIVATE_FULL = 8  # queues up to this long are passed whole (the scan would cost more)
 BATCH_VIEW_LIMIT = 64
 _INFO = attrgetter("info")  # a queued Req's RequestInfo
 
@@ -155,12 +162,30 @@ class PolicyAdapter:
             dirty.clear()
             self._totals_tuple = tuple(out)  # type: ignore[arg-type]
         totals = self._totals_tuple
+        group = self._de_group(node)
         view = DecodeFetchView(
-            now_s=sim.kernel.now_s, group=self._de_group(node),
-            private_queue=tuple(map(_INFO, self.private[node.node_id])),
+            now_s=sim.kernel.now_s, group=group,
+            private_queue=self._private_prefix(self.private[node.node_id], group),
             global_queue=tuple(map(_INFO, self.global_queue)), group_totals=totals,
             rr_cursor=self.de_rr[node.node_id], group_rr_cursor=self.group_rr)
         return view
+
+    def _private_prefix(self, queue: deque, group: GroupLoad) -> tuple:
+        """The private queue's infos up to the first request past the group's free HBM (see
+        BOUND_PRIVATE_VIEW); the whole queue when it is short or never gets past it."""
+        if not BOUND_PRIVATE_VIEW or len(queue) <= _PRIVATE_FULL:
+            return tuple(map(_INFO, queue))
+        room = 0
+        for engine in group.engines:
+            room += engine.free_hbm_tokens
+        out = []
+        total = 0
+        for req in queue:
+            out.append(req.info)
+            total += req.decode_len
+            if total > room:
+                break
+        return tuple(out)
 
     def apply_decode(self, node, plan) -> int:
         """Carry out a DecodePlan: route the global queue, assign DEs (reserving HBM)."""
