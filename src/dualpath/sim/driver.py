@@ -149,7 +149,9 @@ class Simulation:
             pe_dirty.update(self._pe_node_ids)
             self._pe_all_dirty = False
         for node in self._pe_orders[self._next_pe]:
-            if adapter.prefill_queue and node.node_id in pe_dirty:
+            if not adapter.prefill_queue:
+                break  # the rest stay dirty, as if visited with nothing to fetch
+            if node.node_id in pe_dirty:
                 pe_dirty.discard(node.node_id)
                 if not adapter.prefill_may_assign(node):
                     continue
