@@ -26,6 +26,7 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     measurable. Everything else (frozen ``__setattr__``, ``__eq__``, ``__hash__``, ``__repr__``,
     keyword-only arguments and defaults) is the dataclass's own. No field may have a factory.
     """
+    assert not hasattr(cls, "__post_init__"), f"{cls.__name__}: __post_init__ would be skipped"
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     namespace: dict = {f"_set_{n}": getattr(cls, n).__set__ for n in names}
     params = []

@@ -200,9 +200,26 @@ class Simulation:
             self.storage.claim(de_node, req, de_read_len * self.bpt, de_read_len, self._claim_done,
                                limit_frac=1.0 - cal.DE_OUTPUT_RESERVE)
         if pe_read_len > 0:
-            pe_node = self.cluster.nodes[st.node_id]
-            self.storage.claim(pe_node, req, pe_read_len * self.bpt, pe_read_len,
-                               self._claim_done)
+            if not self.system.layerwise and cal.BASIC_READS_NEED_HBM:
+                st.hbm_gate.append(req)  # Basic: the read waits for PE HBM room (see calibration)
+                self._pump_hbm(st)
+            else:
+                pe_node = self.cluster.nodes[st.node_id]
+                self.storage.claim(pe_node, req, pe_read_len * self.bpt, pe_read_len,
+                                   self._claim_done)
+
+    def _pump_hbm(self, st: PeState) -> None:
+        """Start Basic's PE reads in FIFO order while the PE's HBM holds their whole prompts
+        (one is always admitted into an empty HBM); the room is held until prefill is done."""
+        while st.hbm_gate:
+            req = st.hbm_gate[0]
+            if st.hbm_used and st.hbm_used + req.prompt_len > self.pe_kv_tokens:
+                return
+            st.hbm_gate.popleft()
+            st.hbm_used += req.prompt_len
+            req.hbm_held = True
+            self.storage.claim(self.cluster.nodes[st.node_id], req, req.pe_read_len * self.bpt,
+                               req.pe_read_len, self._claim_done)
 
     def _claim_done(self, req) -> None:
         req.claims_left -= 1
@@ -235,6 +252,10 @@ class Simulation:
         req.t_first = now
         st.seq -= 1
         st.tok -= req.prompt_len
+        if req.hbm_held:
+            st.hbm_used -= req.prompt_len
+            req.hbm_held = False
+            self._pump_hbm(st)
         self.adapter.pe_changed(st.node_id, st.gpu_id)
         self._pe_dirty.add(st.node_id)
         if self.adapter.prefill_queue:

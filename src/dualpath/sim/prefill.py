@@ -14,6 +14,7 @@ before compute, and is sent to the DE buffer after it.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from dualpath.sim.kernel import PRIO_COMPLETE
@@ -25,7 +26,7 @@ EARLY_ITERATIONS = 100
 
 
 class PeState:
-    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready")
+    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready", "hbm_gate", "hbm_used")
 
     def __init__(self, gpu_id: int, node_id: int) -> None:
         self.gpu_id = gpu_id
@@ -34,6 +35,8 @@ class PeState:
         self.seq = 0
         self.queue: list = []  # assigned, prefill unfinished, in assignment order
         self.unit: Any = None  # the PrefillUnit it iterates in
+        self.hbm_gate: deque = deque()  # Basic: requests whose PE read waits for HBM room
+        self.hbm_used = 0  # Basic: prompt tokens of KV held in this PE's HBM
         self.num_ready = 0  # requests in ``queue`` whose reads are done (is_ready)
 
 
