@@ -79,3 +79,37 @@ def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_tr
     full = run_one(cfg, trajs)
     for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
         assert bounded[key] == full[key], key
+
+
+def test_basic_reads_wait_for_pe_hbm_room(make_cluster, make_trajectories, monkeypatch) -> None:
+    """Basic (no layerwise prefill) starts a PE read only when the PE's HBM holds the whole prompt
+    (calibration.BASIC_READS_NEED_HBM): past the KV room only a lone request is held, reads did
+    wait, every hold is given back, and layerwise prefill (same policy) is faster."""
+    from dualpath.sim.driver import Simulation
+
+    room = 40_000  # a PE KV room of about two of these prompts, so the gate binds
+    sims: list[Simulation] = []
+    seen = {"waited": 0, "checks": 0}
+    real_init, pump = Simulation.__init__, Simulation._pump_hbm
+
+    def init(self, *a, **k):  # type: ignore[no-untyped-def]
+        real_init(self, *a, **k)
+        self.pe_kv_tokens = room
+        sims.append(self)
+
+    def watch(self, st):  # type: ignore[no-untyped-def]
+        pump(self, st)
+        held = sum(1 for r in st.queue if r.hbm_held)
+        assert st.hbm_used <= room or held == 1, (st.hbm_used, held)
+        seen["waited"] += bool(st.hbm_gate)
+        seen["checks"] += 1
+
+    monkeypatch.setattr(Simulation, "__init__", init)
+    monkeypatch.setattr(Simulation, "_pump_hbm", watch)
+    trajs = make_trajectories(160, turns=8, first=16384, append=200, gen=16)
+    res = run_systems(["basic", "layerwise"], make_cluster(1, 2), trajs)
+    basic = sims[0]
+    assert seen["checks"] > 0 and seen["waited"] > 0
+    assert all(st.hbm_used == 0 and not st.hbm_gate for st in basic.pe_states.values())
+    assert res["basic"]["agents_finished"] == 160
+    assert res["layerwise"]["jct_s"] < res["basic"]["jct_s"]
