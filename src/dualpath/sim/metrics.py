@@ -129,8 +129,10 @@ class Metrics:
 def check_invariants(sim) -> None:
     """Fail loudly: bytes read == hit tokens x KV bytes/token; oracle has no I/O; every agent
     finished (offline runs that were not stopped); no link above 100% (in check_utilisation)."""
-    # reads still waiting for buffer room when a run is cut short (online) are not read yet
+    # reads still waiting for buffer room (or, Basic, PE HBM room) when a run is cut short
+    # (online) are not read yet
     queued = sum(c.read_tokens for node in sim.cluster.nodes for c in node.gate)
+    queued += sum(r.pe_read_len for st in sim.pe_states.values() for r in st.hbm_gate)
     expected = 0.0 if sim.system.free_io else (sim.metrics.hit_tokens - queued) * sim.bpt
     read = sim.storage.bytes_read
     if abs(read - expected) > 1e-6 * max(expected, 1.0):
