@@ -82,11 +82,12 @@ def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_tr
 
 
 def test_basic_reads_wait_for_pe_hbm_room(make_cluster, make_trajectories, monkeypatch) -> None:
-    """Basic (no layerwise prefill) starts a PE read only when the PE's HBM holds the whole prompt
-    (calibration.BASIC_READS_NEED_HBM): past the KV room only a lone request is held, reads did
+    """With calibration.BASIC_READS_NEED_HBM (off by default), Basic starts a PE read only when the
+    PE's HBM holds the whole prompt: past the KV room only a lone request is held, reads did
     wait, every hold is given back, and layerwise prefill (same policy) is faster."""
     from dualpath.sim.driver import Simulation
 
+    monkeypatch.setattr("dualpath.sim.calibration.BASIC_READS_NEED_HBM", True)
     room = 40_000  # a PE KV room of about two of these prompts, so the gate binds
     sims: list[Simulation] = []
     seen = {"waited": 0, "checks": 0}
@@ -123,6 +124,7 @@ def test_basic_run_cut_short_with_reads_waiting_for_hbm_keeps_invariants(make_cl
     from dualpath.sim.driver import Simulation
     from dualpath.sim.metrics import check_invariants
 
+    monkeypatch.setattr("dualpath.sim.calibration.BASIC_READS_NEED_HBM", True)
     sims: list[Simulation] = []
     real_init = Simulation.__init__
     checked: list[int] = []

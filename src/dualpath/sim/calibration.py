@@ -17,13 +17,11 @@ FETCH_INTERVAL_S = 0.05
 
 # --- storage -------------------------------------------------------------------------------------
 # Fraction of the SNIC line rate that storage reads (and writes) achieve end to end. The spec says 3FS
-# "saturates a 400 Gbps SNIC"; but the published ablation's "+ layerwise" step (8,807 s at 2,048
-# agents, 64K), which reads every hit on the two PE nodes and is bound by their SNICs, implies ~26 GB/s
-# of hit KV per PE node (460 TB / 8,807 s / 2), about half of 50 GB/s. FITTED with
-# BASIC_READS_NEED_HBM to the Basic row and the ablation (0.5 without that switch, fitted to Basic
-# alone). It also absorbs per-read costs we do not model (block lookup, small-read latency, H2D
-# staging in the traffic manager).
-STORAGE_EFFICIENCY = 0.58
+# "saturates a 400 Gbps SNIC"; but Basic's published JCT (10,104 s at 2,048 agents, 64K) implies
+# the two PE nodes delivered only ~46 GB/s of hit KV in total (460 TB / 10,104 s), i.e. about half
+# of 2 x 50 GB/s. FITTED to the Basic row (1.0 gives Basic 6,658 s, -34%). It also absorbs per-read
+# costs we do not model (block lookup, small-read latency, H2D staging in the traffic manager).
+STORAGE_EFFICIENCY = 0.5
 
 # Share of each DE node's DRAM buffer kept free of DE-side hit reads, for prefill output streaming
 # in (PE-read hits + misses). Without a reserve, a buffer full of read-ahead hits could block the
@@ -74,12 +72,13 @@ COMPUTE_QUOTA_PER_FORWARD_S = 0.3
 
 # --- Basic (no layerwise prefill) ----------------------------------------------------------------
 # Basic keeps a whole prompt's KV (all layers) in PE HBM, loads it before computing and sends it
-# after; the KV room of a PE is its HBM minus weights (HBM_USABLE_FRACTION applies). With this
-# switch on, a Basic PE read also starts only when that room holds the request's whole prompt
-# (storage -> DRAM -> HBM is one load without layerwise prefill; the room is held until the
-# prefill is done), so free HBM bounds how far Basic's reads run ahead of its compute. FITTED to
-# the ablation's layerwise step: without it Basic ran as SNIC-bound as layerwise (-4.4% for
-# "+ layerwise" at 1,024/2,048 agents, published -17.2%); with it -21.0% (see docs/sim.md).
-BASIC_READS_NEED_HBM = True
+# after; the KV room of a PE is its HBM minus weights (HBM_USABLE_FRACTION applies).
+# BASIC_READS_NEED_HBM (tried, OFF): a Basic PE read would also start only when that room holds the
+# request's whole prompt (held until its prefill is done), so free HBM bounds how far Basic's reads
+# run ahead. With STORAGE_EFFICIENCY 0.58 it fits the ablation far better (layerwise step -21.0% vs
+# published -17.2%; -4.4% without it) and keeps the 64K row within 8%, but it fails held-out checks:
+# Basic/DualPath 2.41x at 32K and 2.08x at 64K (published "up to 1.87x"; 1.85x and 1.94x without
+# it) and DS 660B online Basic capacity 0.10 APS (published 0.20; 0.15 without it). See docs/sim.md.
+BASIC_READS_NEED_HBM = False
 
 CONSTANTS = {name: value for name, value in dict(globals()).items() if name.isupper()}
