@@ -55,6 +55,12 @@ class _Rig:
         assert isinstance(_recv(s), Welcome)
         return s
 
+    def submit(self, client: zmq.Socket, rid: str, prompt_len: int, max_tokens: int) -> None:
+        client.send_multipart([b"", encode(Submit(
+            request_id=rid, prompt_token_ids=list(range(prompt_len)),
+            params=SamplingParams(max_tokens=max_tokens, ignore_eos=True)))])
+        self.pump()
+
     def heartbeat(self, eid: int) -> None:
         self.dealer().send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
                                             bytes_by_path={}, bytes_by_nic={})))
@@ -97,9 +103,7 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     pe = rig.engine(0, "prefill", 0)
     de = rig.engine(1, "decode", 1)
     client = rig.dealer()
-    client.send_multipart([b"", encode(Submit(request_id="r1", prompt_token_ids=list(range(40)),
-                                              params=SamplingParams(max_tokens=4, ignore_eos=True)))])
-    rig.pump()
+    rig.submit(client, "r1", 40, 4)
     assert any(isinstance(m, PrefillTask) and m.request_id == "r1" for m in _drain(pe))
     assert any(isinstance(m, DecodeTask) and m.request_id == "r1" for m in _drain(de))
 
@@ -126,9 +130,7 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     h = rig.health()
     assert h.ok and all(e.alive for e in h.engines)
     assert any("prefill engine 0 answered again" in d for d in h.down)
-    client.send_multipart([b"", encode(Submit(request_id="r2", prompt_token_ids=list(range(30)),
-                                              params=SamplingParams(max_tokens=2, ignore_eos=True)))])
-    rig.pump()
+    rig.submit(client, "r2", 30, 2)
     assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r2"]
 
     # late tokens of the failed r1 are ignored; r2's reach the client
@@ -150,9 +152,7 @@ def test_a_silent_decode_engine_loses_its_requests_to_the_other_one(rig: _Rig) -
     de1 = rig.engine(1, "decode", 1)
     de2 = rig.engine(2, "decode", 2)
     client = rig.dealer()
-    client.send_multipart([b"", encode(Submit(request_id="r1", prompt_token_ids=list(range(40)),
-                                              params=SamplingParams(max_tokens=4, ignore_eos=True)))])
-    rig.pump()
+    rig.submit(client, "r1", 40, 4)
     first = [m for s in (de1, de2) for m in _drain(s) if isinstance(m, DecodeTask)]
     assert len(first) == 1
     _drain(pe)
