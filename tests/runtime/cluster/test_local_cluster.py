@@ -92,6 +92,29 @@ def test_systems_switch_and_basic_reads_only_on_the_prefill_node(cluster: LocalC
     assert de["bytes_by_path"]["de-read"] == basic["bytes_by_path"]["pe-read"]
 
 
+def test_whole_cluster_frozen_past_the_engine_timeout_declares_no_engine_dead(cluster: LocalCluster) -> None:
+    """A paused VM, in miniature: SIGSTOP the scheduler and every engine for longer than
+    ``engine_timeout_s``, then SIGCONT. The scheduler credits its own stall to the engines, so none
+    is declared dead and the cluster serves at once."""
+    import os
+    import signal
+    import time
+
+    procs = [cluster.scheduler_proc, *cluster.engine_procs.values()]
+    down_before = len(cluster.health().down)  # type: ignore[union-attr]
+    for p in procs:
+        os.kill(p.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    try:
+        time.sleep(cluster.config.engine_timeout_s + 1.0)
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    out = generate(cluster.address, [[11] * 90], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert out[0][-1].finish_reason == "length", out[0][-1]
+    h = cluster.health()
+    assert h is not None and all(e.alive for e in h.engines) and len(h.down) == down_before, h
+
+
 def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> None:
     """Kill a decode engine while requests run: every request ends (tokens or a clear error)."""
     params = SamplingParams(max_tokens=40, ignore_eos=True)
