@@ -42,3 +42,21 @@ def test_de_reads_go_over_the_de_cnic(make_cluster, make_trajectories) -> None:
 def test_oracle_moves_nothing(make_cluster, make_trajectories) -> None:
     _sim, b, _hit, _prompt = _run("oracle", make_cluster, make_trajectories)
     assert all(v == 0 for k, v in b.items() if k != "model_cnic")
+
+
+def test_decode_steps_put_ep_all_to_all_on_de_cnics(make_cluster, make_trajectories) -> None:
+    """Each decode step sends every running request's token through the MoE all-to-all: over a
+    run, a DE GPU's CNIC carries (gen_len - 1) x per-token bytes per request in each direction
+    (high-priority lane, counted as model bytes). Oracle skips link costs altogether."""
+    trajs = make_trajectories(24, turns=4, first=2048, append=300, gen=20)
+    sim = Simulation(SimConfig(system=get_system("dualpath"), cluster=make_cluster(1, 4)),
+                     make_agents(trajs))
+    b = sim.run()["bytes"]
+    per_token = sim.costs.de_model_bytes(1)
+    assert per_token > 0  # a 4-node DE EP group: tokens cross node boundaries
+    steps = sum(t.gen_len - 1 for tr in trajs for t in tr.turns)
+    assert b["de_model_cnic"] == pytest.approx(2 * steps * per_token, rel=1e-9)
+    assert b["model_cnic"] == pytest.approx(b["de_model_cnic"] + b["pe_model_cnic"], rel=1e-12)
+    oracle = Simulation(SimConfig(system=get_system("oracle"), cluster=make_cluster(1, 4)),
+                        make_agents(trajs)).run()["bytes"]
+    assert oracle["de_model_cnic"] == 0

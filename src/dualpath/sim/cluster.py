@@ -142,4 +142,6 @@ class Cluster:
                 key = f"{gpu.role}_{link.cls}"
                 out[key] = out.get(key, 0.0) + link.kv_bytes
                 out["model_cnic"] = out.get("model_cnic", 0.0) + link.model_bytes
+                role_key = f"{gpu.role}_model_cnic"
+                out[role_key] = out.get(role_key, 0.0) + link.model_bytes
         return out

@@ -7,6 +7,11 @@ request joining at counter ``c`` produces its last token at counter ``c + gen_le
 token came from prefill). So the only events are joins and the next finish: no per-token events.
 Context growth during a turn's decode (at most a few hundred tokens on tens of thousands) is folded
 in by counting each request at its mid-decode context.
+
+EP models: every decode step sends each GPU's batch through the MoE all-to-all on its CNIC's
+high-priority lane (``CostCache.de_model_bytes``, both directions), so KV transfers to and from a DE
+only get the idle rest. The bytes of the steps a GPU ran with an unchanged batch are put on its
+links when that batch changes (and at the end of the run), starting where that stretch began.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ class DeState:
     and the running batch of its unit's forward pass."""
 
     __slots__ = ("gpu_id", "node_id", "unit", "tok", "seq", "hbm_tokens", "reserved", "batch",
-                 "ctx_sum", "step_s", "slot")
+                 "ctx_sum", "step_s", "slot", "model_mark", "model_t")
 
     def __init__(self, gpu_id: int, node_id: int, hbm_tokens: int) -> None:
         self.gpu_id = gpu_id
@@ -36,6 +41,8 @@ class DeState:
         self.ctx_sum = 0.0
         self.step_s = 0.0
         self.slot = 0
+        self.model_mark = 0.0  # unit step counter when this GPU's model traffic was last put on links
+        self.model_t = 0.0  # ... and the time
 
 
 class DecodeUnit:
@@ -57,6 +64,9 @@ class DecodeUnit:
         self.handle = None
         self.busy_s = 0.0  # time with a non-empty batch
         self.steps = 0.0
+        # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
+        self.model_bytes_per_token = 0.0 if sim.system.free_io else sim.costs.de_model_bytes(1)
+        self.gpus = [sim.cluster.gpus[st.gpu_id] for st in states]
 
     def _advance(self) -> None:
         now = self.kernel.now_s
@@ -74,6 +84,24 @@ class DecodeUnit:
             self.max_step = step_s
         elif old == self.max_step:
             self.max_step = max(self.step_list)
+
+    def flush_model_traffic(self, st: DeState) -> None:
+        """Put ``st``'s all-to-all bytes of the steps since its last flush on its CNIC (tx and rx,
+        high priority) -- call after ``_advance`` and before its batch changes."""
+        steps = self.counter - st.model_mark
+        if st.batch and steps > 0 and self.model_bytes_per_token:
+            nbytes = steps * st.batch * self.model_bytes_per_token
+            gpu = self.gpus[st.slot]
+            gpu.tx.preempt(nbytes, st.model_t)
+            gpu.rx.preempt(nbytes, st.model_t)
+        st.model_mark = self.counter
+        st.model_t = self.kernel.now_s
+
+    def flush_all(self) -> None:
+        """End of run: every GPU's outstanding model traffic."""
+        self._advance()
+        for st in self.states:
+            self.flush_model_traffic(st)
 
     def _restep(self) -> None:
         self.step_s = self.max_step
@@ -95,6 +123,7 @@ class DecodeUnit:
         req.target = self.counter + steps
         self.seq += 1
         heapq.heappush(self.heap, (req.target, self.seq, req))
+        self.flush_model_traffic(st)
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
         self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
@@ -110,6 +139,8 @@ class DecodeUnit:
         while heap and heap[0][0] <= limit:
             _t, _s, req = heapq.heappop(heap)
             st = self.sim.de_states[req.de_gpu]
+            if st not in touched:
+                self.flush_model_traffic(st)
             st.batch -= 1
             st.ctx_sum -= req.prompt_len + req.gen_len / 2
             touched.add(st)
