@@ -40,3 +40,26 @@ def test_online_json_reports_capacity() -> None:
 def test_unknown_system_fails_with_choices() -> None:
     result = CliRunner().invoke(app, ["simulate", "--system", "nope", "--json"])
     assert result.exit_code != 0
+
+
+def test_calibrate_overrides_one_run_and_is_recorded() -> None:
+    from dualpath.sim import calibration
+
+    base = _json(["simulate", "--agents", "8", "--system", "basic", "--json"])
+    slow = _json(["simulate", "--agents", "8", "--system", "basic", "--json",
+                  "--calibrate", "storage_efficiency=0.1", "--calibrate", "BASIC_READS_NEED_HBM=true"])
+    assert base["calibration_overrides"] == {}
+    assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "BASIC_READS_NEED_HBM": True}
+    assert slow["calibration"]["STORAGE_EFFICIENCY"] == 0.1
+    assert slow["systems"]["basic"]["jct_s"] > base["systems"]["basic"]["jct_s"]
+    assert calibration.STORAGE_EFFICIENCY == calibration.CONSTANTS["STORAGE_EFFICIENCY"]  # restored
+
+
+def test_calibrate_rejects_unknown_names_and_bad_values() -> None:
+    for arg, words in (("NOPE=1", ["NOPE=1", "STORAGE_EFFICIENCY"]),
+                       ("STORAGE_EFFICIENCY=1.5", ["STORAGE_EFFICIENCY=1.5", "(0.0, 1.0]"]),
+                       ("PREFILL_EP_NODES=two", ["PREFILL_EP_NODES='two'", "an integer"])):
+        result = CliRunner().invoke(app, ["simulate", "--agents", "2", "--calibrate", arg])
+        assert result.exit_code != 0
+        message = str(result.exception)  # (`dualpath` prints it as "error: ...", exit code 1)
+        assert all(w in message for w in words), message

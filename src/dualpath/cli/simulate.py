@@ -33,14 +33,21 @@ def register(app: typer.Typer) -> None:
         cost_model: str = typer.Option("roofline", help="Cost model: roofline or calibrated."),
         seed: int = typer.Option(0, help="Seed for the workload and arrivals."),
         out: str = typer.Option(None, help="Folder for per-request CSV records and results."),
+        calibrate: list[str] = typer.Option(
+            None, help="Override a calibration constant for this run, NAME=VALUE (repeatable; "
+                       "see sim/calibration.py), e.g. --calibrate STORAGE_EFFICIENCY=0.6."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
-        run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system, online=online,
-                aps=aps, horizon=horizon, trace=trace, append_scale=append_scale,
-                gen_scale=gen_scale, dram_buffer_gb=dram_buffer_gb, cost_model=cost_model,
-                seed=seed, out=out, json_out=json_out)
+        from dualpath.sim import calibration
+
+        with calibration.overridden(calibration.parse_overrides(calibrate or [])):
+            run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system,
+                    online=online, aps=aps, horizon=horizon, trace=trace,
+                    append_scale=append_scale, gen_scale=gen_scale,
+                    dram_buffer_gb=dram_buffer_gb, cost_model=cost_model, seed=seed, out=out,
+                    json_out=json_out)
 
     @sim.command("figures")
     def figures(
@@ -81,7 +88,11 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     cluster = make_cluster(model, pd, dram_buffer_gb=dram_buffer_gb)
     started = time.perf_counter()
     err = Console(stderr=True)
-    result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {}}
+    from dualpath.sim import calibration
+
+    overrides = {k: v for k, v in calibration.current().items() if v != calibration.CONSTANTS[k]}
+    result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {},
+                    "calibration": calibration.current(), "calibration_overrides": overrides}
     if online:
         from dualpath.sim.online import capacity_sweep, parse_aps
 

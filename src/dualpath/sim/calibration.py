@@ -9,6 +9,13 @@ are NOT here: they come from ``dualpath.spec``; times of model execution come fr
 
 from __future__ import annotations
 
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from dualpath.core.errors import ConfigError
+
 # --- scheduling cadence --------------------------------------------------------------------------
 # Engine groups fetch work periodically (spec section 3). The paper gives no period; 50 ms is about
 # one decode step and short against a ~1 s TTFT. (20 ms changed the 512-agent JCT by < 1% and cost
@@ -82,3 +89,65 @@ COMPUTE_QUOTA_PER_FORWARD_S = 0.3
 BASIC_READS_NEED_HBM = False
 
 CONSTANTS = {name: value for name, value in dict(globals()).items() if name.isupper()}
+
+
+# (low, high, low excluded) per constant for --calibrate; the rest must be > 0.
+_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "STORAGE_EFFICIENCY": (0.0, 1.0, True),
+    "HBM_USABLE_FRACTION": (0.0, 1.0, True),
+    "DE_OUTPUT_RESERVE": (0.0, 0.99, False),
+    "PREFILL_ITER_OVERHEAD_S": (0.0, math.inf, False),
+    "DECODE_STEP_OVERHEAD_S": (0.0, math.inf, False),
+}
+
+
+def current() -> dict[str, object]:
+    """Every constant as it stands now (defaults plus any override in force)."""
+    module = sys.modules[__name__]
+    return {name: getattr(module, name) for name in CONSTANTS}
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, object]:
+    """``["NAME=VALUE", ...]`` -> ``{NAME: value}`` typed like the default; unknown names and
+    values that do not parse as that type fail with a ConfigError naming them."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip().upper()
+        if not sep or name not in CONSTANTS:
+            raise ConfigError("calibrate", pair, "expected NAME=VALUE with NAME one of "
+                              + ", ".join(sorted(CONSTANTS)))
+        default, text = CONSTANTS[name], text.strip()
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                value: object = text.lower() in ("true", "1")
+            elif isinstance(default, int):
+                value = int(text)
+            else:
+                value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError(text)
+        except ValueError:
+            kind = {"bool": "true or false", "int": "an integer"}.get(type(default).__name__, "a number")
+            raise ConfigError(name, text, f"must be {kind} (default {default!r})") from None
+        lo, hi, lo_open = _BOUNDS.get(name, (0.0, math.inf, True))
+        if not isinstance(value, bool) and not ((lo < value if lo_open else lo <= value) and value <= hi):  # type: ignore[operator]
+            raise ConfigError(name, value, f"must be in {'(' if lo_open else '['}{lo}, {hi}]")
+        out[name] = value
+    return out
+
+
+@contextmanager
+def overridden(values: dict[str, object]) -> Iterator[dict[str, object]]:
+    """Run with these constants changed (see parse_overrides); restores the previous values."""
+    module = sys.modules[__name__]
+    before = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield current()
+    finally:
+        for name, value in before.items():
+            setattr(module, name, value)
