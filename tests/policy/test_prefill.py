@@ -114,3 +114,31 @@ def test_read_side_tie_goes_to_pe_and_all_overloaded_stops() -> None:
     plan = make_scheduler("dualpath", CONFIG).assign_prefill(view)
     # r0 -> tok 3010 (<= beta 6000) so r1 also fits; then tok 6020 > beta: fetch stops
     assert [(a.request_id, a.read_side) for a in plan.assignments] == [("r0", "pe"), ("r1", "de")]
+
+
+def test_random_side_is_queue_blind_stable_and_about_half() -> None:
+    """``rr-random-side`` (the naive dual-path step): each request's side comes from its id alone,
+    whatever the queues say, and the sides split about 50/50."""
+    from dualpath.policy.prefill import choose_read
+
+    sides = []
+    for i in range(400):
+        rid = f"{i}:{i % 7}"
+        a = choose_read("random", 640, [0.0], [1e9], 64, rid)  # DE queue huge: still blind
+        b = choose_read("random", 640, [1e9], [0.0], 64, rid)
+        assert a == b and a[1] + a[2] == 640 and a[0] in ("pe", "de")
+        sides.append(a[0])
+    assert 160 < sides.count("pe") < 240
+    sched = make_scheduler("rr-random-side", CONFIG)
+    view = PrefillFetchView(
+        now_s=0.0, groups=(GroupLoad(group_id=0, node_id=0, engines=(
+            EngineLoad(engine_id=0, num_seqs=0, num_tokens=0),
+            EngineLoad(engine_id=1, num_seqs=0, num_tokens=0))),),
+        queue=tuple(PendingPrefill(request=RequestInfo(request_id=f"r{i}", cached_len=640, new_len=10),
+                                   de_engine_id=9, de_node_id=10) for i in range(8)),
+        read_queues=(NodeReadQueue(node_id=0, read_queue_tokens=0),
+                     NodeReadQueue(node_id=10, read_queue_tokens=0)))
+    plan = sched.assign_prefill(view)
+    assert [a.engine_id for a in plan.assignments] == [0, 1] * 4  # round robin
+    assert {a.read_side for a in plan.assignments} == {"pe", "de"}
+    assert plan == sched.assign_prefill(view)

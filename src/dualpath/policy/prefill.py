@@ -9,6 +9,7 @@ earlier position (group order in the view, then rank order). Read side ties go t
 from __future__ import annotations
 
 import heapq
+import zlib
 
 from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
@@ -21,7 +22,7 @@ from dualpath.policy.views import (
 )
 
 PE_CHOICES: tuple[str, ...] = ("least-loaded", "round-robin")
-READ_CHOICES: tuple[str, ...] = ("pe", "de", "shorter", "split")
+READ_CHOICES: tuple[str, ...] = ("pe", "de", "shorter", "split", "random")
 
 
 class _Reads:
@@ -74,9 +75,13 @@ def split_read(
 
 
 def choose_read(
-    choice: str, cached_len: int, pe_queue: list[float], de_queue: list[float], block_size: int
+    choice: str, cached_len: int, pe_queue: list[float], de_queue: list[float], block_size: int,
+    request_id: str = "",
 ) -> tuple[ReadSide, int, int]:
-    """Return ``(side, pe_read_len, de_read_len)`` and add the reads to the queues (in place)."""
+    """Return ``(side, pe_read_len, de_read_len)`` and add the reads to the queues (in place).
+
+    ``random``: the side is drawn 50/50 from a stable hash (CRC-32) of ``request_id``, blind to the
+    queues (deterministic: the same id always reads on the same side)."""
     if choice == "pe":
         pe_len = cached_len
     elif choice == "de":
@@ -85,6 +90,8 @@ def choose_read(
         pe_len = cached_len if pe_queue[0] <= de_queue[0] else 0
     elif choice == "split":
         pe_len, _ = split_read(cached_len, pe_queue, de_queue, block_size)
+    elif choice == "random":
+        pe_len = cached_len if zlib.crc32(request_id.encode()) & 1 else 0
     else:
         raise DualpathError(f"read choice {choice!r}; choices: {', '.join(READ_CHOICES)}")
     de_len = cached_len - pe_len
@@ -144,7 +151,7 @@ def assign_prefill(
         g = group_of[pick]
         side, pe_len, de_len = choose_read(
             read_choice, req.cached_len, group_queues[g], reads.get(pending.de_node_id),
-            config.block_size,
+            config.block_size, req.request_id,
         )
         if index is not None:
             best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)

@@ -83,6 +83,8 @@ POLICIES: dict[str, PolicySpec] = {
               "full DualPath: C1/C2/C3 PE choice, two-level DE choice, shorter queue, quota"),
         _spec("dualpath-split", "least-loaded", "balanced", "split", "quota",
               "DualPath with each request's hit blocks split across both sides (beyond the paper)"),
+        _spec("rr-random-side", "round-robin", "round-robin", "random", "tokens",
+              "dual-path loading with naive scheduling: round robin, read side 50/50 by request id"),
     )
 }
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)

@@ -34,6 +34,7 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec(name="basic", policy="basic", layerwise=False),
         SystemSpec(name="layerwise", policy="basic", layerwise=True),
         SystemSpec(name="dualpath-rr", policy="rr-shorter-queue", layerwise=True),
+        SystemSpec(name="dualpath-rr-random", policy="rr-random-side", layerwise=True),
         SystemSpec(name="dualpath", policy="dualpath", layerwise=True),
         SystemSpec(name="dualpath-split", policy="dualpath-split", layerwise=True),
         SystemSpec(name="oracle", policy="dualpath", layerwise=True, free_io=True),

@@ -147,7 +147,8 @@ def fig_online(out: str, quick: bool) -> list[str]:
 
 
 def fig_ablation(out: str, quick: bool) -> list[str]:
-    systems = ["basic", "layerwise", "dualpath-rr", "dualpath", "dualpath-split", "oracle"]
+    systems = ["basic", "layerwise", "dualpath-rr-random", "dualpath-rr", "dualpath",
+               "dualpath-split", "oracle"]
     rows, breakdown, balance = [], {}, {}
     for n in ([QUICK_AGENTS] if quick else [1024, 2048]):
         res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(num_agents=n))

@@ -11,6 +11,8 @@ from dualpath.policy.cases.record import record_cases
 from dualpath.policy.conformance import CASES_FILE, dumps_cases
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        sys.exit(__doc__)
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name(CASES_FILE)
     cases = record_cases()
     target.write_text(dumps_cases(cases) + "\n", encoding="utf-8")
