@@ -43,8 +43,10 @@ def _plot(path: str, title: str, xlabel: str, ylabel: str, series: dict[str, tup
             xs, ys = series[name]
             ax.bar([j + i * width for j in range(len(xs))], ys, width, label=name)
         first = series[names[0]][0] if names else []
-        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(first))],
-                      [str(x) for x in first])
+        labels = [str(x) for x in first]
+        crowded = sum(len(t) for t in labels) > 40  # long category names: slant them
+        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(first))], labels,
+                      rotation=30 if crowded else 0, ha="right" if crowded else "center")
     else:
         for name, (xs, ys) in series.items():
             ax.plot(xs, ys, marker="o", label=name)
