@@ -65,13 +65,18 @@ class _Rig:
         self.dealer().send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
                                             bytes_by_path={}, bytes_by_nic={})))
 
-    def health(self):  # type: ignore[no-untyped-def]
+    def query(self, what: str) -> QueryReply:
         c = self.dealer()
-        c.send_multipart([b"", encode(Query(query_id=7, what="health"))])
+        c.send_multipart([b"", encode(Query(query_id=7, what=what))])
         self.pump()
         reply = decode(c.recv_multipart()[-1])
-        assert isinstance(reply, QueryReply) and reply.health is not None
-        return reply.health
+        assert isinstance(reply, QueryReply)
+        return reply
+
+    def health(self):  # type: ignore[no-untyped-def]
+        h = self.query("health").health
+        assert h is not None
+        return h
 
     def close(self) -> None:
         for s in self.socks:
@@ -130,6 +135,9 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     h = rig.health()
     assert h.ok and all(e.alive for e in h.engines)
     assert any("prefill engine 0 answered again" in d for d in h.down)
+    m = rig.query("metrics").metrics
+    assert m is not None and (m.engine_deaths, m.engine_revivals) == (1, 1)
+    assert m.engines_alive == {"prefill": 1, "decode": 1}
     rig.submit(client, "r2", 30, 2)
     assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r2"]
 

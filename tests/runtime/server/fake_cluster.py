@@ -73,7 +73,9 @@ class FakeCluster:
             num_requests=len(self.submitted), num_finished=self.num_finished, num_failed=0,
             hit_tokens=128, prompt_tokens=1000, generated_tokens=50,
             bytes_by_path={"pe-read": 4096, "de-read": 8192}, bytes_by_nic={"node0/snic": 12288},
-            queue_depths={"waiting": 3}, ttft_s=[], ttst_s=[], tpot_s=[], e2e_s=[])
+            queue_depths={"waiting": 3}, ttft_s=[], ttst_s=[], tpot_s=[], e2e_s=[],
+            engines_alive={"prefill": 1, "decode": 1 if self.engine_down else 2},
+            engine_deaths=1 if self.engine_down else 0)
 
     async def generate(self, prompt: list[int], params: SamplingParams,
                        request_id: str | None = None) -> AsyncIterator[TokenEvent]:

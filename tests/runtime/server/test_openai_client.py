@@ -93,6 +93,8 @@ def test_models_health_metrics(served) -> None:
     assert "dualpath_store_hit_tokens_total 128.0" in text
     assert 'dualpath_requests_by_read_side_total{side="de"} 1.0' in text
     assert "dualpath_cluster_up 1.0" in text
+    assert 'dualpath_engines_alive{role="decode"} 1.0' in text  # engine1 is down (above)
+    assert "dualpath_engine_deaths_total 1.0" in text and "dualpath_engine_revivals_total 0.0" in text
 
 
 def test_cluster_down_gives_503_and_metrics_still_render(served) -> None:

@@ -111,6 +111,7 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ``bytes_by_nic``: e.g. "node0/snic", "engine2/cnic" (bytes through each emulated NIC);
     ``ttft_s`` / ``ttst_s`` / ``tpot_s`` / ``e2e_s``: raw samples of finished requests (bounded,
     most recent last) for histograms; ``queue_depths``: "waiting", "prefill_queue", "decode_queue".
+    Engine liveness: live engines per role, deaths declared and revivals since start.
     """
 
     num_requests: int
@@ -126,6 +127,9 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ttst_s: list[float]
     tpot_s: list[float]
     e2e_s: list[float]
+    engines_alive: dict[str, int] = msgspec.field(default_factory=dict)  # role -> live engines
+    engine_deaths: int = 0  # engines declared dead (missed heartbeats)
+    engine_revivals: int = 0  # of those, taken back (Reset) when they answered again
 
 
 class ClusterError(DualpathError):

@@ -35,6 +35,8 @@ class Reporter:
         self.timing: dict[str, _Timing] = {}
         self.heartbeats: dict[int, Heartbeat] = {}
         self.down: list[str] = []
+        self.deaths = 0
+        self.revivals = 0
         self.counts = dict(num_requests=0, num_finished=0, num_failed=0, hit_tokens=0,
                            prompt_tokens=0, generated_tokens=0)
         self.samples: dict[str, deque[float]] = {k: deque(maxlen=_SAMPLES)
@@ -168,4 +170,7 @@ class Reporter:
             hit_tokens=c["hit_tokens"], prompt_tokens=c["prompt_tokens"],
             generated_tokens=c["generated_tokens"], bytes_by_path=paths, bytes_by_nic=nics,
             queue_depths=depths, ttft_s=list(s["ttft_s"]), ttst_s=list(s["ttst_s"]),
-            tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]))
+            tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]),
+            engines_alive={role: sum(e.alive and e.role == role for e in st.engines.values())
+                           for role in ("prefill", "decode")},
+            engine_deaths=self.deaths, engine_revivals=self.revivals)

@@ -200,6 +200,7 @@ class SchedulerService:
         e.alive, e.last_seen_s = True, now
         self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
         e.num_seqs = e.num_tokens = e.reserved_tokens = 0
+        self.report.revivals += 1
         self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
                                 f"back in service, emptied")
         print(f"scheduler: {self.report.down[-1]}", flush=True)
@@ -210,6 +211,7 @@ class SchedulerService:
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
+        self.report.deaths += 1
         print(f"scheduler: {reason}", flush=True)
         for rid, req in list(self.state.requests.items()):
             if eid not in (req.pe, req.de):

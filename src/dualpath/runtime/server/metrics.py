@@ -47,6 +47,10 @@ class _SnapshotCollector:
         for nic, n in sorted(snap.bytes_by_nic.items()):
             by_nic.add_metric([nic], n)
         yield by_nic
+        alive = GaugeMetricFamily("dualpath_engines_alive", "Live engines per role", labels=["role"])
+        for role, n in sorted(snap.engines_alive.items()):
+            alive.add_metric([role], n)
+        yield alive
         queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
         for name, n in sorted(snap.queue_depths.items()):
             queues.add_metric([name], n)
@@ -58,6 +62,9 @@ class _SnapshotCollector:
             ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
             ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
             ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
+            ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
+            ("dualpath_engine_revivals", snap.engine_revivals,
+             "Engines declared dead that answered again and were taken back"),
         ):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], value)
