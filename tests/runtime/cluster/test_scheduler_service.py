@@ -4,6 +4,7 @@ a test clock: dispatch, declaring a silent engine dead, and taking it back when 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class _Rig:
         self.poller.register(self.svc.sock, zmq.POLLIN)
         self.ctx = zmq.Context()
         self.socks: list[zmq.Socket] = []
+        self.held: dict[int, list[object]] = {}  # answers that came before a sync's reply
         self.now = 1000.0
 
     def dealer(self) -> zmq.Socket:
@@ -45,31 +47,51 @@ class _Rig:
             if self.now >= end:
                 return
 
+    def until_reply(self, sock: zmq.Socket, timeout_s: float = 10.0) -> object:
+        """Handle messages at the current test time until ``sock`` gets an answer (a loaded
+        machine may take a while to deliver); return it."""
+        deadline = time.monotonic() + timeout_s
+        while not sock.poll(0):
+            assert time.monotonic() < deadline, "no answer from the scheduler"
+            self.svc.run_once(self.poller, 10, now=self.now)
+        return decode(sock.recv_multipart()[-1])
+
+    def synced(self, sock: zmq.Socket) -> None:
+        """Wait until everything ``sock`` sent so far was handled: one DEALER's messages arrive in
+        order, so the answer to a query sent after them proves it."""
+        sock.send_multipart([b"", encode(Query(query_id=99, what="info"))])
+        while True:
+            reply = self.until_reply(sock)
+            if isinstance(reply, QueryReply) and reply.query_id == 99:
+                return
+            self.held.setdefault(id(sock), []).append(reply)
+
     def engine(self, eid: int, role: str, node: int) -> zmq.Socket:
         s = self.dealer()
         s.send(encode(EngineHello(engine_id=eid, role=role, node_id=node, data_addr=f"tcp://x:{eid}",
                                   pid=eid, hbm_tokens=100_000 if role == "decode" else 0,
                                   num_layers=2, kv_bytes_per_token_layer=64, block_size=16,
                                   vocab_size=100, max_context_len=4096)))
-        self.pump()
-        assert isinstance(_recv(s), Welcome)
+        assert isinstance(self.until_reply(s), Welcome)
         return s
 
     def submit(self, client: zmq.Socket, rid: str, prompt_len: int, max_tokens: int) -> None:
         client.send_multipart([b"", encode(Submit(
             request_id=rid, prompt_token_ids=list(range(prompt_len)),
             params=SamplingParams(max_tokens=max_tokens, ignore_eos=True)))])
+        self.synced(client)
         self.pump()
 
     def heartbeat(self, eid: int) -> None:
-        self.dealer().send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
-                                            bytes_by_path={}, bytes_by_nic={})))
+        d = self.dealer()
+        d.send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
+                                bytes_by_path={}, bytes_by_nic={})))
+        self.synced(d)
 
     def query(self, what: str) -> QueryReply:
         c = self.dealer()
         c.send_multipart([b"", encode(Query(query_id=7, what=what))])
-        self.pump()
-        reply = decode(c.recv_multipart()[-1])
+        reply = self.until_reply(c)
         assert isinstance(reply, QueryReply)
         return reply
 
@@ -85,15 +107,19 @@ class _Rig:
         self.svc.close()
 
 
-def _recv(sock: zmq.Socket, timeout_ms: int = 1000) -> object:
+def _next(sock: zmq.Socket, timeout_ms: int = 5000) -> object:
     assert sock.poll(timeout_ms), "no message"
     return decode(sock.recv_multipart()[-1])
 
 
-def _drain(sock: zmq.Socket) -> list[object]:
-    out = []
-    while sock.poll(50):
+def _drain(sock: zmq.Socket, first_ms: int = 2000) -> list[object]:
+    """Every message waiting on ``sock``: the first may take up to ``first_ms`` to arrive (loaded
+    machines), later ones are taken while they keep coming within 50 ms."""
+    out: list[object] = []
+    wait = first_ms
+    while sock.poll(wait):
         out.append(decode(sock.recv_multipart()[-1]))
+        wait = 50
     return out
 
 
@@ -121,12 +147,12 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     assert [e.alive for e in h.engines] == [False, True] and not h.ok
     assert any(re.fullmatch(r"prefill engine 0 stopped responding \(no heartbeat for 1\.\d s\)", d)
                for d in h.down), h.down
-    ev = decode(client.recv_multipart()[-1])
+    ev = _next(client)
     assert isinstance(ev, Tokens) and ev.events[0].finish_reason == "error"
     assert "no live prefill engine left" in (ev.events[0].error or "")
 
     # the PE's heartbeat comes again: it is told to drop what it holds, and serves new requests
-    _drain(de)
+    _drain(de, first_ms=50)
     rig.heartbeat(0)
     rig.pump()
     got = _drain(pe)
@@ -145,11 +171,11 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     from dualpath.runtime.cluster.api import TokenEvent
 
     de.send(encode(Tokens(events=[TokenEvent(request_id="r1", index=0, token_id=5)])))
-    rig.pump()
+    rig.synced(de)
     assert not client.poll(50)
     de.send(encode(Tokens(events=[TokenEvent(request_id="r2", index=0, token_id=6)])))
-    rig.pump()
-    ev = decode(client.recv_multipart()[-1])
+    rig.synced(de)
+    ev = _next(client)
     assert isinstance(ev, Tokens) and ev.events[0].request_id == "r2" and ev.events[0].token_id == 6
 
 
@@ -170,7 +196,7 @@ def test_a_silent_decode_engine_loses_its_requests_to_the_other_one(rig: _Rig) -
     rig.heartbeat(0)
     rig.heartbeat(survivor_id)
     rig.pump(0.6)
-    again = [m for m in _drain(survivor) if isinstance(m, DecodeTask)]
+    again = [m for m in rig.held.pop(id(survivor), []) + _drain(survivor) if isinstance(m, DecodeTask)]
     assert [m.request_id for m in again] == ["r1#1"]
     assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r1#1"]
     assert not client.poll(50)  # the client saw nothing of the lost attempt
