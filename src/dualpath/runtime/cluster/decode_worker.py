@@ -15,12 +15,9 @@ emitted there after them, so the next turn finds its blocks.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from dualpath.core.errors import ConfigError
 from dualpath.core.units import GiB
@@ -29,6 +26,7 @@ from dualpath.runtime.cluster.kvio import (
     DONE_LAYER, PULL_LAYER, READY_LAYER, BlockIO, Geometry, Outbox,
 )  # fmt: skip
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
+from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import DecodeConfig, DecodeEngine, DecodeOutput
 from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import chain_hashes
@@ -40,10 +38,11 @@ MAX_CACHE_BYTES = 2 * GiB  # paged cache bound on this host (SmolLM2 fp32: ~45K 
 MAX_BUFFER_BYTES = 1 * GiB  # DE buffer bound (prompts being prefilled; more wait for room)
 
 
-class DecodeWorker:
+class DecodeWorker(WorkerBase):
     def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
                  blockio: BlockIO, transport: Transport, outbox: Outbox,
                  eos_token_id: int | None, hbm_tokens: int = 65536) -> None:
+        super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.outbox, self.eos = outbox, eos_token_id
@@ -54,28 +53,15 @@ class DecodeWorker:
             name=f"e{engine_id}.buffer", block_size=geo.block_size,
             buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
             num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1))))
-        self._tasks: dict[str, DecodeTask] = {}
         self._unreserved: list[str] = []  # tasks waiting for DE buffer room
         self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)
         self._reading: set[str] = set()  # rids whose DE-path reads are in flight
         self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
         self._blocked: list[tuple[str, int]] = []  # first token came, paged cache had no room yet
         self._generated: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._last_load = (0, 0)
-        self._orphans: dict[str, list[TransferItem]] = {}  # items that beat their task here
-        self._orphan_t: dict[str, float] = {}  # first arrival of each orphan key (for purging)
 
-    def load(self) -> tuple[int, int]:
-        """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
-        if not self._lock.acquire(timeout=0.05):
-            return self._last_load
-        try:
-            self._last_load = len(self._tasks), sum(len(t.prompt_token_ids) + t.params.max_tokens
-                                                   for t in self._tasks.values())
-        finally:
-            self._lock.release()
-        return self._last_load
+    def _task_tokens(self, task: DecodeTask) -> int:
+        return len(task.prompt_token_ids) + task.params.max_tokens
 
     def add(self, task: DecodeTask) -> None:
         with self._lock:
@@ -95,8 +81,7 @@ class DecodeWorker:
                 continue
             with self._lock:
                 self._reserved.add(rid)
-                self._orphan_t.pop(rid, None)
-                self._deliver_locked(self._orphans.pop(rid, []))
+                self._deliver_locked(self._orphans.take(rid))
             if task.de_read_len:
                 self._read_hits(task)
 
@@ -137,17 +122,10 @@ class DecodeWorker:
             self._tasks.pop(rid, None)  # its slots are freed by the main thread's next step
         self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed", error=error))
 
-    def reset(self) -> None:
-        """Drop every task (the scheduler re-dispatched them after declaring this engine dead)."""
-        with self._lock:
-            rids = list(self._tasks)
-        for rid in rids:
-            self.cancel(rid)
-
     def cancel(self, rid: str) -> None:
         with self._lock:
             self._tasks.pop(rid, None)
-            self._orphans.pop(rid, None)
+            self._orphans.discard(rid)
             self._generated.pop(rid, None)
             self._reserved.discard(rid)
             if rid in self._reading:
@@ -171,7 +149,7 @@ class DecodeWorker:
                 continue
             if it.key not in self._reserved:
                 if it.key not in self._generated:  # (late items of a started request: dropped)
-                    _hold_item(self._orphans, self._orphan_t, it)
+                    self._orphans.hold(it)
                 continue
             if it.layer == DONE_LAYER:
                 tok = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
@@ -247,25 +225,3 @@ class DecodeWorker:
             self.outbox.put(Tokens(events=[last]))
 
         self.io.after_writes(after)
-
-
-ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
-
-
-def _hold_item(orphans: dict[str, list[TransferItem]], first_s: dict[str, float],
-               it: TransferItem) -> None:
-    """Keep a copy of an item that arrived before its task; purge keys older than ORPHAN_TTL_S."""
-    now = time.monotonic()
-    if it.key not in orphans:
-        for key in [k for k, t in first_s.items() if now - t > ORPHAN_TTL_S]:
-            orphans.pop(key, None)
-            first_s.pop(key, None)
-        first_s[it.key] = now
-    orphans.setdefault(it.key, []).append(_copy(it))
-
-
-def _copy(it: TransferItem) -> TransferItem:
-    p = it.payload
-    return TransferItem(key=it.key, block_index=it.block_index, layer=it.layer,
-                        num_tokens=it.num_tokens, token_offset=it.token_offset,
-                        payload=p.clone() if isinstance(p, torch.Tensor) else bytes(p))

@@ -33,11 +33,11 @@ from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams
-from dualpath.runtime.cluster.decode_worker import ORPHAN_TTL_S, _hold_item
 from dualpath.runtime.cluster.kvio import (
     DONE_LAYER, PULL_LAYER, READY_LAYER, BlockIO, Geometry, Outbox,
 )  # fmt: skip
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
+from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import PrefillConfig, PrefillEngine, PrefillRequest
 from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import ReadResult, chain_hashes
@@ -48,12 +48,13 @@ TRANSFER_TIMEOUT_S = 3.0  # a DE that does not answer within this is presumed de
 MAX_BUFFER_BYTES = 1 * GiB  # PE buffer (PE-path prompts); requests beyond wait for room
 STAGING_TOKENS = 65536  # one layer's batch (cached + new, block-padded) per staging slot
 
-__all__ = ["ORPHAN_TTL_S", "PrefillWorker"]
+__all__ = ["PrefillWorker"]
 
 
-class PrefillWorker:
+class PrefillWorker(WorkerBase):
     def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
                  blockio: BlockIO, transport: Transport, scheduler: Scheduler, outbox: Outbox) -> None:
+        super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.scheduler, self.outbox = scheduler, outbox
@@ -63,29 +64,17 @@ class PrefillWorker:
             name=f"e{engine_id}.staging", block_size=geo.block_size,
             buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
             overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
-        self._lock = threading.Lock()
-        self._last_load = (0, 0)
         self._cond = threading.Condition(self._lock)
-        self._tasks: dict[str, PrefillTask] = {}
         self._unadmitted: list[str] = []  # tasks waiting for PE buffer room
         self._pulling: set[str] = set()  # admitted DE-read-path requests (layers pulled per step)
         self._split: dict[str, _Split] = {}  # admitted split requests: DE share pushed to the buffer
         self._hits: dict[str, int] = {}  # DE-path hit tokens announced by the DEs
         self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
         self._connected: set[str] = set()  # DE endpoints registered with the engine
-        self._orphans: dict[str, list[TransferItem]] = {}
-        self._orphan_t: dict[str, float] = {}
 
     # ------------------------------------------------------------------ load / admin
-    def load(self) -> tuple[int, int]:
-        """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
-        if not self._lock.acquire(timeout=0.05):
-            return self._last_load
-        try:
-            self._last_load = len(self._tasks), sum(len(t.prompt_token_ids) for t in self._tasks.values())
-        finally:
-            self._lock.release()
-        return self._last_load
+    def _task_tokens(self, task: PrefillTask) -> int:
+        return len(task.prompt_token_ids)
 
     def add(self, task: PrefillTask) -> None:
         with self._lock:
@@ -119,26 +108,18 @@ class PrefillWorker:
         with self._lock:
             if pure_de:
                 self._pulling.add(rid)
-            self._orphan_t.pop(rid, None)
-            self._deliver_locked(self._orphans.pop(rid, []))
+            self._deliver_locked(self._orphans.take(rid))
         return True
 
     def _read_done(self, rid: str) -> None:
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
-
-    def reset(self) -> None:
-        """Drop every task (the scheduler re-dispatched them after declaring this engine dead)."""
-        with self._lock:
-            rids = list(self._tasks)
-        for rid in rids:
-            self.cancel(rid)
 
     def cancel(self, rid: str) -> None:
         """Forget the task; the engine drops the request once it is ready (its reads done), so the
         main thread never blocks on a read."""
         with self._lock:
             self._tasks.pop(rid, None)
-            self._orphans.pop(rid, None)
+            self._orphans.discard(rid)
             if rid in self._pulling:
                 self._hits.setdefault(rid, 0)  # (its DE may never announce its hits now)
             split = self._split.pop(rid, None)
@@ -176,8 +157,8 @@ class PrefillWorker:
             elif rid in self._split:
                 self.engine.buffer.deliver("", [it])
                 self._split[rid].arrived(it.num_tokens)
-            else:  # before its task (or after it ended: purged after ORPHAN_TTL_S)
-                _hold_item(self._orphans, self._orphan_t, it)
+            else:  # before its task (or after it ended: purged after worker_base.ORPHAN_TTL_S)
+                self._orphans.hold(it)
 
     # ------------------------------------------------------------------ compute
     def has_work(self) -> bool:

@@ -1,0 +1,81 @@
+"""What both engine workers share: the task table under one lock, the load the heartbeat reports,
+``reset``, and transfer items that arrived before their task."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+
+from dualpath.runtime.transfer.base import TransferItem
+
+ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
+
+
+class Orphans:
+    """Copies of transfer items that beat their task here, per request key. Keys older than
+    ORPHAN_TTL_S are purged whenever a new key arrives. Not locked: callers hold the worker lock."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, list[TransferItem]] = {}
+        self._first_s: dict[str, float] = {}  # first arrival of each key
+
+    def hold(self, it: TransferItem) -> None:
+        now = time.monotonic()
+        if it.key not in self._items:
+            for key in [k for k, t in self._first_s.items() if now - t > ORPHAN_TTL_S]:
+                self.discard(key)
+            self._first_s[it.key] = now
+        self._items.setdefault(it.key, []).append(_copy(it))
+
+    def take(self, key: str) -> list[TransferItem]:
+        """The items held for ``key`` (now its task is here), forgetting them."""
+        self._first_s.pop(key, None)
+        return self._items.pop(key, [])
+
+    def discard(self, key: str) -> None:
+        self._first_s.pop(key, None)
+        self._items.pop(key, None)
+
+
+def _copy(it: TransferItem) -> TransferItem:
+    p = it.payload
+    return TransferItem(key=it.key, block_index=it.block_index, layer=it.layer,
+                        num_tokens=it.num_tokens, token_offset=it.token_offset,
+                        payload=p.clone() if isinstance(p, torch.Tensor) else bytes(p))
+
+
+class WorkerBase:
+    """``_tasks`` (request key -> task) under ``_lock``; subclasses say how many tokens a task
+    holds (``_task_tokens``) and how to cancel one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[str, Any] = {}
+        self._last_load = (0, 0)
+        self._orphans = Orphans()
+
+    def _task_tokens(self, task: Any) -> int:
+        raise NotImplementedError
+
+    def cancel(self, rid: str) -> None:
+        raise NotImplementedError
+
+    def load(self) -> tuple[int, int]:
+        """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
+        if not self._lock.acquire(timeout=0.05):
+            return self._last_load
+        try:
+            self._last_load = len(self._tasks), sum(map(self._task_tokens, self._tasks.values()))
+        finally:
+            self._lock.release()
+        return self._last_load
+
+    def reset(self) -> None:
+        """Drop every task (the scheduler re-dispatched them after declaring this engine dead)."""
+        with self._lock:
+            rids = list(self._tasks)
+        for rid in rids:
+            self.cancel(rid)
