@@ -199,7 +199,6 @@ class SchedulerService:
         self._send(e.identity, Reset(reason=f"declared dead after {gone_s:.1f} s without heartbeat"))
         e.alive, e.last_seen_s = True, now
         self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
-        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
         self.report.revivals += 1
         self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
                                 f"back in service, emptied")
