@@ -302,4 +302,6 @@ class Simulation:
     def run(self) -> dict:
         self.start()
         self.kernel.run(until_s=self.config.max_sim_s)
+        for unit in self.decode_units:  # model traffic of the last stretch of each batch
+            unit.flush_all()
         return self.metrics.finish()

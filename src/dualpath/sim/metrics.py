@@ -93,8 +93,6 @@ class Metrics:
             self._file.close()
             self._file = None
         sim = self.sim
-        for unit in sim.decode_units:
-            unit.flush_all()
         check_invariants(sim)
         n = max(self.counts["ttft"], 1)
         cluster = sim.cluster
