@@ -33,6 +33,7 @@ _LAYER_KEYS = (
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )  # fmt: skip
+MASK_CACHE_ENTRIES = 16  # causal masks kept across layers (spans of the current batch)
 _BIAS_KEYS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
 
 
@@ -69,6 +70,7 @@ class Decoder:
         self._w = {k: self._take(weights, k) for k in self._needed_keys()}
         self._inv_freq = rope_inv_freq(config).to(self.device)
         self._scale = config.head_dim**-0.5
+        self._masks: dict[tuple[int, int, int, int, torch.device], torch.Tensor] = {}
 
     def _needed_keys(self) -> list[str]:
         keys = ["model.embed_tokens.weight", "model.norm.weight"]
@@ -180,16 +182,26 @@ class Decoder:
             # the query axis (row r of group j is head j * group + r // n, query r % n)
             qg = q[start:end].transpose(0, 1).reshape(self.config.num_kv_heads, group * n, -1)
             kh, vh = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [kv_heads, c+n, d]
-            mask = None
-            if n > 1:
-                key_pos = torch.arange(kv.shape[0], device=q.device)
-                query_pos = torch.arange(n, device=q.device) + span.cached_len
-                mask = (key_pos[None, :] <= query_pos[:, None]).repeat(group, 1)
+            mask = self._causal_mask(kv.shape[0], span.cached_len, n, group, q.device) if n > 1 else None
             o = F.scaled_dot_product_attention(qg, kh, vh, attn_mask=mask, scale=self._scale)
             o = o.view(self.config.num_heads, n, -1)
             outs.append(o.transpose(0, 1).reshape(span.new_len, -1))
             start = end
         return torch.cat(outs, dim=0)
+
+    def _causal_mask(self, kv_len: int, cached_len: int, n: int, group: int,
+                     device: torch.device) -> torch.Tensor:
+        """``[group * n, kv_len]`` causal mask of a span; the same for every layer, so the last few
+        are kept (a forward asks for each span's mask once per layer)."""
+        key = (kv_len, cached_len, n, group, device)
+        mask = self._masks.get(key)
+        if mask is None:
+            if len(self._masks) >= MASK_CACHE_ENTRIES:
+                self._masks.clear()
+            key_pos = torch.arange(kv_len, device=device)
+            query_pos = torch.arange(n, device=device) + cached_len
+            mask = self._masks[key] = (key_pos[None, :] <= query_pos[:, None]).repeat(group, 1)
+        return mask
 
     def forward_full(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Whole-prompt forward with no cache (a reference path): logits ``[len, vocab]``."""
