@@ -24,7 +24,7 @@ from dualpath.runtime.cluster.messages import (
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
-from dualpath.runtime.kvstore import BlockStore
+from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
@@ -249,7 +249,7 @@ class SchedulerService:
             return
         assert self.store is not None and self.hello is not None
         bs = self.hello.block_size
-        hit = min(len(self.store.match_prefix(msg.prompt_token_ids)) * bs, (n - 1) // bs * bs)
+        hit = min(len(self.store.match_prefix(msg.prompt_token_ids)), loadable_hit_blocks(n, bs)) * bs
         self.clients[rid] = ident
         self.current[rid] = self.keys[rid] = rid
         self.prompts[rid] = (list(msg.prompt_token_ids), msg.params)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -107,12 +107,20 @@ class LocalPipeline:
         ]
         for de in self.decode:
             self.prefill.connect(de.config.name, de)
-        pred = cfg.attention_predictor or attention_predictor(decoder)
-        self.scheduler = make_scheduler(cfg.policy, SchedulerConfig(
-            batching=cfg.batching, compute_quota_s=cfg.compute_quota_s, attention_predictor=pred,
-            max_batch_tokens=cfg.max_batch_tokens, block_size=cfg.block_size))  # fmt: skip
-        self.num_prefill_steps = 0
+        sched_cfg = SchedulerConfig(
+            batching=cfg.batching, compute_quota_s=cfg.compute_quota_s,
+            attention_predictor=cfg.attention_predictor, max_batch_tokens=cfg.max_batch_tokens,
+            block_size=cfg.block_size)  # fmt: skip
+        self.scheduler = make_scheduler(cfg.policy, sched_cfg)
+        if self.scheduler.batching == "quota" and cfg.attention_predictor is None:
+            # only quota batching reads the predictor: measure it just then
+            self.scheduler = make_scheduler(cfg.policy, replace(
+                sched_cfg, attention_predictor=attention_predictor(decoder)))
         self.prefill_batches: list[tuple[tuple[str, int], ...]] = []  # (request_id, chunk_len) per step
+
+    @property
+    def num_prefill_steps(self) -> int:
+        return len(self.prefill_batches)
 
     def __enter__(self) -> LocalPipeline:
         return self
@@ -175,5 +183,4 @@ class LocalPipeline:
             for out in self.prefill.step(plan):
                 done[out.request_id] = out
                 hits[out.request_id] = out.hit_tokens
-            self.num_prefill_steps += 1
         return done

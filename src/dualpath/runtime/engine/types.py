@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 import torch
 
 from dualpath.core.errors import require
-from dualpath.runtime.kvstore import BlockLayout
+from dualpath.runtime.kvstore import BlockLayout, loadable_hit_blocks
 from dualpath.runtime.model.config import DecoderConfig
 from dualpath.runtime.transfer import TransferHandle
 
@@ -65,9 +65,8 @@ class KVGeometry:
         return self.num_blocks(num_tokens) * self.block_size
 
     def max_hit_blocks(self, prompt_len: int) -> int:
-        """Whole cached blocks a prompt may load: the last prompt token is always computed (its
-        logits give the first generated token), so a fully cached prompt loads one block less."""
-        return (prompt_len - 1) // self.block_size
+        """Whole cached blocks a prompt may load (``kvstore.loadable_hit_blocks``)."""
+        return loadable_hit_blocks(prompt_len, self.block_size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from dualpath.runtime.kvstore.blockfile import CorruptBlockError
 from dualpath.runtime.kvstore.buffers import BufferLease, BufferPool, BufferPoolExhausted
 from dualpath.runtime.kvstore.io_engine import IOEngine
 from dualpath.runtime.kvstore.io_types import IOEngineConfig, IOStats, ReadResult
-from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes
+from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, loadable_hit_blocks
 from dualpath.runtime.kvstore.store import BlockStore, StoreStats
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "TokenBucket",
     "block_hash",
     "chain_hashes",
+    "loadable_hit_blocks",
 ]

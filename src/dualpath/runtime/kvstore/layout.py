@@ -92,6 +92,12 @@ def block_hash(parent_hash: str | None, token_ids: Sequence[int] | np.ndarray) -
     return h.hexdigest()
 
 
+def loadable_hit_blocks(prompt_len: int, block_size: int) -> int:
+    """Whole cached blocks a prompt may load: the last prompt token is always computed (its
+    logits give the first generated token), so a fully cached prompt loads one block less."""
+    return (prompt_len - 1) // block_size
+
+
 def chain_hashes(
     token_ids: Sequence[int] | np.ndarray, block_size: int, parent_hash: str | None = None
 ) -> list[str]:
