@@ -29,12 +29,13 @@ import time
 from dualpath.runtime.cluster.agents import closed_loop, metrics_delta, run_system, scaled_agents
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.demo import SYSTEMS
 from dualpath.runtime.cluster.local import LocalCluster
 
 
 async def _system(client: ClusterClient, agents: list, args: argparse.Namespace, name: str, seed: int,
                   snic_gbps: float | None) -> dict:
-    policy, free = ("dualpath", True) if name == "oracle" else (name, False)
+    policy, free = SYSTEMS[name]
     if args.mode == "jct":
         row = await run_system(client, agents, policy=policy, read_free=free, seed=seed,
                                settle_s=0.5, snic_gbps=snic_gbps)

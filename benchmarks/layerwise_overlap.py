@@ -14,6 +14,7 @@ Run: .venv/bin/python benchmarks/layerwise_overlap.py [--cached 4096] [--new 128
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -25,12 +26,11 @@ from dualpath.policy.views import BatchEntry
 from dualpath.runtime.engine import (
     DecodeConfig, DecodeEngine, KVGeometry, PrefillConfig, PrefillEngine, PrefillRequest,
 )  # fmt: skip
+from dualpath.core.units import MiB
 from dualpath.runtime.kvstore import BlockStore, IOEngine, chain_hashes
 from dualpath.runtime.model import Decoder, DecoderConfig, Span
 from dualpath.runtime.model.tiny import random_weights
 from dualpath.runtime.transfer import InProcFabric
-
-MiB = 1 << 20
 
 
 def _engine_case(
@@ -74,11 +74,11 @@ def main() -> None:
     kv_dir = tempfile.mkdtemp(prefix="dualpath-overlap-")
     geo = KVGeometry.of(cfg, dec.dtype, bs)
     store = BlockStore(kv_dir, geo.layout)
+    hits = tuple(chain_hashes(ids[: args.cached], bs))
     parent = None
-    for k, h in enumerate(chain_hashes(ids[: args.cached], bs)):
+    for k, h in enumerate(hits):
         store.write_full(h, parent, ids[k * bs : (k + 1) * bs], torch.randn(geo.full_block_bytes // 4).numpy())
         parent = h
-    hits = tuple(chain_hashes(ids[: args.cached], bs))
     io = IOEngine(store)
     buf_bytes = (geo.num_blocks(prompt_len) + 2) * geo.full_block_bytes
     # compute alone: the same layer calls with the cached KV already resident (no load, no send)
@@ -134,6 +134,7 @@ def main() -> None:
     for pe in engines:
         pe.close()
     io.close()
+    shutil.rmtree(kv_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import time
 VIDUR_REQ_PER_S = 140.0
 
 
-def _run(pd: str, agents: int, systems: list[str]) -> tuple[float, int, dict]:
+def _run(pd: str, agents: int, systems: list[str]) -> tuple[float, float, int, dict]:
     from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
     from dualpath.sim.runner import run_systems
 
