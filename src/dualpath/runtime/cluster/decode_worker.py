@@ -53,7 +53,6 @@ class DecodeWorker(WorkerBase):
             name=f"e{engine_id}.buffer", block_size=geo.block_size,
             buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
             num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1))))
-        self._unreserved: list[str] = []  # tasks waiting for DE buffer room
         self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)
         self._reading: set[str] = set()  # rids whose DE-path reads are in flight
         self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
@@ -63,27 +62,17 @@ class DecodeWorker(WorkerBase):
     def _task_tokens(self, task: DecodeTask) -> int:
         return len(task.prompt_token_ids) + task.params.max_tokens
 
-    def add(self, task: DecodeTask) -> None:
+    def _admit_one(self, task: DecodeTask) -> bool:
+        """DE buffer slots for the prompt, then the KV that came early, then this side's hit reads."""
+        rid = task.request_id
+        if not self.engine.reserve(rid, len(task.prompt_token_ids)):
+            return False
         with self._lock:
-            self._tasks[task.request_id] = task
-            self._unreserved.append(task.request_id)
-        self._reserve_waiting()
-
-    def _reserve_waiting(self) -> None:
-        """Give DE buffer slots to waiting tasks in order (stops at the first that does not fit)."""
-        while self._unreserved:
-            rid = self._unreserved[0]
-            task = self._tasks.get(rid)
-            if task is not None and not self.engine.reserve(rid, len(task.prompt_token_ids)):
-                return
-            self._unreserved.pop(0)
-            if task is None:
-                continue
-            with self._lock:
-                self._reserved.add(rid)
-                self._deliver_locked(self._orphans.take(rid))
-            if task.de_read_len:
-                self._read_hits(task)
+            self._reserved.add(rid)
+            self._deliver_locked(self._orphans.take(rid))
+        if task.de_read_len:
+            self._read_hits(task)
+        return True
 
     def _read_hits(self, task: DecodeTask) -> None:
         bs, rid = self.geo.block_size, task.request_id
@@ -168,7 +157,7 @@ class DecodeWorker(WorkerBase):
     def step(self) -> bool:
         events: list[TokenEvent] = []
         self._drop_failed()
-        self._reserve_waiting()
+        self._admit_waiting()
         with self._lock:
             new, self._new = self._blocked + self._new, []
             self._blocked = []

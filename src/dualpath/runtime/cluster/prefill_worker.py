@@ -65,7 +65,6 @@ class PrefillWorker(WorkerBase):
             buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
             overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
         self._cond = threading.Condition(self._lock)
-        self._unadmitted: list[str] = []  # tasks waiting for PE buffer room
         self._pulling: set[str] = set()  # admitted DE-read-path requests (layers pulled per step)
         self._split: dict[str, _Split] = {}  # admitted split requests: DE share pushed to the buffer
         self._hits: dict[str, int] = {}  # DE-path hit tokens announced by the DEs
@@ -75,21 +74,6 @@ class PrefillWorker(WorkerBase):
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:
         return len(task.prompt_token_ids)
-
-    def add(self, task: PrefillTask) -> None:
-        with self._lock:
-            self._tasks[task.request_id] = task
-        self._unadmitted.append(task.request_id)
-        self._admit()
-
-    def _admit(self) -> None:
-        """Hand waiting tasks to the engine in order (stops at the first that does not fit)."""
-        while self._unadmitted:
-            rid = self._unadmitted[0]
-            task = self._tasks.get(rid)
-            if task is not None and not self._admit_one(task):
-                return
-            self._unadmitted.pop(0)
 
     def _admit_one(self, task: PrefillTask) -> bool:
         bs, rid, de = self.geo.block_size, task.request_id, f"e{task.decode_engine}"
@@ -176,7 +160,7 @@ class PrefillWorker(WorkerBase):
 
     def step(self) -> bool:
         """Run one planned batch if any request is ready; returns whether it did anything."""
-        self._admit()
+        self._admit_waiting()
         ready = self._ready()
         if not ready:
             return False
@@ -200,7 +184,7 @@ class PrefillWorker(WorkerBase):
             self.transport.submit(f"e{task.decode_engine}", [marker], source=f"e{self.engine_id}")
             self.outbox.put(Progress(request_id=out.request_id, engine_id=self.engine_id,
                                      event="prefill_done"))
-        self._admit()
+        self._admit_waiting()
         return True
 
     def _fit(self, entries: Sequence[pv.BatchEntry]) -> list[pv.BatchEntry]:
@@ -226,7 +210,7 @@ class PrefillWorker(WorkerBase):
                                      error=f"prefill engine {self.engine_id}: KV transfer to its "
                                            f"decode engine failed"))  # fmt: skip
             return
-        self._unadmitted.insert(0, rid)
+        self._waiting.insert(0, rid)
 
 
 class _Split:

@@ -48,20 +48,40 @@ def _copy(it: TransferItem) -> TransferItem:
 
 
 class WorkerBase:
-    """``_tasks`` (request key -> task) under ``_lock``; subclasses say how many tokens a task
-    holds (``_task_tokens``) and how to cancel one."""
+    """``_tasks`` (request key -> task) under ``_lock`` and the FIFO of tasks waiting for admission;
+    subclasses say how many tokens a task holds, how to admit one and how to cancel one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[str, Any] = {}
+        self._waiting: list[str] = []  # tasks not yet admitted (waiting for buffer room), in order
         self._last_load = (0, 0)
         self._orphans = Orphans()
 
     def _task_tokens(self, task: Any) -> int:
         raise NotImplementedError
 
+    def _admit_one(self, task: Any) -> bool:
+        """Admit one waiting task (buffer room); False if it does not fit yet."""
+        raise NotImplementedError
+
     def cancel(self, rid: str) -> None:
         raise NotImplementedError
+
+    def add(self, task: Any) -> None:
+        with self._lock:
+            self._tasks[task.request_id] = task
+        self._waiting.append(task.request_id)
+        self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        """Admit waiting tasks in order, stopping at the first that does not fit (cancelled ones
+        are skipped)."""
+        while self._waiting:
+            task = self._tasks.get(self._waiting[0])
+            if task is not None and not self._admit_one(task):
+                return
+            self._waiting.pop(0)
 
     def load(self) -> tuple[int, int]:
         """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""
