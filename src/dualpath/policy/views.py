@@ -50,7 +50,6 @@ def _fast_init(cls: type[_T]) -> type[_T]:
 # --------------------------------------------------------------------------- shared pieces
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestInfo:
     """One turn's request as the scheduler sees it.
@@ -76,7 +75,6 @@ class RequestInfo:
         return self.cached_len + self.new_len + self.gen_len
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineLoad:
     """One engine's load as reported at its group's fetch.
@@ -93,7 +91,6 @@ class EngineLoad:
     free_hbm_tokens: int = 0
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeReadQueue:
     """A node's storage read queue: ``read_queue_tokens`` is the paper's ``read_q`` (hit tokens
@@ -105,7 +102,6 @@ class NodeReadQueue:
     read_tokens_per_s: float = 1.0
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupLoad:
     """One engine group (= one node, all PEs or all DEs) at its leader's fetch.
@@ -119,7 +115,6 @@ class GroupLoad:
     engines: tuple[EngineLoad, ...]
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupTotal:
     """A DE group's total load for phase 1: ``num_tokens`` = sum of ``tok_e`` over its engines plus
@@ -132,7 +127,6 @@ class GroupTotal:
 # --------------------------------------------------------------------------- decode fetch
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeFetchView:
     """A DE group's fetch. Phase 1 routes every request of ``global_queue`` (FIFO) to a DE group;
@@ -153,7 +147,6 @@ class DecodeFetchView:
     group_rr_cursor: int = 0
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupRouting:
     """Phase 1 decision: ``request_id`` joins the private queue of DE group ``group_id``."""
@@ -162,7 +155,6 @@ class GroupRouting:
     group_id: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeAssignment:
     """Phase 2 decision: ``request_id`` decodes on DE ``engine_id`` (reserve ``decode_len`` tokens)."""
@@ -171,7 +163,6 @@ class DecodeAssignment:
     engine_id: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodePlan:
     """Result of ``assign_decode``. ``routings`` covers the whole global queue, in its order.
@@ -188,7 +179,6 @@ class DecodePlan:
 # --------------------------------------------------------------------------- prefill fetch
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingPrefill:
     """A request waiting for a PE; its DE (``de_engine_id`` on node ``de_node_id``) is known."""
@@ -198,7 +188,6 @@ class PendingPrefill:
     de_node_id: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillFetchView:
     """A PE fetch: take requests FIFO from the head of ``queue`` (the global prefill queue).
@@ -217,7 +206,6 @@ class PrefillFetchView:
     rr_cursor: int = 0
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillAssignment:
     """``request_id`` prefills on PE ``engine_id``. Its ``cached_len`` hit tokens are read as
@@ -231,7 +219,6 @@ class PrefillAssignment:
     de_read_len: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillPlan:
     """Result of ``assign_prefill``: assignments for a prefix of the queue, in queue order.
@@ -246,7 +233,6 @@ class PrefillPlan:
 # --------------------------------------------------------------------------- PE batch
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchItem:
     """A request on a PE that still has tokens to compute: ``cached_len`` tokens have KV already
@@ -257,7 +243,6 @@ class BatchItem:
     new_len: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchView:
     """One PE's next iteration. ``waiting`` is FIFO (assignment order) and holds only requests the
@@ -268,7 +253,6 @@ class BatchView:
     waiting: tuple[BatchItem, ...]
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchEntry:
     """Compute ``chunk_len`` tokens of ``request_id`` on top of its ``cached_len`` tokens."""
@@ -278,7 +262,6 @@ class BatchEntry:
     chunk_len: int
 
 
-@_fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchPlan:
     """Result of ``plan_prefill_batch``: a FIFO prefix of ``waiting``; only the last entry may be
@@ -287,3 +270,12 @@ class BatchPlan:
 
     entries: tuple[BatchEntry, ...]
     attention_s: float
+
+
+# Built by mypyc (setup.py, DUALPATH_COMPILE=1), these are native classes with a compiled __init__;
+# in pure Python they get the faster generated one.
+if __file__.endswith(".py"):
+    for _cls in (RequestInfo, EngineLoad, NodeReadQueue, GroupLoad, GroupTotal, DecodeFetchView,
+                 GroupRouting, DecodeAssignment, DecodePlan, PendingPrefill, PrefillFetchView,
+                 PrefillAssignment, PrefillPlan, BatchItem, BatchView, BatchEntry, BatchPlan):
+        _fast_init(_cls)

@@ -14,6 +14,7 @@ of its GPUs (TP all-reduces over NVLink are not modelled). EP models always have
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 
 from dualpath.sim import calibration as cal
@@ -33,7 +34,7 @@ class Node:
         self.buffer_bytes = buffer_bytes
         self.buffer_used = 0.0
         self.read_q = 0  # tokens queued to read from storage (the paper's read_q)
-        self.gate: list = []  # FIFO of buffer claims waiting for room (see storage.py)
+        self.gate: deque = deque()  # FIFO of buffer claims waiting for room (see storage.py)
         self.gpus: list[int] = []
         self.snic_read_bytes = 0.0
         self.snic_write_bytes = 0.0

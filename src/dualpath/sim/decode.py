@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from dualpath.sim.kernel import PRIO_COMPLETE
+from dualpath.sim.kernel import PRIO_COMPLETE, Handle
 
 
 class DeState:
@@ -61,7 +61,7 @@ class DecodeUnit:
         self.step_s = 0.0
         self.heap: list[tuple[float, int, Any]] = []
         self.seq = 0
-        self.handle = None
+        self.handle: Handle | None = None
         self.busy_s = 0.0  # time with a non-empty batch
         self.steps = 0.0
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
