@@ -2,8 +2,13 @@ from __future__ import annotations
 
 import pytest
 
+from dualpath.sim.compiled import is_compiled
 from dualpath.sim.config import SYSTEMS, SimConfig, get_system
 from dualpath.sim.runner import run_one, run_systems
+
+# These tests watch a run by patching methods of simulator classes, which a mypyc build compiles
+# into native classes (tests/sim/test_compiled_build.py runs this folder against that build).
+patches_methods = pytest.mark.skipif(is_compiled(), reason="patches methods of compiled classes")
 
 
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
@@ -53,6 +58,7 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, 
     assert tiny["jct_s"] == without["jct_s"] and tiny["bytes"] == without["bytes"]
 
 
+@patches_methods
 @pytest.mark.parametrize("system", ["dualpath", "basic"])
 def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_trajectories,
                                                           monkeypatch, system) -> None:
@@ -81,6 +87,7 @@ def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_tr
         assert bounded[key] == full[key], key
 
 
+@patches_methods
 def test_basic_reads_wait_for_pe_hbm_room(make_cluster, make_trajectories, monkeypatch) -> None:
     """With calibration.BASIC_READS_NEED_HBM (off by default), Basic starts a PE read only when the
     PE's HBM holds the whole prompt: past the KV room only a lone request is held, reads did
@@ -116,6 +123,7 @@ def test_basic_reads_wait_for_pe_hbm_room(make_cluster, make_trajectories, monke
     assert res["layerwise"]["jct_s"] < res["basic"]["jct_s"]
 
 
+@patches_methods
 def test_basic_run_cut_short_with_reads_waiting_for_hbm_keeps_invariants(make_cluster,
                                                                          make_trajectories,
                                                                          monkeypatch) -> None:

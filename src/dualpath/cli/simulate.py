@@ -90,9 +90,16 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     err = Console(stderr=True)
     from dualpath.sim import calibration
 
+    from dualpath.sim import compiled
+
+    build = compiled.status()
+    if build["stale"]:
+        err.print(f"[yellow]warning: compiled modules older than their source (rebuild with "
+                  f"DUALPATH_COMPILE=1, or delete the .so files): {', '.join(build['stale'])}")
     overrides = {k: v for k, v in calibration.current().items() if v != calibration.CONSTANTS[k]}
     result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {},
-                    "calibration": calibration.current(), "calibration_overrides": overrides}
+                    "calibration": calibration.current(), "calibration_overrides": overrides,
+                    "compiled": not build["pure"]}
     if online:
         from dualpath.sim.online import capacity_sweep, parse_aps
 
