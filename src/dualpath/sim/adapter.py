@@ -11,19 +11,30 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from itertools import islice
-from operator import attrgetter
+from typing import TYPE_CHECKING, Final
 
 from dualpath.policy.views import (
     BatchItem,
+    BatchPlan,
     BatchView,
     DecodeFetchView,
+    DecodePlan,
     EngineLoad,
     GroupLoad,
     GroupTotal,
     NodeReadQueue,
     PendingPrefill,
     PrefillFetchView,
+    PrefillPlan,
+    RequestInfo,
 )
+
+if TYPE_CHECKING:
+    from dualpath.policy.scheduler import PolicyScheduler
+    from dualpath.sim.cluster import Node
+    from dualpath.sim.driver import Simulation
+    from dualpath.sim.prefill import PeState
+    from dualpath.sim.request import Req
 
 VIEW_LIMIT = 64
 # Fetch elision: skip a fetch whose plan is provably empty -- a DE group whose private-queue head
@@ -31,7 +42,7 @@ VIEW_LIMIT = 64
 # engines are all over beta (class C1, never chosen by any PE choice). Cursors are unchanged in both
 # cases, so plans are identical with and without it (tests/sim check the JCT is the same).
 FETCH_ELISION = True
-SMALL_CLUSTER_NODES = 32
+SMALL_CLUSTER_NODES: Final = 32
 # Private-queue prefixes: every DE choice assigns a prefix of the private queue whose tokens fit
 # the group's free HBM (it stops at the first request no DE has room for, and the assigned tokens
 # never exceed the group's free total); balanced's R is that same fitting prefix. So a DE view
@@ -39,22 +50,22 @@ SMALL_CLUSTER_NODES = 32
 # group's free HBM: the plan is the same (tests/sim check the JCT is the same without the bound).
 BOUND_PRIVATE_VIEW = True
 _PRIVATE_FULL = 8  # queues up to this long are passed whole (the scan would cost more)
-BATCH_VIEW_LIMIT = 64
-_INFO = attrgetter("info")  # a queued Req's RequestInfo
+BATCH_VIEW_LIMIT: Final = 64
 
 
 class PolicyAdapter:
-    def __init__(self, sim, scheduler) -> None:
+    def __init__(self, sim: Simulation, scheduler: PolicyScheduler) -> None:
         self.sim = sim
         self.scheduler = scheduler
-        self.global_queue: deque = deque()
-        self.private: dict[int, deque] = {n.node_id: deque() for n in sim.cluster.de_nodes}
+        self.global_queue: deque[Req] = deque()
+        self.private: dict[int, deque[Req]] = {n.node_id: deque() for n in sim.cluster.de_nodes}
         self.private_tokens: dict[int, int] = {n.node_id: 0 for n in sim.cluster.de_nodes}
-        self.prefill_queue: deque = deque()
+        self.prefill_queue: deque[Req] = deque()
         self.de_rr: dict[int, int] = {n.node_id: 0 for n in sim.cluster.de_nodes}
         self.pe_rr: dict[int, int] = {n.node_id: 0 for n in sim.cluster.pe_nodes}
         self.group_rr = 0
-        self.read_rate = {n.node_id: n.snic.bytes_per_s / sim.bpt for n in sim.cluster.nodes}
+        self.read_rate: dict[int, float] = {n.node_id: n.snic.bytes_per_s / sim.bpt
+                                            for n in sim.cluster.nodes}
         self.fetches = 0
         self.de_node_ids = [n.node_id for n in sim.cluster.de_nodes]
         self.all_node_ids = [n.node_id for n in (*sim.cluster.pe_nodes, *sim.cluster.de_nodes)]
@@ -84,8 +95,9 @@ class PolicyAdapter:
         self._groups.pop(node_id, None)
         self._stale[node_id].add(gpu_id)
 
-    def _group(self, node, load) -> GroupLoad:
-        """The node's GroupLoad; only the EngineLoads of GPUs that changed are rebuilt."""
+    def _group(self, node: Node, de: bool) -> GroupLoad:
+        """The node's GroupLoad; only the EngineLoads of GPUs that changed are rebuilt (DE loads
+        when ``de``, else PE loads)."""
         nid = node.node_id
         group = self._groups.get(nid)
         if group is not None:
@@ -93,12 +105,14 @@ class PolicyAdapter:
         loads = self._node_loads.get(nid)
         stale = self._stale.pop(nid, None)
         if loads is None:
-            loads = self._node_loads[nid] = [load(g) for g in node.gpus]
+            loads = [self._de_load(g) if de else self._pe_load(g) for g in node.gpus]
+            self._node_loads[nid] = loads
         elif stale:
             rank = self._rank
             for g in stale:
-                loads[rank[g]] = load(g)
-        group = self._groups[nid] = GroupLoad(group_id=nid, node_id=nid, engines=tuple(loads))
+                loads[rank[g]] = self._de_load(g) if de else self._pe_load(g)
+        group = GroupLoad(group_id=nid, node_id=nid, engines=tuple(loads))
+        self._groups[nid] = group
         return group
 
     def _de_load(self, g: int) -> EngineLoad:
@@ -111,16 +125,16 @@ class PolicyAdapter:
         return EngineLoad(engine_id=g, num_seqs=st.seq, num_tokens=st.tok, free_hbm_tokens=0)
 
     # ------------------------------------------------------------------ decode side
-    def _de_group(self, node) -> GroupLoad:
-        return self._group(node, self._de_load)
+    def _de_group(self, node: Node) -> GroupLoad:
+        return self._group(node, True)
 
-    def fetch_decode(self, node) -> int:
+    def fetch_decode(self, node: Node) -> int:
         """One DE group's fetch. Returns the number of requests assigned to its DEs."""
         plan = self.scheduler.assign_decode(self.decode_view(node))
         self.fetches += 1
         return self.apply_decode(node, plan)
 
-    def decode_may_assign(self, node) -> bool:
+    def decode_may_assign(self, node: Node) -> bool:
         """False only if this DE group's fetch would certainly return an empty plan."""
         if not FETCH_ELISION or self.global_queue:
             return True
@@ -135,18 +149,18 @@ class PolicyAdapter:
                 return True
         return False
 
-    def prefill_may_assign(self, node) -> bool:
+    def prefill_may_assign(self, node: Node) -> bool:
         """False only if every PE of this group is over beta (C1)."""
         if not FETCH_ELISION:
             return True
-        beta = self.scheduler.config.beta_tokens
+        beta: int = self.scheduler.config.beta_tokens
         pes = self.sim.pe_states
         for g in node.gpus:
             if pes[g].tok <= beta:
                 return True
         return False
 
-    def decode_view(self, node) -> DecodeFetchView:
+    def decode_view(self, node: Node) -> DecodeFetchView:
         sim = self.sim
         dirty = self._totals_dirty
         if dirty:  # frozen GroupTotal objects, rebuilt only for nodes whose total changed
@@ -166,19 +180,19 @@ class PolicyAdapter:
         view = DecodeFetchView(
             now_s=sim.kernel.now_s, group=group,
             private_queue=self._private_prefix(self.private[node.node_id], group),
-            global_queue=tuple(map(_INFO, self.global_queue)), group_totals=totals,
+            global_queue=_infos(self.global_queue), group_totals=totals,
             rr_cursor=self.de_rr[node.node_id], group_rr_cursor=self.group_rr)
         return view
 
-    def _private_prefix(self, queue: deque, group: GroupLoad) -> tuple:
+    def _private_prefix(self, queue: deque[Req], group: GroupLoad) -> tuple[RequestInfo, ...]:
         """The private queue's infos up to the first request past the group's free HBM (see
         BOUND_PRIVATE_VIEW); the whole queue when it is short or never gets past it."""
         if not BOUND_PRIVATE_VIEW or len(queue) <= _PRIVATE_FULL:
-            return tuple(map(_INFO, queue))
+            return _infos(queue)
         room = 0
         for engine in group.engines:
             room += engine.free_hbm_tokens
-        out = []
+        out: list[RequestInfo] = []
         total = 0
         for req in queue:
             out.append(req.info)
@@ -187,7 +201,7 @@ class PolicyAdapter:
                 break
         return tuple(out)
 
-    def apply_decode(self, node, plan) -> int:
+    def apply_decode(self, node: Node, plan: DecodePlan) -> int:
         """Carry out a DecodePlan: route the global queue, assign DEs (reserving HBM)."""
         sim = self.sim
         self.de_rr[node.node_id] = plan.next_rr_cursor
@@ -213,41 +227,44 @@ class PolicyAdapter:
         return len(plan.assignments)
 
     # ------------------------------------------------------------------ prefill side
-    def fetch_prefill(self, node) -> int:
+    def fetch_prefill(self, node: Node) -> int:
         """One PE group's fetch (strict leader fetch: this group only)."""
         plan = self.scheduler.assign_prefill(self.prefill_view(node))
         self.fetches += 1
         return self.apply_prefill(node, plan)
 
-    def prefill_view(self, node) -> PrefillFetchView:
+    def prefill_view(self, node: Node) -> PrefillFetchView:
         sim = self.sim
-        group = self._group(node, self._pe_load)
+        group = self._group(node, False)
         nodes = sim.cluster.nodes
         small = len(nodes) <= SMALL_CLUSTER_NODES  # small clusters: every node's read queue
+        prefix: list[PendingPrefill] = []
         if small:
-            prefix = [req.pending for req in islice(self.prefill_queue, VIEW_LIMIT)]
+            for req in islice(self.prefill_queue, VIEW_LIMIT):
+                prefix.append(_pending(req))
             node_ids = self._all_sorted
         else:
-            prefix = []
             nodes_seen = {node.node_id}
             for req in islice(self.prefill_queue, VIEW_LIMIT):
-                prefix.append(req.pending)
-                nodes_seen.add(req.pending.de_node_id)
+                pending = _pending(req)
+                prefix.append(pending)
+                nodes_seen.add(pending.de_node_id)
             node_ids = sorted(nodes_seen)
         reads = self._reads  # frozen NodeReadQueue objects, rebuilt only when read_q changed
-        out = []
+        out: list[NodeReadQueue] = []
         for n in node_ids:
             q = nodes[n].read_q
             obj = reads.get(n)
             if obj is None or obj.read_queue_tokens != q:
-                obj = reads[n] = NodeReadQueue(node_id=n, read_queue_tokens=q,
-                                               read_tokens_per_s=self.read_rate[n])
+                obj = NodeReadQueue(node_id=n, read_queue_tokens=q,
+                                    read_tokens_per_s=self.read_rate[n])
+                reads[n] = obj
             out.append(obj)
         queues = tuple(out)
         return PrefillFetchView(now_s=sim.kernel.now_s, groups=(group,), queue=tuple(prefix),
                                 read_queues=queues, rr_cursor=self.pe_rr[node.node_id])
 
-    def apply_prefill(self, node, plan) -> int:
+    def apply_prefill(self, node: Node, plan: PrefillPlan) -> int:
         """Carry out a PrefillPlan: pop the assigned prefix, start its reads."""
         sim = self.sim
         self.pe_rr[node.node_id] = plan.next_rr_cursor
@@ -257,26 +274,27 @@ class PolicyAdapter:
             sim.assign_pe(req, a.engine_id, a.pe_read_len, a.de_read_len, a.read_side)
         return len(plan.assignments)
 
-    def enqueue_prefill(self, req, de_node_id: int) -> None:
+    def enqueue_prefill(self, req: Req, de_node_id: int) -> None:
         req.pending = PendingPrefill(request=req.info, de_engine_id=req.de_gpu,
                                      de_node_id=de_node_id)
         self.prefill_queue.append(req)
 
     # ------------------------------------------------------------------ PE batch
-    def plan_batch(self, st) -> list[tuple[object, int, int]]:
+    def plan_batch(self, st: PeState) -> list[tuple[Req, int, int]]:
         """``[(req, cached_len, chunk_len)]`` for PE ``st``'s next iteration (may be empty)."""
         ready, claimed, view = self.batch_view(st)
         if view is None:
             return []
         return self.apply_batch(ready, claimed, self.scheduler.plan_prefill_batch(view))
 
-    def batch_view(self, st):
+    def batch_view(self, st: PeState) -> tuple[list[Req], list[Req], BatchView | None]:
         """``(ready, claimed, BatchView | None)``: the PE's ready requests (reads done, DE buffer
         room taken for their output; Basic: whole prompts fitting PE HBM) in assignment order."""
-        ready = []
+        ready: list[Req] = []
         sim = self.sim
-        room = sim.pe_kv_tokens if not sim.system.layerwise else None
-        claimed = []
+        basic = not sim.system.layerwise
+        room = sim.pe_kv_tokens if basic else 0
+        claimed: list[Req] = []
         for req in st.queue:
             if not req.is_ready:
                 continue
@@ -286,7 +304,7 @@ class PolicyAdapter:
                     continue
                 req.out_claimed = True
                 claimed.append(req)
-            if room is not None:  # Basic: the whole prompt KV must fit in PE HBM
+            if basic:  # Basic: the whole prompt KV must fit in PE HBM
                 if ready and req.prompt_len > room:
                     break
                 room -= req.prompt_len
@@ -295,14 +313,15 @@ class PolicyAdapter:
                 break
         if not ready:
             return ready, claimed, None
-        items = tuple(BatchItem(request_id=r.rid, cached_len=r.hit_len + r.done_new,
-                                new_len=r.miss_len - r.done_new) for r in ready)
+        items = tuple([BatchItem(request_id=r.rid, cached_len=r.hit_len + r.done_new,
+                                 new_len=r.miss_len - r.done_new) for r in ready])
         return ready, claimed, BatchView(now_s=sim.kernel.now_s, engine_id=st.gpu_id,
                                          waiting=items)
 
-    def apply_batch(self, ready, claimed, plan) -> list[tuple[object, int, int]]:
+    def apply_batch(self, ready: list[Req], claimed: list[Req],
+                    plan: BatchPlan) -> list[tuple[Req, int, int]]:
         sim = self.sim
-        out = []
+        out: list[tuple[Req, int, int]] = []
         for req, entry in zip(ready, plan.entries):
             assert req.rid == entry.request_id
             out.append((req, entry.cached_len, entry.chunk_len))
@@ -312,3 +331,14 @@ class PolicyAdapter:
                 req.out_claimed = False
                 sim.unclaim_output(req)
         return out
+
+
+def _infos(queue: deque[Req]) -> tuple[RequestInfo, ...]:
+    """The RequestInfo of every queued request, in queue order."""
+    return tuple([req.info for req in queue])
+
+
+def _pending(req: Req) -> PendingPrefill:
+    pending = req.pending
+    assert pending is not None, req.rid  # set by enqueue_prefill
+    return pending

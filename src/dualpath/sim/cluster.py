@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dualpath.sim import calibration as cal
 from dualpath.sim.links import Link
+
+if TYPE_CHECKING:
+    from dualpath.sim.storage import Claim
 
 
 class Node:
@@ -34,7 +38,7 @@ class Node:
         self.buffer_bytes = buffer_bytes
         self.buffer_used = 0.0
         self.read_q = 0  # tokens queued to read from storage (the paper's read_q)
-        self.gate: deque = deque()  # FIFO of buffer claims waiting for room (see storage.py)
+        self.gate: deque[Claim] = deque()  # FIFO of buffer claims waiting for room (storage.py)
         self.gpus: list[int] = []
         self.snic_read_bytes = 0.0
         self.snic_write_bytes = 0.0

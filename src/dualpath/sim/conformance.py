@@ -9,6 +9,7 @@ not execute fails here too). The recorded view is never passed through.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from dualpath.policy import views as v
 from dualpath.policy.scheduler import make_scheduler
@@ -105,8 +106,8 @@ class SimConformanceAdapter:
         groups = [view.group if t.group_id == view.group.group_id else
                   v.GroupLoad(group_id=t.group_id, node_id=t.group_id, engines=())
                   for t in view.group_totals]
-        sim = _FakeSim(view.now_s, de_groups=groups)
-        adapter = PolicyAdapter(sim, sched)
+        sim: Any = _FakeSim(view.now_s, de_groups=groups)
+        adapter: Any = PolicyAdapter(sim, sched)
         for g in groups:  # other groups' totals: engine tokens folded into private-queue tokens
             sim.de_node_tok[g.node_id] = sum(e.num_tokens for e in g.engines)
             adapter.private_tokens[g.node_id] = totals[g.group_id] - sim.de_node_tok[g.node_id]
@@ -120,8 +121,8 @@ class SimConformanceAdapter:
         return plan
 
     def _prefill(self, sched, view: v.PrefillFetchView):
-        sim = _FakeSim(view.now_s, pe_groups=view.groups, read_queues=view.read_queues)
-        adapter = PolicyAdapter(sim, sched)
+        sim: Any = _FakeSim(view.now_s, pe_groups=view.groups, read_queues=view.read_queues)
+        adapter: Any = PolicyAdapter(sim, sched)
         for p in view.queue:
             req = _Req(p.request, p.de_engine_id)
             req.pending = v.PendingPrefill(request=req.info, de_engine_id=p.de_engine_id,
@@ -135,8 +136,8 @@ class SimConformanceAdapter:
         return plan
 
     def _batch(self, sched, view: v.BatchView):
-        sim = _FakeSim(view.now_s)
-        adapter = PolicyAdapter(sim, sched)
+        sim: Any = _FakeSim(view.now_s)
+        adapter: Any = PolicyAdapter(sim, sched)
         st = SimpleNamespace(gpu_id=view.engine_id, queue=[], unit=None)
         for item in view.waiting:
             st.queue.append(_Req(v.RequestInfo(request_id=item.request_id,

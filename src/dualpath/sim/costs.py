@@ -9,12 +9,15 @@ bucketed to 1,024 tokens). Calibration multipliers (sim/calibration.py) apply he
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Final
+
 from dualpath.cost import make_cost_model, model_traffic_bytes
 from dualpath.sim import calibration as cal
 
-_TOKEN_BUCKET = 16
-_CTX_BUCKET = 1024
-_MEMO_LIMIT = 1 << 20  # entries kept by MemoAttentionPredictor before it starts afresh
+_TOKEN_BUCKET: Final = 16
+_CTX_BUCKET: Final = 1024
+_MEMO_LIMIT: Final = 1 << 20  # entries kept by MemoAttentionPredictor before it starts afresh
 
 
 class MemoAttentionPredictor:
@@ -26,10 +29,10 @@ class MemoAttentionPredictor:
 
     __slots__ = ("layer", "_flops", "predict_s")
 
-    def __init__(self, layer) -> None:
+    def __init__(self, layer: Any) -> None:
         self.layer = layer
         self._flops: dict[tuple[int, int], float] = {}
-        self.predict_s = layer.predict_s
+        self.predict_s: Callable[[float], float] = layer.predict_s
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
         key = (cached_len, new_len)
@@ -42,10 +45,10 @@ class MemoAttentionPredictor:
 
 
 class CostCache:
-    def __init__(self, model, gpu, *, name: str, pe_ep_size: int, de_ep_size: int,
+    def __init__(self, model: Any, gpu: Any, *, name: str, pe_ep_size: int, de_ep_size: int,
                  num_gpus_per_node: int) -> None:
         self.model = model
-        self.num_layers = model.num_layers
+        self.num_layers: int = model.num_layers
         self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size,
                                        num_gpus_per_node=num_gpus_per_node)
         self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size,
@@ -56,10 +59,10 @@ class CostCache:
         self._gpn = num_gpus_per_node
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
-        self._traffic_pe = model_traffic_bytes(model, 1, ep_size=pe_ep_size,
-                                               num_gpus_per_node=num_gpus_per_node)
-        self._traffic_de = model_traffic_bytes(model, 1, ep_size=de_ep_size,
-                                               num_gpus_per_node=num_gpus_per_node)
+        self._traffic_pe: float = model_traffic_bytes(model, 1, ep_size=pe_ep_size,
+                                                      num_gpus_per_node=num_gpus_per_node)
+        self._traffic_de: float = model_traffic_bytes(model, 1, ep_size=de_ep_size,
+                                                      num_gpus_per_node=num_gpus_per_node)
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
         """Predicted attention seconds of one layer for ``(cached_len, new_len)`` entries."""

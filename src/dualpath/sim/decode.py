@@ -17,9 +17,13 @@ links when that batch changes (and at the end of the run), starting where that s
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dualpath.sim.kernel import PRIO_COMPLETE, Handle
+
+if TYPE_CHECKING:
+    from dualpath.sim.driver import Simulation
+    from dualpath.sim.request import Req
 
 
 class DeState:
@@ -29,10 +33,11 @@ class DeState:
     __slots__ = ("gpu_id", "node_id", "unit", "tok", "seq", "hbm_tokens", "reserved", "batch",
                  "ctx_sum", "step_s", "slot", "model_mark", "model_t")
 
+    unit: DecodeUnit  # the DecodeUnit it steps in (set by the unit)
+
     def __init__(self, gpu_id: int, node_id: int, hbm_tokens: int) -> None:
         self.gpu_id = gpu_id
         self.node_id = node_id
-        self.unit: Any = None  # the DecodeUnit it steps in
         self.tok = 0
         self.seq = 0
         self.hbm_tokens = hbm_tokens
@@ -46,7 +51,7 @@ class DeState:
 
 
 class DecodeUnit:
-    def __init__(self, sim, states: list[DeState]) -> None:
+    def __init__(self, sim: Simulation, states: list[DeState]) -> None:
         self.sim = sim
         self.kernel = sim.kernel
         self.costs = sim.costs
@@ -59,13 +64,13 @@ class DecodeUnit:
         self.counter = 0.0
         self.last_t = 0.0
         self.step_s = 0.0
-        self.heap: list[tuple[float, int, Any]] = []
+        self.heap: list[tuple[float, int, Req]] = []
         self.seq = 0
         self.handle: Handle | None = None
         self.busy_s = 0.0  # time with a non-empty batch
         self.steps = 0.0
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
-        self.model_bytes_per_token = 0.0 if sim.system.free_io else sim.costs.de_model_bytes(1)
+        self.model_bytes_per_token = 0.0 if sim.free_io else sim.costs.de_model_bytes(1)
         self.gpus = [sim.cluster.gpus[st.gpu_id] for st in states]
 
     def _advance(self) -> None:
@@ -113,7 +118,7 @@ class DecodeUnit:
             self.handle = self.kernel.at(self.kernel.now_s + max(wait, 0.0), self._on_finish,
                                          PRIO_COMPLETE)
 
-    def join(self, req, st: DeState) -> None:
+    def join(self, req: Req, st: DeState) -> None:
         """``req``'s KV is in ``st``'s HBM: add it to the running batch."""
         self._advance()
         steps = req.gen_len - 1
@@ -135,7 +140,7 @@ class DecodeUnit:
         self._advance()
         heap = self.heap
         limit = self.counter + 1e-6
-        touched = set()
+        touched: set[DeState] = set()
         while heap and heap[0][0] <= limit:
             _t, _s, req = heapq.heappop(heap)
             st = self.sim.de_states[req.de_gpu]

@@ -10,38 +10,39 @@ from __future__ import annotations
 import math
 import random
 from functools import partial
-from typing import Any
 
 from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
 from dualpath.sim import calibration as cal
 from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
-from dualpath.sim.cluster import Cluster
+from dualpath.sim.cluster import Cluster, Node
 from dualpath.sim.config import SimConfig
 from dualpath.sim.costs import CostCache
 from dualpath.sim.decode import DecodeUnit, DeState
-from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Kernel
-from dualpath.sim.links import transfer
+from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Handle, Kernel
+from dualpath.sim.links import transfer3
 from dualpath.sim.metrics import Metrics
 from dualpath.sim.prefill import PeState, PrefillUnit
-from dualpath.sim.request import Agent
+from dualpath.sim.request import Agent, Req
+from dualpath.sim.storage import Storage
 
 
 class Simulation:
     def __init__(self, config: SimConfig, agents: list[Agent]) -> None:
         self.config = config
         self.system = config.system
+        self.free_io: bool = config.system.free_io  # (the system is frozen: hot paths read these)
+        self.layerwise: bool = config.system.layerwise
         self.kernel = Kernel()
         self.cluster = cluster = Cluster(config.cluster)
         model = cluster.model
-        self.bpt = model.kv_bytes_per_token
-        self.block_len = config.block_len
+        self.bpt: int = model.kv_bytes_per_token
+        self.block_len: int = config.block_len
         gpn = cluster.num_gpus_per_node
         pe_ep = len(cluster.prefill_units[0]) if cluster.prefill_units[0] else 1
         de_ep = len(cluster.decode_units[0]) if cluster.decode_units[0] else 1
         self.costs = CostCache(model, cluster.gpu_spec, name=config.cost_model, pe_ep_size=pe_ep,
                                de_ep_size=de_ep, num_gpus_per_node=gpn)
         from dualpath.cost import weight_bytes_per_gpu
-        from dualpath.sim.storage import Storage
 
         hbm = cluster.gpu_spec.hbm_gb * 1e9 * cal.HBM_USABLE_FRACTION
         de_kv = int((hbm - weight_bytes_per_gpu(model, ep_size=de_ep)) / self.bpt)
@@ -71,8 +72,9 @@ class Simulation:
         self.agents = agents
         self.agents_left = len(agents)
         self.rng = random.Random(config.seed)
-        self._tick: Any = None
-        self.starved_units: set = set()  # PE units that skipped a request for lack of DE buffer
+        self._tick: Handle | None = None
+        # PE units that skipped a request for lack of DE buffer
+        self.starved_units: set[PrefillUnit] = set()
         self._de_dirty: set[int] = set()
         self._next_de = 0
         self._next_pe = 0
@@ -160,7 +162,7 @@ class Simulation:
                     pass  # the plan took the whole prefix: continue with the next one
 
     # ------------------------------------------------------------------ plan execution
-    def assign_de(self, req, gpu_id: int) -> None:
+    def assign_de(self, req: Req, gpu_id: int) -> None:
         st = self.de_states[gpu_id]
         req.de_gpu = gpu_id
         req.t_de = self.kernel.now_s
@@ -172,7 +174,8 @@ class Simulation:
         self.adapter.enqueue_prefill(req, st.node_id)
         self._pe_all_dirty = True  # a new request in the prefill queue: every PE group may fetch
 
-    def assign_pe(self, req, gpu_id: int, pe_read_len: int, de_read_len: int, side: str) -> None:
+    def assign_pe(self, req: Req, gpu_id: int, pe_read_len: int, de_read_len: int,
+                  side: str) -> None:
         st = self.pe_states[gpu_id]
         req.pe_gpu = gpu_id
         req.t_pe = self.kernel.now_s
@@ -183,7 +186,7 @@ class Simulation:
         self.adapter.pe_changed(st.node_id, st.gpu_id)
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
-        if self.system.free_io:
+        if self.free_io:
             req.t_alloc = req.t_read = self.kernel.now_s
             self._ready(req)
             return
@@ -200,7 +203,7 @@ class Simulation:
             self.storage.claim(de_node, req, de_read_len * self.bpt, de_read_len, self._claim_done,
                                limit_frac=1.0 - cal.DE_OUTPUT_RESERVE)
         if pe_read_len > 0:
-            if not self.system.layerwise and cal.BASIC_READS_NEED_HBM:
+            if not self.layerwise and cal.BASIC_READS_NEED_HBM:
                 st.hbm_gate.append(req)  # Basic: the read waits for PE HBM room (see calibration)
                 self._pump_hbm(st)
             else:
@@ -221,32 +224,32 @@ class Simulation:
             self.storage.claim(self.cluster.nodes[st.node_id], req, req.pe_read_len * self.bpt,
                                req.pe_read_len, self._claim_done)
 
-    def _claim_done(self, req) -> None:
+    def _claim_done(self, req: Req) -> None:
         req.claims_left -= 1
         if req.claims_left == 0:
             req.t_read = self.kernel.now_s
             self._ready(req)
 
-    def claim_output(self, req) -> bool:
+    def claim_output(self, req: Req) -> bool:
         """Room in the DE buffer for the KV the PE will send (PE-read hits + misses)."""
-        if self.system.free_io:
+        if self.free_io:
             return True
         node = self.cluster.nodes[self.de_states[req.de_gpu].node_id]
         return self.storage.try_reserve(node, (req.prompt_len - req.de_read_len) * self.bpt)
 
-    def unclaim_output(self, req) -> None:
-        if not self.system.free_io:
+    def unclaim_output(self, req: Req) -> None:
+        if not self.free_io:
             node = self.cluster.nodes[self.de_states[req.de_gpu].node_id]
             self.storage.release(node, (req.prompt_len - req.de_read_len) * self.bpt)
 
-    def _ready(self, req) -> None:
+    def _ready(self, req: Req) -> None:
         req.is_ready = True
         st = self.pe_states[req.pe_gpu]
         st.num_ready += 1
         st.unit.kick()
 
     # ------------------------------------------------------------------ completions
-    def prefill_done(self, req, st: PeState, kv_at: float) -> None:
+    def prefill_done(self, req: Req, st: PeState, kv_at: float) -> None:
         """Last chunk computed: first token now; KV complete in the DE buffer at ``kv_at``."""
         now = self.kernel.now_s
         req.t_first = now
@@ -261,17 +264,17 @@ class Simulation:
         if self.adapter.prefill_queue:
             self._request_tick()
         de = self.de_states[req.de_gpu]
-        if self.system.free_io:
+        if self.free_io:
             de.unit.join(req, de)
             return
         if req.pe_read_len:
             self.storage.release(self.cluster.nodes[st.node_id], req.pe_read_len * self.bpt)
         gpu = self.cluster.gpus[req.de_gpu]
         node = self.cluster.nodes[de.node_id]
-        end = transfer((node.dram, gpu.tx, gpu.rx), req.prompt_len * self.bpt, kv_at)
+        end = transfer3(node.dram, gpu.tx, gpu.rx, req.prompt_len * self.bpt, kv_at)
         self.kernel.call_at(end, lambda: self._to_hbm(req, de, node), PRIO_COMPLETE)
 
-    def _to_hbm(self, req, de: DeState, node) -> None:
+    def _to_hbm(self, req: Req, de: DeState, node: Node) -> None:
         self.storage.release(node, req.prompt_len * self.bpt)
         if self.starved_units:
             units, self.starved_units = self.starved_units, set()
@@ -281,7 +284,7 @@ class Simulation:
         self.storage.write(node, new_blocks * self.block_len * self.bpt)
         de.unit.join(req, de)
 
-    def decode_done(self, req, de: DeState) -> None:
+    def decode_done(self, req: Req, de: DeState) -> None:
         now = self.kernel.now_s
         req.t_done = now
         if math.isnan(req.t_join):
@@ -291,7 +294,7 @@ class Simulation:
         de.reserved -= req.decode_len
         self.de_node_tok[de.node_id] -= req.decode_len
         self.adapter.de_changed(de.node_id, de.gpu_id)
-        if not self.system.free_io:
+        if not self.free_io:
             blocks = (req.decode_len // self.block_len) - (req.prompt_len // self.block_len)
             self.storage.write(self.cluster.nodes[de.node_id], blocks * self.block_len * self.bpt)
         self.metrics.request_done(req, de.unit.current_step_s())

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from typing import Final, cast
 
 from dualpath.core.errors import DualpathError
 
 # Priorities for events at the same instant: completions before new work, so freed resources are
 # visible when the scheduler fetches at the same time.
-PRIO_COMPLETE = 0
-PRIO_ENGINE = 1
-PRIO_FETCH = 2
-PRIO_ARRIVAL = 3
+PRIO_COMPLETE: Final = 0
+PRIO_ENGINE: Final = 1
+PRIO_FETCH: Final = 2
+PRIO_ARRIVAL: Final = 3
 
 
 class SimulationError(DualpathError):
@@ -55,25 +55,29 @@ class Kernel:
     def __init__(self) -> None:
         self.now_s = 0.0
         self.events = 0
-        self._heap: list[tuple[float, int, int, Any]] = []  # last: a Handle or a plain callable
+        # last: a Handle or a plain callable
+        self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._stopped = False
 
     def at(self, time_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> Handle:
         """Run ``fn`` at absolute ``time_s`` (not before now). Returns a cancellable handle."""
         handle = Handle(fn)
-        self.call_at(time_s, handle, priority)  # type: ignore[arg-type]  # run() unwraps it
+        self._push(time_s, handle, priority)  # run() unwraps it
         return handle
 
     def call_at(self, time_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> None:
         """Like :meth:`at` without a handle (cannot be cancelled): the hot paths' cheaper form.
         Both share one heap and one ``seq`` counter, so the event order is the same either way."""
+        self._push(time_s, fn, priority)
+
+    def _push(self, time_s: float, item: object, priority: int) -> None:
         if time_s < self.now_s:
             if time_s < self.now_s - 1e-9:
                 raise SimulationError(self.now_s, f"event scheduled in the past ({time_s!r})")
             time_s = self.now_s
         self._seq += 1
-        heapq.heappush(self._heap, (time_s, priority, self._seq, fn))
+        heapq.heappush(self._heap, (time_s, priority, self._seq, item))
 
     def after(self, delay_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> Handle:
         return self.at(self.now_s + delay_s, fn, priority)
@@ -85,8 +89,6 @@ class Kernel:
     def run(self, until_s: float = float("inf")) -> float:
         """Run events in key order until the heap is empty, ``until_s`` passes, or ``stop()``."""
         heap = self._heap
-        pop = heapq.heappop
-        handle_cls = Handle
         self._stopped = False
         events = self.events
         try:
@@ -95,13 +97,15 @@ class Kernel:
                 time_s = entry[0]
                 if time_s > until_s:
                     break
-                pop(heap)
-                fn: Any = entry[3]
-                if fn.__class__ is handle_cls:
-                    if not fn.alive:
+                heapq.heappop(heap)
+                item = entry[3]
+                if isinstance(item, Handle):
+                    if not item.alive:
                         continue
-                    fn.alive = False
-                    fn = fn.fn
+                    item.alive = False
+                    fn = item.fn
+                else:
+                    fn = cast("Callable[[], None]", item)
                 self.now_s = time_s
                 events += 1  # stored in self.events when the loop ends
                 try:
@@ -117,4 +121,4 @@ class Kernel:
     @property
     def pending(self) -> int:
         return sum(1 for entry in self._heap
-                   if entry[3].__class__ is not Handle or entry[3].alive)
+                   if not isinstance(entry[3], Handle) or entry[3].alive)

@@ -17,10 +17,11 @@ invariant, true by construction and re-checked at the end of a run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from dualpath.core.errors import require
 
-LINK_CLASSES: tuple[str, ...] = (
+LINK_CLASSES: Final[tuple[str, ...]] = (
     "snic_read", "snic_write", "cnic_tx", "cnic_rx", "cnic_loopback", "dram", "model",
 )
 
@@ -78,6 +79,49 @@ def transfer(links: Sequence[Link], nbytes: float, ready_s: float) -> float:
         link.kv_bytes += nbytes
         if done > end:
             end = done
+    return end
+
+
+def _take(link: Link, nbytes: float, ready_s: float) -> float:
+    """One link's share of :func:`transfer`: reserve it FIFO, return when it is done."""
+    free = link.free_at_s
+    dur = nbytes / link.bytes_per_s
+    done = (free if free > ready_s else ready_s) + dur
+    link.free_at_s = done
+    link.busy_s += dur
+    link.bytes_moved += nbytes
+    link.kv_bytes += nbytes
+    return done
+
+
+def transfer2(a: Link, b: Link, nbytes: float, ready_s: float) -> float:
+    """:func:`transfer` over the path ``(a, b)`` without building a sequence (same arithmetic)."""
+    if nbytes <= 0:
+        return ready_s
+    end = ready_s
+    done = _take(a, nbytes, ready_s)
+    if done > end:
+        end = done
+    done = _take(b, nbytes, ready_s)
+    if done > end:
+        end = done
+    return end
+
+
+def transfer3(a: Link, b: Link, c: Link, nbytes: float, ready_s: float) -> float:
+    """:func:`transfer` over the path ``(a, b, c)`` without building a sequence (same arithmetic)."""
+    if nbytes <= 0:
+        return ready_s
+    end = ready_s
+    done = _take(a, nbytes, ready_s)
+    if done > end:
+        end = done
+    done = _take(b, nbytes, ready_s)
+    if done > end:
+        end = done
+    done = _take(c, nbytes, ready_s)
+    if done > end:
+        end = done
     return end
 
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 import math
 import os
 from array import array
+from typing import IO, TYPE_CHECKING
 
 from dualpath.sim.links import check_utilisation
+
+if TYPE_CHECKING:
+    from dualpath.sim.driver import Simulation
+    from dualpath.sim.request import Agent, Req
 
 FIELDS = ("rid", "agent", "turn", "prompt_len", "hit_len", "gen_len", "de_gpu", "pe_gpu",
           "read_side", "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join",
@@ -20,7 +25,7 @@ BREAKDOWN = ("queueing", "allocation", "reading", "prefill")
 
 
 class Metrics:
-    def __init__(self, sim, out_dir: str | None) -> None:
+    def __init__(self, sim: Simulation, out_dir: str | None) -> None:
         self.sim = sim
         self.num_requests = 0
         self.hit_tokens = 0
@@ -33,16 +38,16 @@ class Metrics:
         self.t_arrive = array("d")
         self._window: list[float] = []
         self._window_sum = 0.0
-        self.stop_ttft_s = sim.config.ttft_stop_s
+        self.stop_ttft_s: float | None = sim.config.ttft_stop_s
         self.agent_jct = array("d")
-        self._file = None
+        self._file: IO[str] | None = None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
             path = os.path.join(out_dir, f"requests_{sim.system.name}.csv")
             self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in finish)
             self._file.write(",".join(FIELDS) + "\n")
 
-    def request_done(self, req, step_s: float) -> None:
+    def request_done(self, req: Req, step_s: float) -> None:
         self.num_requests += 1
         sums = self.sums
         ttft = req.t_first - req.t_arrive
@@ -80,11 +85,12 @@ class Metrics:
         self._window_sum += ttft
         if len(window) > STOP_WINDOW:
             self._window_sum -= window.pop(0)
-        if len(window) == STOP_WINDOW and self._window_sum / STOP_WINDOW > self.stop_ttft_s:
+        stop_s = self.stop_ttft_s  # not None: only called when a stop SLO is set
+        if len(window) == STOP_WINDOW and stop_s is not None and self._window_sum / STOP_WINDOW > stop_s:
             self.sim.stopped_reason = "ttft"
             self.sim.kernel.stop()
 
-    def agent_done(self, agent) -> None:
+    def agent_done(self, agent: Agent) -> None:
         self.agent_jct.append(agent.t_end - agent.t_start)
 
     def finish(self) -> dict:
@@ -126,7 +132,7 @@ class Metrics:
         }
 
 
-def check_invariants(sim) -> None:
+def check_invariants(sim: Simulation) -> None:
     """Fail loudly: bytes read == hit tokens x KV bytes/token; oracle has no I/O; every agent
     finished (offline runs that were not stopped); no link above 100% (in check_utilisation)."""
     # reads still waiting for buffer room (or, Basic, PE HBM room) when a run is cut short
@@ -145,7 +151,7 @@ def check_invariants(sim) -> None:
         raise AssertionError(f"{sim.agents_left} agents did not finish")
 
 
-def _early_attn(sim) -> float:
+def _early_attn(sim: Simulation) -> float:
     from dualpath.sim.prefill import EARLY_ITERATIONS
 
     total = sum(u.attn_early_sum for u in sim.prefill_units)

@@ -15,33 +15,38 @@ before compute, and is sent to the DE buffer after it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Final
 
 from dualpath.sim.kernel import PRIO_COMPLETE
-from dualpath.sim.links import transfer
+from dualpath.sim.links import transfer3
+
+if TYPE_CHECKING:
+    from dualpath.sim.driver import Simulation
+    from dualpath.sim.request import Req
 
 # Attention balance "early in the run" (the paper's 1.06): the first iterations, when every PE is
 # saturated by the agents' first turns.
-EARLY_ITERATIONS = 100
+EARLY_ITERATIONS: Final = 100
 
 
 class PeState:
     __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready", "hbm_gate", "hbm_used")
+
+    unit: PrefillUnit  # the PrefillUnit it iterates in (set by the unit)
 
     def __init__(self, gpu_id: int, node_id: int) -> None:
         self.gpu_id = gpu_id
         self.node_id = node_id
         self.tok = 0
         self.seq = 0
-        self.queue: list = []  # assigned, prefill unfinished, in assignment order
-        self.unit: Any = None  # the PrefillUnit it iterates in
-        self.hbm_gate: deque = deque()  # Basic: requests whose PE read waits for HBM room
+        self.queue: list[Req] = []  # assigned, prefill unfinished, in assignment order
+        self.hbm_gate: deque[Req] = deque()  # Basic: requests whose PE read waits for HBM room
         self.hbm_used = 0  # Basic: prompt tokens of KV held in this PE's HBM
         self.num_ready = 0  # requests in ``queue`` whose reads are done (is_ready)
 
 
 class PrefillUnit:
-    def __init__(self, sim, states: list[PeState]) -> None:
+    def __init__(self, sim: Simulation, states: list[PeState]) -> None:
         self.sim = sim
         self.kernel = sim.kernel
         self.states = states
@@ -63,8 +68,8 @@ class PrefillUnit:
     def _iterate(self) -> None:
         sim = self.sim
         costs = sim.costs
-        batches = []
-        attn = []
+        batches: list[tuple[PeState, list[tuple[Req, int, int]]]] = []
+        attn: list[float] = []
         layer_s = 0.0
         plan_batch = sim.adapter.plan_batch
         for st in self.states:
@@ -89,10 +94,10 @@ class PrefillUnit:
                 self.attn_early_sum += ratio
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
-        if sim.system.free_io:
+        if sim.free_io:
             end = now + compute_s
             kv_at = end
-        elif sim.system.layerwise:
+        elif sim.layerwise:
             xfer_end = self._transfers(batches, now, True)
             end = max(now + compute_s, xfer_end + compute_s / costs.num_layers)
             kv_at = end
@@ -104,7 +109,8 @@ class PrefillUnit:
         self.busy_s += end - now
         self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
 
-    def _transfers(self, batches, now: float, with_sends: bool) -> float:
+    def _transfers(self, batches: list[tuple[PeState, list[tuple[Req, int, int]]]], now: float,
+                   with_sends: bool) -> float:
         """Reserve loads (and, layerwise, sends) of every entry; return when the last ends."""
         sim = self.sim
         gpus = sim.cluster.gpus
@@ -123,18 +129,19 @@ class PrefillUnit:
                 pe_part = min(cached, req.pe_read_len)
                 de_part = cached - pe_part
                 if pe_part:
-                    last = max(last, transfer((pe_node.dram, pe_gpu.tx, pe_gpu.rx),
-                                              pe_part * bpt, now))
+                    last = max(last, transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx,
+                                               pe_part * bpt, now))
                 if de_part:
-                    last = max(last, transfer((de_node.dram, de_gpu.tx, pe_gpu.rx),
-                                              de_part * bpt, now))
+                    last = max(last, transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx,
+                                               de_part * bpt, now))
                 if with_sends:
                     send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    last = max(last, transfer((pe_gpu.tx, de_gpu.rx, de_node.dram),
-                                              send * bpt, now))
+                    last = max(last, transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram,
+                                               send * bpt, now))
         return last
 
-    def _finish(self, batches, kv_at: float) -> None:
+    def _finish(self, batches: list[tuple[PeState, list[tuple[Req, int, int]]]],
+                kv_at: float) -> None:
         sim = self.sim
         now = self.kernel.now_s
         gpus = sim.cluster.gpus
@@ -146,8 +153,8 @@ class PrefillUnit:
                 if kv_at < 0:  # Basic: send this chunk's KV (and PE-read hits) after compute
                     de_gpu = gpus[req.de_gpu]
                     send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    send_at = transfer((pe_gpu.tx, de_gpu.rx, nodes[de_gpu.node_id].dram),
-                                       send * sim.bpt, now)
+                    send_at = transfer3(pe_gpu.tx, de_gpu.rx, nodes[de_gpu.node_id].dram,
+                                        send * sim.bpt, now)
                 req.done_new += chunk
                 if req.done_new >= req.miss_len:
                     st.queue.remove(req)

@@ -7,11 +7,11 @@ claim admitted, reading = claims admitted -> KV read done, prefill = read done -
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final
 
-from dualpath.policy.views import RequestInfo
+from dualpath.policy.views import PendingPrefill, RequestInfo
 
-NAN = float("nan")
+NAN: Final = float("nan")
 
 
 class Req:
@@ -47,7 +47,7 @@ class Req:
         self.hbm_held = False
         self.is_ready = False
         self.target = 0.0  # decode: step count at which the last token is produced
-        self.pending: Any = None  # policy PendingPrefill, built once
+        self.pending: PendingPrefill | None = None  # built once, when it enters the prefill queue
         self.t_arrive = NAN
         self.t_de = NAN
         self.t_pe = NAN

@@ -13,16 +13,22 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from dualpath.sim.kernel import PRIO_COMPLETE, Kernel
-from dualpath.sim.links import transfer
+from dualpath.sim.links import transfer2
+
+if TYPE_CHECKING:
+    from dualpath.sim.cluster import Node
+    from dualpath.sim.request import Req
 
 
 class Claim:
     __slots__ = ("req", "nbytes", "read_tokens", "on_admit", "on_done", "limit_frac")
 
-    def __init__(self, req, nbytes: float, read_tokens: int, on_admit: Callable | None,
-                 on_done: Callable, limit_frac: float = 1.0) -> None:
+    def __init__(self, req: Req, nbytes: float, read_tokens: int,
+                 on_admit: Callable[[Req], None] | None, on_done: Callable[[Req], None],
+                 limit_frac: float = 1.0) -> None:
         self.limit_frac = limit_frac
         self.req = req
         self.nbytes = nbytes
@@ -34,7 +40,7 @@ class Claim:
 class Storage:
     """Per-node buffer gates and storage traffic. ``bytes_read`` is checked against hit tokens."""
 
-    def __init__(self, kernel: Kernel, nodes: list, kv_bytes_per_token: int) -> None:
+    def __init__(self, kernel: Kernel, nodes: list[Node], kv_bytes_per_token: int) -> None:
         self.kernel = kernel
         self.nodes = nodes
         self.bpt = kv_bytes_per_token
@@ -44,8 +50,9 @@ class Storage:
         for node in nodes:
             node.gate = deque()
 
-    def claim(self, node, req, nbytes: float, read_tokens: int, on_done: Callable,
-              on_admit: Callable | None = None, limit_frac: float = 1.0) -> None:
+    def claim(self, node: Node, req: Req, nbytes: float, read_tokens: int,
+              on_done: Callable[[Req], None], on_admit: Callable[[Req], None] | None = None,
+              limit_frac: float = 1.0) -> None:
         """Queue a buffer claim (and read). ``on_admit(req)`` runs when the buffer room is granted,
         ``on_done(req)`` once its read is in DRAM (at admission if there is nothing to read).
         ``limit_frac``: admit only while the buffer stays under this fraction of its size."""
@@ -54,7 +61,7 @@ class Storage:
         if len(node.gate) == 1:
             self._pump(node)
 
-    def try_reserve(self, node, nbytes: float) -> bool:
+    def try_reserve(self, node: Node, nbytes: float) -> bool:
         """Take buffer room now if there is some (no queueing); True on success."""
         if node.buffer_used + nbytes > node.buffer_bytes and node.buffer_used > 0:
             return False
@@ -63,14 +70,14 @@ class Storage:
             self.peak_buffer[node.node_id] = node.buffer_used
         return True
 
-    def release(self, node, nbytes: float) -> None:
+    def release(self, node: Node, nbytes: float) -> None:
         node.buffer_used -= nbytes
         if node.buffer_used < 1e-6:
             node.buffer_used = 0.0
         if node.gate:
             self._pump(node)
 
-    def _pump(self, node) -> None:
+    def _pump(self, node: Node) -> None:
         gate = node.gate
         cap = node.buffer_bytes
         while gate:
@@ -86,21 +93,21 @@ class Storage:
                 claim.on_admit(claim.req)
             if claim.read_tokens > 0:
                 nbytes = claim.read_tokens * self.bpt
-                end = transfer((node.snic, node.dram), nbytes, self.kernel.now_s)
+                end = transfer2(node.snic, node.dram, nbytes, self.kernel.now_s)
                 node.snic_read_bytes += nbytes
                 self.bytes_read += nbytes
                 self.kernel.call_at(end, partial(self._read_done, node, claim), PRIO_COMPLETE)
             else:
                 claim.on_done(claim.req)
 
-    def _read_done(self, node, claim: Claim) -> None:
+    def _read_done(self, node: Node, claim: Claim) -> None:
         node.read_q -= claim.read_tokens
         claim.on_done(claim.req)
 
-    def write(self, node, nbytes: float) -> None:
+    def write(self, node: Node, nbytes: float) -> None:
         """Persist ``nbytes`` of full blocks from this node (DRAM -> SNIC -> storage)."""
         if nbytes <= 0:
             return
-        transfer((node.dram, node.snic), nbytes, self.kernel.now_s)
+        transfer2(node.dram, node.snic, nbytes, self.kernel.now_s)
         node.snic_write_bytes += nbytes
         self.bytes_written += nbytes
