@@ -50,7 +50,7 @@ def _fast_init(cls: type[_T]) -> type[_T]:
 # --------------------------------------------------------------------------- shared pieces
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class RequestInfo:
     """One turn's request as the scheduler sees it.
 
@@ -64,6 +64,12 @@ class RequestInfo:
     new_len: int
     gen_len: int = 0
 
+    def __init__(self, *, request_id: str, cached_len: int, new_len: int, gen_len: int = 0) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "cached_len", cached_len)
+        object.__setattr__(self, "new_len", new_len)
+        object.__setattr__(self, "gen_len", gen_len)
+
     @property
     def prompt_len(self) -> int:
         """Tokens a PE accounts for this request (``tok_e`` contribution on a PE)."""
@@ -75,7 +81,7 @@ class RequestInfo:
         return self.cached_len + self.new_len + self.gen_len
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class EngineLoad:
     """One engine's load as reported at its group's fetch.
 
@@ -90,8 +96,21 @@ class EngineLoad:
     num_tokens: int
     free_hbm_tokens: int = 0
 
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        num_seqs: int,
+        num_tokens: int,
+        free_hbm_tokens: int = 0,
+    ) -> None:
+        object.__setattr__(self, "engine_id", engine_id)
+        object.__setattr__(self, "num_seqs", num_seqs)
+        object.__setattr__(self, "num_tokens", num_tokens)
+        object.__setattr__(self, "free_hbm_tokens", free_hbm_tokens)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class NodeReadQueue:
     """A node's storage read queue: ``read_queue_tokens`` is the paper's ``read_q`` (hit tokens
     queued to read from storage on that node), ``read_tokens_per_s`` its SNIC read rate in tokens/s
@@ -101,8 +120,19 @@ class NodeReadQueue:
     read_queue_tokens: int
     read_tokens_per_s: float = 1.0
 
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        read_queue_tokens: int,
+        read_tokens_per_s: float = 1.0,
+    ) -> None:
+        object.__setattr__(self, "node_id", node_id)
+        object.__setattr__(self, "read_queue_tokens", read_queue_tokens)
+        object.__setattr__(self, "read_tokens_per_s", read_tokens_per_s)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class GroupLoad:
     """One engine group (= one node, all PEs or all DEs) at its leader's fetch.
 
@@ -114,8 +144,13 @@ class GroupLoad:
     node_id: int
     engines: tuple[EngineLoad, ...]
 
+    def __init__(self, *, group_id: int, node_id: int, engines: tuple[EngineLoad, ...]) -> None:
+        object.__setattr__(self, "group_id", group_id)
+        object.__setattr__(self, "node_id", node_id)
+        object.__setattr__(self, "engines", engines)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class GroupTotal:
     """A DE group's total load for phase 1: ``num_tokens`` = sum of ``tok_e`` over its engines plus
     the ``decode_len`` of requests waiting in its private queue."""
@@ -123,11 +158,15 @@ class GroupTotal:
     group_id: int
     num_tokens: int
 
+    def __init__(self, *, group_id: int, num_tokens: int) -> None:
+        object.__setattr__(self, "group_id", group_id)
+        object.__setattr__(self, "num_tokens", num_tokens)
+
 
 # --------------------------------------------------------------------------- decode fetch
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class DecodeFetchView:
     """A DE group's fetch. Phase 1 routes every request of ``global_queue`` (FIFO) to a DE group;
     phase 2 assigns DEs of ``group`` to the head of its private queue, which is ``private_queue``
@@ -146,24 +185,51 @@ class DecodeFetchView:
     rr_cursor: int = 0
     group_rr_cursor: int = 0
 
+    def __init__(
+        self,
+        *,
+        now_s: float,
+        group: GroupLoad,
+        private_queue: tuple[RequestInfo, ...],
+        global_queue: tuple[RequestInfo, ...],
+        group_totals: tuple[GroupTotal, ...],
+        rr_cursor: int = 0,
+        group_rr_cursor: int = 0,
+    ) -> None:
+        object.__setattr__(self, "now_s", now_s)
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "private_queue", private_queue)
+        object.__setattr__(self, "global_queue", global_queue)
+        object.__setattr__(self, "group_totals", group_totals)
+        object.__setattr__(self, "rr_cursor", rr_cursor)
+        object.__setattr__(self, "group_rr_cursor", group_rr_cursor)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class GroupRouting:
     """Phase 1 decision: ``request_id`` joins the private queue of DE group ``group_id``."""
 
     request_id: str
     group_id: int
 
+    def __init__(self, *, request_id: str, group_id: int) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "group_id", group_id)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class DecodeAssignment:
     """Phase 2 decision: ``request_id`` decodes on DE ``engine_id`` (reserve ``decode_len`` tokens)."""
 
     request_id: str
     engine_id: int
 
+    def __init__(self, *, request_id: str, engine_id: int) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "engine_id", engine_id)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class DecodePlan:
     """Result of ``assign_decode``. ``routings`` covers the whole global queue, in its order.
     ``assignments`` are popped from the head of the fetching group's private queue, in order; the
@@ -175,11 +241,24 @@ class DecodePlan:
     next_rr_cursor: int
     next_group_rr_cursor: int
 
+    def __init__(
+        self,
+        *,
+        routings: tuple[GroupRouting, ...],
+        assignments: tuple[DecodeAssignment, ...],
+        next_rr_cursor: int,
+        next_group_rr_cursor: int,
+    ) -> None:
+        object.__setattr__(self, "routings", routings)
+        object.__setattr__(self, "assignments", assignments)
+        object.__setattr__(self, "next_rr_cursor", next_rr_cursor)
+        object.__setattr__(self, "next_group_rr_cursor", next_group_rr_cursor)
+
 
 # --------------------------------------------------------------------------- prefill fetch
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class PendingPrefill:
     """A request waiting for a PE; its DE (``de_engine_id`` on node ``de_node_id``) is known."""
 
@@ -187,8 +266,13 @@ class PendingPrefill:
     de_engine_id: int
     de_node_id: int
 
+    def __init__(self, *, request: RequestInfo, de_engine_id: int, de_node_id: int) -> None:
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "de_engine_id", de_engine_id)
+        object.__setattr__(self, "de_node_id", de_node_id)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class PrefillFetchView:
     """A PE fetch: take requests FIFO from the head of ``queue`` (the global prefill queue).
 
@@ -205,8 +289,23 @@ class PrefillFetchView:
     read_queues: tuple[NodeReadQueue, ...]
     rr_cursor: int = 0
 
+    def __init__(
+        self,
+        *,
+        now_s: float,
+        groups: tuple[GroupLoad, ...],
+        queue: tuple[PendingPrefill, ...],
+        read_queues: tuple[NodeReadQueue, ...],
+        rr_cursor: int = 0,
+    ) -> None:
+        object.__setattr__(self, "now_s", now_s)
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "read_queues", read_queues)
+        object.__setattr__(self, "rr_cursor", rr_cursor)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class PrefillAssignment:
     """``request_id`` prefills on PE ``engine_id``. Its ``cached_len`` hit tokens are read as
     ``pe_read_len`` tokens on the PE node (the prefix) and ``de_read_len`` on the DE node (the
@@ -218,8 +317,23 @@ class PrefillAssignment:
     pe_read_len: int
     de_read_len: int
 
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        engine_id: int,
+        read_side: ReadSide,
+        pe_read_len: int,
+        de_read_len: int,
+    ) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "engine_id", engine_id)
+        object.__setattr__(self, "read_side", read_side)
+        object.__setattr__(self, "pe_read_len", pe_read_len)
+        object.__setattr__(self, "de_read_len", de_read_len)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class PrefillPlan:
     """Result of ``assign_prefill``: assignments for a prefix of the queue, in queue order.
     ``read_queues`` is the plan's bookkeeping: each node's read queue after adding the reads
@@ -229,11 +343,22 @@ class PrefillPlan:
     read_queues: tuple[NodeReadQueue, ...]
     next_rr_cursor: int
 
+    def __init__(
+        self,
+        *,
+        assignments: tuple[PrefillAssignment, ...],
+        read_queues: tuple[NodeReadQueue, ...],
+        next_rr_cursor: int,
+    ) -> None:
+        object.__setattr__(self, "assignments", assignments)
+        object.__setattr__(self, "read_queues", read_queues)
+        object.__setattr__(self, "next_rr_cursor", next_rr_cursor)
+
 
 # --------------------------------------------------------------------------- PE batch
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class BatchItem:
     """A request on a PE that still has tokens to compute: ``cached_len`` tokens have KV already
     (hits plus chunks computed earlier), ``new_len`` tokens remain."""
@@ -242,8 +367,13 @@ class BatchItem:
     cached_len: int
     new_len: int
 
+    def __init__(self, *, request_id: str, cached_len: int, new_len: int) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "cached_len", cached_len)
+        object.__setattr__(self, "new_len", new_len)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class BatchView:
     """One PE's next iteration. ``waiting`` is FIFO (assignment order) and holds only requests the
     driver considers ready to compute (e.g. KV load started, for layerwise prefill)."""
@@ -252,8 +382,13 @@ class BatchView:
     engine_id: int
     waiting: tuple[BatchItem, ...]
 
+    def __init__(self, *, now_s: float, engine_id: int, waiting: tuple[BatchItem, ...]) -> None:
+        object.__setattr__(self, "now_s", now_s)
+        object.__setattr__(self, "engine_id", engine_id)
+        object.__setattr__(self, "waiting", waiting)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class BatchEntry:
     """Compute ``chunk_len`` tokens of ``request_id`` on top of its ``cached_len`` tokens."""
 
@@ -261,8 +396,13 @@ class BatchEntry:
     cached_len: int
     chunk_len: int
 
+    def __init__(self, *, request_id: str, cached_len: int, chunk_len: int) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "cached_len", cached_len)
+        object.__setattr__(self, "chunk_len", chunk_len)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class BatchPlan:
     """Result of ``plan_prefill_batch``: a FIFO prefix of ``waiting``; only the last entry may be
     chunked (``chunk_len < new_len``). ``attention_s`` is the predicted attention time of one layer
@@ -270,6 +410,10 @@ class BatchPlan:
 
     entries: tuple[BatchEntry, ...]
     attention_s: float
+
+    def __init__(self, *, entries: tuple[BatchEntry, ...], attention_s: float) -> None:
+        object.__setattr__(self, "entries", entries)
+        object.__setattr__(self, "attention_s", attention_s)
 
 
 # Built by mypyc (setup.py, DUALPATH_COMPILE=1), these are native classes with a compiled __init__;
