@@ -52,7 +52,7 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
         for req in view.global_queue:
             pos = tokens.index(min(tokens))
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
-            tokens[pos] += req.decode_len
+            tokens[pos] = tokens[pos] + req.decode_len
         return out, view.group_rr_cursor
     heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
     heapq.heapify(heap)
@@ -104,9 +104,9 @@ def _balanced(
         best = _balanced_pick(seq, tok, free, need, z)
         if best < 0:
             break  # no DE has room for the head: the fetch ends (head-of-line, as specified)
-        seq[best] += 1
-        tok[best] += need
-        free[best] -= need
+        seq[best] = seq[best] + 1
+        tok[best] = tok[best] + need
+        free[best] = free[best] - need
         out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[best].engine_id))
     return out
 
@@ -148,7 +148,7 @@ def _round_robin(
                 break
         if pick < 0:
             break
-        free[pick] -= need
+        free[pick] = free[pick] - need
         cursor = (pick + 1) % num
         out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[pick].engine_id))
     return out, cursor

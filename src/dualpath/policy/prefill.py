@@ -147,7 +147,7 @@ def assign_prefill(
         if pick < 0:
             break
         req = pending.request
-        tok[pick] += req.prompt_len
+        tok[pick] = tok[pick] + req.prompt_len
         g = group_of[pick]
         side, pe_len, de_len = choose_read(
             read_choice, req.cached_len, group_queues[g], reads.get(pending.de_node_id),
@@ -201,7 +201,7 @@ class _Candidates:
             heapq.heappush(self.heaps[cls], (self.tok[i], g, self.version[g], i))
 
     def refresh(self, g: int) -> None:
-        self.version[g] += 1
+        self.version[g] = self.version[g] + 1
         self._push(g)
 
     def pick(self) -> int:

@@ -212,17 +212,18 @@ class PolicyAdapter:
             for routing in plan.routings:
                 req = self.global_queue.popleft()
                 assert req.rid == routing.request_id, (req.rid, routing.request_id)
-                self.private[routing.group_id].append(req)
-                self.private_tokens[routing.group_id] += req.decode_len
-                dirty.add(routing.group_id)
-                sim.mark_de_dirty(routing.group_id)
+                gid = routing.group_id
+                self.private[gid].append(req)
+                self.private_tokens[gid] = self.private_tokens[gid] + req.decode_len
+                dirty.add(gid)
+                sim.mark_de_dirty(gid)
         queue = self.private[node.node_id]
         if plan.assignments:
             dirty.add(node.node_id)
         for assignment in plan.assignments:
             req = queue.popleft()
             assert req.rid == assignment.request_id, (req.rid, assignment.request_id)
-            self.private_tokens[node.node_id] -= req.decode_len
+            self.private_tokens[node.node_id] = self.private_tokens[node.node_id] - req.decode_len
             sim.assign_de(req, assignment.engine_id)
         return len(plan.assignments)
 

@@ -170,7 +170,7 @@ class Simulation:
         st.seq += 1
         st.tok += req.decode_len
         st.reserved += req.decode_len
-        self.de_node_tok[st.node_id] += req.decode_len
+        self.de_node_tok[st.node_id] = self.de_node_tok[st.node_id] + req.decode_len
         self.adapter.de_changed(st.node_id, st.gpu_id)
         self.adapter.enqueue_prefill(req, st.node_id)
         self._pe_all_dirty = True  # a new request in the prefill queue: every PE group may fetch
@@ -293,7 +293,7 @@ class Simulation:
         de.seq -= 1
         de.tok -= req.decode_len
         de.reserved -= req.decode_len
-        self.de_node_tok[de.node_id] -= req.decode_len
+        self.de_node_tok[de.node_id] = self.de_node_tok[de.node_id] - req.decode_len
         self.adapter.de_changed(de.node_id, de.gpu_id)
         if not self.free_io:
             blocks = (req.decode_len // self.block_len) - (req.prompt_len // self.block_len)

@@ -89,6 +89,7 @@ class Kernel:
     def run(self, until_s: float = float("inf")) -> float:
         """Run events in key order until the heap is empty, ``until_s`` passes, or ``stop()``."""
         heap = self._heap
+        pop = heapq.heappop
         self._stopped = False
         events = self.events
         try:
@@ -97,7 +98,7 @@ class Kernel:
                 time_s = entry[0]
                 if time_s > until_s:
                     break
-                heapq.heappop(heap)
+                pop(heap)
                 item = entry[3]
                 if isinstance(item, Handle):
                     if not item.alive:

@@ -29,8 +29,16 @@ class Metrics:
         self.sim = sim
         self.num_requests = 0
         self.hit_tokens = 0
-        self.sums = dict.fromkeys(("ttft", "ttst", "tpot", *BREAKDOWN), 0.0)
-        self.counts = dict.fromkeys(("ttft", "ttst", "tpot"), 0)
+        # running sums (floats, added in request order) and counts; see the sums/counts properties
+        self._ttft_sum = 0.0
+        self._ttst_sum = 0.0
+        self._tpot_sum = 0.0
+        self._queueing_sum = 0.0
+        self._allocation_sum = 0.0
+        self._reading_sum = 0.0
+        self._prefill_sum = 0.0
+        self._ttft_n = 0
+        self._ttst_n = 0  # = the tpot count
         self.keep = sim.config.aps is not None
         self.ttft = array("d")
         self.ttst = array("d")
@@ -49,22 +57,20 @@ class Metrics:
 
     def request_done(self, req: Req, step_s: float) -> None:
         self.num_requests += 1
-        sums = self.sums
         ttft = req.t_first - req.t_arrive
-        sums["ttft"] += ttft
-        sums["queueing"] += req.t_pe - req.t_arrive
-        sums["allocation"] += req.t_alloc - req.t_pe
-        sums["reading"] += req.t_read - req.t_alloc
-        sums["prefill"] += req.t_first - req.t_read
-        self.counts["ttft"] += 1
+        self._ttft_sum += ttft
+        self._queueing_sum += req.t_pe - req.t_arrive
+        self._allocation_sum += req.t_alloc - req.t_pe
+        self._reading_sum += req.t_read - req.t_alloc
+        self._prefill_sum += req.t_first - req.t_read
+        self._ttft_n += 1
         ttst = tpot = math.nan
         if req.gen_len > 1:
             ttst = req.t_join + step_s - req.t_first  # first -> second token (the paper's TTST)
             tpot = (req.t_done - req.t_first) / (req.gen_len - 1)
-            sums["ttst"] += ttst
-            sums["tpot"] += tpot
-            self.counts["ttst"] += 1
-            self.counts["tpot"] += 1
+            self._ttst_sum += ttst
+            self._tpot_sum += tpot
+            self._ttst_n += 1
         if self.keep:
             self.ttst.append(ttst)
             self.tpot.append(tpot)
@@ -75,6 +81,18 @@ class Metrics:
         if self._file is not None:
             self._file.write(",".join(_fmt(getattr(req, f)) if f != "agent" else
                                       str(req.agent.index) for f in FIELDS) + "\n")
+
+    @property
+    def sums(self) -> dict[str, float]:
+        """Running sums of ``ttft``, ``ttst``, ``tpot`` and the TTFT breakdown (seconds)."""
+        return {"ttft": self._ttft_sum, "ttst": self._ttst_sum, "tpot": self._tpot_sum,
+                "queueing": self._queueing_sum, "allocation": self._allocation_sum,
+                "reading": self._reading_sum, "prefill": self._prefill_sum}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Requests counted in the ``ttft``, ``ttst`` and ``tpot`` sums."""
+        return {"ttft": self._ttft_n, "ttst": self._ttst_n, "tpot": self._ttst_n}
 
     def _stop_rule(self, ttft: float) -> None:
         """Online stopping rule: stop once the mean TTFT of the last STOP_WINDOW requests > SLO."""
@@ -100,7 +118,8 @@ class Metrics:
             self._file = None
         sim = self.sim
         check_invariants(sim)
-        n = max(self.counts["ttft"], 1)
+        sums, counts = self.sums, self.counts
+        n = max(counts["ttft"], 1)
         cluster = sim.cluster
         snic = [node.snic_read_bytes + node.snic_write_bytes for node in cluster.nodes]
         attn_sum = sum(u.attn_ratio_sum for u in sim.prefill_units)
@@ -114,10 +133,10 @@ class Metrics:
             "num_agents": len(sim.agents),
             "agents_finished": len(sim.agents) - sim.agents_left,
             "num_requests": self.num_requests,
-            "mean_ttft_s": self.sums["ttft"] / n,
-            "mean_ttst_s": self.sums["ttst"] / max(self.counts["ttst"], 1),
-            "mean_tpot_s": self.sums["tpot"] / max(self.counts["tpot"], 1),
-            "ttft_breakdown_s": {k: self.sums[k] / n for k in BREAKDOWN},
+            "mean_ttft_s": sums["ttft"] / n,
+            "mean_ttst_s": sums["ttst"] / max(counts["ttst"], 1),
+            "mean_tpot_s": sums["tpot"] / max(counts["tpot"], 1),
+            "ttft_breakdown_s": {k: sums[k] / n for k in BREAKDOWN},
             "snic_max_over_avg": _max_over_avg(snic),
             "attn_max_over_avg": attn_sum / attn_n if attn_n else 1.0,
             "attn_max_over_avg_early": _early_attn(sim),
