@@ -11,6 +11,7 @@ smallest ``tok_e`` then smallest ``seq_e`` then rank.
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
@@ -25,7 +26,7 @@ from dualpath.policy.views import (
 DE_CHOICES: tuple[str, ...] = ("balanced", "round-robin")
 # Phase 1 with at most this many requests scans the totals (two C loops per request) instead of
 # building a heap of every group; both pick the smallest (total, position), so plans are equal.
-_SCAN_LIMIT = 8
+_SCAN_LIMIT: Final = 8
 
 
 def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRouting], int]:

@@ -57,6 +57,7 @@ class PolicyAdapter:
     def __init__(self, sim: Simulation, scheduler: PolicyScheduler) -> None:
         self.sim = sim
         self.scheduler = scheduler
+        self._beta: int = scheduler.config.beta_tokens  # (the scheduler is frozen)
         self.global_queue: deque[Req] = deque()
         self.private: dict[int, deque[Req]] = {n.node_id: deque() for n in sim.cluster.de_nodes}
         self.private_tokens: dict[int, int] = {n.node_id: 0 for n in sim.cluster.de_nodes}
@@ -153,7 +154,7 @@ class PolicyAdapter:
         """False only if every PE of this group is over beta (C1)."""
         if not FETCH_ELISION:
             return True
-        beta: int = self.scheduler.config.beta_tokens
+        beta = self._beta
         pes = self.sim.pe_states
         for g in node.gpus:
             if pes[g].tok <= beta:

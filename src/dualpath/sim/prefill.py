@@ -71,11 +71,11 @@ class PrefillUnit:
         batches: list[tuple[PeState, list[tuple[Req, int, int]]]] = []
         attn: list[float] = []
         layer_s = 0.0
-        plan_batch = sim.adapter.plan_batch
+        adapter = sim.adapter
         for st in self.states:
             if not st.num_ready:  # nothing ready: the batch view would be empty
                 continue
-            entries = plan_batch(st)
+            entries = adapter.plan_batch(st)
             if not entries:
                 continue
             a = costs.attention_layer_s([(c, n) for _r, c, n in entries])
