@@ -28,7 +28,8 @@ from dualpath.sim.config import SYSTEMS
 from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
 from dualpath.sim.runner import run_systems
 trajs = make_trajectories(WorkloadSpec(maxlen=65536, num_agents=48, seed=1))
-res = run_systems(sorted(SYSTEMS), make_cluster("deepseek-v3.2", "1p2d"), trajs)
+res = run_systems(sorted(SYSTEMS), make_cluster("deepseek-v3.2", "2p4d"), trajs)
+res.update({"ds-27b " + k: v for k, v in run_systems(["basic", "dualpath"], make_cluster("ds-27b", "1p1d"), trajs[:16]).items()})
 for r in res.values():
     r.pop("wall_s"); r.pop("requests_per_wall_s")
 print(json.dumps({"compiled": is_compiled(), "results": res}, sort_keys=True, default=str))
