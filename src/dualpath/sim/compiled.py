@@ -30,9 +30,21 @@ def status() -> dict:
             continue
         out["compiled"].append(name)
         source = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[1] + ".py")
-        if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(path):
+        # Only an in-place build in a source checkout can go stale; an installed wheel's files
+        # get install-time mtimes in no particular order.
+        if (_in_checkout(path) and os.path.exists(source)
+                and os.path.getmtime(source) > os.path.getmtime(path)):
             out["stale"].append(name)
     return out
+
+
+def _in_checkout(path: str) -> bool:
+    """Is ``path`` (a module file) inside a source checkout's ``src/dualpath``?"""
+    parts = os.path.abspath(path).split(os.sep)
+    if "src" not in parts:
+        return False
+    root = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("src")])
+    return os.path.exists(os.path.join(root, "setup.py"))
 
 
 def is_compiled() -> bool:
