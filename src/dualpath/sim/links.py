@@ -95,34 +95,22 @@ def _take(link: Link, nbytes: float, ready_s: float) -> float:
 
 
 def transfer2(a: Link, b: Link, nbytes: float, ready_s: float) -> float:
-    """:func:`transfer` over the path ``(a, b)`` without building a sequence (same arithmetic)."""
+    """:func:`transfer` over the path ``(a, b)`` without building a sequence (same arithmetic;
+    each link's done time is at least ``ready_s``, so the path ends at the later of the two)."""
     if nbytes <= 0:
         return ready_s
-    end = ready_s
-    done = _take(a, nbytes, ready_s)
-    if done > end:
-        end = done
-    done = _take(b, nbytes, ready_s)
-    if done > end:
-        end = done
-    return end
+    done_a = _take(a, nbytes, ready_s)
+    done_b = _take(b, nbytes, ready_s)
+    return done_b if done_b > done_a else done_a
 
 
 def transfer3(a: Link, b: Link, c: Link, nbytes: float, ready_s: float) -> float:
     """:func:`transfer` over the path ``(a, b, c)`` without building a sequence (same arithmetic)."""
     if nbytes <= 0:
         return ready_s
-    end = ready_s
-    done = _take(a, nbytes, ready_s)
-    if done > end:
-        end = done
-    done = _take(b, nbytes, ready_s)
-    if done > end:
-        end = done
-    done = _take(c, nbytes, ready_s)
-    if done > end:
-        end = done
-    return end
+    done_ab = transfer2(a, b, nbytes, ready_s)
+    done_c = _take(c, nbytes, ready_s)
+    return done_c if done_c > done_ab else done_ab
 
 
 def check_utilisation(links: Sequence[Link], elapsed_s: float) -> float:
