@@ -52,3 +52,25 @@ def test_dram_buffers_stay_bounded_and_bytes_are_conserved(make_cluster, make_tr
         assert peak <= node.buffer_bytes + 1e-6
     assert result["ttft_breakdown_s"]["allocation"] > 0  # someone waited for buffer room
     assert sim.storage.bytes_read == pytest.approx(sim.metrics.hit_tokens * sim.bpt)
+
+
+def test_transfer2_and_transfer3_equal_transfer_over_the_same_path() -> None:
+    import random
+
+    from dualpath.sim.links import transfer2, transfer3
+
+    rng = random.Random(7)
+    for _ in range(200):
+        rates = [rng.uniform(1.0, 100.0) for _ in range(3)]
+        frees = [rng.uniform(0.0, 5.0) for _ in range(3)]
+        nbytes, ready = rng.choice([0.0, rng.uniform(0.0, 500.0)]), rng.uniform(0.0, 5.0)
+        for n in (2, 3):
+            ref = [Link(f"r{i}", "dram", rates[i]) for i in range(n)]
+            ours = [Link(f"o{i}", "dram", rates[i]) for i in range(n)]
+            for link, free in zip(ref + ours, frees[:n] * 2):
+                link.free_at_s = free
+            expected = transfer(ref, nbytes, ready)
+            got = transfer2(*ours, nbytes, ready) if n == 2 else transfer3(*ours, nbytes, ready)
+            assert got == expected
+            assert [(x.free_at_s, x.busy_s, x.kv_bytes) for x in ours] == \
+                [(x.free_at_s, x.busy_s, x.kv_bytes) for x in ref]

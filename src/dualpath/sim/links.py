@@ -70,13 +70,7 @@ def transfer(links: Sequence[Link], nbytes: float, ready_s: float) -> float:
         return ready_s
     end = ready_s
     for link in links:
-        free = link.free_at_s
-        dur = nbytes / link.bytes_per_s
-        done = (free if free > ready_s else ready_s) + dur
-        link.free_at_s = done
-        link.busy_s += dur
-        link.bytes_moved += nbytes
-        link.kv_bytes += nbytes
+        done = _take(link, nbytes, ready_s)
         if done > end:
             end = done
     return end
