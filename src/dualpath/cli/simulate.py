@@ -88,9 +88,7 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     cluster = make_cluster(model, pd, dram_buffer_gb=dram_buffer_gb)
     started = time.perf_counter()
     err = Console(stderr=True)
-    from dualpath.sim import calibration
-
-    from dualpath.sim import compiled
+    from dualpath.sim import calibration, compiled
 
     build = compiled.status()
     if build["pure"] and not online and agents * len(systems) >= 4096:

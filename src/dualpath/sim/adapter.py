@@ -294,7 +294,7 @@ class PolicyAdapter:
         room taken for their output; Basic: whole prompts fitting PE HBM) in assignment order."""
         ready: list[Req] = []
         sim = self.sim
-        basic = not sim.system.layerwise
+        basic = not sim.layerwise
         room = sim.pe_kv_tokens if basic else 0
         claimed: list[Req] = []
         for req in st.queue:

@@ -208,9 +208,7 @@ class Simulation:
                 st.hbm_gate.append(req)  # Basic: the read waits for PE HBM room (see calibration)
                 self._pump_hbm(st)
             else:
-                pe_node = self.cluster.nodes[st.node_id]
-                self.storage.claim(pe_node, req, pe_read_len * self.bpt, pe_read_len,
-                                   self._claim_done)
+                self._claim_pe_read(st, req)
 
     def _pump_hbm(self, st: PeState) -> None:
         """Start Basic's PE reads in FIFO order while the PE's HBM holds their whole prompts
@@ -222,8 +220,12 @@ class Simulation:
             st.hbm_gate.popleft()
             st.hbm_used += req.prompt_len
             req.hbm_held = True
-            self.storage.claim(self.cluster.nodes[st.node_id], req, req.pe_read_len * self.bpt,
-                               req.pe_read_len, self._claim_done)
+            self._claim_pe_read(st, req)
+
+    def _claim_pe_read(self, st: PeState, req: Req) -> None:
+        """Queue ``req``'s PE-side hit read for buffer room on the PE's node (then read it)."""
+        self.storage.claim(self.cluster.nodes[st.node_id], req, req.pe_read_len * self.bpt,
+                           req.pe_read_len, self._claim_done)
 
     def _claim_done(self, req: Req) -> None:
         req.claims_left -= 1

@@ -103,7 +103,7 @@ class Metrics:
         self._window_sum += ttft
         if len(window) > STOP_WINDOW:
             self._window_sum -= window.pop(0)
-        stop_s = self.stop_ttft_s  # not None: only called when a stop SLO is set
+        stop_s = self.stop_ttft_s
         if len(window) == STOP_WINDOW and stop_s is not None and self._window_sum / STOP_WINDOW > stop_s:
             self.sim.stopped_reason = "ttft"
             self.sim.kernel.stop()
@@ -158,11 +158,11 @@ def check_invariants(sim: Simulation) -> None:
     # (online) are not read yet
     queued = sum(c.read_tokens for node in sim.cluster.nodes for c in node.gate)
     queued += sum(r.pe_read_len for st in sim.pe_states.values() for r in st.hbm_gate)
-    expected = 0.0 if sim.system.free_io else (sim.metrics.hit_tokens - queued) * sim.bpt
+    expected = 0.0 if sim.free_io else (sim.metrics.hit_tokens - queued) * sim.bpt
     read = sim.storage.bytes_read
     if abs(read - expected) > 1e-6 * max(expected, 1.0):
         raise AssertionError(f"bytes read {read:.6g} != hit tokens x KV bytes {expected:.6g}")
-    if sim.system.free_io:
+    if sim.free_io:
         busy = sum(link.kv_bytes for link in sim.cluster.links())
         if busy > 0:
             raise AssertionError(f"oracle moved {busy:.3g} KV bytes over links")

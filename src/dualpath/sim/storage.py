@@ -10,7 +10,6 @@ tokens of claims queued or reading, as the scheduler sees it. Writes (decode per
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -46,9 +45,7 @@ class Storage:
         self.bpt = kv_bytes_per_token
         self.bytes_read = 0.0
         self.bytes_written = 0.0
-        self.peak_buffer = [0.0] * len(nodes)
-        for node in nodes:
-            node.gate = deque()
+        self.peak_buffer = [0.0] * len(nodes)  # (each node's claim FIFO is its own ``gate``)
 
     def claim(self, node: Node, req: Req, nbytes: float, read_tokens: int,
               on_done: Callable[[Req], None], on_admit: Callable[[Req], None] | None = None,
