@@ -3,7 +3,8 @@ data, so named traces and kernel tables resolve there) stand in for ``$DUALPATH_
 
 A test that needs the full reference data takes the ``reference_data`` fixture: it points
 ``DUALPATH_DATA_DIR`` at the reference data (``$DUALPATH_DATA_DIR`` as set when pytest started, else
-``../shared/data`` beside the checkout) and skips, saying how to get it, when that is absent.
+``../shared/data`` beside the checkout) and skips, saying how to get it, when that is absent; such
+tests carry the ``reference_data`` marker (``-m reference_data`` runs only them; .ci/run does).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ REFERENCE_MISSING = (
     f"needs the full reference data (traces, kernel tables), not found at {REFERENCE_DATA_DIR}: "
     f"set {DATA_DIR_ENV} to a copy of it (Mooncake FAST25 traces, Azure LLM 2023 traces, "
     "aiconfigurator perf-db; origins in tests/data/README.md) or place it at ../shared/data")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that take ``reference_data`` (``-m reference_data`` runs just those)."""
+    for item in items:
+        if "reference_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.reference_data)
 
 
 def _is_reference(path: Path) -> bool:

@@ -111,6 +111,14 @@ def test_trace_alias_resolves_to_its_file() -> None:
     assert resolve_trace("mooncake") == resolve_trace("mooncake-conversation")
 
 
+def test_named_trace_without_data_says_where_it_comes_from(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUALPATH_DATA_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="DUALPATH_DATA_DIR") as info:
+        load_trace("azure-conv")
+    assert str(tmp_path) in str(info.value) and info.value.value == "azure-conv"
+
+
 @pytest.mark.parametrize("line,reason", [
     ('{"timestamp": 0, "input_length": 10', "bad Mooncake record"),
     ('{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1]}', "hash_ids"),
