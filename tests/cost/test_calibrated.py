@@ -8,19 +8,19 @@ import pytest
 from dualpath.core.errors import ConfigError
 from dualpath.cost import make_cost_model
 from dualpath.cost.shapes import model_shape
-from dualpath.cost.tables import DATA_DIR_ENV, Curve, PerfTables, perf_db_dir, resolve_data_dir
-from dualpath.spec.models import get_model
+from dualpath.cost.tables import DATA_DIR_ENV, Curve, PerfTables, perf_db_dir, resolve_data_dir, select
+from dualpath.spec.hardware import get_gpu
+from dualpath.spec.models import MODELS, get_model
 
-DATA = resolve_data_dir()
-pytestmark = pytest.mark.skipif(
-    not (DATA / "hardware" / "aiconfigurator-perf-db" / "h100_sxm").is_dir(),
-    reason=f"measured kernel tables not found under {DATA}",
-)
+TEST_DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+# The calibrated tests read the shipped H100 slice (tests/data: the rows of the shapes below);
+# test_every_table_model_runs_calibrated and test_slice_matches_full_tables need the full tables.
 
 
 @pytest.fixture(scope="module")
 def h100_tables() -> PerfTables:
-    return PerfTables(perf_db_dir(DATA, "h100"))
+    return PerfTables(perf_db_dir(TEST_DATA_DIR, "h100"))
 
 
 @pytest.fixture(scope="module")
@@ -117,22 +117,31 @@ def test_calibrated_close_to_roofline_and_monotonic(h100, cal16, roofline_ep16, 
 
 
 def test_missing_data_is_a_config_error(h100, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    shipped = resolve_data_dir()  # tests/data (tests/conftest.py)
     with pytest.raises(ConfigError, match=str(tmp_path)):
         make_cost_model("calibrated", h100, data_dir=tmp_path)
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="nowhere"):
         make_cost_model("calibrated", h100)
-    monkeypatch.setenv(DATA_DIR_ENV, str(DATA))
+    monkeypatch.setenv(DATA_DIR_ENV, str(shipped))
     assert make_cost_model("calibrated", h100).name == "calibrated"
 
 
-@pytest.mark.parametrize("gpu_name", ["h100", "h200", "b200"])
-def test_every_table_model_runs_calibrated(gpu_name) -> None:  # type: ignore[no-untyped-def]
-    from dualpath.spec.hardware import get_gpu
-    from dualpath.spec.models import MODELS
+def test_frame_select_and_mask(h100_tables) -> None:  # type: ignore[no-untyped-def]
+    frame = h100_tables.frame("gemm", "gemm_perf")
+    assert {"gemm_dtype", "m", "n", "k", "latency"} <= set(frame.columns)
+    rows = select(frame, gemm_dtype="bfloat16", n=5120)
+    assert rows is not None and 0 < len(rows) < len(frame)
+    assert set(rows["gemm_dtype"].tolist()) == {"bfloat16"} and set(rows["n"].tolist()) == {5120}
+    assert select(frame, gemm_dtype="no-such-dtype") is None
+    assert select(frame, no_such_column=1) is None
+    assert h100_tables.frame("gemm", "no_such_table") is None
 
-    if not (DATA / "hardware" / "aiconfigurator-perf-db" / f"{gpu_name}_sxm").is_dir():
-        pytest.skip(f"no {gpu_name} tables")
+
+@pytest.mark.parametrize("gpu_name", ["h100", "h200", "b200"])
+def test_every_table_model_runs_calibrated(gpu_name, reference_data) -> None:  # type: ignore[no-untyped-def]
+    if not (reference_data / "hardware" / "aiconfigurator-perf-db" / f"{gpu_name}_sxm").is_dir():
+        pytest.skip(f"no {gpu_name} tables under {reference_data}")
     for name, model in MODELS.items():
         cost = make_cost_model("calibrated", get_gpu(gpu_name), ep_size=16 if model.is_moe else 1)
         prefill = cost.prefill_iteration_time_s(model, [(8192, 256)] * 2)
@@ -140,8 +149,20 @@ def test_every_table_model_runs_calibrated(gpu_name) -> None:  # type: ignore[no
         assert 0 < decode < prefill < 60, (name, prefill, decode)
 
 
-def test_gpu_without_tables(tmp_path: Path) -> None:
-    from dualpath.spec.hardware import get_gpu
+@pytest.mark.parametrize("model_name", ["deepseek-v3.2", "deepseek-v3", "qwen2.5-32b", "gpt-oss-120b"])
+def test_slice_matches_full_tables(model_name, h100, reference_data) -> None:  # type: ignore[no-untyped-def]
+    """The shipped slice holds every row the tests' models look up: same times as the full tables."""
+    model = get_model(model_name)
+    for ep in (1, 16, 24):
+        full = make_cost_model("calibrated", h100, ep_size=ep, data_dir=reference_data)
+        cut = make_cost_model("calibrated", h100, ep_size=ep, data_dir=TEST_DATA_DIR)
+        for items in ([(0, 4096)] * 2, [(32768, 429)] * 8):
+            assert cut.prefill_iteration_time_s(model, items) == full.prefill_iteration_time_s(model, items)
+        for batch in (1, 64, 512):
+            assert cut.decode_step_time_s(model, [8192] * batch) == full.decode_step_time_s(model, [8192] * batch)
+        assert cut.describe()["coverage"] == full.describe()["coverage"]
 
+
+def test_gpu_without_tables(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="a100_sxm"):
         make_cost_model("calibrated", get_gpu("a100"))

@@ -45,8 +45,24 @@ def test_mooncake_sessions_from_hash_chains(tmp_path: Path) -> None:
     assert trajs[0].traj_id == "mini-0"
 
 
-def test_real_mooncake_conversation_trace() -> None:
+def test_mooncake_conversation_head(shipped_data: Path) -> None:
+    path = resolve_trace("mooncake-conversation")
+    assert path.is_relative_to(shipped_data)  # the shipped head of the trace (tests/data)
+    num_lines = sum(1 for _ in path.open())
     trajs = load_mooncake("mooncake-conversation")
+    assert sum(t.num_turns for t in trajs) == num_lines  # every request is one turn of one session
+    multi = [t for t in trajs if t.num_turns > 1]
+    assert len(multi) > 20 and max(t.num_turns for t in trajs) >= 3
+    arrivals = [t.arrival_s for t in trajs]
+    assert arrivals == sorted(arrivals)
+    head = load_mooncake(path, limit=200)
+    assert sum(t.num_turns for t in head) == 200
+    assert head == load_mooncake("mooncake", limit=200)
+
+
+def test_real_mooncake_conversation_trace(reference_data: Path) -> None:
+    trajs = load_mooncake("mooncake-conversation")
+    assert resolve_trace("mooncake").is_relative_to(reference_data)
     assert sum(t.num_turns for t in trajs) == 12031  # every request is one turn of one session
     multi = [t for t in trajs if t.num_turns > 1]
     assert len(multi) > 500 and max(t.num_turns for t in trajs) >= 5
@@ -57,8 +73,8 @@ def test_real_mooncake_conversation_trace() -> None:
 
 
 def test_azure_rows_are_single_turn(tmp_path: Path) -> None:
-    trajs = load_azure("azure-code")
-    assert len(trajs) > 1000 and all(t.num_turns == 1 for t in trajs)
+    trajs = load_azure("azure-code")  # shipped: every 20th row of the hour
+    assert len(trajs) > 400 and all(t.num_turns == 1 for t in trajs)
     assert trajs[0].arrival_s == 0.0 and trajs[-1].arrival_s > 3000
     path = tmp_path / "a.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -66,6 +82,12 @@ def test_azure_rows_are_single_turn(tmp_path: Path) -> None:
     a, b = load_azure(path)
     assert (a.turns[0].append_len, a.turns[0].gen_len) == (374, 44)
     assert b.turns[0].gen_len == 1 and b.arrival_s == pytest.approx(4.314579, abs=1e-6)
+
+
+def test_real_azure_traces(reference_data: Path) -> None:
+    code, conv = load_azure("azure-code"), load_azure("azure-conv")
+    assert (len(code), len(conv)) == (8819, 19366)  # rows after the header
+    assert all(t.num_turns == 1 for t in code + conv) and code[-1].arrival_s > 3000
 
 
 def test_jsonl_round_trip_is_exact(tmp_path: Path) -> None:
@@ -87,6 +109,14 @@ def test_load_trace_dispatch() -> None:
 
 def test_trace_alias_resolves_to_its_file() -> None:
     assert resolve_trace("mooncake") == resolve_trace("mooncake-conversation")
+
+
+def test_named_trace_without_data_says_where_it_comes_from(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUALPATH_DATA_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="DUALPATH_DATA_DIR") as info:
+        load_trace("azure-conv")
+    assert str(tmp_path) in str(info.value) and info.value.value == "azure-conv"
 
 
 @pytest.mark.parametrize("line,reason", [

@@ -42,11 +42,24 @@ for _name in _COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+def _check_extra(argv: list[str]) -> None:
+    """``serve``/``engine``/``demo``/``check`` without the serve extra: the error names the extra
+    before option parsing (so ``dualpath serve`` alone says it too); ``--help`` still works."""
+    from dualpath.cli._common import SERVE_COMMANDS, require_serve_extra
+
+    words = [a for a in argv if not a.startswith("-")]
+    if words and words[0] in SERVE_COMMANDS and not {"--help", "-h"} & set(argv):
+        require_serve_extra(words[0])
+
+
 def main() -> None:
     """Console-script entry point; turns dualpath errors into one clear line and exit code 2."""
+    import sys
+
     from dualpath.core.errors import DualpathError
 
     try:
+        _check_extra(sys.argv[1:])
         app()
     except DualpathError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from dualpath.cli._common import print_json, print_table
+from dualpath.cli._common import print_json, print_table, require_serve_extra
 
 
 def register(app: typer.Typer) -> None:
@@ -27,13 +27,12 @@ def check(
     """Run multi-turn chats through the engines and compare tokens and logits with transformers.
 
     Exits 1 when tokens differ or a logit differs by more than the tolerance."""
-    import torch
+    require_serve_extra("check")
     from rich.progress import Progress
 
     from dualpath.runtime.engine.check import CheckConfig, run_check
     from dualpath.runtime.model import default_device
 
-    torch.set_num_threads(1)
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
                       device=device or default_device())  # fmt: skip

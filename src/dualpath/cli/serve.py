@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from dualpath.cli._common import console, print_json
+from dualpath.cli._common import console, print_json, require_serve_extra
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +35,7 @@ def serve(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
+    require_serve_extra("serve")
     from dualpath.runtime.cluster.config import ClusterConfig
     from dualpath.runtime.cluster.local import LocalCluster
 
@@ -83,6 +84,7 @@ def engine(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
+    require_serve_extra("engine")
     from dualpath.core.errors import ConfigError
     from dualpath.runtime.cluster.engine_main import EngineArgs, run_engine
 
@@ -113,6 +115,7 @@ def demo(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system."""
+    require_serve_extra("demo")
     from dualpath.runtime.cluster.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),

@@ -14,7 +14,10 @@ def repo_root() -> Path:
 
 
 def data_dir(override: str | Path | None = None) -> Path:
-    """``override``, else ``$DUALPATH_DATA_DIR``, else ``<repo root>/../shared/data``. No I/O."""
+    """``override``, else ``$DUALPATH_DATA_DIR``, else ``<repo root>/../shared/data``. No I/O.
+
+    The last is only meaningful in a checkout (``src/dualpath``); an installed package has no repo
+    root beside the data, so it needs ``$DUALPATH_DATA_DIR`` (readers say so when a file is absent)."""
     if override is not None:
         return Path(override)
     env = os.environ.get(DATA_DIR_ENV)

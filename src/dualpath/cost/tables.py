@@ -3,6 +3,9 @@
 Layout: ``<data>/hardware/aiconfigurator-perf-db/<gpu>_sxm/<op>/<framework>/<version>/<table>.parquet``
 with ``latency`` in milliseconds (converted to seconds here). NCCL ``message_size`` is an element
 count (a ``half`` row at N elements matches an ``int8`` row at 2N), so bytes = size x dtype bytes.
+
+A table is read with pyarrow (the ``calibrated`` extra) into a :class:`Frame` of numpy columns; no
+pandas. Only the calibrated cost model reads tables, so the base install does not need pyarrow.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dualpath.core.errors import ConfigError
 from dualpath.core.paths import DATA_DIR_ENV
 from dualpath.core.paths import data_dir as resolve_data_dir  # the name cost callers use
 
 PERF_DB = Path("hardware") / "aiconfigurator-perf-db"
 MS = 1e-3
-_FRAMES: dict[Path, Any] = {}  # parquet path -> DataFrame, shared by every PerfTables (read-only)
+_FRAMES: dict[Path, Frame] = {}  # parquet path -> Frame, shared by every PerfTables (read-only)
+EXTRA_HINT = "pip install 'dualpath[calibrated]'"
 
 
 def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:
@@ -34,8 +40,39 @@ def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """Equal-length numpy columns by name. ``frame["col"]`` is a column; ``frame[mask]`` (a boolean
+    array) the matching rows, as a new Frame. Read-only by convention."""
+
+    data: dict[str, np.ndarray]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.data)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values()))) if self.data else 0
+
+    def __getitem__(self, key: str | np.ndarray) -> Any:
+        if isinstance(key, str):
+            return self.data[key]
+        return Frame({name: col[key] for name, col in self.data.items()})
+
+
+def read_table(path: Path) -> Frame:
+    """One parquet file as a :class:`Frame`; ConfigError naming the extra when pyarrow is absent."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("kernel table", str(path), "reading kernel tables needs pyarrow: "
+                          f"{EXTRA_HINT}") from None
+    table = pq.read_table(path)
+    return Frame({name: table.column(name).to_numpy() for name in table.column_names})
+
+
+@dataclass(frozen=True, slots=True)
 class PerfTables:
-    """Lazily loaded tables of one GPU. ``frame(op, table)`` returns a pandas DataFrame or None.
+    """Lazily loaded tables of one GPU. ``frame(op, table)`` returns a :class:`Frame` or None.
     Frames are cached per file for the whole process and must not be mutated."""
 
     root: Path
@@ -44,14 +81,12 @@ class PerfTables:
         hits = sorted((self.root / op).glob(f"*/*/{table}.parquet"))
         return hits[-1] if hits else None
 
-    def frame(self, op: str, table: str) -> Any:
+    def frame(self, op: str, table: str) -> Frame | None:
         path = self.path(op, table)
         if path is None:
             return None
         if path not in _FRAMES:
-            import pandas as pd
-
-            _FRAMES[path] = pd.read_parquet(path)
+            _FRAMES[path] = read_table(path)
         return _FRAMES[path]
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dualpath.core.errors import ConfigError, UnknownNameError
-from dualpath.core.paths import data_dir
+from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.workload.types import Trajectory, Turn
 
 MOONCAKE_BLOCK_LEN = 512  # tokens per hash block in the Mooncake traces
@@ -29,10 +29,16 @@ TRACE_ALIASES: dict[str, str] = {"mooncake": "mooncake-conversation"}  # short n
 
 
 def resolve_trace(name_or_path: str | Path) -> Path:
-    """A trace name from ``TRACE_FILES`` (or an alias of one) or a path to an existing file."""
+    """A trace name from ``TRACE_FILES`` (or an alias of one) or a path to an existing file.
+    A named trace whose file is absent is a ConfigError saying where the reference data comes from."""
     text = TRACE_ALIASES.get(str(name_or_path), str(name_or_path))
     if text in TRACE_FILES:
-        return data_dir() / TRACE_FILES[text]
+        path = data_dir() / TRACE_FILES[text]
+        if not path.is_file():
+            raise ConfigError("trace", text, f"{path} not found: named traces are read from the "
+                              f"reference data; set {DATA_DIR_ENV} to its folder (README, "
+                              "'Reference data'), or pass a trace file's path")
+        return path
     path = Path(text)
     if path.suffix in (".jsonl", ".csv", ".json") or path.exists():
         return path
