@@ -146,8 +146,10 @@ async def run_bench(cfg: BenchConfig, on_turn: Callable[[TurnResult], None] | No
     """Replay ``cfg`` against ``cfg.url``; never raises for a failed request (ConfigError when
     the server cannot be reached or the dataset is bad)."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    width = max(cfg.num_agents, cfg.num_prompts or 0, 8) + 4
-    limits = httpx.Limits(max_connections=width, max_keepalive_connections=width)
+    # like vLLM's connector: as many connections as requests in flight (no cap without one), so
+    # no request waits in the client's pool after its send time was taken
+    limits = httpx.Limits(max_connections=cfg.max_concurrency,
+                          max_keepalive_connections=cfg.max_concurrency or 256)
     timeout = httpx.Timeout(None, connect=10.0)  # per request: cfg.request_timeout_s
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as http:
         endpoint = await discover(http, cfg)

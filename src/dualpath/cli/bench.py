@@ -137,6 +137,7 @@ def register(app: typer.Typer) -> None:
         if save_result:
             typer.echo(f"wrote {', '.join(files)}", err=json_out)
         if result["failed"] and not allow_failures:
+            where = "failure_reasons" if json_out else "Failures above"
             typer.echo(f"error: {result['failed']} of {result['num_prompts']} requests failed "
-                       f"(reasons above); --allow-failures exits 0 anyway", err=True)
+                       f"(reasons: {where}); --allow-failures exits 0 anyway", err=True)
             raise typer.Exit(1)
