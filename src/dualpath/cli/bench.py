@@ -112,10 +112,15 @@ def register(app: typer.Typer) -> None:
         """Replay agents or a trace against an endpoint; vLLM's summary plus JCT/TTST/cache hits."""
         from dualpath.bench import BenchConfig, detailed, format_summary, summarize
         from dualpath.cli._common import print_json
+        from dualpath.core.errors import ConfigError
         from dualpath.core.units import parse_tokens
 
+        try:
+            maxlen_tokens = parse_tokens(maxlen)
+        except ConfigError as exc:
+            raise ConfigError("maxlen", maxlen, exc.reason) from None
         cfg = BenchConfig(url=base_url.rstrip("/"), dataset_name=dataset_name,
-                          dataset_path=dataset_path, num_agents=agents, maxlen=parse_tokens(maxlen),
+                          dataset_path=dataset_path, num_agents=agents, maxlen=maxlen_tokens,
                           trace=trace, num_prompts=num_prompts, input_len=input_len,
                           output_len=output_len, block_len=block_len, time_scale=time_scale,
                           request_rate=request_rate, burstiness=burstiness,
