@@ -162,8 +162,9 @@ def cdf_figure(run: BenchRun) -> Any:
         ax.set_xlabel(label)
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
-    who = f"{len(run.agents)} agents" if run.agents else f"{len(run.results)} requests"
-    fig.suptitle(f"dualpath bench: {who}, {cfg.dataset_name}, {cfg.mode}, {run.endpoint.model}")
+    who = (f"{len(run.agents)} agents" if run.agents
+           else f"{len(run.results)} requests ({cfg.dataset_name})")
+    fig.suptitle(f"dualpath bench: {who}, {cfg.mode}, {run.endpoint.model}")
     fig.tight_layout()
     return fig
 
