@@ -28,3 +28,19 @@ def fake_server() -> Iterator:
     fake = _load_fake().FakeCluster(max_context_len=2048)
     with BackgroundServer(create_app(lambda: fake, CharTokenizer())) as srv:
         yield srv.url, fake
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of our API over a real local 1P1D cluster of the tiny random model (as tests/runtime)."""
+    from dualpath.runtime.cluster.config import ClusterConfig
+    from dualpath.runtime.cluster.local import LocalCluster
+    from dualpath.runtime.server import ServerConfig
+
+    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
+                        num_prefill_engines=1, num_decode_engines=1)
+    with LocalCluster(cfg) as cluster:
+        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
+                         ServerConfig(model_name="tiny"))
+        with BackgroundServer(app) as srv:
+            yield srv.url

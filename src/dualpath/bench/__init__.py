@@ -1,12 +1,15 @@
-"""dualpath.bench: agent-trajectory replay against any OpenAI-compatible endpoint (docs/bench.md).
+"""dualpath.bench: agent and trace replay against any OpenAI-compatible endpoint (docs/bench.md).
 
-Imports core, spec, workload, analysis, httpx and matplotlib only (no torch, no server code).
+Results use ``vllm bench serve``'s JSON keys and console block, plus agent metrics. Imports core,
+spec, workload, analysis, numpy, httpx and matplotlib only (no torch, no server code).
 """
 
 from __future__ import annotations
 
 from dualpath.bench.config import BenchConfig
-from dualpath.bench.report import plot_cdfs, request_rows, summarize
+from dualpath.bench.console import format_summary
+from dualpath.bench.report import detailed, plot_cdfs, summarize
 from dualpath.bench.runner import BenchRun, run_bench
 
-__all__ = ["BenchConfig", "BenchRun", "plot_cdfs", "request_rows", "run_bench", "summarize"]
+__all__ = ["BenchConfig", "BenchRun", "detailed", "format_summary", "plot_cdfs", "run_bench",
+           "summarize"]

@@ -11,16 +11,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dualpath.bench.arrivals import arrival_times_s
 from dualpath.bench.config import BenchConfig
 from dualpath.workload import (
     ReplayConfig,
     Trajectory,
+    Turn,
     TurnRequest,
     expand_agents,
     generate_trajectories,
     iter_turn_requests,
     load_trace,
 )
+
+# Smallest calibrated MaxLen bucket of the synthetic generator. Shorter runs are made from it and
+# scaled down, which keeps the bucket's turn structure (many short turns after a long first one);
+# generating at a small MaxLen directly would clamp to these parameters and give one-turn agents.
+CALIBRATED_MIN_MAXLEN = 32768
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,9 +41,10 @@ class Agent:
 
 
 def load_trajectories(cfg: BenchConfig) -> tuple[list[Trajectory], int]:
-    """(trajectories, the length they were made for: ``maxlen`` or the longest trajectory)."""
+    """(trajectories, the length they were made for: the generator's MaxLen or the longest one)."""
     if cfg.trace == "synthetic":
-        return generate_trajectories(cfg.maxlen, cfg.num_agents, cfg.seed), cfg.maxlen
+        made_for = max(cfg.maxlen, CALIBRATED_MIN_MAXLEN)
+        return generate_trajectories(made_for, cfg.num_agents, cfg.seed), made_for
     trajs = load_trace(cfg.trace, limit=cfg.num_agents)
     return trajs, max(t.final_len for t in trajs)
 
@@ -47,26 +55,29 @@ def _cap_turns(traj: Trajectory, max_turns: int | None) -> Trajectory:
     return Trajectory(traj.traj_id, traj.turns[:max_turns], traj.arrival_s, traj.parent_id)
 
 
-def start_times_s(cfg: BenchConfig) -> list[float]:
-    """0 for every agent offline; Poisson arrivals at ``aps`` agents/s online (seeded)."""
-    if cfg.aps is None:
-        return [0.0] * cfg.num_agents
-    rng = np.random.default_rng([cfg.seed, 7])
-    gaps = rng.exponential(1.0 / cfg.aps, size=cfg.num_agents)
-    gaps[0] = 0.0
-    return [float(t) for t in np.cumsum(gaps)]
+def _with_output_len(traj: Trajectory, output_len: int | None) -> Trajectory:
+    if output_len is None:
+        return traj
+    turns = tuple(Turn(append_len=t.append_len, gen_len=output_len) for t in traj.turns)
+    return Trajectory(traj.traj_id, turns, traj.arrival_s, traj.parent_id)
 
 
 def build_agents(cfg: BenchConfig, context_len: int) -> list[Agent]:
-    """Agents fitted to ``context_len``: lengths scaled by ``context_len / made_for`` when smaller,
-    then truncated so no turn's context exceeds ``context_len``."""
+    """Agents fitted to ``context_len``: synthetic ones scaled to ``min(maxlen, context_len)``,
+    traces to ``context_len`` (when smaller than what they were made for), then truncated so no
+    turn's context exceeds it. ``output_len`` replaces every turn's generation length (unscaled).
+    Agents start at ``arrival_times_s`` of ``request_rate`` (all at 0 when inf)."""
     trajs, made_for = load_trajectories(cfg)
-    scale = min(1.0, context_len / made_for)
+    target = min(context_len, cfg.maxlen) if cfg.trace == "synthetic" else context_len
+    scale = min(1.0, target / made_for)
+    trajs = [_with_output_len(t, cfg.output_len) for t in trajs]
     replay = ReplayConfig(num_agents=cfg.num_agents, seed=cfg.seed, append_scale=scale,
-                          gen_scale=scale, max_len=context_len,
-                          synthetic_prefix_len=min(64, max(1, context_len // 8)))
+                          gen_scale=1.0 if cfg.output_len is not None else scale,
+                          max_len=max(2, target),
+                          synthetic_prefix_len=min(64, max(1, target // 8)))
+    starts = arrival_times_s(cfg.num_agents, cfg.request_rate, cfg.burstiness, cfg.seed)
     agents = []
-    for i, (traj, start) in enumerate(zip(expand_agents(trajs, replay), start_times_s(cfg))):
+    for i, (traj, start) in enumerate(zip(expand_agents(trajs, replay), starts)):
         traj = _cap_turns(traj, cfg.max_turns)
         agents.append(Agent(index=i, agent_id=traj.traj_id, start_s=start,
                             turns=tuple(iter_turn_requests(traj))))

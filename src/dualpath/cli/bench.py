@@ -1,8 +1,16 @@
-"""``dualpath bench``: replay agent trajectories against an OpenAI-compatible endpoint."""
+"""``dualpath bench``: agents or a trace against an OpenAI-compatible endpoint, in vLLM's conventions.
+
+Flags that ``vllm bench serve`` also has mean the same thing there (``--base-url``, ``--model``,
+``--dataset-name``, ``--dataset-path``, ``--num-prompts``, ``--input-len``, ``--output-len``,
+``--request-rate``, ``--burstiness``, ``--max-concurrency``, ``--seed``, ``--percentile-metrics``,
+``--metric-percentiles``, ``--save-result``, ``--save-detailed``, ``--result-dir``,
+``--result-filename``, ``--label``). Exit code 1 when any request failed (``--allow-failures``: 0).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,50 +24,34 @@ def _run_with_progress(cfg: Any, show: bool) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dualpath.bench import run_bench
-    from dualpath.bench.runner import total_turns
+    from dualpath.bench.runner import total_requests
 
-    progress = Progress(TextColumn("replaying turns"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=Console(stderr=True), disable=not show,
                         transient=True)
-    task = progress.add_task("turns", total=None)
+    task = progress.add_task("requests", total=None)
     with progress:
         return asyncio.run(run_bench(
             cfg, on_turn=lambda _res: progress.advance(task),
-            on_start=lambda run: progress.update(task, total=total_turns(run))))
+            on_start=lambda run: progress.update(task, total=total_requests(run))))
 
 
-def _write_outputs(run: Any, summary: dict[str, Any], out: str) -> dict[str, str]:
-    from dualpath.bench import plot_cdfs, request_rows
-
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bench.json").write_text(json.dumps(summary, indent=2))
-    with open(folder / "requests.jsonl", "w") as f:
-        for row in request_rows(run):
-            f.write(json.dumps(row) + "\n")
-    png = plot_cdfs(run, folder / "latency_cdf.png")
-    return {"summary": str(folder / "bench.json"), "requests": str(folder / "requests.jsonl"),
-            "plot": str(png)}
+def result_path(result: dict[str, Any], result_dir: str | None, result_filename: str | None) -> Path:
+    """vLLM's default name: ``{label}-{request_rate}qps[-concurrency{N}]-{model}-{date}.json``."""
+    conc = f"-concurrency{result['max_concurrency']}" if result["max_concurrency"] is not None else ""
+    name = result_filename or (f"{result['label']}-{result['request_rate']}qps{conc}-"
+                               f"{str(result['model_id']).split('/')[-1]}-{result['date']}.json")
+    return Path(result_dir or ".") / name
 
 
-def _print_tables(summary: dict[str, Any]) -> None:
-    from dualpath.cli._common import print_table
+def _save(run: Any, result: dict[str, Any], path: Path) -> list[str]:
+    from dualpath.bench import plot_cdfs
+    from dualpath.cli._common import _jsonable
 
-    rows = []
-    for name, stats in (*summary["latency_s"].items(), ("jct_s", summary["jct_s"])):
-        rows.append([name, stats["count"], *(stats[k] if stats[k] is not None else "-"
-                                             for k in ("mean", "p50", "p90", "p99", "max"))])
-    print_table(f"dualpath bench: {summary['num_agents']} agents ({summary['mode']}) on "
-                f"{summary['model']} at {summary['url']}",
-                ["metric (s)", "count", "mean", "p50", "p90", "p99", "max"], rows)
-    slo, tput = summary["slo"], summary["throughput"]
-    print_table("Summary", ["requests ok/failed", "agents finished", "SLO attainment",
-                            "TTFT / TPOT attainment", "gen tok/s", "wall s"],
-                [[f"{summary['num_ok']}/{summary['num_failed']}",
-                  f"{summary['num_agents_finished']}/{summary['num_agents']}",
-                  f"{slo['attainment']:.1%}",
-                  f"{slo['ttft_attainment']:.1%} / {slo['tpot_attainment']:.1%}",
-                  tput["generated_tokens_per_s"], summary["wall_s"]]])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_jsonable(result)))
+    png = plot_cdfs(run, path.with_name(path.stem + "_cdf.png"))
+    return [str(path), str(png)]
 
 
 def register(app: typer.Typer) -> None:
@@ -67,42 +59,90 @@ def register(app: typer.Typer) -> None:
 
     @app.command("bench")
     def bench_cmd(
-        url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of the OpenAI-compatible "
-                                "server (ours, vLLM, SGLang), without /v1."),
-        agents: int = typer.Option(4, help="Number of agents (trajectories; clones beyond the set)."),
-        maxlen: str = typer.Option("32k", help="MaxLen bucket of the trajectories (e.g. 8k, 32k, "
-                                   "64k); scaled down to the endpoint's context."),
-        aps: float = typer.Option(None, help="Online mode: agents per second (Poisson arrivals). "
-                                  "Omitted: offline, all agents at once (JCT)."),
-        trace: str = typer.Option("synthetic", help="synthetic, mooncake, or a trace name/path."),
-        model: str = typer.Option(None, help="Model name (default: the first one of /v1/models)."),
-        api_key: str = typer.Option(None, envvar="DUALPATH_API_KEY", help="Bearer API key."),
+        base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", "--url",
+                                     help="Server base URL without /v1 (ours, vLLM, SGLang)."),
+        model: str = typer.Option(None, help="Model name (default: the first of /v1/models)."),
+        dataset_name: str = typer.Option("agents", help="agents (multi-turn agents), mooncake "
+                                         "(a Mooncake JSONL trace at its own timing) or random."),
+        dataset_path: str = typer.Option(None, help="The Mooncake JSONL trace (mooncake only)."),
+        agents: int = typer.Option(4, help="agents: number of agents (each sends one request "
+                                   "per turn; clones beyond the trajectory set)."),
+        maxlen: str = typer.Option("32k", help="agents: longest context of a trajectory (any "
+                                   "size, e.g. 512, 8k, 32k); capped by the endpoint's context."),
+        trace: str = typer.Option("synthetic", help="agents: synthetic, or a trace name/path whose "
+                                  "sessions become agents."),
+        max_turns: int = typer.Option(None, help="agents: cap on turns per agent."),
+        num_prompts: int = typer.Option(None, help="mooncake: first N records (default all); "
+                                        "random: N prompts (default 8)."),
+        input_len: int = typer.Option(256, help="random: prompt tokens per request."),
+        output_len: int = typer.Option(None, help="Output tokens of every request/turn "
+                                       "(default: the dataset's; random: 16)."),
+        block_len: int = typer.Option(512, help="mooncake: tokens sent per 512-token hash block "
+                                      "(smaller sizes the trace down, sharing kept)."),
+        time_scale: float = typer.Option(1.0, help="mooncake: replay speed-up (2 = twice as fast)."),
+        request_rate: float = typer.Option(math.inf, "--request-rate", "--aps",
+                                           help="Arrivals per second (agents: agent arrivals; "
+                                           "inf: all at once, mooncake: the trace's timing)."),
+        burstiness: float = typer.Option(1.0, help="Gamma shape of arrival gaps (1 = Poisson)."),
+        max_concurrency: int = typer.Option(None, help="Most requests in flight (default: no cap)."),
+        seed: int = typer.Option(0, help="Seed of trajectories, token ids and arrivals."),
         max_context: int = typer.Option(None, help="Context limit in tokens (default: the "
                                         "endpoint's max_model_len)."),
-        max_turns: int = typer.Option(None, help="Cap on turns per agent."),
-        seed: int = typer.Option(0, help="Seed of trajectories, token ids and arrivals."),
-        ttft_slo: float = typer.Option(4.0, help="TTFT SLO in seconds."),
-        tpot_slo_ms: float = typer.Option(50.0, help="TPOT SLO in milliseconds."),
+        request_timeout: float = typer.Option(300.0, help="Seconds one request may take, send "
+                                              "to last token, before it fails."),
         duration: float = typer.Option(600.0, help="Stop the run after this many seconds."),
-        out: str = typer.Option(None, help="Folder for bench.json, requests.jsonl, latency_cdf.png."),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        ttft_slo: float = typer.Option(4.0, help="TTFT SLO in seconds (goodput, attainment)."),
+        tpot_slo_ms: float = typer.Option(50.0, help="TPOT SLO in milliseconds."),
+        percentile_metrics: str = typer.Option("ttft,tpot,itl,e2el,ttst,jct",
+                                               help="Metrics to report (vLLM names + ttst, jct)."),
+        metric_percentiles: str = typer.Option("99", help="Percentiles to report, e.g. 50,90,99."),
+        api_key: str = typer.Option(None, envvar="DUALPATH_API_KEY", help="Bearer API key."),
+        save_result: bool = typer.Option(False, "--save-result", help="Write the result JSON "
+                                         "(and a CDF plot beside it)."),
+        save_detailed: bool = typer.Option(False, "--save-detailed", help="Add per-request "
+                                           "lists (input_lens, ttfts, itls, errors, ...)."),
+        result_dir: str = typer.Option(None, help="Folder of the result JSON (default: .)."),
+        result_filename: str = typer.Option(None, help="Name of the result JSON (default: "
+                                            "{label}-{rate}qps-{model}-{date}.json)."),
+        label: str = typer.Option("dualpath", help="Label in the result and its file name."),
+        allow_failures: bool = typer.Option(False, "--allow-failures",
+                                            help="Exit 0 even when requests failed."),
+        json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     ) -> None:
-        """Replay agent trajectories against an endpoint; report TTFT/TTST/TPOT/JCT and SLOs."""
-        from dualpath.bench import BenchConfig, summarize
+        """Replay agents or a trace against an endpoint; vLLM's summary plus JCT/TTST/cache hits."""
+        from dualpath.bench import BenchConfig, detailed, format_summary, summarize
         from dualpath.cli._common import print_json
+        from dualpath.core.errors import ConfigError
         from dualpath.core.units import parse_tokens
 
-        cfg = BenchConfig(url=url.rstrip("/"), num_agents=agents, maxlen=parse_tokens(maxlen),
-                          aps=aps, trace=trace, model=model, api_key=api_key,
+        try:
+            maxlen_tokens = parse_tokens(maxlen)
+        except ConfigError as exc:
+            raise ConfigError("maxlen", maxlen, exc.reason) from None
+        cfg = BenchConfig(url=base_url.rstrip("/"), dataset_name=dataset_name,
+                          dataset_path=dataset_path, num_agents=agents, maxlen=maxlen_tokens,
+                          trace=trace, num_prompts=num_prompts, input_len=input_len,
+                          output_len=output_len, block_len=block_len, time_scale=time_scale,
+                          request_rate=request_rate, burstiness=burstiness,
+                          max_concurrency=max_concurrency, model=model, api_key=api_key,
                           max_context_len=max_context, max_turns=max_turns, seed=seed,
-                          ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo_ms / 1e3, duration_s=duration)
+                          ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo_ms / 1e3, duration_s=duration,
+                          request_timeout_s=request_timeout, percentile_metrics=percentile_metrics,
+                          metric_percentiles=metric_percentiles)
         run = _run_with_progress(cfg, show=not json_out)
-        summary = summarize(run)
-        if out is not None:
-            summary["files"] = _write_outputs(run, summary, out)
+        result = {**summarize(run), "label": label}
+        if save_detailed:
+            result.update(detailed(run))
+        if save_result:
+            files = _save(run, result, result_path(result, result_dir, result_filename))
         if json_out:
-            print_json(summary)
-            return
-        _print_tables(summary)
-        if out is not None:
-            typer.echo(f"wrote {', '.join(summary['files'].values())}")
+            print_json(result)
+        else:
+            typer.echo(format_summary(result, cfg.metrics))
+        if save_result:
+            typer.echo(f"wrote {', '.join(files)}", err=json_out)
+        if result["failed"] and not allow_failures:
+            where = "failure_reasons" if json_out else "Failures above"
+            typer.echo(f"error: {result['failed']} of {result['num_prompts']} requests failed "
+                       f"(reasons: {where}); --allow-failures exits 0 anyway", err=True)
+            raise typer.Exit(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -91,6 +92,24 @@ def _read_mooncake(path: Path, limit: int | None) -> list[tuple[float, int, int,
     if not rows and limit != 0:
         raise ConfigError("trace", str(path), "no records")
     return rows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MooncakeRecord:
+    """One request of a Mooncake trace as recorded: ``arrival_s`` (the ``timestamp`` in ms / 1000),
+    lengths in tokens, and the hash id of each ``MOONCAKE_BLOCK_LEN``-token prompt block."""
+
+    arrival_s: float
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...]
+
+
+def read_mooncake(path: str | Path, limit: int | None = None) -> list[MooncakeRecord]:
+    """The first ``limit`` records (all when None) of a Mooncake JSONL trace, request by request
+    (``load_mooncake`` rebuilds sessions instead); same validation and errors."""
+    return [MooncakeRecord(arrival_s=t, input_len=i, output_len=o, hash_ids=tuple(h))
+            for t, i, o, h in _read_mooncake(resolve_trace(path), limit)]
 
 
 def load_mooncake(path: str | Path, limit: int | None = None) -> list[Trajectory]:

@@ -1,0 +1,74 @@
+"""The server's own prefix-cache counters, read from its Prometheus ``/metrics`` before and after.
+
+Known counter pairs (hit tokens, queried tokens): dualpath serve's store counters and vLLM's prefix
+cache counters. The hit rate of the run is ``delta hits / delta queried``. A server without
+``/metrics``, or without either pair, or with no queried tokens during the run, reports None (the
+result's ``cache_hit_rate`` is then null): never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+# (hit-token counter, queried-token counter, who exports them)
+CACHE_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("dualpath_store_hit_tokens_total", "dualpath_prompt_tokens_total", "dualpath"),
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheHits:
+    """Prompt tokens the server served from its cache during the run, out of ``query_tokens``."""
+
+    source: str
+    hit_tokens: float
+    query_tokens: float
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hit_tokens / self.query_tokens if self.query_tokens > 0 else None
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """Prometheus text format -> metric name: value, summed over label sets (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:  # name{labels} value [timestamp]; label values may hold spaces
+            name_part, _, tail = line.partition("{")
+            rest = tail.rsplit("}", 1)[-1]
+        else:
+            name_part, _, rest = line.partition(" ")
+        try:
+            value = float(rest.split()[0])
+        except (ValueError, IndexError):
+            continue
+        out[name_part] = out.get(name_part, 0.0) + value
+    return out
+
+
+async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float] | None:
+    """The server's counters now, or None when it has no readable ``/metrics``."""
+    try:
+        resp = await http.get(url + "/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    return parse_counters(resp.text)
+
+
+def cache_hits(before: dict[str, float] | None, after: dict[str, float] | None) -> CacheHits | None:
+    """The first known counter pair present in both scrapes, as a delta; None if none is."""
+    if before is None or after is None:
+        return None
+    for hit, query, source in CACHE_COUNTERS:
+        if all(k in before and k in after for k in (hit, query)):
+            return CacheHits(source=source, hit_tokens=after[hit] - before[hit],
+                             query_tokens=after[query] - before[query])
+    return None
