@@ -28,8 +28,13 @@ import os
 import threading
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 DEFAULT_INTERVAL_S = 5.0
 
@@ -58,8 +63,8 @@ class Progress:
         self._last_line = 0.0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        self._bar = None
-        self._task = None
+        self._bar: RichProgress | None = None
+        self._task: TaskID | None = None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -71,14 +76,14 @@ class Progress:
                 self._ticker = threading.Thread(target=self._tick, name="progress-lines", daemon=True)
                 self._ticker.start()
         else:
-            from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn
-            from rich.progress import Progress as RichProgress
-            from rich.progress import TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn
+            from rich.progress import Progress as RichBar
+            from rich.progress import TextColumn, TimeElapsedColumn
 
-            columns = [SpinnerColumn(), TextColumn("{task.description}")]
+            columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
-            self._bar = RichProgress(*columns, TimeElapsedColumn(), console=self.console,
+            self._bar = RichBar(*columns, TimeElapsedColumn(), console=self.console,
                                      transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.description, total=self.total)
@@ -101,7 +106,7 @@ class Progress:
             changed = description is not None and description != self.description
             if description is not None:
                 self.description = description
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, advance=steps, description=self.description)
         elif self.plain and (changed or self._due()):
             self._line()
@@ -114,7 +119,7 @@ class Progress:
                 self.description = description
             if completed is not None:
                 self.completed = completed
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=self.description, completed=self.completed)
         elif self.plain and changed:
             self._line()
