@@ -84,7 +84,7 @@ class Progress:
             if self.total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
             self._bar = RichBar(*columns, TimeElapsedColumn(), console=self.console,
-                                     transient=True)
+                                transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.description, total=self.total)
         return self

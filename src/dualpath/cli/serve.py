@@ -59,6 +59,8 @@ def serve(
         else:
             console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
                           style="green")
+            console.print(f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
+                          "deploy/grafana/dualpath.json, docs/server.md)", highlight=False)
         run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None)
     except KeyboardInterrupt:
         pass
@@ -114,15 +116,16 @@ def demo(
     seed: int = typer.Option(0, help="Workload seed."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system."""
+    """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system.
+
+    About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
+    from dualpath.cli.demo_tables import print_demo
+    from dualpath.cli.progress import Progress
     from dualpath.runtime.cluster.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),
                      num_agents=agents, max_turns=turns, scale=scale, max_len=max_len,
                      snic_gbps=snic_gbps or None, transport=transport, seed=seed)
-    from dualpath.cli.demo_tables import print_demo
-    from dualpath.cli.progress import Progress
-
     steps = [-1]  # run_demo says "starting ..." once, then "running <system> ..." per system
 
     def said(msg: str) -> None:
