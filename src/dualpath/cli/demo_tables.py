@@ -6,6 +6,7 @@ The expected ratios are what ``dualpath demo`` measured on the project's 2-core 
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rich.console import Console
@@ -38,7 +39,7 @@ MEASURED_JCT_S: dict[str, list[dict[str, float]]] = {
 RATIO_TEXT = {
     "dualpath_speedup_over_basic": ("DualPath speedup over Basic (JCT Basic / JCT DualPath)",
                                     ("basic", "dualpath"), "ideal 3x at 1P2D: three storage NICs "
-                                                           "read instead of one"),
+                                    "read instead of one; less when other jobs share the CPU"),
     "dualpath_jct_over_oracle": ("DualPath JCT over Oracle's (1 = no I/O cost left)",
                                  ("dualpath", "oracle"), "Oracle also skips PD transfers"),
 }
@@ -54,7 +55,9 @@ def print_demo(result: dict[str, Any], model: str, snic_gbps: float, agents: int
               f"NIC capped at {snic_gbps:g} Gbit/s per node, {agents} agents.", highlight=False)
     for name in systems:
         if name in SYSTEM_NOTES:
-            con.print("  " + SYSTEM_NOTES[name], highlight=False, markup=False)
+            con.print(textwrap.fill(SYSTEM_NOTES[name], width=con.width, initial_indent="  ",
+                                    subsequent_indent="  "),
+                      highlight=False, markup=False, soft_wrap=True)
     lat = []
     for name, r in systems.items():
         sides = r.get("read_sides", {})
@@ -101,6 +104,6 @@ def ratio_lines(ratios: dict[str, float], model: str) -> list[str]:
         if span is not None:
             lo, hi = span
             shown = f"{lo:.1f}x" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}-{hi:.1f}x"
-            expect = f"; on a 2-core CPU demo runs gave {shown}, lower when other jobs share it"
+            expect = f"; earlier runs on a 2-core CPU: {shown}"
         lines.append(f"{text}: {value:.2f}x{expect}" + (f" ({note})" if note else ""))
     return lines
