@@ -80,7 +80,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
                         engine_timeout_s=60.0)  # a loaded 2-core machine stalls engines for seconds
     with LocalCluster(cfg) as cluster:
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny"))
+                         ServerConfig(model_name="tiny", cluster_query_timeout_s=60.0))
         with BackgroundServer(app) as srv:
             prompt = [(5 * i) % 500 + 3 for i in range(96)]
             for _ in range(2):  # the second request reuses the first one's persisted blocks
@@ -88,7 +88,11 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
                                json={"model": "tiny", "prompt": prompt, "max_tokens": 4,
                                      "temperature": 0, "ignore_eos": True})
                 assert r.status_code == 200, r.text
-            text = httpx.get(srv.url + "/metrics", timeout=60).text
+            for _ in range(5):  # a scrape whose scheduler query times out has no cluster metrics
+                text = httpx.get(srv.url + "/metrics", timeout=120).text
+                if "\ndualpath_cluster_up 1.0" in text:
+                    break
+            assert "\ndualpath_cluster_up 1.0" in text, text
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
