@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,11 +89,16 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
                                json={"model": "tiny", "prompt": prompt, "max_tokens": 4,
                                      "temperature": 0, "ignore_eos": True})
                 assert r.status_code == 200, r.text
-            for _ in range(5):  # a scrape whose scheduler query times out has no cluster metrics
+            # Byte counters ride on the engines' heartbeats: until one arrives after the
+            # traffic, kv/nic bytes have no series. Scrape until the cluster answered with them.
+            wanted = ("\ndualpath_cluster_up 1.0", "\ndualpath_kv_bytes_total{",
+                      "\ndualpath_nic_bytes_total{")
+            for _ in range(120):
                 text = httpx.get(srv.url + "/metrics", timeout=120).text
-                if "\ndualpath_cluster_up 1.0" in text:
+                if all(w in text for w in wanted):
                     break
-            assert "\ndualpath_cluster_up 1.0" in text, text
+                time.sleep(0.5)
+            assert all(w in text for w in wanted), text
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
