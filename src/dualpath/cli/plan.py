@@ -54,8 +54,10 @@ def pd_range_cmd(
     rows: list[list[object]] = [["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
             ["max P/D", str(r.max_p_over_d), float(r.max_p_over_d), r.binding]]
     rows += [[f"  bound {k}", str(v), float(v), ""] for k, v in r.upper_bounds.items()]
-    print_table(f"P/D range (g={g}, s={s}, feasible={r.feasible})",
-                ["", "exact", "value", "constraint"], rows)
+    print_table(f"P/D range: {g} GPUs and {s} storage NICs per node (feasible={r.feasible})",
+                ["quantity", "exact (fraction)", "P/D (prefill/decode nodes)", "binding constraint"],
+                rows, legend=["P/D: prefill nodes per decode node with no bottleneck (equations "
+                              "1-9); 'bound X': the upper limit constraint X alone sets."])
 
 
 @plan_app.command("cache-ratio")
@@ -79,8 +81,8 @@ def cache_ratio_cmd(
     if json_out:
         print_json({"model": model, "append": parse_tokens(append), "ratios": rows})
         return
-    print_table(f"Cache-compute ratio: {model}, append {parse_tokens(append)}",
-                ["context", "GB/PFLOP", "KV GB", "prefill PFLOP"],
+    print_table(f"Cache-compute ratio: {model}, append {parse_tokens(append)} tokens",
+                ["context (tokens)", "cache-compute (GB/PFLOP)", "cached KV (GB)", "prefill (PFLOP)"],
                 [[r["context"], r["gb_per_pflop"], r["kv_gb"], r["prefill_pflop"]] for r in rows])
 
 
@@ -104,7 +106,10 @@ def working_set_cmd(
     if json_out:
         print_json(out)
         return
-    print_table(f"Working set: {model}", ["quantity", "value"], [[k, v] for k, v in out.items()])
+    units = {"aps": "agents/s", "mean_jct_s": "s", "mean_total_len": "tokens",
+             "agents_in_flight": "agents", "bytes_per_token": "bytes", "working_set_gb": "GB"}
+    print_table(f"Working set: {model}", ["quantity", "value", "unit"],
+                [[k, v, units.get(k, "")] for k, v in out.items()])
 
 
 @plan_app.command("trend")
@@ -121,11 +126,11 @@ def trend_cmd(json_out: JsonOpt = False) -> None:
         print_json({"points": [asdict(p) for p in t.points], **summary,
                     "dtype_basis": "narrowest dense float dtype per generation"})
         return
-    print_table("I/O-to-compute trend", ["gpu", "year", "dtype", "dense TFLOPS", "NIC Gbps",
-                                         "HBM GB", "I/O B per kFLOP"],
+    print_table("I/O-to-compute trend", ["GPU", "year", "dtype", "dense (TFLOPS)", "NIC (Gbit/s)",
+                                         "HBM (GB)", "I/O per compute (bytes/kFLOP)"],
                 [[p.gpu, p.year, p.dtype, p.dense_tflops, p.nic_gbps, p.hbm_gb,
                   p.io_bytes_per_kflop] for p in t.points])
-    print_table(f"{t.points[0].gpu} -> {t.points[-1].gpu}", ["ratio", "x"],
+    print_table(f"{t.points[0].gpu} -> {t.points[-1].gpu}", ["quantity", "factor (x)"],
                 [[k, v] for k, v in summary.items()])
 
 

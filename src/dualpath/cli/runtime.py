@@ -28,24 +28,29 @@ def check(
 
     Exits 1 when tokens differ or a logit differs by more than the tolerance."""
     require_serve_extra("check")
-    from rich.progress import Progress
 
+    from dualpath.cli.progress import Progress
     from dualpath.runtime.engine.check import CheckConfig, run_check
     from dualpath.runtime.model import default_device
 
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
                       device=device or default_device())  # fmt: skip
-    with Progress(transient=True, console=_stderr()) as bar:
-        task = bar.add_task("check", total=len(cfg.paths) * cfg.turns)
-        report = run_check(cfg, on_turn=lambda: bar.advance(task))
+    with Progress(f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}",
+                  total=len(cfg.paths) * cfg.turns, console=_stderr()) as bar:
+        report = run_check(cfg, on_turn=bar.advance)
     if json_out:
         print_json(report)
     else:
         rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
                  r["max_abs_logit_diff"], r["tokens_equal"]) for r in report["per_turn"]]  # fmt: skip
         print_table(f"dualpath check: {report['model']} ({report['device']}, fp32)",
-                    ["path", "conv", "turn", "read", "prompt", "hits", "max |dlogit|", "tokens equal"], rows)  # fmt: skip
+                    ["path", "conversation", "turn", "read side", "prompt (tokens)",
+                     "store hits (tokens)", "max |logit diff|", "tokens equal"], rows,
+                    legend=["path: pe / de = every turn reads its cached KV on the prefill / decode "
+                            "engine; mixed = two conversations batched, on opposite read sides "
+                            "that swap every turn. max |logit diff|: largest absolute difference "
+                            "from transformers' logits (fp32)."])
         verdict = "OK" if report["ok"] else "MISMATCH"
         typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
                    f"tokens_equal={report['tokens_equal']} wall_s={report['wall_s']:.1f}")  # fmt: skip

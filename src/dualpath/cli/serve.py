@@ -50,7 +50,9 @@ def serve(
         raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}")
     cluster = LocalCluster(cfg)
     try:
-        with console.__class__(stderr=True).status("starting scheduler and engines ..."):
+        from dualpath.cli.progress import Progress
+
+        with Progress("starting scheduler and engines"):
             cluster.start()
         info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir)}
         if json_out:
@@ -58,6 +60,8 @@ def serve(
         else:
             console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
                           style="green")
+            console.print(f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
+                          "deploy/grafana/dualpath.json, docs/server.md)", highlight=False)
         run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None)
     except KeyboardInterrupt:
         pass
@@ -114,39 +118,27 @@ def demo(
     seed: int = typer.Option(0, help="Workload seed."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system."""
+    """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system.
+
+    About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
     require_serve_extra("demo")
+    from dualpath.cli.demo_tables import print_demo
+    from dualpath.cli.progress import Progress
     from dualpath.runtime.cluster.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),
                      num_agents=agents, max_turns=turns, scale=scale, max_len=max_len,
                      snic_gbps=snic_gbps or None, transport=transport, seed=seed)
-    err_console = console.__class__(stderr=True)
-    with err_console.status("dualpath demo") as status:
-        result = run_demo(cfg, progress=lambda msg: status.update(f"dualpath demo: {msg}"))
+    steps = [-1]  # run_demo says "starting ..." once, then "running <system> ..." per system
+
+    def said(msg: str) -> None:
+        steps[0] += 1
+        bar.update(f"dualpath demo: {msg}", completed=steps[0])
+
+    with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
+        result = run_demo(cfg, progress=said)
+        bar.update(completed=len(cfg.systems) + 1)
     if json_out:
         print_json(result)
         return
-    _print_demo(result, cfg.model, cfg.snic, agents)
-
-
-def _print_demo(result: dict, model: str, snic: float, agents: int) -> None:  # type: ignore[type-arg]
-    from rich.console import Console
-    from rich.table import Table
-
-    nodes = sorted({n for r in result["systems"].values() for n in r["snic_read_bytes"]})
-    table = Table(title=f"dualpath demo: {model}, 1P2D, storage NIC cap {snic} Gbps per node, "
-                        f"{agents} agents (MB = 1e6 bytes)")
-    for col in ["system", "JCT s", "TTFT mean s", "TTFT p90 s", *[f"{n} SNIC read MB" for n in nodes],
-                "pe-read MB", "de-read MB", "pd-transfer MB", "persist MB", "errors"]:
-        table.add_column(col, justify="left" if col == "system" else "right")
-    for name, r in result["systems"].items():
-        p = r["bytes_by_path"]
-        table.add_row(name, f"{r['jct_s']:.2f}", f"{r['ttft_mean_s']:.3f}", f"{r['ttft_p90_s']:.3f}",
-                      *[f"{r['snic_read_bytes'].get(n, 0) / 1e6:.1f}" for n in nodes],
-                      *[f"{p.get(k, 0) / 1e6:.1f}" for k in ("pe-read", "de-read", "pd-transfer", "persist")],
-                      str(len(r["errors"])))
-    out = Console(width=200)
-    out.print(table)
-    for k, v in result["ratios"].items():
-        out.print(f"{k}: {v:.2f}")
+    print_demo(result, cfg.model, cfg.snic, agents)

@@ -74,9 +74,9 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
             dram_buffer_gb: float | None, cost_model: str, seed: int, out: str | None,
             json_out: bool) -> None:
     from rich.console import Console
-    from rich.progress import Progress
 
-    from dualpath.cli._common import print_json, print_table
+    from dualpath.cli._common import print_json
+    from dualpath.cli.progress import Progress
     from dualpath.core.units import parse_tokens
     from dualpath.sim.config import get_system
     from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
@@ -108,14 +108,21 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
         base = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=500,
                                               seed=seed, trace=trace))
         result["mode"] = "online"
-        with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("online sweep", total=len(rates) * len(systems))
-            for name in systems:
+        ordered = sorted(rates)  # capacity_sweep runs the rates in increasing order
+        with Progress("online sweep", total=len(rates) * len(systems), console=err) as bar:
+            for k, name in enumerate(systems):
+                done = [0]
+
+                def step(name: str = name, done: list[int] = done) -> None:
+                    done[0] += 1
+                    nxt = (f"aps={ordered[done[0]]:g}" if done[0] < len(ordered) else "done")
+                    bar.advance(description=f"online {name} {nxt}")
+
+                bar.update(f"online {name} aps={ordered[0]:g}")
                 sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
-                                       cost_model=cost_model,
-                                       progress=lambda: bar.advance(task))
+                                       cost_model=cost_model, progress=step)
                 result["systems"][name] = sweep
-                bar.update(task, completed=(systems.index(name) + 1) * len(rates))
+                bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
     else:
         from dualpath.sim.config import SimConfig
 
@@ -124,13 +131,16 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
                                                gen_scale=gen_scale))
         result["mode"] = "offline"
         result["agents"] = len(trajs)
-        with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("simulating", total=len(systems))
+        with Progress("simulating", total=len(systems), console=err) as bar:
             for name in systems:
+                bar.update(f"simulating {name} ({len(trajs)} agents)")
                 cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
                                 cost_model=cost_model, out_dir=out)
-                result["systems"][name] = run_one(cfg, trajs)
-                bar.advance(task)
+                res = run_one(cfg, trajs)
+                jct = res.get("jct_s") or 0.0
+                res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None
+                result["systems"][name] = res
+                bar.advance()
     result["wall_s"] = time.perf_counter() - started
     result["events"] = sum(r.get("events", 0) or sum(p["events"] for p in r.get("points", []))
                            for r in result["systems"].values())
@@ -141,24 +151,9 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     if json_out:
         print_json(result)
         return
+    from dualpath.cli.sim_tables import print_offline, print_online
+
     if online:
-        rows = [(n, r["capacity_aps"], *(_last(r, k) for k in ("ttft_mean_s", "ttst_mean_s",
-                                                                 "tpot_mean_s")))
-                for n, r in result["systems"].items()]
-        print_table(f"online capacity {model} {cluster.pd_label}",
-                    ("system", "capacity_aps", "ttft_s@cap", "ttst_s@cap", "tpot_s@cap"), rows)
-        return
-    rows = []
-    for n, r in result["systems"].items():
-        bd = r["ttft_breakdown_s"]
-        rows.append((n, r["jct_s"], r["mean_ttft_s"], bd["queueing"], bd["allocation"],
-                     bd["reading"], bd["prefill"], r["mean_tpot_s"], r["snic_max_over_avg"],
-                     r["requests_per_wall_s"]))
-    print_table(f"offline JCT {model} {cluster.pd_label} {maxlen} x{result['agents']} agents",
-                ("system", "JCT s", "TTFT", "queue", "alloc", "read", "prefill", "TPOT",
-                 "SNIC m/a", "req/s"), rows)
-
-
-def _last(sweep: dict, key: str):
-    ok = [p for p in sweep["points"] if p["meets_slo"]]
-    return ok[-1][key] if ok else None
+        print_online(result, model, cluster.pd_label)
+    else:
+        print_offline(result, model, cluster.pd_label, maxlen)

@@ -6,20 +6,13 @@ from typing import Annotated
 
 import typer
 
-from dualpath.cli._common import console, print_json
+from dualpath.cli._common import print_json, print_table
 
 
-def _print(title: str, columns: list[str], rows: list[list[object]]) -> None:
-    """A rich table whose first column (the name) never wraps or truncates."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for i, col in enumerate(columns):
-        table.add_column(col, no_wrap=i == 0, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-                        for v in row))
-    console.print(table)
+def _print(title: str, columns: list[str], rows: list[list[object]],
+           legend: tuple[str, ...] = ()) -> None:
+    """A table (split to fit the terminal) whose first column is the name."""
+    print_table(title, columns, rows, legend=legend)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -43,12 +36,16 @@ def models(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"models": rows})
         return
-    short = {"name": "model", "layers": "L", "attention": "attn", "heads": "H", "kv_heads": "KVH",
-             "experts": "act+sh/E", "sparse_top_k": "top-k", "total_params_b": "tot B",
-             "active_params_b": "act B", "kv_bytes_per_token_layer": "KV B/tok/L",
-             "linear_gflops_per_token": "GF/tok"}
-    _print("Models (params in billions, KV bytes per token per layer, linear GFLOP per token)",
-           list(short.values()), [[r[c] for c in short] for r in rows])
+    short = {"name": "model", "layers": "layers", "attention": "attention", "heads": "heads",
+             "kv_heads": "KV heads", "experts": "experts (act+shared /routed)",
+             "sparse_top_k": "sparse top-k (tokens)", "total_params_b": "params (billions)",
+             "active_params_b": "active params (billions)",
+             "kv_bytes_per_token_layer": "KV (bytes/token/layer)",
+             "linear_gflops_per_token": "linear (GFLOP/token)"}
+    _print("Models", list(short.values()), [[r[c] for c in short] for r in rows],
+           legend=("experts: active routed + shared experts per token / routed experts; sparse "
+                   "top-k: tokens a sparse-attention query attends to (DSA); linear: FLOPs of the "
+                   "dense and expert matmuls per token.",))
 
 
 def hardware(json_out: JsonOpt = False) -> None:
@@ -65,17 +62,19 @@ def hardware(json_out: JsonOpt = False) -> None:
         print_json({"gpus": gpus, "nodes": nodes, "clusters": clusters})
         return
     views = (
-        ("GPUs (dense TFLOPS)", gpus, {"name": "gpu", "year": "year", "bf16_tflops": "bf16",
-                                      "fp8_tflops": "fp8", "fp4_tflops": "fp4", "hbm_gb": "HBM GB",
-                                      "hbm_bandwidth_gbs": "HBM GB/s", "tdp_w": "TDP W",
-                                      "nic_gbps": "NIC Gbps"}),
-        ("Nodes", nodes, {"name": "node", "gpu": "gpu", "num_gpus": "g", "cnic_gbps": "CNIC Gbps",
-                          "num_snics": "s", "snic_gbps": "SNIC Gbps",
-                          "dram_bandwidth_gbs": "DRAM GB/s", "dram_buffer_gb": "buffer GB"}),
+        ("GPUs (dense TFLOPS)", gpus, {"name": "GPU", "year": "year", "bf16_tflops": "BF16 (TFLOPS)",
+                                      "fp8_tflops": "FP8 (TFLOPS)", "fp4_tflops": "FP4 (TFLOPS)",
+                                      "hbm_gb": "HBM (GB)", "hbm_bandwidth_gbs": "HBM (GB/s)",
+                                      "tdp_w": "TDP (W)", "nic_gbps": "NIC (Gbit/s)"}),
+        ("Nodes", nodes, {"name": "node", "gpu": "GPU", "num_gpus": "GPUs",
+                          "cnic_gbps": "compute NIC (Gbit/s)", "num_snics": "storage NICs",
+                          "snic_gbps": "storage NIC (Gbit/s)", "dram_bandwidth_gbs": "DRAM (GB/s)",
+                          "dram_buffer_gb": "DRAM buffer (GB)"}),
         ("Cluster presets", clusters, {"name": "cluster", "model": "model", "node": "node",
-                                       "num_prefill_nodes": "P", "num_decode_nodes": "D",
-                                       "num_gpus": "GPUs", "dram_buffer_gb": "buffer GB",
-                                       "parallelism": "parallel"}),
+                                       "num_prefill_nodes": "prefill nodes",
+                                       "num_decode_nodes": "decode nodes", "num_gpus": "GPUs",
+                                       "dram_buffer_gb": "DRAM buffer (GB)",
+                                       "parallelism": "parallelism"}),
     )
     for title, rows, cols in views:
         _print(title, list(cols.values()), [[r[c] for c in cols] for r in rows])

@@ -12,6 +12,12 @@ workload_app = typer.Typer(help="Agent workloads: Table 2 statistics, synthetic 
 MAXLEN_HELP = "MaxLen bucket: 32k, 48k or 64k (calibrated to Table 2); other token counts interpolate."
 
 
+STAT_UNITS = {"turns": "turns", "append_per_turn": "tokens/turn", "gen_per_turn": "tokens/turn",
+              "final_len": "tokens", "context_len": "tokens", "hit_rate": "fraction",
+              "hit_rate_tokens": "fraction", "num_trajectories": "trajectories",
+              "max_final_len": "tokens"}
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
@@ -60,16 +66,20 @@ def stats_cmd(
     if json_out:
         print_json({**meta, **stats, "targets": target, "rel_error": rel})
         return
-    columns = ["statistic", "value"] + (["paper (Table 2)", "error"] if target else [])
+    columns = ["statistic", "unit", "value"] + (["paper (Table 2)", "error vs paper (%)"]
+                                                if target else [])
     rows = []
     for col in (*STAT_COLUMNS, "hit_rate_tokens", "num_trajectories", "max_final_len"):
-        row: list[Any] = [col, _fmt(stats[col])]
+        row: list[Any] = [col, STAT_UNITS.get(col, ""), _fmt(stats[col])]
         if target:
             row += ([_fmt(target[col]), f"{rel[col]:+.1%}"] if col in target  # type: ignore[index]
                     else ["", ""])
         rows.append(row)
     where = meta["source"] if trace else f"synthetic {meta['maxlen']} tokens, seed {seed}"
-    print_table(f"Workload statistics: {where}", columns, rows)
+    print_table(f"Workload statistics: {where}", columns, rows,
+                legend=["Per-trajectory means averaged over trajectories; hit_rate = 1 - "
+                        "append_per_turn / context_len (as Table 2 derives it), hit_rate_tokens = "
+                        "the token-weighted cached fraction of all prompts."])
 
 
 @workload_app.command("generate")
