@@ -18,22 +18,21 @@ import typer
 
 
 def _run_with_progress(cfg: Any, show: bool) -> Any:
+    """Run the bench with progress on stderr: a rich bar on a terminal, plain lines in a log
+    (cli.progress); ``show=False`` (``--json``) keeps stderr quiet."""
     import asyncio
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dualpath.bench import run_bench
     from dualpath.bench.runner import total_requests
 
-    progress = Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=Console(stderr=True), disable=not show,
-                        transient=True)
-    task = progress.add_task("requests", total=None)
-    with progress:
+    if not show:
+        return asyncio.run(run_bench(cfg))
+    from dualpath.cli.progress import Progress
+
+    with Progress("bench requests", total=None) as bar:
         return asyncio.run(run_bench(
-            cfg, on_turn=lambda _res: progress.advance(task),
-            on_start=lambda run: progress.update(task, total=total_requests(run))))
+            cfg, on_turn=lambda _res: bar.advance(),
+            on_start=lambda run: bar.update(total=total_requests(run))))
 
 
 def result_path(result: dict[str, Any], result_dir: str | None, result_filename: str | None) -> Path:

@@ -111,16 +111,21 @@ class Progress:
         elif self.plain and (changed or self._due()):
             self._line()
 
-    def update(self, description: str | None = None, completed: int | None = None) -> None:
-        """Set the description and/or the completed count; a new description prints a line."""
+    def update(self, description: str | None = None, completed: int | None = None,
+               total: int | None = None) -> None:
+        """Set the description, the completed count and/or the total (known only once a run has
+        started, e.g. bench's request count); a new description prints a line."""
         with self._lock:
+            if total is not None:
+                self.total = total
             changed = description is not None and description != self.description
             if description is not None:
                 self.description = description
             if completed is not None:
                 self.completed = completed
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=self.description, completed=self.completed)
+            self._bar.update(self._task, description=self.description, completed=self.completed,
+                             total=self.total)
         elif self.plain and changed:
             self._line()
 
