@@ -81,9 +81,9 @@ class DecodeWorker(WorkerBase):
         outs = self.engine.buffer.blocks(rid).arrays[first:first + num]
         with self._lock:
             self._reading.add(rid)
-        self.io.read_into(hashes, outs, "de-read", lambda err: self._read_done(task, err))
+        self.io.read_into(hashes, outs, "de-read", lambda n, err: self._read_done(task, n, err))
 
-    def _read_done(self, task: DecodeTask, err: BaseException | None) -> None:
+    def _read_done(self, task: DecodeTask, num_read: int, err: BaseException | None) -> None:
         rid = task.request_id
         with self._lock:
             self._reading.discard(rid)
@@ -92,12 +92,15 @@ class DecodeWorker(WorkerBase):
                 self.engine.buffer.free(rid)
         if not live:
             return
-        if err is not None:
-            self._fail(rid, f"decode engine {self.engine_id} read failed: {err}")
+        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
+        short = err is None and a + num_read * self.geo.block_size < b
+        if err is not None or (short and a > 0):  # (a split share must arrive whole)
+            why = err or f"KV block {num_read} of its share vanished or is corrupt"
+            self._fail(rid, f"decode engine {self.engine_id} read failed: {why}")
             return
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
-        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
-        if a == 0:  # DE read path: the PE pulls each layer when it computes it
+        if a == 0:  # DE read path: the PE pulls each layer when it computes it; a miss ends the
+            b = num_read * self.geo.block_size  # announced hits there (the PE computes the rest)
             ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,
                                  payload=np.array([b], dtype=np.int64).tobytes())
             self.transport.submit(pe, [ready], source=f"e{self.engine_id}")

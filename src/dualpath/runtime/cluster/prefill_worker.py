@@ -183,7 +183,7 @@ class PrefillWorker(WorkerBase):
                                   payload=np.array([out.first_token], dtype=np.int64).tobytes())
             self.transport.submit(f"e{task.decode_engine}", [marker], source=f"e{self.engine_id}")
             self.outbox.put(Progress(request_id=out.request_id, engine_id=self.engine_id,
-                                     event="prefill_done"))
+                                     event="prefill_done", hit_len=out.hit_tokens))
         self._admit_waiting()
         return True
 
@@ -251,9 +251,10 @@ class _PeIO:
         pe_blocks = min(pe_blocks, len(hashes))
         local: list[Future[ReadResult]] = [Future() for _ in range(pe_blocks)]
         if pe_blocks:
-            def done(err: BaseException | None) -> None:
-                for h, out, f in zip(hashes, outs, local, strict=False):
-                    f.set_result(ReadResult(block_hash=h, layer=None, ok=err is None, data=out))
+            def done(num_read: int, err: BaseException | None) -> None:
+                ok_upto = num_read if err is None else 0  # a miss ends the loaded prefix
+                for i, (h, out, f) in enumerate(zip(hashes, outs, local, strict=False)):
+                    f.set_result(ReadResult(block_hash=h, layer=None, ok=i < ok_upto, data=out))
                 self.w._read_done(rid)
 
             self.w.io.read_into(hashes[:pe_blocks], outs[:pe_blocks], "pe-read", done)
