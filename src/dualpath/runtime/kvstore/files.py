@@ -188,7 +188,7 @@ def read_block(
     flags = os.O_RDONLY | (os.O_DIRECT if direct and _direct_ok(out, offset) else 0)
     try:
         fd = os.open(_block_path_str(root, block_hash), flags)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file in place of its directory: absent)
         return None
     except OSError as err:  # a file system without O_DIRECT
         if err.errno != errno.EINVAL or not flags & os.O_DIRECT:
@@ -223,7 +223,7 @@ def read_header(
     is set to it."""
     try:
         fd = os.open(block_path(root, block_hash), os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         try:
@@ -284,5 +284,5 @@ def remove_block(root: Path, block_hash: str) -> bool:
     try:
         os.unlink(block_path(root, block_hash))
         return True
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
