@@ -7,7 +7,6 @@ from this process's index are looked up on the file system before a prefix match
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -25,16 +24,14 @@ from dualpath.runtime.kvstore.blockfile import CorruptBlockError, file_bytes_for
 from dualpath.runtime.kvstore.index import BlockIndex
 from dualpath.runtime.kvstore.io_types import StoreStats
 from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, check_hash
-from dualpath.runtime.kvstore.limits import (
-    AUTO_SHARE, WriteErrors, check_file_mode, free_bytes,
-)  # fmt: skip
+from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode, free_bytes
+from dualpath.runtime.kvstore.space import SpaceKeeping
 
 log = logging.getLogger(__name__)
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _LOST_KEEP = 4096  # hashes this process saw quarantined or vanished (to count re-persists)
 __all__ = ["BlockStore", "StoreStats"]
 
-class BlockStore:
+class BlockStore(SpaceKeeping):
     """KV block store over ``root_dir``. See docs/kvstore.md.
 
     ``capacity_bytes`` bounds the file bytes this process's index holds ("auto", the default: the
@@ -271,48 +268,6 @@ class BlockStore:
             self._note_lost(h)
         return False
 
-    def _write(self, h: str, parent: str | None, ids: np.ndarray, view: memoryview) -> bool:
-        """Write the file, making room first when the disk runs low; on ENOSPC evict and retry
-        once. A failure is counted and logged once per cause; False then (nothing cached)."""
-        self._keep_free()
-        for attempt in (0, 1):
-            try:
-                files.write_block(self.root, self.layout, h, parent, ids, view, self.fsync,
-                                  self.file_mode)
-                return True
-            except OSError as err:
-                if attempt == 0 and err.errno in _NO_SPACE and self._evict_some(2):
-                    continue
-                self.write_errors.record(err, h)
-                return False
-        return False  # pragma: no cover - the loop always returns
-
-    def _keep_free(self) -> None:
-        """Evict LRU leaves while the file system has less than ``min_free_bytes`` (plus one
-        block) free: other writers may fill it beyond what this process's index knows."""
-        if self.capacity_bytes is None or not self.min_free_bytes:
-            return
-        try:
-            free = free_bytes(self.root)
-        except OSError:
-            return
-        short = self.min_free_bytes + self.file_bytes - free
-        if short > 0:
-            self._evict_some(-(-short // self.file_bytes))
-
-    def _evict_some(self, n: int) -> bool:
-        """Evict up to ``n`` LRU leaves (for disk space); whether any was evicted."""
-        done = 0
-        while done < n:
-            with self._lock:
-                victim = self._index.pop_victim(None)
-                if victim is None:
-                    break
-                self._c["num_evictions"] += 1
-                files.remove_block(self.root, victim)
-            done += 1
-        return done > 0
-
     def forget(self, hashes: Iterable[str]) -> None:
         """Drop blocks from this process's index only (files untouched): another process failed
         to load them, so the next lookup checks the file system again."""
@@ -325,20 +280,6 @@ class BlockStore:
         with self._lock:
             self._index.remove(block_hash)
             return files.remove_block(self.root, block_hash)
-
-    def _evict_over_capacity(self, protect: str | None) -> None:
-        if self.capacity_bytes is None:
-            return
-        while True:
-            with self._lock:
-                if self._index.used_bytes <= self.capacity_bytes:
-                    return
-                victim = self._index.pop_victim(protect)
-                if victim is None:
-                    log.warning("kvstore: over capacity but every block is pinned or interior")
-                    return
-                self._c["num_evictions"] += 1
-                files.remove_block(self.root, victim)  # under the lock: index and disk agree
 
     # ----- introspection -----------------------------------------------------------------------
     def stats(self) -> StoreStats:
