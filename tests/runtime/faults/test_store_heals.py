@@ -100,13 +100,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-@pytest.mark.parametrize("policy,seed", [("basic", 1), ("always-de", 2)])
+@pytest.mark.parametrize("policy,seed,bad", [("basic", 1, 1), ("always-de", 2, 1),
+                                             ("dualpath-split", 5, 4)])
 def test_corrupt_block_is_recomputed_repersisted_and_counted_honestly(
-    cluster: LocalCluster, policy: str, seed: int
+    cluster: LocalCluster, policy: str, seed: int, bad: int
 ) -> None:
-    """Turn 1 persists the prompt's blocks; block 1's data is then corrupted on disk. Turn 2 (PE or
-    DE read path) loads block 0 only, recomputes the rest with the same greedy tokens, counts one
-    corrupt block and only block 0 as a hit, and writes block 1 again; turn 3 hits it."""
+    """Turn 1 persists the prompt's 5 blocks; block ``bad``'s data is then corrupted on disk. Turn 2
+    (PE, DE or split read path; a split's DE share is the trailing blocks) loads the blocks before
+    it only, recomputes the rest with the same greedy tokens, counts one corrupt block and only the
+    loaded blocks as hits, and writes block ``bad`` again; turn 3 hits it."""
     _configure(cluster, policy)
     try:
         rng = random.Random(seed)
@@ -114,7 +116,7 @@ def test_corrupt_block_is_recomputed_repersisted_and_counted_honestly(
         assert _tokens(_generate(cluster, [ctx])[0]) == _reference(cluster, ctx)
         before = _metrics(cluster)
         hashes = chain_hashes(ctx, BS)
-        path = block_path(Path(cluster.config.kv_dir), hashes[1])
+        path = block_path(Path(cluster.config.kv_dir), hashes[bad])
         layout = _layout(cluster)
         with open(path, "r+b") as f:  # flip bytes inside layer 0's data: only the crc notices
             f.seek(header_bytes_for(layout) + 100)
@@ -122,16 +124,20 @@ def test_corrupt_block_is_recomputed_repersisted_and_counted_honestly(
         ctx2 = ctx + [rng.randrange(3, 512) for _ in range(BS)]
         events = _generate(cluster, [ctx2])[0]
         assert _tokens(events) == _reference(cluster, ctx2)  # the answer is unchanged
-        assert events[-1].stats is not None and events[-1].stats.hit_len == BS  # block 0 only
-        snap = _wait_metrics(cluster, lambda s: s.store_counts.get("corrupt_blocks", 0)
-                             > before.store_counts.get("corrupt_blocks", 0))
+        assert events[-1].stats is not None and events[-1].stats.hit_len == bad * BS
+        assert events[-1].stats.read_side == {"basic": "pe", "always-de": "de"}.get(policy, "split")
+        def counted(s: MetricsSnapshot) -> bool:  # (engines report by heartbeat)
+            return all(s.store_counts.get(k, 0) > before.store_counts.get(k, 0)
+                       for k in ("corrupt_blocks", "rewritten_blocks"))
+
+        snap = _wait_metrics(cluster, counted)
         assert snap.store_counts["corrupt_blocks"] == before.store_counts.get("corrupt_blocks", 0) + 1
-        assert snap.hit_tokens - before.hit_tokens == BS  # not the planned 5 blocks
+        assert snap.hit_tokens - before.hit_tokens == bad * BS  # not the planned 5 blocks
         assert snap.store_counts["failed_hit_tokens"] - before.store_counts.get("failed_hit_tokens", 0) \
-            == 4 * BS
+            == (5 - bad) * BS
         assert snap.store_counts["rewritten_blocks"] > before.store_counts.get("rewritten_blocks", 0)
         check = BlockStore(cluster.config.kv_dir, layout, None)
-        assert check.read_full(hashes[1]) is not None  # re-persisted: the file verifies again
+        assert check.read_full(hashes[bad]) is not None  # re-persisted: the file verifies again
         assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)
         ctx3 = ctx2 + [rng.randrange(3, 512) for _ in range(BS)]
         events = _generate(cluster, [ctx3])[0]

@@ -92,21 +92,20 @@ class DecodeWorker(WorkerBase):
                 self.engine.buffer.free(rid)
         if not live:
             return
-        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
-        short = err is None and a + num_read * self.geo.block_size < b
-        if err is not None or (short and a > 0):  # (a split share must arrive whole)
-            why = err or f"KV block {num_read} of its share vanished or is corrupt"
-            self._fail(rid, f"decode engine {self.engine_id} read failed: {why}")
+        if err is not None:
+            self._fail(rid, f"decode engine {self.engine_id} read failed: {err}")
             return
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
-        if a == 0:  # DE read path: the PE pulls each layer when it computes it; a miss ends the
-            b = num_read * self.geo.block_size  # announced hits there (the PE computes the rest)
+        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
+        end = a + num_read * self.geo.block_size  # a miss (vanished or corrupt block) ends the hits
+        if a == 0 or end < b:  # DE read path: the PE pulls each layer when it computes it; split:
             ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,
-                                 payload=np.array([b], dtype=np.int64).tobytes())
-            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")
+                                 payload=np.array([end], dtype=np.int64).tobytes())
+            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")  # (its share is cut)
+        if a == 0 or end == a:
             return
         for layer in range(self.geo.num_layers):  # split: our share -> PE buffer, a batch per layer
-            items = self.engine.buffer.layer_items(rid, layer, a, b)
+            items = self.engine.buffer.layer_items(rid, layer, a, end)
             self.transport.submit(pe, items, source=f"e{self.engine_id}")
 
     def _fail(self, rid: str, error: str) -> None:
