@@ -228,10 +228,13 @@ class BlockStore(SpaceKeeping):
         token_ids: Sequence[int] | np.ndarray,
         data: np.ndarray | memoryview | bytes,
     ) -> bool:
-        """Persist one Full Block atomically. Returns False if it already existed (no write).
+        """Persist one Full Block atomically. False if its file already exists (no write) or the
+        write failed (counted in ``stats().write_errors``, logged once per cause; never raised).
 
         ``block_hash_`` must equal ``block_hash(parent_hash, token_ids)``; ``data`` is
-        ``full_block_bytes`` contiguous bytes. May evict LRU leaves to stay within capacity.
+        ``full_block_bytes`` contiguous bytes. May evict LRU leaves to stay within capacity or
+        above the free-space floor. A block this index holds whose file is gone (quarantined or
+        evicted by another process) is written again (``stats().num_rewrites``).
         """
         check_hash(block_hash_)
         ids = np.asarray(token_ids, dtype="<i8")
