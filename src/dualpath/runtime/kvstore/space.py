@@ -35,6 +35,7 @@ class SpaceKeeping:
     _lock: threading.Lock
     _index: BlockIndex
     _c: dict[str, int]
+    _warned_full: bool
 
     def _write(self, h: str, parent: str | None, ids: np.ndarray, view: memoryview) -> bool:
         """Write the file, making room first when the disk runs low; on ENOSPC evict and retry
@@ -78,8 +79,10 @@ class SpaceKeeping:
                     break
                 victim = self._index.pop_victim(protect)
                 if victim is None:
-                    if n is None:
-                        log.warning("kvstore: over capacity but every block is pinned or interior")
+                    if n is None and not getattr(self, "_warned_full", False):
+                        self._warned_full = True  # once per store: it recurs on every write
+                        log.warning("kvstore %s: over capacity but every block is pinned or "
+                                    "interior", self.root)
                     break
                 self._c["num_evictions"] += 1
                 files.remove_block(self.root, victim)
