@@ -16,6 +16,19 @@ def register(app: typer.Typer) -> None:
     app.command(name="demo")(demo)
 
 
+_CAPACITY_HELP = ("KV store capacity in GB (0 = 90% of the free space at start); LRU leaf blocks "
+                  "are evicted beyond it.")
+_MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
+
+
+def _capacity_gb(value: float) -> float | None:
+    from dualpath.core.errors import ConfigError
+
+    if value < 0:
+        raise ConfigError("kv_capacity_gb", value, "must be > 0 (0 = 90% of the free space at start)")
+    return value or None
+
+
 def serve(
     prefill_engines: int = typer.Option(1, help="Prefill engine processes (PEs)."),
     decode_engines: int = typer.Option(2, help="Decode engine processes (DEs)."),
@@ -32,18 +45,22 @@ def serve(
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(300.0, help="DualPath PE batches: predicted attention "
                                            "time per forward pass, measured at PE start (ms)."),
+    kv_capacity_gb: float = typer.Option(0.0, help=_CAPACITY_HELP),
+    kv_file_mode: str = typer.Option("0600", help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
     from dualpath.runtime.cluster.config import ClusterConfig
     from dualpath.runtime.cluster.local import LocalCluster
+    from dualpath.runtime.kvstore.limits import parse_file_mode
 
     cfg = ClusterConfig(kv_dir=kv_dir, model=model, num_prefill_engines=prefill_engines,
                         num_decode_engines=decode_engines, engines_per_node=engines_per_node,
                         policy=policy, snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
                         transport=transport, scheduler_port=scheduler_port,
-                        compute_quota_ms=compute_quota_ms)
+                        compute_quota_ms=compute_quota_ms, kv_capacity_gb=_capacity_gb(kv_capacity_gb),
+                        kv_file_mode=parse_file_mode(kv_file_mode))
     try:
         from dualpath.runtime.server.run import run_server
     except ImportError as exc:  # the HTTP layer is optional at import time
@@ -85,12 +102,18 @@ def engine(
                                    "share their emulated storage NIC."),
     compute_quota_ms: float = typer.Option(300.0, help="DualPath PE batches: predicted attention "
                                            "time per forward pass, measured at PE start (ms)."),
+    kv_capacity_gb: float = typer.Option(0.0, help=_CAPACITY_HELP),
+    kv_file_mode: str = typer.Option("0600", help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
     require_serve_extra("engine")
     from dualpath.core.errors import ConfigError
     from dualpath.runtime.cluster.engine_main import EngineArgs, run_engine
+    from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
+
+    file_mode = parse_file_mode(kv_file_mode)
+    capacity = capacity_from_gb(_capacity_gb(kv_capacity_gb), kv_dir)
 
     if role not in ("prefill", "decode"):
         raise ConfigError("role", role, "choices: prefill, decode")
@@ -100,7 +123,8 @@ def engine(
     run_engine(EngineArgs(scheduler=addr, role=role, node_id=node_id, engine_id=engine_id, model=model,
                           kv_dir=kv_dir, transport=transport, host=host, policy=policy,
                           snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
-                          cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3))
+                          cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3,
+                          kv_capacity_bytes=capacity, kv_file_mode=file_mode))
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 

@@ -112,6 +112,7 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ``ttft_s`` / ``ttst_s`` / ``tpot_s`` / ``e2e_s``: raw samples of finished requests (bounded,
     most recent last) for histograms; ``queue_depths``: "waiting", "prefill_queue", "decode_queue".
     Engine liveness: live engines per role, deaths declared and revivals since start.
+    ``hit_tokens``: prompt tokens whose KV was loaded from the store and verified.
     """
 
     num_requests: int
@@ -130,6 +131,11 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     engines_alive: dict[str, int] = msgspec.field(default_factory=dict)  # role -> live engines
     engine_deaths: int = 0  # engines declared dead (missed heartbeats)
     engine_revivals: int = 0  # of those, taken back (Reset) when they answered again
+    # KV store, summed over every process's store: "corrupt_blocks" (failed verification,
+    # quarantined), "evictions", "rewritten_blocks" (healed), "written_blocks",
+    # "failed_hit_tokens" (planned hits that did not load; recomputed, not in hit_tokens)
+    store_counts: dict[str, int] = msgspec.field(default_factory=dict)
+    store_write_errors: dict[str, int] = msgspec.field(default_factory=dict)  # cause -> count
 
 
 class ClusterError(DualpathError):

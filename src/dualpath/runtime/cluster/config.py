@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from dualpath.core.errors import require
+from dualpath.runtime.kvstore.limits import check_file_mode
 
 TRANSPORTS: tuple[str, ...] = ("zmq", "shm", "mooncake", "nixl")
 
@@ -23,6 +24,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
     predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
     ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
+    ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's free space at start;
+    each of the D decode engines, the writers, bounds its index at 1/D of it); ``kv_file_mode``
+    sets the block files' permission bits (0600; 0640 for a group sharing the directory).
     """
 
     kv_dir: str
@@ -49,9 +53,14 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_s: float = 0.2
     engine_timeout_s: float = 5.0
     seed: int = 0
+    kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
+    kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
 
     def __post_init__(self) -> None:
         require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")
+        require(self.kv_capacity_gb is None or self.kv_capacity_gb > 0, "kv_capacity_gb",
+                self.kv_capacity_gb, "must be > 0 (or omitted: 90% of the free space at start)")
+        check_file_mode(self.kv_file_mode)
         require(self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines,
                 "must be >= 1")
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines,

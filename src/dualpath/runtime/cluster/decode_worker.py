@@ -81,9 +81,9 @@ class DecodeWorker(WorkerBase):
         outs = self.engine.buffer.blocks(rid).arrays[first:first + num]
         with self._lock:
             self._reading.add(rid)
-        self.io.read_into(hashes, outs, "de-read", lambda err: self._read_done(task, err))
+        self.io.read_into(hashes, outs, "de-read", lambda n, err: self._read_done(task, n, err))
 
-    def _read_done(self, task: DecodeTask, err: BaseException | None) -> None:
+    def _read_done(self, task: DecodeTask, num_read: int, err: BaseException | None) -> None:
         rid = task.request_id
         with self._lock:
             self._reading.discard(rid)
@@ -97,13 +97,15 @@ class DecodeWorker(WorkerBase):
             return
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
         pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
-        if a == 0:  # DE read path: the PE pulls each layer when it computes it
+        end = a + num_read * self.geo.block_size  # a miss (vanished or corrupt block) ends the hits
+        if a == 0 or end < b:  # DE read path: the PE pulls each layer when it computes it; split:
             ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,
-                                 payload=np.array([b], dtype=np.int64).tobytes())
-            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")
+                                 payload=np.array([end], dtype=np.int64).tobytes())
+            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")  # (its share is cut)
+        if a == 0 or end == a:
             return
         for layer in range(self.geo.num_layers):  # split: our share -> PE buffer, a batch per layer
-            items = self.engine.buffer.layer_items(rid, layer, a, b)
+            items = self.engine.buffer.layer_items(rid, layer, a, end)
             self.transport.submit(pe, items, source=f"e{self.engine_id}")
 
     def _fail(self, rid: str, error: str) -> None:

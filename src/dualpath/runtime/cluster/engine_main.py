@@ -53,6 +53,12 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     attention_s_per_gflop: float = 0.0  # > 0: this fixed predictor line instead of profiling
     attention_intercept_s: float = 0.0  # (with attention_s_per_gflop) per forward pass
     heartbeat_s: float = 0.2
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    kv_file_mode: int = 0o600
+
+
+def _capacity(args: EngineArgs) -> int | None | str:
+    return "auto" if args.kv_capacity_bytes is None else args.kv_capacity_bytes
 
 
 def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
@@ -76,7 +82,7 @@ def run_engine(args: EngineArgs) -> None:
     decoder, geo, eos, vocab, max_ctx = _model(args)
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
-    store = BlockStore(args.kv_dir, layout)
+    store = BlockStore(args.kv_dir, layout, _capacity(args), file_mode=args.kv_file_mode)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -237,9 +243,12 @@ def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io
             next_s = time.monotonic() + args.heartbeat_s
             seqs, toks = worker.load()  # type: ignore[attr-defined]
             paths, nics = traffic.snapshot()
+            st = io.store.stats()
             sock.send(encode(Heartbeat(engine_id=eid, num_seqs=seqs, num_tokens=toks,
                                        read_queue_tokens=io.read_queue_tokens,
-                                       bytes_by_path=paths, bytes_by_nic=nics)))
+                                       bytes_by_path=paths, bytes_by_nic=nics,
+                                       store_counts=st.health_counts(),
+                                       store_write_errors=st.write_errors)))
     finally:
         sock.close(0)
 

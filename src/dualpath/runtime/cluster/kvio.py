@@ -85,9 +85,12 @@ class BlockIO:
         self._lock = threading.Lock()
 
     def read_into(self, hashes: list[str], outs: list[np.ndarray], path: str,
-                  done: Callable[[BaseException | None], None]) -> Future[None]:
+                  done: Callable[[int, BaseException | None], None]) -> Future[None]:
         """Read Full Blocks ``hashes`` into the uint8 arrays ``outs`` (one per block) on the read
-        thread, paying this node's SNIC; then ``done(error or None)`` on that thread."""
+        thread, paying this node's SNIC; then ``done(num_read, error or None)`` on that thread:
+        the leading ``num_read`` blocks are in ``outs``. A miss (a block vanished, or failed its
+        checksum and was quarantined) ends the run there, the caller recomputes the rest;
+        ``error`` is an unexpected failure."""
         num_tokens = len(hashes) * self.geo.block_size
         with self._lock:
             self.read_queue_tokens += num_tokens
@@ -96,10 +99,12 @@ class BlockIO:
 
         def job() -> None:
             err: BaseException | None = None
+            num_read = 0
             try:
-                for i, (h, out) in enumerate(zip(hashes, outs, strict=True)):
+                for h, out in zip(hashes, outs, strict=True):
                     if not self.store.read_full_into(h, out):
-                        raise RuntimeError(f"KV block {i} ({h[:8]}) vanished or is corrupt")
+                        break
+                    num_read += 1
                 wait_s = end_s - time.monotonic()
                 if wait_s > 0:
                     time.sleep(wait_s)
@@ -107,7 +112,7 @@ class BlockIO:
                 err = exc
             with self._lock:
                 self.read_queue_tokens -= num_tokens
-            done(err)
+            done(num_read, err)
 
         return self._reads.submit(job)
 

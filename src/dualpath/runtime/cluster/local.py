@@ -29,6 +29,7 @@ from dualpath.runtime.cluster.engine_main import EngineArgs
 from dualpath.runtime.cluster.messages import Query, QueryReply, decode, encode
 from dualpath.runtime.cluster.scheduler import SchedulerArgs
 from dualpath.runtime.cluster.traffic import links_dir
+from dualpath.runtime.kvstore.limits import capacity_from_gb
 
 
 def _die_with_parent() -> None:
@@ -74,13 +75,16 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         cfg = self.config
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
+        cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
+        store = dict(kv_capacity_bytes=cap, kv_file_mode=cfg.kv_file_mode)
+        writer = dict(store, kv_capacity_bytes=cap // cfg.num_decode_engines)  # DEs persist
         model = str(tiny_model_dir(self.run_dir)) if cfg.model == "tiny" else cfg.model
         port_file = self.run_dir / "scheduler.addr"
         self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", SchedulerArgs(
             bind=f"tcp://{cfg.host}:{cfg.scheduler_port}", kv_dir=cfg.kv_dir, policy=cfg.policy,
             snic_gbps=cfg.snic_gbps, max_queued_requests=cfg.max_queued_requests,
             prefill_tokens_per_s=cfg.beta_rate,
-            engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file)), "scheduler.log")
+            engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file), **store), "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():
             self._check_alive("scheduler", self.scheduler_proc)
@@ -97,7 +101,8 @@ class LocalCluster:
                 dtype=cfg.dtype, hbm_tokens=cfg.decode_hbm_tokens, heartbeat_s=cfg.heartbeat_s,
                 compute_quota_s=cfg.compute_quota_ms / 1e3, max_batch_tokens=cfg.max_batch_tokens,
                 attention_s_per_gflop=cfg.attention_s_per_gflop,
-                attention_intercept_s=cfg.attention_intercept_s),
+                attention_intercept_s=cfg.attention_intercept_s,
+                **(writer if cfg.role_of(eid) == "decode" else store)),  # type: ignore[arg-type]
                 f"engine{eid}.log")
         LocalCluster._running.add(self)
         self.wait_ready()

@@ -104,6 +104,8 @@ class Heartbeat(_Msg, frozen=True):
     read_queue_tokens: int
     bytes_by_path: dict[str, int]
     bytes_by_nic: dict[str, int]
+    store_counts: dict[str, int] = {}  # this engine's BlockStore: corrupt_blocks, evictions, ...
+    store_write_errors: dict[str, int] = {}  # its failed writes by cause ("ENOSPC", ...)
 
 
 class PrefillTask(_Msg, frozen=True):
@@ -134,12 +136,14 @@ class DecodeTask(_Msg, frozen=True):
 
 class Progress(_Msg, frozen=True):
     """Lifecycle events from engines. ``event``: "read_done" (the engine's share of the hit read is
-    in its buffer), "prefill_done" (PE side finished), "failed" (then ``error``)."""
+    in its buffer), "prefill_done" (PE side finished; ``hit_len``: prompt tokens whose KV was
+    actually loaded and verified, which may be fewer than planned), "failed" (then ``error``)."""
 
     request_id: str
     engine_id: int
     event: str
     error: str | None = None
+    hit_len: int | None = None
 
 
 class Configure(_Msg, frozen=True):

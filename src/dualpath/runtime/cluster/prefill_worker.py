@@ -128,8 +128,12 @@ class PrefillWorker(WorkerBase):
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
             rid = it.key
-            if it.layer == READY_LAYER:
-                self._hits[rid] = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+            if it.layer == READY_LAYER:  # DE path: hits announced; split: the DE share is cut
+                end = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+                if rid in self._split:
+                    self._split[rid].cut(end // self.geo.block_size)
+                else:
+                    self._hits[rid] = end
             elif rid in self._pulling:
                 try:
                     self.engine.staging.deliver("", [it])
@@ -183,7 +187,7 @@ class PrefillWorker(WorkerBase):
                                   payload=np.array([out.first_token], dtype=np.int64).tobytes())
             self.transport.submit(f"e{task.decode_engine}", [marker], source=f"e{self.engine_id}")
             self.outbox.put(Progress(request_id=out.request_id, engine_id=self.engine_id,
-                                     event="prefill_done"))
+                                     event="prefill_done", hit_len=out.hit_tokens))
         self._admit_waiting()
         return True
 
@@ -216,10 +220,23 @@ class PrefillWorker(WorkerBase):
 class _Split:
     """The DE share of a split request: block futures resolved when all its layers arrived."""
 
-    __slots__ = ("futures", "hashes", "left")
+    __slots__ = ("futures", "hashes", "left", "first_block", "block_tokens")
 
-    def __init__(self, hashes: Sequence[str], futures: list[Future[ReadResult]], tokens: int) -> None:
-        self.hashes, self.futures, self.left = list(hashes), futures, tokens
+    def __init__(self, hashes: Sequence[str], futures: list[Future[ReadResult]], first_block: int,
+                 block_tokens: int) -> None:
+        self.hashes, self.futures, self.left = list(hashes), futures, len(hashes) * block_tokens
+        self.first_block, self.block_tokens = first_block, block_tokens
+
+    def cut(self, end_block: int) -> None:
+        """The DE read its share only up to block ``end_block`` (a miss ended it): the blocks
+        after fail (the engine recomputes from there), the rest resolve when they arrived."""
+        keep = max(0, min(end_block - self.first_block, len(self.futures)))
+        for h, f in zip(self.hashes[keep:], self.futures[keep:], strict=True):
+            if not f.done():
+                f.set_result(ReadResult(block_hash=h, layer=None, ok=False, data=None))
+                self.left -= self.block_tokens
+        if self.left <= 0:
+            self.resolve(ok=True)
 
     def arrived(self, num_tokens: int) -> None:
         self.left -= num_tokens
@@ -251,18 +268,22 @@ class _PeIO:
         pe_blocks = min(pe_blocks, len(hashes))
         local: list[Future[ReadResult]] = [Future() for _ in range(pe_blocks)]
         if pe_blocks:
-            def done(err: BaseException | None) -> None:
-                for h, out, f in zip(hashes, outs, local, strict=False):
-                    f.set_result(ReadResult(block_hash=h, layer=None, ok=err is None, data=out))
+            def done(num_read: int, err: BaseException | None) -> None:
+                ok_upto = num_read if err is None else 0  # a miss ends the loaded prefix
+                for i, (h, out, f) in enumerate(zip(hashes, outs, local, strict=False)):
+                    f.set_result(ReadResult(block_hash=h, layer=None, ok=i < ok_upto, data=out))
                 self.w._read_done(rid)
 
             self.w.io.read_into(hashes[:pe_blocks], outs[:pe_blocks], "pe-read", done)
         remote: list[Future[ReadResult]] = [Future() for _ in range(len(hashes) - pe_blocks)]
         if remote:
-            tokens = len(remote) * self.w.geo.block_size * self.w.geo.num_layers
-            sp = _Split(hashes[pe_blocks:], remote, tokens)
+            geo = self.w.geo
+            sp = _Split(hashes[pe_blocks:], remote, pe_blocks, geo.block_size * geo.num_layers)
             with self.w._lock:
                 self.w._split[rid] = sp
+                end = self.w._hits.pop(rid, None)  # the DE's cut came first
+                if end is not None:
+                    sp.cut(end // self.w.geo.block_size)
         return local + remote
 
 

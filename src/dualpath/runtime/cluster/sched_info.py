@@ -11,6 +11,7 @@ from dualpath.runtime.cluster.api import (
 )
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
 from dualpath.runtime.cluster.state import ReqState
+from dualpath.runtime.kvstore import chain_hashes
 
 if TYPE_CHECKING:
     from dualpath.runtime.cluster.scheduler import SchedulerService
@@ -38,7 +39,7 @@ class Reporter:
         self.deaths = 0
         self.revivals = 0
         self.counts = dict(num_requests=0, num_finished=0, num_failed=0, hit_tokens=0,
-                           prompt_tokens=0, generated_tokens=0)
+                           prompt_tokens=0, generated_tokens=0, failed_hit_tokens=0)
         self.samples: dict[str, deque[float]] = {k: deque(maxlen=_SAMPLES)
                                                  for k in ("ttft_s", "ttst_s", "tpot_s", "e2e_s")}
 
@@ -65,6 +66,20 @@ class Reporter:
     def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
         self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now)
         self.counts["num_requests"] += 1
+
+    def loaded(self, rid: str, hit_len: int) -> None:
+        """The PE loaded and verified ``hit_len`` prompt tokens of KV (not more than planned). Hits
+        count only those; a planned block that failed to load (vanished, or corrupt and
+        quarantined) leaves the scheduler's index, so the next lookup checks the files again."""
+        t, svc = self.timing.get(rid), self.svc
+        if t is None or hit_len >= t.hit_len:
+            return
+        self.counts["failed_hit_tokens"] += t.hit_len - hit_len
+        prompt = svc.prompts.get(rid)
+        if prompt is not None and svc.store is not None:
+            bs = svc.store.layout.block_size
+            svc.store.forget(chain_hashes(prompt[0][: t.hit_len], bs)[hit_len // bs : hit_len // bs + 1])
+        t.hit_len = hit_len
 
     def dispatched(self, rid: str, now: float) -> None:
         t = self.timing.get(rid)
@@ -165,6 +180,7 @@ class Reporter:
         for node, q in st.read_q.items():
             depths[f"node{node}/read_q_tokens"] = q
         c, s = self.counts, self.samples
+        store, write_errors = self._store_counts()
         return MetricsSnapshot(
             num_requests=c["num_requests"], num_finished=c["num_finished"], num_failed=c["num_failed"],
             hit_tokens=c["hit_tokens"], prompt_tokens=c["prompt_tokens"],
@@ -173,4 +189,21 @@ class Reporter:
             tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]),
             engines_alive={role: sum(e.alive and e.role == role for e in st.engines.values())
                            for role in ("prefill", "decode")},
-            engine_deaths=self.deaths, engine_revivals=self.revivals)
+            engine_deaths=self.deaths, engine_revivals=self.revivals,
+            store_counts=store | {"failed_hit_tokens": c["failed_hit_tokens"]},
+            store_write_errors=write_errors)
+
+    def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Store counters summed over the engines' last heartbeats and the scheduler's own store."""
+        counts: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        own = self.svc.store.stats() if self.svc.store is not None else None
+        parts = [(hb.store_counts, hb.store_write_errors) for hb in self.heartbeats.values()]
+        if own is not None:
+            parts.append((own.health_counts(), own.write_errors))
+        for cnt, err in parts:
+            for k, v in cnt.items():
+                counts[k] = counts.get(k, 0) + v
+            for k, v in err.items():
+                errors[k] = errors.get(k, 0) + v
+        return counts, errors

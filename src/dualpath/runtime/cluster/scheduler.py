@@ -40,6 +40,8 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     engine_timeout_s: float = 5.0
     tick_s: float = 0.002
     port_file: str = ""  # if set, the bound address is written here
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    kv_file_mode: int = 0o600
 
 
 class SchedulerService:
@@ -142,7 +144,10 @@ class SchedulerService:
         self.hello = msg
         layout = BlockLayout(num_layers=msg.num_layers, block_size=msg.block_size,
                              kv_bytes_per_token_layer=msg.kv_bytes_per_token_layer)
-        self.store = BlockStore(self.args.kv_dir, layout)
+        cap = self.args.kv_capacity_bytes
+        if self.store is None or self.store.layout != layout:  # (kept across Configure)
+            self.store = BlockStore(self.args.kv_dir, layout, "auto" if cap is None else cap,
+                                    file_mode=self.args.kv_file_mode)
         snic = gbps_to_bytes_per_s(self.args.snic_gbps) if self.args.snic_gbps else 50e9
         cfg = SchedulerConfig.from_rates(snic_bytes_per_s=snic,
                                          kv_bytes_per_token=layout.kv_bytes_per_token,
@@ -273,6 +278,8 @@ class SchedulerService:
             self.state.read_done(rid, e.node_id)
         elif msg.event == "prefill_done":
             self.state.prefill_done(rid)
+            if msg.hit_len is not None:
+                self.report.loaded(rid, msg.hit_len)
         elif msg.event == "failed":
             self._fail(rid, msg.error or "engine failure")
 

@@ -39,6 +39,7 @@ from dualpath.runtime.kvstore.blockfile import (
     verify_layers,
 )
 from dualpath.runtime.kvstore.layout import HASH_HEX_LEN, BlockLayout
+from dualpath.runtime.kvstore.limits import dir_mode_for
 
 META_NAME = "kvstore.json"
 QUARANTINE_DIR = "quarantine"
@@ -70,9 +71,14 @@ def _block_path_str(root: Path, block_hash: str) -> str:  # hot path: no pathlib
     return f"{root}/{block_hash[:2]}/{block_hash}{SUFFIX}"
 
 
-def init_root(root: Path, layout: BlockLayout) -> None:
-    """Create the directory tree and layout file, or check an existing layout matches ``layout``."""
-    root.mkdir(parents=True, exist_ok=True)
+def init_root(root: Path, layout: BlockLayout, file_mode: int = 0o600) -> None:
+    """Create the directory tree and layout file, or check an existing layout matches ``layout``.
+
+    Directories get ``dir_mode_for(file_mode)`` (0700 for 0600), also when they exist already and
+    are ours (a tree made by an older version with 0755 is tightened; others' dirs are left)."""
+    dmode = dir_mode_for(file_mode)
+    root.mkdir(parents=True, exist_ok=True, mode=dmode)
+    _chmod_own(root, dmode)
     meta = {
         "format": "dualpath-kvstore",
         "version": 1,
@@ -87,11 +93,28 @@ def init_root(root: Path, layout: BlockLayout) -> None:
             raise ConfigError("layout", layout, f"{root} holds blocks of another layout: {found}")
     else:
         tmp = root / f"{TMP_PREFIX}meta.{os.getpid()}.{next(_tmp_counter)}"
-        tmp.write_text(json.dumps(meta, indent=1))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), file_mode)  # exact bits, whatever the umask
+            f.write(json.dumps(meta, indent=1))
         os.replace(tmp, path)  # concurrent creators write identical content
-    for i in range(256):
-        (root / f"{i:02x}").mkdir(exist_ok=True)
-    (root / QUARANTINE_DIR).mkdir(exist_ok=True)
+    for name in [f"{i:02x}" for i in range(256)] + [QUARANTINE_DIR]:
+        sub = root / name
+        try:
+            sub.mkdir(mode=dmode)
+        except FileExistsError:
+            pass
+        _chmod_own(sub, dmode)
+
+
+def _chmod_own(path: Path, mode: int) -> None:
+    """Set ``path``'s permission bits to ``mode`` if they differ and it is ours (else leave it)."""
+    try:
+        st = os.stat(path)
+        if st.st_mode & 0o7777 != mode and st.st_uid == os.geteuid():
+            os.chmod(path, mode)
+    except (FileNotFoundError, PermissionError):
+        pass
 
 
 def write_block(
@@ -102,14 +125,22 @@ def write_block(
     token_ids: np.ndarray,
     data: memoryview,
     fsync: bool,
+    file_mode: int = 0o600,
 ) -> None:
-    """Write a block atomically: a private temp file in the same directory, then rename over."""
+    """Write a block atomically: a private temp file in the same directory, then rename over.
+
+    Raises OSError (ENOSPC, EACCES, ENOTDIR, ...) with no temp file left behind."""
     header = encode_header(layout, block_hash, parent_hash, token_ids, crc_layers(data, layout))
     final = block_path(root, block_hash)
-    final.parent.mkdir(exist_ok=True)
     tmp = final.parent / f"{TMP_PREFIX}{block_hash}.{os.getpid()}.{next(_tmp_counter)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
+        fd = os.open(tmp, flags, file_mode)
+    except FileNotFoundError:  # its fan-out directory was removed: make it again
+        final.parent.mkdir(mode=dir_mode_for(file_mode), exist_ok=True)
+        fd = os.open(tmp, flags, file_mode)
+    try:
+        os.fchmod(fd, file_mode)  # exact bits, whatever the umask
         _write_all(fd, [memoryview(header), data])
         if fsync:
             os.fsync(fd)
@@ -157,7 +188,7 @@ def read_block(
     flags = os.O_RDONLY | (os.O_DIRECT if direct and _direct_ok(out, offset) else 0)
     try:
         fd = os.open(_block_path_str(root, block_hash), flags)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file in place of its directory: absent)
         return None
     except OSError as err:  # a file system without O_DIRECT
         if err.errno != errno.EINVAL or not flags & os.O_DIRECT:
@@ -183,15 +214,23 @@ def read_block(
         os.close(fd)
 
 
-def read_header(root: Path, layout: BlockLayout, block_hash: str) -> BlockHeader | None:
-    """Header of a block file (size checked too); None if absent; CorruptBlockError if bad."""
+def read_header(
+    root: Path, layout: BlockLayout, block_hash: str, file_mode: int | None = None
+) -> BlockHeader | None:
+    """Header of a block file (size checked too); None if absent; CorruptBlockError if bad.
+
+    With ``file_mode``, a file of ours with other permission bits (e.g. 0644 from an older version)
+    is set to it."""
     try:
         fd = os.open(block_path(root, block_hash), os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
+            if file_mode is not None and st.st_mode & 0o7777 != file_mode and st.st_uid == os.geteuid():
+                os.fchmod(fd, file_mode)
             if size != file_bytes_for(layout):
                 raise CorruptBlockError(block_hash, f"size {size} != {file_bytes_for(layout)}")
             return decode_header(os.pread(fd, header_bytes_for(layout), 0), layout, block_hash)
@@ -213,7 +252,7 @@ def quarantine(root: Path, block_hash: str, fd: int, keep: int = 32) -> None:
         if (seen.st_ino, seen.st_dev) != (now.st_ino, now.st_dev):
             return
         qdir = root / QUARANTINE_DIR
-        qdir.mkdir(exist_ok=True)
+        qdir.mkdir(mode=0o700, exist_ok=True)
         os.replace(path, qdir / f"{block_hash}.{os.getpid()}.{time.time_ns()}{SUFFIX}")
         old = sorted(qdir.iterdir(), key=lambda p: p.stat().st_mtime)
         for p in old[: max(0, len(old) - keep)]:
@@ -245,5 +284,5 @@ def remove_block(root: Path, block_hash: str) -> bool:
     try:
         os.unlink(block_path(root, block_hash))
         return True
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -20,36 +22,25 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.runtime.kvstore import files
 from dualpath.runtime.kvstore.blockfile import CorruptBlockError, file_bytes_for
 from dualpath.runtime.kvstore.index import BlockIndex
+from dualpath.runtime.kvstore.io_types import StoreStats
 from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, check_hash
+from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode, free_bytes
+from dualpath.runtime.kvstore.space import SpaceKeeping
 
 log = logging.getLogger(__name__)
+_LOST_KEEP = 4096  # hashes this process saw quarantined or vanished (to count re-persists)
+__all__ = ["BlockStore", "StoreStats"]
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreStats:
-    """Counters since open. ``*_tokens`` count whole-block tokens of prefix lookups."""
-
-    num_blocks: int = 0
-    used_bytes: int = 0
-    capacity_bytes: int | None = None
-    hit_tokens: int = 0
-    miss_tokens: int = 0
-    num_full_reads: int = 0
-    num_layer_reads: int = 0
-    read_bytes: int = 0
-    num_read_misses: int = 0
-    num_writes: int = 0
-    written_bytes: int = 0
-    num_evictions: int = 0
-    num_corrupt: int = 0
-    num_discovered: int = 0
-
-
-class BlockStore:
+class BlockStore(SpaceKeeping):
     """KV block store over ``root_dir``. See docs/kvstore.md.
 
-    ``capacity_bytes`` bounds the file bytes this process's index holds (None: unbounded); writes
-    beyond it evict least-recently-used unpinned leaf blocks. ``verify`` checks crc32 on every read;
+    ``capacity_bytes`` bounds the file bytes this process's index holds ("auto", the default: the
+    blocks already there plus 90% of the free space at open; None: unbounded); writes beyond it
+    evict least-recently-used unpinned leaf blocks, as do writes while the file system has less
+    than ``min_free_bytes`` free (default: the 10% of the free space at open left out of "auto").
+    A write that fails (ENOSPC after eviction, EACCES, ...) is counted per cause, logged once per
+    cause and reported as not written. Files get ``file_mode`` (0600; 0640 for a shared-FS group),
+    directories the matching 0700 / 0750. ``verify`` checks crc32 on every read;
     ``fsync`` makes writes durable before they become visible. ``direct_io`` reads with O_DIRECT
     (bypassing the page cache, as on a storage system with no DRAM cache) whenever the target
     buffer is page-aligned (BufferPool buffers are). Opening scans ``root_dir`` (reading
@@ -60,28 +51,37 @@ class BlockStore:
         self,
         root_dir: str | Path,
         layout: BlockLayout,
-        capacity_bytes: int | None = None,
+        capacity_bytes: int | None | Literal["auto"] = "auto",
         *,
         verify: bool = True,
         fsync: bool = False,
         direct_io: bool = False,
         stale_tmp_s: float = 300.0,
+        file_mode: int = 0o600,
+        min_free_bytes: int | None = None,
     ) -> None:
-        require(
-            capacity_bytes is None or capacity_bytes >= 0, "capacity_bytes", capacity_bytes, ">= 0"
-        )
+        require(capacity_bytes in (None, "auto") or (isinstance(capacity_bytes, int)
+                and capacity_bytes >= 0), "capacity_bytes", capacity_bytes, ">= 0, None or 'auto'")
+        require(min_free_bytes is None or min_free_bytes >= 0, "min_free_bytes", min_free_bytes, ">= 0")
         self.root = Path(root_dir)
         self.layout = layout
-        self.capacity_bytes = capacity_bytes
+        self.file_mode = check_file_mode(file_mode)
         self.verify = verify
         self.fsync = fsync
         self.direct_io = direct_io
         self.file_bytes = file_bytes_for(layout)
         self._lock = threading.Lock()
         self._index = BlockIndex()
-        self._c = dict.fromkeys((f.name for f in fields(StoreStats)), 0)
-        files.init_root(self.root, layout)
+        self._c = {f.name: 0 for f in fields(StoreStats) if "write_errors" not in f.name}
+        self._lost: OrderedDict[str, None] = OrderedDict()
+        self.write_errors = WriteErrors(self.root)
+        free = free_bytes(self.root)
+        self.min_free_bytes = int((1 - AUTO_SHARE) * free) if min_free_bytes is None else min_free_bytes
+        files.init_root(self.root, layout, self.file_mode)
+        self.capacity_bytes = None if capacity_bytes == "auto" else capacity_bytes
         self.rebuild(stale_tmp_s)
+        if capacity_bytes == "auto":  # what is there already plus the share of the free space
+            self.capacity_bytes = self._index.used_bytes + int(AUTO_SHARE * free)
 
     # ----- index -------------------------------------------------------------------------------
     def rebuild(self, stale_tmp_s: float = 300.0) -> int:
@@ -99,7 +99,7 @@ class BlockStore:
 
     def _safe_header(self, h: str) -> files.BlockHeader | None:
         try:
-            return files.read_header(self.root, self.layout, h)
+            return files.read_header(self.root, self.layout, h, self.file_mode)
         except CorruptBlockError as err:
             self._report(err)
             return None
@@ -109,6 +109,13 @@ class BlockStore:
         with self._lock:
             self._c["num_corrupt"] += 1
             self._index.remove(err.block_hash)
+            self._note_lost(err.block_hash)
+
+    def _note_lost(self, h: str) -> None:  # (under the lock)
+        self._lost[h] = None
+        self._lost.move_to_end(h)
+        if len(self._lost) > _LOST_KEEP:
+            self._lost.popitem(last=False)
 
     def _discover(self, h: str) -> bool:
         """Look for a block another process wrote; add it to the index if its header is sound."""
@@ -204,6 +211,8 @@ class BlockStore:
         with self._lock:
             if header is None:
                 self._c["num_read_misses"] += 1
+                if h in self._index:
+                    self._note_lost(h)
                 self._index.remove(h)
                 return False
             self._c["num_full_reads" if layer is None else "num_layer_reads"] += 1
@@ -219,10 +228,13 @@ class BlockStore:
         token_ids: Sequence[int] | np.ndarray,
         data: np.ndarray | memoryview | bytes,
     ) -> bool:
-        """Persist one Full Block atomically. Returns False if it already existed (no write).
+        """Persist one Full Block atomically. False if its file already exists (no write) or the
+        write failed (counted in ``stats().write_errors``, logged once per cause; never raised).
 
         ``block_hash_`` must equal ``block_hash(parent_hash, token_ids)``; ``data`` is
-        ``full_block_bytes`` contiguous bytes. May evict LRU leaves to stay within capacity.
+        ``full_block_bytes`` contiguous bytes. May evict LRU leaves to stay within capacity or
+        above the free-space floor. A block this index holds whose file is gone (quarantined or
+        evicted by another process) is written again (``stats().num_rewrites``).
         """
         check_hash(block_hash_)
         ids = np.asarray(token_ids, dtype="<i8")
@@ -232,15 +244,39 @@ class BlockStore:
         view = _byte_view(data)
         want = self.layout.full_block_bytes
         require(len(view) == want, "data", f"{len(view)} bytes", f"must be exactly {want} bytes")
-        if self.contains(block_hash_):
+        if self._on_disk(block_hash_):
             return False
-        files.write_block(self.root, self.layout, block_hash_, parent_hash, ids, view, self.fsync)
+        if not self._write(block_hash_, parent_hash, ids, view):
+            return False
         with self._lock:
             self._index.add(block_hash_, parent_hash, self.file_bytes)
             self._c["num_writes"] += 1
             self._c["written_bytes"] += self.file_bytes
+            if self._lost.pop(block_hash_, 0) is None:
+                self._c["num_rewrites"] += 1  # healed: a quarantined or vanished block is back
         self._evict_over_capacity(block_hash_)
         return True
+
+    def _on_disk(self, h: str) -> bool:
+        """Whether the block's file exists (an indexed block whose file vanished, e.g. quarantined
+        by another process, leaves the index so that it is written again)."""
+        with self._lock:
+            indexed = h in self._index
+        if not indexed:
+            return self._discover(h)
+        if os.path.exists(files.block_path(self.root, h)):
+            return True
+        with self._lock:
+            self._index.remove(h)
+            self._note_lost(h)
+        return False
+
+    def forget(self, hashes: Iterable[str]) -> None:
+        """Drop blocks from this process's index only (files untouched): another process failed
+        to load them, so the next lookup checks the file system again."""
+        with self._lock:
+            for h in hashes:
+                self._index.remove(h)
 
     def discard(self, block_hash: str) -> bool:
         """Delete a block (from disk and index); False if it was not there."""
@@ -248,31 +284,18 @@ class BlockStore:
             self._index.remove(block_hash)
             return files.remove_block(self.root, block_hash)
 
-    def _evict_over_capacity(self, protect: str | None) -> None:
-        if self.capacity_bytes is None:
-            return
-        while True:
-            with self._lock:
-                if self._index.used_bytes <= self.capacity_bytes:
-                    return
-                victim = self._index.pop_victim(protect)
-                if victim is None:
-                    log.warning("kvstore: over capacity but every block is pinned or interior")
-                    return
-                self._c["num_evictions"] += 1
-                files.remove_block(self.root, victim)  # under the lock: index and disk agree
-
     # ----- introspection -----------------------------------------------------------------------
     def stats(self) -> StoreStats:
         """A snapshot of the counters."""
         with self._lock:
-            c: dict[str, int | None] = dict(self._c)
+            c: dict[str, object] = dict(self._c)
             c.update(
                 num_blocks=len(self._index),
                 used_bytes=self._index.used_bytes,
                 capacity_bytes=self.capacity_bytes,
             )
-        return StoreStats(**c)  # type: ignore[arg-type]
+        errors = self.write_errors.snapshot()
+        return StoreStats(**c, num_write_errors=sum(errors.values()), write_errors=errors)  # type: ignore[arg-type]
 
     def known_hashes(self) -> list[str]:
         """Hashes in this process's index, least recently used first."""

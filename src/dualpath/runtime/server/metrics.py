@@ -56,7 +56,8 @@ class _SnapshotCollector:
             queues.add_metric([name], n)
         yield queues
         for name, value, doc in (
-            ("dualpath_store_hit_tokens", snap.hit_tokens, "Prompt tokens whose KV came from the store"),
+            ("dualpath_store_hit_tokens", snap.hit_tokens,
+             "Prompt tokens whose KV was read from the store and verified"),
             ("dualpath_prompt_tokens", snap.prompt_tokens, "Prompt tokens of all requests"),
             ("dualpath_generated_tokens", snap.generated_tokens, "Tokens generated"),
             ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
@@ -69,6 +70,28 @@ class _SnapshotCollector:
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], value)
             yield fam
+        yield from _store_families(snap)
+
+
+_STORE_DOCS = {
+    "corrupt_blocks": "KV blocks that failed verification (quarantined, recomputed)",
+    "evictions": "KV blocks evicted (LRU leaves) for the capacity bound or disk space",
+    "rewritten_blocks": "Quarantined or vanished KV blocks persisted again (healed)",
+    "written_blocks": "KV blocks persisted",
+    "failed_hit_tokens": "Prompt tokens the store index promised that did not load (recomputed)",
+}
+
+
+def _store_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    for key, doc in _STORE_DOCS.items():
+        fam = CounterMetricFamily(f"dualpath_store_{key}", doc)
+        fam.add_metric([], snap.store_counts.get(key, 0))
+        yield fam
+    errors = CounterMetricFamily("dualpath_store_write_errors", "Failed KV block writes by cause "
+                                 "(errno name; the block is not cached)", labels=["cause"])
+    for cause, n in sorted(snap.store_write_errors.items()):
+        errors.add_metric([cause], n)
+    yield errors
 
 
 class ServerMetrics:
