@@ -44,9 +44,14 @@ def serve(
                         transport=transport, scheduler_port=scheduler_port,
                         compute_quota_ms=compute_quota_ms)
     try:
-        from dualpath.runtime.server.run import run_server
+        from dualpath.runtime.server.run import preflight, run_server
     except ImportError as exc:  # the HTTP layer is optional at import time
         raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}")
+    if model != "tiny":  # argument and model errors before any engine starts
+        from dualpath.runtime.model.loader import resolve_model
+
+        resolve_model(model)
+    tokenizer = preflight(host, port, model, api_key or None)
     cluster = LocalCluster(cfg)
     try:
         with console.__class__(stderr=True).status("starting scheduler and engines ..."):
@@ -57,7 +62,8 @@ def serve(
         else:
             console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
                           style="green")
-        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None)
+        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None,
+                   tokenizer=tokenizer)
     except KeyboardInterrupt:
         pass
     finally:

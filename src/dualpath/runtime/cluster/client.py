@@ -27,8 +27,9 @@ from dualpath.runtime.cluster.api import (
     TokenEvent,
 )
 from dualpath.runtime.cluster.messages import (
-    Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
+    DECODE_ERRORS, Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
 )
+from dualpath.runtime.transfer.drops import DropCounter
 
 _REJECT_ERRORS: dict[str, type[ClusterError]] = {
     "queue_full": QueueFullError,
@@ -53,6 +54,7 @@ class ClusterClient:
         self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
+        self.drops = DropCounter("cluster client")  # scheduler replies that failed validation
 
     async def connect(self) -> ClusterClient:
         """Open the socket and start the receive task (idempotent)."""
@@ -87,7 +89,11 @@ class ClusterClient:
         assert self._sock is not None
         while True:
             frames = await self._sock.recv_multipart()
-            msg = decode(frames[-1])
+            try:
+                msg = decode(frames[-1])
+            except DECODE_ERRORS as exc:  # never end the receive task: every request would hang
+                self.drops.drop("control", "invalid", str(exc))
+                continue
             if isinstance(msg, Tokens):
                 for ev in msg.events:
                     q = self._streams.get(ev.request_id)

@@ -73,6 +73,10 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         cfg = self.config
+        if cfg.model != "tiny":  # a bad model name fails here, at once, not in every engine
+            from dualpath.runtime.model.loader import resolve_model
+
+            resolve_model(cfg.model)
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
         model = str(tiny_model_dir(self.run_dir)) if cfg.model == "tiny" else cfg.model
         port_file = self.run_dir / "scheduler.addr"

@@ -70,6 +70,7 @@ class PrefillWorker(WorkerBase):
         self._hits: dict[str, int] = {}  # DE-path hit tokens announced by the DEs
         self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
         self._connected: set[str] = set()  # DE endpoints registered with the engine
+        self._solo: set[str] = set()  # requests of a failed batch: each runs alone next
 
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:
@@ -110,7 +111,13 @@ class PrefillWorker(WorkerBase):
         if split is not None:
             split.resolve(ok=False)
 
+    def _release_failed(self, rid: str) -> None:
+        """A failed request: drop it from the engine now (waits for its reads) and forget it."""
+        self.engine.abort(rid)
+        self._forget(rid)
+
     def _forget(self, rid: str) -> None:
+        self._solo.discard(rid)
         with self._lock:
             self._tasks.pop(rid, None)
             self._pulling.discard(rid)
@@ -165,7 +172,7 @@ class PrefillWorker(WorkerBase):
         if not ready:
             return False
         view = pv.BatchView(now_s=time.monotonic(), engine_id=self.engine_id, waiting=tuple(ready))
-        entries = self._fit(self.scheduler.plan_prefill_batch(view).entries)
+        entries = self._isolate(self._fit(self.scheduler.plan_prefill_batch(view).entries))
         if not entries:
             return False
         try:
@@ -173,6 +180,9 @@ class PrefillWorker(WorkerBase):
         except TransferError:  # a DE died or stalls: redo these requests (the scheduler cancels
             for e in entries:  # the ones of a dead DE meanwhile)
                 self._retry(e.request_id)
+            return True
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not end the engine
+            self._step_failed(entries, exc)
             return True
         for out in outs:
             task = self._tasks.get(out.request_id)
@@ -197,6 +207,22 @@ class PrefillWorker(WorkerBase):
                 break
             out.append(e)
         return out
+
+    def _isolate(self, entries: list[pv.BatchEntry]) -> list[pv.BatchEntry]:
+        """A request that was in a failed batch runs alone (so a second failure is its own)."""
+        for e in entries:
+            if e.request_id in self._solo:
+                return [e]
+        return entries
+
+    def _step_failed(self, entries: Sequence[pv.BatchEntry], exc: Exception) -> None:
+        """A batch raised: alone, the request fails; in company, each is retried alone."""
+        if len(entries) == 1:
+            self.fail_task(entries[0].request_id, "prefill failed (see the engine log)", exc)
+            return
+        for e in entries:
+            self._solo.add(e.request_id)
+            self._retry(e.request_id)
 
     def _retry(self, rid: str) -> None:
         self.engine.abort(rid)

@@ -11,6 +11,7 @@ from dualpath.runtime.cluster.api import (
 )
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
 from dualpath.runtime.cluster.state import ReqState
+from dualpath.runtime.transfer.drops import merge
 
 if TYPE_CHECKING:
     from dualpath.runtime.cluster.scheduler import SchedulerService
@@ -173,4 +174,7 @@ class Reporter:
             tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]),
             engines_alive={role: sum(e.alive and e.role == role for e in st.engines.values())
                            for role in ("prefill", "decode")},
-            engine_deaths=self.deaths, engine_revivals=self.revivals)
+            engine_deaths=self.deaths, engine_revivals=self.revivals,
+            messages_dropped=merge(self.svc.drops.snapshot(),
+                                   *(hb.dropped for hb in self.heartbeats.values())),
+            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()))

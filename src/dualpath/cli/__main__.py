@@ -1,0 +1,5 @@
+"""``python -m dualpath.cli ...``: the same as the ``dualpath`` console script."""
+
+from dualpath.cli import main
+
+main()
