@@ -94,6 +94,7 @@ class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     num_seqs: int
     num_tokens: int
     last_seen_s: float
+    data_addr: str = ""  # the engine's transport address (its data plane)
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):

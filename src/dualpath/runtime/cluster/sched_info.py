@@ -137,7 +137,7 @@ class Reporter:
         st = self.svc.state
         engines = tuple(EngineHealth(engine_id=e.engine_id, role=e.role, node_id=e.node_id,
                                      alive=e.alive, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
-                                     last_seen_s=e.last_seen_s)
+                                     last_seen_s=e.last_seen_s, data_addr=e.data_addr)
                         for e in sorted(st.engines.values(), key=lambda e: e.engine_id))
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
