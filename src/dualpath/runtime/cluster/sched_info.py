@@ -50,6 +50,8 @@ class Reporter:
             return "unavailable", "no live prefill and decode engine registered yet"
         if n == 0:
             return "bad_request", "prompt_token_ids is empty"
+        if "#" in msg.request_id:  # "#" separates a request id from its dispatch attempt
+            return "bad_request", f"request id {msg.request_id!r} must not contain '#'"
         vocab = svc.hello.vocab_size
         if any(t < 0 or t >= vocab for t in msg.prompt_token_ids):
             return "bad_request", f"token ids must be in [0, {vocab})"

@@ -1,0 +1,104 @@
+"""Issue 13, messages: garbage and forged control- and data-plane messages sent to a running
+cluster's ports are dropped and counted (``dualpath_messages_dropped_total``); no thread dies, no
+request stalls or fails because of them, and a normal request right after succeeds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgspec
+import pytest
+import zmq
+
+from dualpath.runtime.cluster.messages import EngineHello, Heartbeat, Progress, encode
+from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
+
+DROPPED = "dualpath_messages_dropped_total"
+
+
+def _sock(kind: int, addr: str) -> zmq.Socket:
+    s = zmq.Context.instance().socket(kind)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(addr)
+    return s
+
+
+def _to_scheduler(rig, *frames: bytes) -> None:
+    s = _sock(zmq.DEALER, rig.cluster.address)
+    s.send_multipart(list(frames))
+    time.sleep(0.2)
+    s.close(0)
+
+
+def _to_data_port(rig, role: str, *frames: bytes) -> None:
+    s = _sock(zmq.PUSH, rig.data_addr(role))
+    s.send_multipart(list(frames))
+    time.sleep(0.2)
+    s.close(0)
+
+
+def _foo_hello() -> bytes:
+    return encode(EngineHello(engine_id=-1, role="foo", node_id=0, data_addr="tcp://127.0.0.1:9",  # type: ignore[arg-type]
+                              pid=1, hbm_tokens=0))
+
+
+@pytest.mark.parametrize(("label", "send", "plane", "cause"), [
+    ("garbage bytes to the scheduler", lambda r: _to_scheduler(r, b"\xc1\xff garbage"), "control", "undecodable"),
+    ("malformed msgspec message to the scheduler", lambda r: _to_scheduler(
+        r, b"", msgspec.msgpack.encode({"t": "Submit", "request_id": 5})), "control", "invalid"),
+    ("EngineHello(role='foo')", lambda r: _to_scheduler(r, _foo_hello()), "control", "invalid"),
+    ("heartbeat of an unknown engine", lambda r: _to_scheduler(r, encode(Heartbeat(
+        engine_id=77, num_seqs=0, num_tokens=0, read_queue_tokens=0, bytes_by_path={},
+        bytes_by_nic={}))), "control", "unknown_engine"),
+    ("progress of an unknown engine", lambda r: _to_scheduler(r, encode(Progress(
+        request_id="x", engine_id=66, event="failed", error="forged"))), "control", "unknown_engine"),
+    ("garbage bytes to the DE data port", lambda r: _to_data_port(r, "decode", b"\xc1\xff garbage"), "data", "undecodable"),
+    ("malformed DataMsg to the PE data port", lambda r: _to_data_port(
+        r, "prefill", msgspec.msgpack.encode(["d", -5, 3])), "data", "invalid"),
+    ("DataMsg with bad reply_to to the DE data port", lambda r: _to_data_port(
+        r, "decode", msgspec.msgpack.encode(DataMsg(1, "bogus://x", "e1", "e0", []))), "data", "invalid"),
+    ("DataMsg whose frames do not match its items", lambda r: _to_data_port(
+        r, "decode", msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0",
+                                                     [ItemMeta("k", 0, 0, 1, 0, 64)])), b"short"),
+     "data", "bad_frames"),
+], ids=lambda v: v if isinstance(v, str) and " " in v else None)
+def test_forged_message_is_dropped_and_counted(rig, label: str, send, plane: str, cause: str) -> None:
+    before = rig.metric(DROPPED, plane=plane, cause=cause)
+    send(rig)
+    assert rig.wait_metric(DROPPED, before, plane=plane, cause=cause) > before, label
+    rig.assert_serving()
+
+
+def test_unreachable_reply_to_blocks_nothing(rig) -> None:
+    """Acks to a well-formed address nobody listens on never block the receive thread."""
+    s = _sock(zmq.PUSH, rig.data_addr("decode"))
+    for i in range(50):
+        s.send(msgspec.msgpack.encode(DataMsg(i, f"tcp://127.0.0.1:{10 + i}", "e1", "e0", [])))
+    time.sleep(0.5)
+    s.close(0)
+    rig.assert_serving()
+
+
+def test_engine_hello_with_a_bad_role_fails_no_in_flight_request(rig) -> None:
+    """Before: the fake "foo" engine was registered, declared dead 5 s later, and every request in
+    flight then failed with "no live foo engine left". Now it is dropped: requests kept in flight
+    from before the forged hello until past the scheduler's engine timeout all succeed."""
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def keep_busy() -> None:
+        while not stop.is_set():
+            statuses.append(rig.chat(max_tokens=40, ignore_eos=True).status_code)
+
+    t = threading.Thread(target=keep_busy)
+    t.start()
+    time.sleep(0.3)
+    _to_scheduler(rig, _foo_hello())
+    time.sleep(rig.cluster.config.engine_timeout_s + 1.5)
+    stop.set()
+    t.join(180)
+    assert len(statuses) >= 2 and set(statuses) == {200}, statuses
+    health = rig.cluster.health()
+    assert health is not None and {e.role for e in health.engines} == {"prefill", "decode"}
+    rig.assert_serving()
