@@ -52,18 +52,19 @@ def serve(
 
         resolve_model(model)
     tokenizer = preflight(host, port, model, api_key or None)
-    cluster = LocalCluster(cfg)
+    cluster = LocalCluster(cfg, auth=True)  # control and data planes: CURVE, keys made now
     try:
         with console.__class__(stderr=True).status("starting scheduler and engines ..."):
             cluster.start()
-        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir)}
+        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir),
+                "key_file": str(cluster.key_file)}
         if json_out:
             print_json(info)
         else:
             console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
                           style="green")
         run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None,
-                   tokenizer=tokenizer)
+                   tokenizer=tokenizer, cluster_key_file=str(cluster.key_file))
     except KeyboardInterrupt:
         pass
     finally:
@@ -86,6 +87,8 @@ def engine(
                                    "share their emulated storage NIC."),
     compute_quota_ms: float = typer.Option(300.0, help="DualPath PE batches: predicted attention "
                                            "time per forward pass, measured at PE start (ms)."),
+    key_file: str = typer.Option("", help="The cluster's CURVE key file (printed by dualpath serve "
+                                  "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
@@ -100,7 +103,8 @@ def engine(
     run_engine(EngineArgs(scheduler=addr, role=role, node_id=node_id, engine_id=engine_id, model=model,
                           kv_dir=kv_dir, transport=transport, host=host, policy=policy,
                           snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
-                          cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3))
+                          cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3,
+                          key_file=key_file))
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 

@@ -1,5 +1,6 @@
-"""One real local cluster (tiny random model, 1 PE + 1 DE) behind the real HTTP API, shared by the
-fault tests of this package; helpers to talk to its ports as a forger would."""
+"""One real local cluster (tiny random model, 1 PE + 1 DE, CURVE-authenticated planes as
+``dualpath serve`` runs it) behind the real HTTP API, shared by the fault tests of this package;
+helpers to talk to its ports as a forger would (an insider holding the key, or not)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+import zmq
 
 from dualpath.runtime.cluster.config import ClusterConfig
 from dualpath.runtime.cluster.local import LocalCluster
@@ -24,6 +26,16 @@ class Rig:
         health = self.cluster.health()
         assert health is not None
         return next(e.data_addr for e in health.engines if e.role == role and e.alive)
+
+    def sock(self, kind: int, addr: str, *, keyed: bool = True) -> zmq.Socket:
+        """A socket connected to ``addr``, presenting the cluster key unless ``keyed`` is False."""
+        s = zmq.Context.instance().socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        if keyed:
+            assert self.cluster.keys is not None
+            self.cluster.keys.client(s)
+        s.connect(addr)
+        return s
 
     def chat(self, content: str = "hello", **extra: object) -> httpx.Response:
         body = {"model": "tiny", "max_tokens": 4, "temperature": 0,
@@ -60,7 +72,8 @@ class Rig:
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
                         num_prefill_engines=1, num_decode_engines=1, heartbeat_s=0.1)
-    with LocalCluster(cfg) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512), ServerConfig(model_name="tiny"))
+    with LocalCluster(cfg, auth=True) as cluster:
+        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
+                         ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
         with BackgroundServer(app) as srv:
             yield Rig(cluster, srv.url)

@@ -1,6 +1,8 @@
-"""Issue 13, messages: garbage and forged control- and data-plane messages sent to a running
-cluster's ports are dropped and counted (``dualpath_messages_dropped_total``); no thread dies, no
-request stalls or fails because of them, and a normal request right after succeeds."""
+"""Issue 13, messages: a peer without the cluster key cannot connect to the scheduler or a data
+port (its handshakes are refused and counted); garbage and forged control- and data-plane messages
+from an insider holding the key are dropped and counted (``dualpath_messages_dropped_total``); no
+thread dies, no request stalls or fails because of them, and a normal request right after
+succeeds."""
 
 from __future__ import annotations
 
@@ -11,31 +13,59 @@ import msgspec
 import pytest
 import zmq
 
-from dualpath.runtime.cluster.messages import EngineHello, Heartbeat, Progress, encode
+from dualpath.runtime.cluster.api import SamplingParams
+from dualpath.runtime.cluster.messages import EngineHello, Heartbeat, Progress, Query, Submit, encode
 from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
 
 DROPPED = "dualpath_messages_dropped_total"
 
 
-def _sock(kind: int, addr: str) -> zmq.Socket:
-    s = zmq.Context.instance().socket(kind)
+def _to_scheduler(rig, *frames: bytes, keyed: bool = True) -> None:
+    s = rig.sock(zmq.DEALER, rig.cluster.address, keyed=keyed)
+    s.send_multipart(list(frames))
+    time.sleep(0.3)
+    s.close(0)
+
+
+def _to_data_port(rig, role: str, *frames: bytes, keyed: bool = True) -> None:
+    s = rig.sock(zmq.PUSH, rig.data_addr(role), keyed=keyed)
+    s.send_multipart(list(frames))
+    time.sleep(0.3)
+    s.close(0)
+
+
+@pytest.mark.parametrize("role", ["scheduler", "decode", "prefill"])
+def test_a_peer_without_the_key_cannot_connect(rig, role: str) -> None:
+    """A well-formed Submit (scheduler) or KV message (data port) from a socket without the cluster
+    key never arrives: the handshake is refused and counted, nothing is served or delivered."""
+    plane = "control" if role == "scheduler" else "data"
+    before = rig.metric(DROPPED, plane=plane, cause="unauthenticated")
+    served = rig.metric("dualpath_cluster_requests_total")
+    if role == "scheduler":
+        _to_scheduler(rig, b"", encode(Submit(request_id="intruder", prompt_token_ids=[5, 6, 7],
+                                              params=SamplingParams(max_tokens=2))), keyed=False)
+    else:
+        _to_data_port(rig, role, msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [])),
+                      keyed=False)
+    assert rig.wait_metric(DROPPED, before, plane=plane, cause="unauthenticated") > before
+    assert rig.metric("dualpath_cluster_requests_total") == served  # the Submit never arrived
+    rig.assert_serving()
+
+
+def test_a_client_with_another_key_is_refused(rig) -> None:
+    from dualpath.runtime.transfer.auth import ClusterKeys
+
+    before = rig.metric(DROPPED, plane="control", cause="unauthenticated")
+    other = ClusterKeys.generate()
+    s = zmq.Context.instance().socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
-    s.connect(addr)
-    return s
-
-
-def _to_scheduler(rig, *frames: bytes) -> None:
-    s = _sock(zmq.DEALER, rig.cluster.address)
-    s.send_multipart(list(frames))
-    time.sleep(0.2)
+    s.curve_serverkey = rig.cluster.keys.public  # knows the (public) server key, not the secret
+    s.curve_publickey, s.curve_secretkey = other.public, other.secret
+    s.connect(rig.cluster.address)
+    s.send_multipart([b"", encode(Query(query_id=1, what="health"))])
+    assert not s.poll(1000)  # no answer
     s.close(0)
-
-
-def _to_data_port(rig, role: str, *frames: bytes) -> None:
-    s = _sock(zmq.PUSH, rig.data_addr(role))
-    s.send_multipart(list(frames))
-    time.sleep(0.2)
-    s.close(0)
+    assert rig.wait_metric(DROPPED, before, plane="control", cause="unauthenticated") > before
 
 
 def _foo_hello() -> bytes:
@@ -72,7 +102,7 @@ def test_forged_message_is_dropped_and_counted(rig, label: str, send, plane: str
 
 def test_unreachable_reply_to_blocks_nothing(rig) -> None:
     """Acks to a well-formed address nobody listens on never block the receive thread."""
-    s = _sock(zmq.PUSH, rig.data_addr("decode"))
+    s = rig.sock(zmq.PUSH, rig.data_addr("decode"))
     for i in range(50):
         s.send(msgspec.msgpack.encode(DataMsg(i, f"tcp://127.0.0.1:{10 + i}", "e1", "e0", [])))
     time.sleep(0.5)

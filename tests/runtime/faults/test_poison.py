@@ -47,10 +47,10 @@ def test_poison_request_then_a_normal_one(rig, label: str, extra: object, status
     rig.assert_serving()
 
 
-def _generate(address: str, params: SamplingParams, rid: str | None = None,
+def _generate(address: str, params: SamplingParams, keys: object, rid: str | None = None,
               prompt: list[int] | None = None) -> list:
     async def main() -> list:
-        async with ClusterClient(address) as client:
+        async with ClusterClient(address, keys=keys) as client:
             return [ev async for ev in client.generate(prompt or list(range(3, 40)), params,
                                                        request_id=rid)]
 
@@ -65,7 +65,7 @@ def _generate(address: str, params: SamplingParams, rid: str | None = None,
 ], ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items() if k != "max_tokens"))
 def test_values_past_the_edge_sample_valid_tokens_in_the_engines(rig, params: dict) -> None:
     """Straight to the scheduler (no HTTP validation): the engines' own sampling is safe."""
-    events = _generate(rig.cluster.address, SamplingParams(ignore_eos=True, **params))
+    events = _generate(rig.cluster.address, SamplingParams(ignore_eos=True, **params), rig.cluster.keys)
     assert [ev.index for ev in events] == [0, 1, 2] and events[-1].finish_reason == "length"
     assert all(0 <= ev.token_id < 512 for ev in events)
     rig.assert_serving()
@@ -76,10 +76,7 @@ def test_values_the_wire_cannot_carry_are_refused_by_the_scheduler(rig) -> None:
     before = rig.metric("dualpath_messages_dropped_total", plane="control", cause="invalid")
     raw = msgspec.msgpack.encode({"t": "Submit", "request_id": "nan-forger", "prompt_token_ids": [5, 6],
                                   "params": {"temperature": float("nan"), "max_tokens": 2}})
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(rig.cluster.address)
+    s = rig.sock(zmq.DEALER, rig.cluster.address)  # an insider: it holds the cluster key
     s.send_multipart([b"", raw])
     assert rig.wait_metric("dualpath_messages_dropped_total", before, plane="control",
                            cause="invalid") == before + 1
@@ -92,10 +89,7 @@ def test_a_request_failing_inside_an_engine_fails_alone(rig) -> None:
     request; when that request arrives the DE fails it alone: an error event to its client, its
     buffers released, and the next requests (one concurrent) are served by the same engines."""
     before = rig.metric("dualpath_engine_request_failures_total")
-    ctx = zmq.Context.instance()
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(rig.data_addr("decode"))
+    push = rig.sock(zmq.PUSH, rig.data_addr("decode"))  # an insider with the key
     payload = np.array([10**9], dtype=np.int64).tobytes()
     head = msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:1", "e1", "e0",
                                           [ItemMeta("victim", -1, DONE_LAYER, 1, 0, len(payload))]))
@@ -104,7 +98,7 @@ def test_a_request_failing_inside_an_engine_fails_alone(rig) -> None:
     push.close(0)
 
     async def both() -> tuple[list, list]:
-        async with ClusterClient(rig.cluster.address) as client:
+        async with ClusterClient(rig.cluster.address, keys=rig.cluster.keys) as client:
             async def run(rid: str) -> list:
                 return [ev async for ev in client.generate(list(range(3, 40)),
                                                            SamplingParams(max_tokens=3, ignore_eos=True),

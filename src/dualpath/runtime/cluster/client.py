@@ -29,6 +29,7 @@ from dualpath.runtime.cluster.api import (
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
 )
+from dualpath.runtime.transfer.auth import ClusterKeys
 from dualpath.runtime.transfer.drops import DropCounter
 
 _REJECT_ERRORS: dict[str, type[ClusterError]] = {
@@ -41,11 +42,14 @@ _REJECT_ERRORS: dict[str, type[ClusterError]] = {
 class ClusterClient:
     """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
 
-    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0,
+                 keys: ClusterKeys | None = None) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
-        ClusterUnavailableError (so a dead scheduler never leaves a request hanging)."""
+        ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
+        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``)."""
         self.address = address
+        self.keys = keys
         self.query_timeout_s = query_timeout_s
         self.liveness_s = liveness_s
         self._ctx: zmq.asyncio.Context | None = None
@@ -62,6 +66,8 @@ class ClusterClient:
             self._ctx = zmq.asyncio.Context()
             self._sock = self._ctx.socket(zmq.DEALER)
             self._sock.setsockopt(zmq.LINGER, 0)
+            if self.keys is not None:
+                self.keys.client(self._sock)
             self._sock.connect(self.address)
             self._recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
         return self

@@ -25,6 +25,7 @@ from dualpath.runtime.cluster.messages import (
     Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
+from dualpath.runtime.transfer.auth import ClusterKeys, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     attention_s_per_gflop: float = 0.0  # > 0: this fixed predictor line instead of profiling
     attention_intercept_s: float = 0.0  # (with attention_s_per_gflop) per forward pass
     heartbeat_s: float = 0.2
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
@@ -79,14 +81,13 @@ def run_engine(args: EngineArgs) -> None:
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
     store = BlockStore(args.kv_dir, layout)
+    keys = load_keys(args.key_file)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(args.scheduler)
+    sock = _dealer(ctx, args.scheduler, keys)
     traffic = TrafficManager(engine_id=max(args.engine_id, 0), node_id=args.node_id,
                              snic_gbps=args.snic_gbps, cnic_gbps=args.cnic_gbps,
                              shared_dir=links_dir(args.cluster_id), read_free=args.read_free)
-    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send)
+    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send, keys=keys)
     sock.send(encode(EngineHello(
         engine_id=args.engine_id, role=args.role, node_id=args.node_id,
         data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
@@ -124,7 +125,7 @@ def run_engine(args: EngineArgs) -> None:
     gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
     stop = threading.Event()
-    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop),
+    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop, keys),
                           daemon=True)
     hb.start()
     try:
@@ -261,11 +262,18 @@ def _handle(msg: object, worker: object, transport: object, eid: int,
         drops.drop("control", "unexpected", type(msg).__name__)
 
 
-def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
-                traffic: TrafficManager, stop: threading.Event) -> None:
+def _dealer(ctx: zmq.Context, address: str, keys: ClusterKeys | None) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(args.scheduler)
+    if keys is not None:
+        keys.client(sock)
+    sock.connect(address)
+    return sock
+
+
+def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
+                traffic: TrafficManager, stop: threading.Event, keys: ClusterKeys | None) -> None:
+    sock = _dealer(ctx, args.scheduler, keys)
     outbox: Outbox = worker.outbox  # type: ignore[attr-defined]
     transport_drops: DropCounter = worker.transport.drops  # type: ignore[attr-defined]
     next_s = time.monotonic() + args.heartbeat_s

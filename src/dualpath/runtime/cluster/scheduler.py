@@ -25,6 +25,7 @@ from dualpath.runtime.cluster.messages import (
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
+from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
 
 
@@ -42,6 +43,7 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     engine_timeout_s: float = 5.0
     tick_s: float = 0.002
     port_file: str = ""  # if set, the bound address is written here
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 class SchedulerService:
@@ -50,6 +52,11 @@ class SchedulerService:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        keys = load_keys(args.key_file)
+        self.gate = Gatekeeper(self.ctx, keys) if keys else None
+        if keys:
+            keys.server(self.sock)
+        self.monitor = self.gate.monitor(self.sock) if self.gate else None
         bind = args.bind.replace(":0", ":*") if args.bind.endswith(":0") else args.bind
         self.sock.bind(bind)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -87,12 +94,16 @@ class SchedulerService:
                 except zmq.Again:
                     break
                 self._handle(frames[0], frames[-1], now)
+        if self.monitor is not None:
+            Gatekeeper.count(self.monitor, self.drops, "control")
         self.tick(time.monotonic() if now is None else now)
 
     def close(self) -> None:
         for e in self.state.engines.values():
             if e.alive:
                 self._send(e.identity, Shutdown(reason="scheduler stopping"))
+        if self.gate is not None:
+            self.gate.stop()
         self.sock.close(0)
         self.ctx.term()
 

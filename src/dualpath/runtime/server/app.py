@@ -59,8 +59,10 @@ def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable
 
     def make() -> Any:
         from dualpath.runtime.cluster.client import ClusterClient
+        from dualpath.runtime.transfer.auth import load_keys
 
-        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s)
+        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s,
+                             keys=load_keys(config.cluster_key_file or ""))
 
     return make
 

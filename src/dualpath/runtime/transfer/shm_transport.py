@@ -98,12 +98,12 @@ class ShmTransport(ZmqTransport):
     kind = "shm"
 
     def __init__(self, *, ring_bytes: int = 64 * 1024 * 1024,
-                 limiter: Callable[[int], object] | None = None) -> None:
+                 limiter: Callable[[int], object] | None = None, keys: Any = None) -> None:
         require(ring_bytes >= 4096, "ring_bytes", ring_bytes, "must be >= 4096")
         self.ring_bytes = ring_bytes
         self._rings: dict[str, _Ring] = {}
         self._maps: dict[str, mmap.mmap] = {}
-        super().__init__(scheme="ipc", limiter=limiter)
+        super().__init__(scheme="ipc", limiter=limiter, keys=keys)
 
     def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
               ) -> tuple[list[ItemMeta], list[memoryview], str]:

@@ -37,6 +37,7 @@ from dualpath.core.errors import ConfigError
 from dualpath.runtime.transfer.base import (
     KVSink, TransferError, TransferHandle, TransferItem, Transport,
 )
+from dualpath.runtime.transfer.auth import ClusterKeys, Gatekeeper
 from dualpath.runtime.transfer.drops import DropCounter
 
 MAX_ACK_PEERS = 256
@@ -90,13 +91,19 @@ class ZmqTransport(Transport):
     kind = "zmq"
 
     def __init__(self, *, host: str = "127.0.0.1", scheme: str = "tcp",
-                 limiter: Callable[[int], object] | None = None, drops: DropCounter | None = None) -> None:
+                 limiter: Callable[[int], object] | None = None, drops: DropCounter | None = None,
+                 keys: ClusterKeys | None = None) -> None:
         if scheme not in ("tcp", "ipc"):
             raise ConfigError("scheme", scheme, "choices: tcp, ipc")
         self.drops = drops or DropCounter("transport")
+        self.keys = keys
         self.ctx = zmq.Context()
+        self._gate = Gatekeeper(self.ctx, keys) if keys is not None else None
         self._pull = self.ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            keys.server(self._pull)
+        self._monitor = self._gate.monitor(self._pull) if self._gate is not None else None
         if scheme == "tcp":
             self._pull.bind(f"tcp://{host}:*")
         else:
@@ -221,9 +228,7 @@ class ZmqTransport(Transport):
                     metas, frames, segment = self._pack(addr, items, resources)
                     sock = socks.get(addr)
                     if sock is None:
-                        sock = socks[addr] = self.ctx.socket(zmq.PUSH)
-                        sock.setsockopt(zmq.LINGER, 0)
-                        sock.connect(addr)
+                        sock = socks[addr] = self._push(addr)
                     head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
                     sock.send_multipart([head, *frames], copy=False)
                 except Exception as exc:  # never kill the send thread
@@ -238,11 +243,17 @@ class ZmqTransport(Transport):
         poller = zmq.Poller()
         poller.register(self._pull, zmq.POLLIN)
         poller.register(ctl, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
         try:
             while True:
                 ready = dict(poller.poll())
                 if ctl in ready:
                     break
+                if self._monitor is not None and self._monitor in ready:
+                    Gatekeeper.count(self._monitor, self.drops, "data")
+                if self._pull not in ready:
+                    continue
                 frames = self._pull.recv_multipart(copy=False)
                 try:
                     self._on_message(frames, acks)
@@ -277,6 +288,19 @@ class ZmqTransport(Transport):
         except zmq.Again:  # the peer takes nothing (gone, or not a transport): its handle times out
             self.drops.drop("data", "ack_undeliverable", msg.reply_to)
 
+    def _push(self, addr: str) -> zmq.Socket:
+        """A PUSH socket connected to ``addr`` (a CURVE client of the cluster when keyed)."""
+        sock = self.ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.keys is not None:
+            self.keys.client(sock)
+        try:
+            sock.connect(addr)
+        except zmq.ZMQError:
+            sock.close(0)
+            raise
+        return sock
+
     def _check_frames(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
         """Why the payload frames do not match the header (None: they do)."""
         if len(frames) != len(msg.items) + 1:
@@ -291,12 +315,9 @@ class ZmqTransport(Transport):
         if sock is not None:
             acks.move_to_end(addr)
             return sock
-        sock = self.ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
         try:
-            sock.connect(addr)
+            sock = self._push(addr)
         except zmq.ZMQError as exc:
-            sock.close(0)
             self.drops.drop("data", "bad_reply_to", f"{addr!r}: {exc}")
             return None
         acks[addr] = sock
@@ -322,6 +343,8 @@ class ZmqTransport(Transport):
             s.send(b"stop")
             s.close(0)
             self._recv_thread.join(5)
+        if self._gate is not None:
+            self._gate.stop()
         self._pull.close(0)
         addr = self.address
         if addr.startswith("ipc://"):
