@@ -100,6 +100,31 @@ def test_forged_message_is_dropped_and_counted(rig, label: str, send, plane: str
     rig.assert_serving()
 
 
+def test_engine_hello_with_a_taken_address_or_another_model_is_refused(rig) -> None:
+    """An insider registering a fake engine at a live engine's data address (to receive its KV), or
+    with another model's geometry, is told to shut down; the registered engines stay as they were."""
+    de_addr = rig.data_addr("decode")
+    for hello, cause in (
+        (EngineHello(engine_id=-1, role="decode", node_id=1, data_addr=de_addr, pid=1, hbm_tokens=10),
+         "duplicate_address"),
+        (EngineHello(engine_id=-1, role="decode", node_id=1, data_addr="tcp://127.0.0.1:9", pid=1,
+                     hbm_tokens=10, model_name="other", num_layers=99), "mismatch"),
+    ):
+        before = rig.metric(DROPPED, plane="control", cause=cause)
+        s = rig.sock(zmq.DEALER, rig.cluster.address)
+        s.send(encode(hello))
+        assert s.poll(10_000), "no answer to the hello"
+        from dualpath.runtime.cluster.messages import Shutdown, decode
+
+        reply = decode(s.recv())
+        s.close(0)
+        assert isinstance(reply, Shutdown) and "refused" in reply.reason, reply
+        assert rig.wait_metric(DROPPED, before, plane="control", cause=cause) == before + 1
+    health = rig.cluster.health()
+    assert health is not None and len(health.engines) == 2
+    rig.assert_serving()
+
+
 def test_unreachable_reply_to_blocks_nothing(rig) -> None:
     """Acks to a well-formed address nobody listens on never block the receive thread."""
     s = rig.sock(zmq.PUSH, rig.data_addr("decode"))

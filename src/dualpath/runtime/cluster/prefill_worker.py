@@ -80,6 +80,9 @@ class PrefillWorker(WorkerBase):
         bs, rid, de = self.geo.block_size, task.request_id, f"e{task.decode_engine}"
         hashes = tuple(chain_hashes(task.prompt_token_ids[:task.hit_len], bs))
         pure_de = task.de_read_len > 0 and task.pe_read_len == 0
+        early = self._hits.get(rid)  # a READY marker that came before the task
+        if early is not None and early > task.hit_len:
+            raise ValueError(f"{rid}: {early} DE-path hit tokens announced, the task has {task.hit_len}")
         if pure_de and de not in self._connected:
             self.engine.connect(de, _RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
             self._connected.add(de)
@@ -136,7 +139,12 @@ class PrefillWorker(WorkerBase):
         for it in items:
             rid = it.key
             if it.layer == READY_LAYER:
-                self._hits[rid] = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+                n = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+                task = self._tasks.get(rid)
+                if n < 0 or (task is not None and n > task.hit_len):  # (refused in the sender's ack)
+                    raise ValueError(f"{rid}: {n} DE-path hit tokens announced, the task has "
+                                     f"{task.hit_len if task else '?'}")
+                self._hits[rid] = n
             elif rid in self._pulling:
                 try:
                     self.engine.staging.deliver("", [it])
@@ -172,7 +180,13 @@ class PrefillWorker(WorkerBase):
         if not ready:
             return False
         view = pv.BatchView(now_s=time.monotonic(), engine_id=self.engine_id, waiting=tuple(ready))
-        entries = self._isolate(self._fit(self.scheduler.plan_prefill_batch(view).entries))
+        try:
+            entries = self._isolate(self._fit(self.scheduler.plan_prefill_batch(view).entries))
+        except Exception as exc:  # noqa: BLE001 - the plan over these requests failed: fail them
+            for i, item in enumerate(ready):
+                self.fail_task(item.request_id, "its batch could not be planned (see the engine log)",
+                               exc if i == 0 else None)
+            return True
         if not entries:
             return False
         try:
@@ -216,7 +230,12 @@ class PrefillWorker(WorkerBase):
         return entries
 
     def _step_failed(self, entries: Sequence[pv.BatchEntry], exc: Exception) -> None:
-        """A batch raised: alone, the request fails; in company, each is retried alone."""
+        """A batch raised: alone, the request fails; in company, each is retried alone. First the
+        next layer's load the failed step left on the engine's loader thread must finish, so it
+        cannot write into a staging slot the next batch uses."""
+        loader = getattr(self.engine, "_loader", None)  # (the engine's single loader thread)
+        if loader is not None:
+            loader.submit(lambda: None).result(timeout=10 * TRANSFER_TIMEOUT_S)
         if len(entries) == 1:
             self.fail_task(entries[0].request_id, "prefill failed (see the engine log)", exc)
             return

@@ -160,10 +160,17 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ engines
     def _hello(self, ident: bytes, msg: EngineHello, now: float) -> None:
-        if self.hello is not None and msg.geometry() != self.hello.geometry():
-            why = (f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from the "
-                   f"cluster's {self.hello.geometry()}")
-            self.drops.drop("control", "mismatch", why)
+        """Register an engine; refuse (Shutdown with the reason) one whose data address a live
+        engine already has, or whose model/KV geometry differs from the cluster's."""
+        why, cause = None, ""
+        taken = [e.engine_id for e in self.state.engines.values() if e.alive and e.data_addr == msg.data_addr]
+        if taken:
+            why, cause = f"data address {msg.data_addr} is engine {taken[0]}'s", "duplicate_address"
+        elif self.hello is not None and msg.geometry() != self.hello.geometry():
+            why, cause = (f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
+                          f"the cluster's {self.hello.geometry()}"), "mismatch"
+        if why is not None:
+            self.drops.drop("control", cause, why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
             return
         eid = msg.engine_id
