@@ -1,6 +1,8 @@
-"""Per-request isolation in the decode worker (in one process, on the real DecodeEngine): a request
-whose first token is out of the vocabulary fails alone; a decode step that raises fails the
-requests in it, frees their cache and buffers, and the worker decodes the next request normally."""
+"""Per-request isolation in the workers (in one process, on the real engines and the tiny model):
+a request whose first token is out of the vocabulary fails alone on the DE; a decode step that
+raises fails the requests in it, frees their cache and buffers, and the worker decodes the next
+request normally; a PE batch that raises is retried request by request, and only the request that
+fails alone is failed, while the other is prefilled and decoded."""
 
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ class _Rig:
         self.geo = Geometry.of(decoder, self.bs)
         self.traffic = TrafficManager(engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None,
                                       shared_dir=tmp / "links")
-        self.outbox, self.transport = Outbox(), InProcTransport(InProcFabric())
+        self.fabric = InProcFabric()
+        self.outbox, self.transport = Outbox(), InProcTransport(self.fabric)
         self.io = BlockIO(BlockStore(str(tmp / "kv"), self.geo.layout()), self.geo, self.traffic)
         self.worker = DecodeWorker(engine_id=1, node_id=1, decoder=decoder, geo=self.geo, blockio=self.io,
                                    transport=self.transport, outbox=self.outbox, eos_token_id=None,
@@ -137,3 +140,47 @@ def test_a_decode_step_that_raises_fails_its_requests_and_the_worker_serves_on(r
     tokens, failed = rig.run()
     assert not failed and len(tokens["c"]) == 5
     rig.assert_empty()
+
+
+def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(rig: _Rig, tmp_path: Path) -> None:
+    from dualpath.policy import SchedulerConfig, make_scheduler
+    from dualpath.runtime.cluster.messages import PrefillTask
+    from dualpath.runtime.cluster.prefill_worker import PrefillWorker
+
+    pe_out = Outbox()
+    pe_transport = InProcTransport(rig.fabric)
+    pe_traffic = TrafficManager(engine_id=0, node_id=0, snic_gbps=None, cnic_gbps=None,
+                                shared_dir=tmp_path / "links")
+    pe_io = BlockIO(rig.io.store, rig.geo, pe_traffic)
+    pe = PrefillWorker(engine_id=0, node_id=0, decoder=rig.dec, geo=rig.geo, blockio=pe_io,
+                       transport=pe_transport, outbox=pe_out,
+                       scheduler=make_scheduler("basic", SchedulerConfig(block_size=rig.bs)))
+    pe_transport.bind("e0", pe)
+    real_step = pe.engine.step
+    batches: list[list[str]] = []
+
+    def poisoned_step(entries):  # an injected fault: any batch holding "bad" raises
+        batches.append([e.request_id for e in entries])
+        if any(e.request_id == "bad" for e in entries):
+            raise RuntimeError("injected fault")
+        return real_step(entries)
+
+    pe.engine.step = poisoned_step  # type: ignore[method-assign]
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    for rid, prompt in (("bad", list(range(3, 40))), ("good", list(range(5, 50)))):
+        rig.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, hit_len=0, pe_read_len=0,
+                                  de_read_len=0, prefill_engine=0, params=params))
+        pe.add(PrefillTask(request_id=rid, prompt_token_ids=prompt, hit_len=0, pe_read_len=0,
+                           de_read_len=0, decode_engine=1, params=params))
+    for _ in range(10):
+        pe.step()
+    failed = {m.request_id: m.error for m in pe_out.drain() if isinstance(m, Progress) and m.event == "failed"}
+    assert set(failed) == {"bad"} and "prefill failed" in (failed["bad"] or "")
+    assert batches[0] == ["bad", "good"] and ["good"] in batches and batches.count(["bad"]) == 1
+    rig.worker.cancel("bad")  # (what the scheduler's Cancel does on the DE)
+    tokens, dfailed = rig.run()
+    assert not dfailed and len(tokens["good"]) == 3
+    assert pe.engine.num_requests == 0 and pe.num_failed_requests == 1
+    rig.assert_empty()
+    pe_io.close()
+    pe_traffic.close()
