@@ -13,6 +13,8 @@ import msgspec
 import numpy as np
 import pytest
 import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.client import ClusterClient
@@ -110,4 +112,25 @@ def test_a_request_failing_inside_an_engine_fails_alone(rig) -> None:
     assert victim[-1].finish_reason == "error" and "could not start decoding" in (victim[-1].error or "")
     assert [ev.finish_reason for ev in other] == [None, None, "length"]
     assert rig.wait_metric("dualpath_engine_request_failures_total", before) == before + 1
+    rig.assert_serving()
+
+
+_leaf = (st.none() | st.booleans() | st.sampled_from([1e-39, 5e-324, 2e13, 2**63, 2**70, -(2**70), 1e308])
+         | st.integers(-(2**72), 2**72) | st.floats(allow_nan=False, allow_infinity=False)
+         | st.text(max_size=6))
+_FIELDS = ["temperature", "top_p", "seed", "max_tokens", "min_tokens", "stop", "stop_token_ids", "n",
+           "stream", "ignore_eos", "top_k", "messages", "model", "logprobs", "presence_penalty"]
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.dictionaries(st.sampled_from(_FIELDS), _leaf | st.lists(_leaf, max_size=3), max_size=5))
+def test_random_bodies_never_get_a_5xx_from_the_real_server(rig, fields: dict) -> None:
+    """The real HTTP server over the real cluster: no body makes a 5xx (or kills an engine)."""
+    body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], **fields}
+    r = httpx.post(rig.url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code < 500, (body, r.text)
+
+
+def test_after_the_fuzzing_every_engine_still_serves(rig) -> None:
     rig.assert_serving()
