@@ -221,7 +221,8 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                 try:
                     msg = decode(raw)
                 except DECODE_ERRORS as exc:
-                    drops.drop("control", "invalid", str(exc))
+                    drops.drop("control", "invalid" if isinstance(exc, msgspec.ValidationError)
+                               else "undecodable", str(exc))
                     continue
                 if isinstance(msg, Shutdown):
                     return

@@ -41,6 +41,7 @@ from dualpath.runtime.transfer.auth import ClusterKeys, Gatekeeper
 from dualpath.runtime.transfer.drops import DropCounter
 
 MAX_ACK_PEERS = 256
+ACK_HWM = 10_000  # acks queued per peer before one is dropped (never blocking the receive thread)
 _Meta = msgspec.Meta
 _Count = Annotated[int, _Meta(ge=0, le=2**63 - 1)]
 _Name = Annotated[str, _Meta(max_length=256)]
@@ -288,10 +289,11 @@ class ZmqTransport(Transport):
         except zmq.Again:  # the peer takes nothing (gone, or not a transport): its handle times out
             self.drops.drop("data", "ack_undeliverable", msg.reply_to)
 
-    def _push(self, addr: str) -> zmq.Socket:
+    def _push(self, addr: str, sndhwm: int = 1000) -> zmq.Socket:
         """A PUSH socket connected to ``addr`` (a CURVE client of the cluster when keyed)."""
         sock = self.ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, sndhwm)
         if self.keys is not None:
             self.keys.client(sock)
         try:
@@ -315,8 +317,8 @@ class ZmqTransport(Transport):
         if sock is not None:
             acks.move_to_end(addr)
             return sock
-        try:
-            sock = self._push(addr)
+        try:  # (a deep queue: acks are tiny, and one is dropped only when a peer takes none)
+            sock = self._push(addr, sndhwm=ACK_HWM)
         except zmq.ZMQError as exc:
             self.drops.drop("data", "bad_reply_to", f"{addr!r}: {exc}")
             return None
