@@ -185,3 +185,13 @@ def test_no_generated_body_gets_a_5xx(served, fields) -> None:
     assert r.status_code < 500, (body, r.text)
     if r.status_code >= 400:
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_openapi_states_typed_request_bodies(served) -> None:
+    spec = httpx.get(served.url + "/openapi.json").json()
+    for path, field in (("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")):
+        schema = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        props = schema["properties"]
+        assert field in schema["required"]
+        assert props["temperature"]["maximum"] == 2.0 and props["top_p"]["exclusiveMinimum"] == 0
+        assert props["seed"]["maximum"] >= 9.2e18 and props["stop_token_ids"]["maxItems"] == 64

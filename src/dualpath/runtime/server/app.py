@@ -27,6 +27,7 @@ from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
 from dualpath.runtime.server.protocol import GenRequest, parse_request
 from dualpath.runtime.server.responses import SSE_DONE, ResponseBuilder, sse
+from dualpath.runtime.server.schema import CHAT_SCHEMA, COMPLETION_SCHEMA, request_body
 from dualpath.runtime.server.tokenizer import Tokenizer
 
 log = logging.getLogger("dualpath.server")
@@ -189,11 +190,11 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
                                      media_type="text/event-stream")
         return await _collect(state, req, first, pieces, timing)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=request_body(COMPLETION_SCHEMA))
     async def completions(request: Request) -> Response:
         return await handle("completion", request)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=request_body(CHAT_SCHEMA))
     async def chat_completions(request: Request) -> Response:
         return await handle("chat", request)
 
