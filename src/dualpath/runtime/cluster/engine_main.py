@@ -101,8 +101,8 @@ def run_engine(args: EngineArgs) -> None:
     eid = welcome.engine_id
     drops: DropCounter = transport.drops  # type: ignore[attr-defined]  # one counter per process
     drops.who = f"engine {eid} ({args.role})"
-    print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {transport.address}",  # type: ignore[attr-defined]
-          flush=True)
+    data_addr = transport.address  # type: ignore[attr-defined]
+    print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {data_addr}", flush=True)
     gate = _Gate()  # KV may come as soon as the scheduler knows us: hold it until the worker exists
     transport.bind(f"e{eid}", gate)
     traffic.close()
@@ -229,9 +229,11 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                 try:
                     _handle(msg, worker, transport, eid, configure, drops)
                 except Exception as exc:  # noqa: BLE001 - one message must not end the engine
-                    drops.drop("control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
+                    drops.drop("control", "handler_error",
+                               f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
                     if isinstance(msg, (PrefillTask, DecodeTask)):
-                        worker.fail_task(msg.request_id, "the task could not be taken (see the engine log)", exc)  # type: ignore[attr-defined]
+                        worker.fail_task(  # type: ignore[attr-defined]
+                            msg.request_id, "the task could not be taken (see the engine log)", exc)
         if busy:
             try:
                 worker.step()  # type: ignore[attr-defined]
