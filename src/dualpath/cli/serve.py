@@ -61,8 +61,8 @@ def serve(
         if json_out:
             print_json(info)
         else:
-            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
-                          style="green")
+            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
+                          f"CURVE key file {cluster.key_file})", style="green")
         run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None,
                    tokenizer=tokenizer, cluster_key_file=str(cluster.key_file))
     except KeyboardInterrupt:
