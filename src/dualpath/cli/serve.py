@@ -62,24 +62,31 @@ def serve(
                         compute_quota_ms=compute_quota_ms, kv_capacity_gb=_capacity_gb(kv_capacity_gb),
                         kv_file_mode=parse_file_mode(kv_file_mode))
     try:
-        from dualpath.runtime.server.run import run_server
+        from dualpath.runtime.server.run import preflight, run_server
     except ImportError as exc:  # the HTTP layer is optional at import time
         raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}")
-    cluster = LocalCluster(cfg)
+    if model != "tiny":  # argument and model errors before any engine starts
+        from dualpath.runtime.model.loader import resolve_model
+
+        resolve_model(model)
+    tokenizer = preflight(host, port, model, api_key or None)
+    cluster = LocalCluster(cfg, auth=True)  # control and data planes: CURVE, keys made now
     try:
         from dualpath.cli.progress import Progress
 
         with Progress("starting scheduler and engines"):
             cluster.start()
-        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir)}
+        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir),
+                "key_file": str(cluster.key_file)}
         if json_out:
             print_json(info)
         else:
-            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address})",
-                          style="green")
+            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
+                          f"CURVE key file {cluster.key_file})", style="green")
             console.print(f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
                           "deploy/grafana/dualpath.json, docs/server.md)", highlight=False)
-        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None)
+        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None,
+                   tokenizer=tokenizer, cluster_key_file=str(cluster.key_file))
     except KeyboardInterrupt:
         pass
     finally:
@@ -104,6 +111,8 @@ def engine(
                                            "time per forward pass, measured at PE start (ms)."),
     kv_capacity_gb: float = typer.Option(0.0, help=_CAPACITY_HELP),
     kv_file_mode: str = typer.Option("0600", help=_MODE_HELP),
+    key_file: str = typer.Option("", help="The cluster's CURVE key file (printed by dualpath serve "
+                                  "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
@@ -124,7 +133,7 @@ def engine(
                           kv_dir=kv_dir, transport=transport, host=host, policy=policy,
                           snic_gbps=snic_gbps or None, cnic_gbps=cnic_gbps or None,
                           cluster_id=cluster_id, compute_quota_s=compute_quota_ms / 1e3,
-                          kv_capacity_bytes=capacity, kv_file_mode=file_mode))
+                          kv_capacity_bytes=capacity, kv_file_mode=file_mode, key_file=key_file))
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 

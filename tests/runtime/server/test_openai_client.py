@@ -128,5 +128,6 @@ def test_concurrent_streams_and_prompt_forms(make_served) -> None:
     for i, ids in enumerate(results):
         assert ids == fake_cluster.expected_tokens([3 + i, 4, 5], 10)
     deep = "[" * 100_000 + "]" * 100_000
-    r = httpx.post(srv.url + "/v1/completions", content=deep)
+    r = httpx.post(srv.url + "/v1/completions", content=deep,
+                   headers={"content-type": "application/json"})
     assert r.status_code == 400

@@ -6,9 +6,14 @@ one codec of :mod:`dualpath.runtime.cluster.messages`. No I/O happens here.
 
 from __future__ import annotations
 
+import math
+from typing import Annotated, Literal
+
 import msgspec
 
 from dualpath.core.errors import DualpathError, require
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,9 +32,16 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        require(self.max_tokens >= 1, "max_tokens", self.max_tokens, "must be >= 1")
-        require(self.temperature >= 0.0, "temperature", self.temperature, "must be >= 0")
-        require(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]")
+        # Runs on construction and on every decode (msgspec), so a forged Submit is refused too.
+        require(1 <= self.max_tokens <= INT64_MAX, "max_tokens", self.max_tokens, "must be >= 1")
+        require(math.isfinite(self.temperature) and self.temperature >= 0.0, "temperature",
+                self.temperature, "must be a finite number >= 0")
+        require(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p,
+                "must be in (0, 1]")
+        require(self.seed is None or INT64_MIN <= self.seed <= INT64_MAX, "seed", self.seed,
+                "must be a 64-bit signed integer")
+        for t in self.stop_token_ids:
+            require(0 <= t <= INT64_MAX, "stop_token_ids", t, "must be token ids (>= 0)")
 
 
 class RequestStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,11 +72,11 @@ class TokenEvent(msgspec.Struct, frozen=True, kw_only=True):
     why, e.g. an engine died). ``stats`` is set on the last event only.
     """
 
-    request_id: str
-    index: int
-    token_id: int
-    finish_reason: str | None = None
-    error: str | None = None
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    index: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    token_id: Annotated[int, msgspec.Meta(ge=-1, le=INT64_MAX)]
+    finish_reason: Literal["length", "stop", "error"] | None = None
+    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     stats: RequestStats | None = None
 
     @property
@@ -82,6 +94,7 @@ class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     num_seqs: int
     num_tokens: int
     last_seen_s: float
+    data_addr: str = ""  # the engine's transport address (its data plane)
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,6 +149,8 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     # "failed_hit_tokens" (planned hits that did not load; recomputed, not in hit_tokens)
     store_counts: dict[str, int] = msgspec.field(default_factory=dict)
     store_write_errors: dict[str, int] = msgspec.field(default_factory=dict)  # cause -> count
+    messages_dropped: dict[str, int] = msgspec.field(default_factory=dict)  # "plane/cause" -> n
+    engine_request_failures: int = 0  # requests an engine failed alone (others served on)
 
 
 class ClusterError(DualpathError):

@@ -27,8 +27,10 @@ from dualpath.runtime.cluster.api import (
     TokenEvent,
 )
 from dualpath.runtime.cluster.messages import (
-    Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
+    DECODE_ERRORS, Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
 )
+from dualpath.runtime.transfer.auth import ClusterKeys
+from dualpath.runtime.transfer.drops import DropCounter
 
 _REJECT_ERRORS: dict[str, type[ClusterError]] = {
     "queue_full": QueueFullError,
@@ -40,11 +42,14 @@ _REJECT_ERRORS: dict[str, type[ClusterError]] = {
 class ClusterClient:
     """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
 
-    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0) -> None:
+    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0,
+                 keys: ClusterKeys | None = None) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
-        ClusterUnavailableError (so a dead scheduler never leaves a request hanging)."""
+        ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
+        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``)."""
         self.address = address
+        self.keys = keys
         self.query_timeout_s = query_timeout_s
         self.liveness_s = liveness_s
         self._ctx: zmq.asyncio.Context | None = None
@@ -53,6 +58,7 @@ class ClusterClient:
         self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
+        self.drops = DropCounter("cluster client")  # scheduler replies that failed validation
 
     async def connect(self) -> ClusterClient:
         """Open the socket and start the receive task (idempotent)."""
@@ -60,6 +66,8 @@ class ClusterClient:
             self._ctx = zmq.asyncio.Context()
             self._sock = self._ctx.socket(zmq.DEALER)
             self._sock.setsockopt(zmq.LINGER, 0)
+            if self.keys is not None:
+                self.keys.client(self._sock)
             self._sock.connect(self.address)
             self._recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
         return self
@@ -87,7 +95,11 @@ class ClusterClient:
         assert self._sock is not None
         while True:
             frames = await self._sock.recv_multipart()
-            msg = decode(frames[-1])
+            try:
+                msg = decode(frames[-1])
+            except DECODE_ERRORS as exc:  # never end the receive task: every request would hang
+                self.drops.drop("control", "invalid", str(exc))
+                continue
             if isinstance(msg, Tokens):
                 for ev in msg.events:
                     q = self._streams.get(ev.request_id)

@@ -58,6 +58,7 @@ class DecodeWorker(WorkerBase):
         self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
         self._blocked: list[tuple[str, int]] = []  # first token came, paged cache had no room yet
         self._generated: dict[str, int] = {}
+        self.vocab_size: int = decoder.config.vocab_size
 
     def _task_tokens(self, task: DecodeTask) -> int:
         return len(task.prompt_token_ids) + task.params.max_tokens
@@ -144,7 +145,7 @@ class DecodeWorker(WorkerBase):
                 continue
             if it.layer == DONE_LAYER:
                 tok = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
-                self._new.append((it.key, int(tok[0])))
+                self._new.append((it.key, int(tok[0]) if tok.size == 1 else -1))  # (checked in step)
                 continue
             try:
                 self.engine.buffer.deliver("", [it])
@@ -167,21 +168,43 @@ class DecodeWorker(WorkerBase):
             task = self._tasks.get(rid)
             if task is None:
                 continue
-            params = self._sampling(task.params)
-            if not self.engine.add_request(rid, task.prompt_token_ids, tok, params):
-                self._blocked.append((rid, tok))
+            try:
+                if not 0 <= tok < self.vocab_size:
+                    raise ValueError(f"first token {tok} from the prefill engine is not in [0, "
+                                     f"{self.vocab_size})")
+                params = self._sampling(task.params)
+                if not self.engine.add_request(rid, task.prompt_token_ids, tok, params):
+                    self._blocked.append((rid, tok))
+                    continue
+            except Exception as exc:  # noqa: BLE001 - this request only
+                self.fail_task(rid, "could not start decoding (see the engine log)", exc)
                 continue
             with self._lock:
                 self._reserved.discard(rid)
             done = params.max_new_tokens == 1 or tok in params.stop_token_ids
             self._emit(rid, tok, done, events)
-        outs: list[DecodeOutput] = self.engine.step()
+        outs = self._decode_step()
         for out in outs:
             if out.request_id in self._tasks:
                 self._emit(out.request_id, out.token, out.finished, events)
         if events:
             self.outbox.put(Tokens(events=events))
         return bool(new or outs)
+
+    def _decode_step(self) -> list[DecodeOutput]:
+        """One decode step of every running request. The batch is one forward pass, so when it
+        raises the culprit cannot be told apart: every request in it fails (each with an error
+        event, its cache blocks released) and the engine serves on. Inputs of a request are checked
+        before it joins the batch (first token range, sampling parameters), and sampling cannot
+        raise, so what remains is an engine fault."""
+        try:
+            return self.engine.step()
+        except Exception as exc:  # noqa: BLE001
+            with self._lock:
+                rids = [r for r in self._tasks if r in self._generated]
+            for i, rid in enumerate(rids):  # (the traceback is logged once)
+                self.fail_task(rid, "decode step failed (see the engine log)", exc if i == 0 else None)
+            return []
 
     def _drop_failed(self) -> None:
         with self._lock:

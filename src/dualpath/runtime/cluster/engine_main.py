@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,12 @@ import zmq
 from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Reset, Shutdown,
-    Welcome, decode, encode,
+    DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Reset,
+    Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
+from dualpath.runtime.transfer.auth import ClusterKeys, load_keys
+from dualpath.runtime.transfer.drops import DropCounter
 
 if TYPE_CHECKING:
     from dualpath.policy import SchedulerConfig
@@ -55,6 +58,7 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_s: float = 0.2
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 def _capacity(args: EngineArgs) -> int | None | str:
@@ -83,14 +87,13 @@ def run_engine(args: EngineArgs) -> None:
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
     store = BlockStore(args.kv_dir, layout, _capacity(args), file_mode=args.kv_file_mode)
+    keys = load_keys(args.key_file)
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(args.scheduler)
+    sock = _dealer(ctx, args.scheduler, keys)
     traffic = TrafficManager(engine_id=max(args.engine_id, 0), node_id=args.node_id,
                              snic_gbps=args.snic_gbps, cnic_gbps=args.cnic_gbps,
                              shared_dir=links_dir(args.cluster_id), read_free=args.read_free)
-    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send)
+    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send, keys=keys)
     sock.send(encode(EngineHello(
         engine_id=args.engine_id, role=args.role, node_id=args.node_id,
         data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
@@ -98,8 +101,14 @@ def run_engine(args: EngineArgs) -> None:
         num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
         block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)))
     welcome = decode(sock.recv())
+    if isinstance(welcome, Shutdown):
+        raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
     assert isinstance(welcome, Welcome), welcome
     eid = welcome.engine_id
+    drops: DropCounter = transport.drops  # type: ignore[attr-defined]  # one counter per process
+    drops.who = f"engine {eid} ({args.role})"
+    data_addr = transport.address  # type: ignore[attr-defined]
+    print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {data_addr}", flush=True)
     gate = _Gate()  # KV may come as soon as the scheduler knows us: hold it until the worker exists
     transport.bind(f"e{eid}", gate)
     traffic.close()
@@ -122,11 +131,11 @@ def run_engine(args: EngineArgs) -> None:
     gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
     stop = threading.Event()
-    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop),
+    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop, keys),
                           daemon=True)
     hb.start()
     try:
-        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic))
+        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic), drops)
     finally:
         stop.set()
         outbox.wake.set()
@@ -195,43 +204,87 @@ def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
         worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)
 
 
+MAX_STEP_FAILURES = 5  # consecutive steps raising out of the worker: the engine is broken, exit
+
+
 def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int,
-          configure: Callable[[Configure], None]) -> None:
+          configure: Callable[[Configure], None], drops: DropCounter) -> None:
+    """Serve until Shutdown. A message that does not decode, or whose handling raises, is dropped
+    and counted (a task whose handling raises is failed alone); the workers isolate per-request
+    failures in their steps. Only ``MAX_STEP_FAILURES`` steps in a row raising out of the worker
+    (the engine itself is broken) end the loop with that error."""
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
+    step_failures = 0
     while True:
         busy = worker.has_work()  # type: ignore[attr-defined]
         for s, _ in poller.poll(0 if busy else 2):
             while True:
                 try:
-                    msg = decode(sock.recv(zmq.NOBLOCK))
+                    raw = sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                if isinstance(msg, (PrefillTask, DecodeTask)):
-                    worker.add(msg)  # type: ignore[attr-defined]
-                elif isinstance(msg, Cancel):
-                    worker.cancel(msg.request_id)  # type: ignore[attr-defined]
-                elif isinstance(msg, Reset):
-                    print(f"engine {eid}: reset by the scheduler ({msg.reason})", flush=True)
-                    worker.reset()  # type: ignore[attr-defined]
-                elif isinstance(msg, Peers):
-                    _set_peers(transport, msg.peers, eid)
-                elif isinstance(msg, Configure):
-                    configure(msg)
-                elif isinstance(msg, Shutdown):
+                try:
+                    msg = decode(raw)
+                except DECODE_ERRORS as exc:
+                    drops.drop("control", "invalid" if isinstance(exc, msgspec.ValidationError)
+                               else "undecodable", str(exc))
+                    continue
+                if isinstance(msg, Shutdown):
                     return
+                try:
+                    _handle(msg, worker, transport, eid, configure, drops)
+                except Exception as exc:  # noqa: BLE001 - one message must not end the engine
+                    drops.drop("control", "handler_error",
+                               f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
+                    if isinstance(msg, (PrefillTask, DecodeTask)):
+                        worker.fail_task(  # type: ignore[attr-defined]
+                            msg.request_id, "the task could not be taken (see the engine log)", exc)
         if busy:
-            worker.step()  # type: ignore[attr-defined]
+            try:
+                worker.step()  # type: ignore[attr-defined]
+                step_failures = 0
+            except Exception:
+                step_failures += 1
+                traceback.print_exc()
+                if step_failures >= MAX_STEP_FAILURES:
+                    print(f"engine {eid}: {step_failures} steps in a row failed; exiting", flush=True)
+                    raise
         for out in outbox.drain():
             sock.send(encode(out))  # type: ignore[arg-type]
 
 
-def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
-                traffic: TrafficManager, stop: threading.Event) -> None:
+def _handle(msg: object, worker: object, transport: object, eid: int,
+            configure: Callable[[Configure], None], drops: DropCounter) -> None:
+    if isinstance(msg, (PrefillTask, DecodeTask)):
+        worker.add(msg)  # type: ignore[attr-defined]
+    elif isinstance(msg, Cancel):
+        worker.cancel(msg.request_id)  # type: ignore[attr-defined]
+    elif isinstance(msg, Reset):
+        print(f"engine {eid}: reset by the scheduler ({msg.reason})", flush=True)
+        worker.reset()  # type: ignore[attr-defined]
+    elif isinstance(msg, Peers):
+        _set_peers(transport, msg.peers, eid)
+    elif isinstance(msg, Configure):
+        configure(msg)
+    else:  # engine -> scheduler messages never come this way
+        drops.drop("control", "unexpected", type(msg).__name__)
+
+
+def _dealer(ctx: zmq.Context, address: str, keys: ClusterKeys | None) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(args.scheduler)
+    if keys is not None:
+        keys.client(sock)
+    sock.connect(address)
+    return sock
+
+
+def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
+                traffic: TrafficManager, stop: threading.Event, keys: ClusterKeys | None) -> None:
+    sock = _dealer(ctx, args.scheduler, keys)
     outbox: Outbox = worker.outbox  # type: ignore[attr-defined]
+    transport_drops: DropCounter = worker.transport.drops  # type: ignore[attr-defined]
     next_s = time.monotonic() + args.heartbeat_s
     try:
         while not stop.is_set():
@@ -248,7 +301,9 @@ def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io
                                        read_queue_tokens=io.read_queue_tokens,
                                        bytes_by_path=paths, bytes_by_nic=nics,
                                        store_counts=st.health_counts(),
-                                       store_write_errors=st.write_errors)))
+                                       store_write_errors=st.write_errors,
+                                       dropped=transport_drops.snapshot(),
+                                       failed_requests=worker.num_failed_requests)))  # type: ignore[attr-defined]
     finally:
         sock.close(0)
 

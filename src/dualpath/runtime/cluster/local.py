@@ -30,6 +30,7 @@ from dualpath.runtime.cluster.messages import Query, QueryReply, decode, encode
 from dualpath.runtime.cluster.scheduler import SchedulerArgs
 from dualpath.runtime.cluster.traffic import links_dir
 from dualpath.runtime.kvstore.limits import capacity_from_gb
+from dualpath.runtime.transfer.auth import ClusterKeys
 
 
 def _die_with_parent() -> None:
@@ -56,11 +57,17 @@ def tiny_model_dir(root: Path) -> Path:
 class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
-    def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0) -> None:
+    def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0,
+                 auth: bool = False) -> None:
+        """``auth``: CURVE-authenticate the control and data planes with keys made now (written
+        0600 to ``key_file`` in the run directory; clients need ``keys``)."""
         self.config = config
         self.startup_timeout_s = startup_timeout_s
         self.cluster_id = uuid.uuid4().hex[:12]
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"dualpath-{self.cluster_id}-"))
+        os.chmod(self.run_dir, 0o700)
+        self.keys: ClusterKeys | None = ClusterKeys.generate() if auth else None
+        self.key_file = self.keys.write(self.run_dir / "cluster.key") if self.keys else None
         self.address = ""
         self.scheduler_proc: subprocess.Popen[bytes] | None = None
         self.engine_procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -74,6 +81,10 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         cfg = self.config
+        if cfg.model != "tiny":  # a bad model name fails here, at once, not in every engine
+            from dualpath.runtime.model.loader import resolve_model
+
+            resolve_model(cfg.model)
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
         cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
         store = dict(kv_capacity_bytes=cap, kv_file_mode=cfg.kv_file_mode)
@@ -84,7 +95,8 @@ class LocalCluster:
             bind=f"tcp://{cfg.host}:{cfg.scheduler_port}", kv_dir=cfg.kv_dir, policy=cfg.policy,
             snic_gbps=cfg.snic_gbps, max_queued_requests=cfg.max_queued_requests,
             prefill_tokens_per_s=cfg.beta_rate,
-            engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file), **store), "scheduler.log")
+            engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file),
+            key_file=str(self.key_file or ""), **store), "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():
             self._check_alive("scheduler", self.scheduler_proc)
@@ -101,7 +113,7 @@ class LocalCluster:
                 dtype=cfg.dtype, hbm_tokens=cfg.decode_hbm_tokens, heartbeat_s=cfg.heartbeat_s,
                 compute_quota_s=cfg.compute_quota_ms / 1e3, max_batch_tokens=cfg.max_batch_tokens,
                 attention_s_per_gflop=cfg.attention_s_per_gflop,
-                attention_intercept_s=cfg.attention_intercept_s,
+                attention_intercept_s=cfg.attention_intercept_s, key_file=str(self.key_file or ""),
                 **(writer if cfg.role_of(eid) == "decode" else store)),  # type: ignore[arg-type]
                 f"engine{eid}.log")
         LocalCluster._running.add(self)
@@ -149,6 +161,8 @@ class LocalCluster:
         ctx: zmq.Context = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.keys is not None:
+            self.keys.client(sock)
         try:
             sock.connect(self.address)
             sock.send_multipart([b"", encode(Query(query_id=1, what="health"))])

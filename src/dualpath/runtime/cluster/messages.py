@@ -2,13 +2,21 @@
 
 Every message is a tagged frozen Struct; ``encode(msg) -> bytes`` and ``decode(bytes) -> Message``.
 KV payloads never go through here: transports send them as raw frames next to a small header.
+
+Decoding validates every field (types, and the ranges below as ``msgspec.Meta`` constraints: ids
+and counts >= 0, known roles, events and query kinds, ``tcp://``/``ipc://`` addresses, bounded
+strings and lists) plus cross-field rules in ``__post_init__``; anything else raises
+``msgspec.DecodeError`` / ``ValidationError`` (``DECODE_ERRORS``), which receivers count and drop
+(``runtime/transfer/drops.py``). What needs the receiver's state (is this engine registered, is
+this request assigned to it) is checked where the message is handled.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Annotated, Literal, Union
 
 import msgspec
+from msgspec import Meta
 
 from dualpath.runtime.cluster.api import (
     ClusterHealth,
@@ -18,6 +26,19 @@ from dualpath.runtime.cluster.api import (
     TokenEvent,
 )
 
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+_I64 = 2**63 - 1
+Count = Annotated[int, Meta(ge=0, le=_I64)]
+EngineId = Annotated[int, Meta(ge=0, le=1 << 20)]
+NodeId = Annotated[int, Meta(ge=0, le=1 << 20)]
+RequestKey = Annotated[str, Meta(min_length=1, max_length=256)]
+Text = Annotated[str, Meta(max_length=4096)]
+TokenIds = Annotated[list[Annotated[int, Meta(ge=0, le=_I64)]], Meta(max_length=1 << 24)]
+Address = Annotated[str, Meta(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc:///[^\s]+)$", max_length=512)]
+Role = Literal["prefill", "decode"]
+Counters = Annotated[dict[Annotated[str, Meta(max_length=128)], Count], Meta(max_length=4096)]
+PeerMap = Annotated[dict[EngineId, Address], Meta(max_length=1 << 16)]
+
 
 class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="t", tag=True):
     pass
@@ -25,113 +46,126 @@ class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="t", tag=True):
 
 # ----------------------------------------------------------------- client <-> scheduler
 class Submit(_Msg, frozen=True):
-    request_id: str
-    prompt_token_ids: list[int]
+    request_id: RequestKey
+    prompt_token_ids: TokenIds
     params: SamplingParams
 
 
 class Abort(_Msg, frozen=True):
-    request_id: str
+    request_id: RequestKey
 
 
 class Query(_Msg, frozen=True):
     """``what``: "health" | "metrics" | "info"."""
 
-    query_id: int
-    what: str
+    query_id: Count
+    what: Literal["health", "metrics", "info"]
 
 
 class QueryReply(_Msg, frozen=True):
-    query_id: int
+    query_id: Count
     health: ClusterHealth | None = None
     metrics: MetricsSnapshot | None = None
     info: ClusterInfo | None = None
-    error: str | None = None
+    error: Text | None = None
 
 
 class Rejected(_Msg, frozen=True):
     """``kind``: "queue_full" | "too_long" | "unavailable" | "bad_request"."""
 
-    request_id: str
-    kind: str
-    reason: str
+    request_id: RequestKey
+    kind: Literal["queue_full", "too_long", "unavailable", "bad_request"]
+    reason: Text
 
 
 class Tokens(_Msg, frozen=True):
     """Token events, in order per request (DE -> scheduler -> client)."""
 
-    events: list[TokenEvent]
+    events: Annotated[list[TokenEvent], Meta(max_length=1 << 16)]
 
 
 # ----------------------------------------------------------------- engine <-> scheduler
 class EngineHello(_Msg, frozen=True):
     """First message of an engine. ``engine_id`` -1 lets the scheduler choose."""
 
-    engine_id: int
-    role: str
-    node_id: int
-    data_addr: str
-    pid: int
-    hbm_tokens: int
-    model_name: str = ""
-    num_layers: int = 0
-    kv_bytes_per_token_layer: int = 0
-    block_size: int = 64
-    vocab_size: int = 0
-    eos_token_id: int | None = None
-    max_context_len: int = 0
+    engine_id: Annotated[int, Meta(ge=-1, le=1 << 20)]
+    role: Role
+    node_id: NodeId
+    data_addr: Address
+    pid: Count
+    hbm_tokens: Count
+    model_name: Annotated[str, Meta(max_length=1024)] = ""
+    num_layers: Count = 0
+    kv_bytes_per_token_layer: Count = 0
+    block_size: Annotated[int, Meta(ge=1, le=1 << 20)] = 64
+    vocab_size: Count = 0
+    eos_token_id: Count | None = None
+    max_context_len: Count = 0
+
+    def geometry(self) -> tuple[object, ...]:
+        """What every engine of one cluster must agree on (checked at each hello)."""
+        return (self.model_name, self.num_layers, self.kv_bytes_per_token_layer, self.block_size,
+                self.vocab_size, self.max_context_len)
 
 
 class Welcome(_Msg, frozen=True):
-    engine_id: int
+    engine_id: EngineId
     is_leader: bool
-    peers: dict[int, str]
+    peers: PeerMap
 
 
 class Peers(_Msg, frozen=True):
     """Data addresses of every live engine (sent when the set changes)."""
 
-    peers: dict[int, str]
+    peers: PeerMap
 
 
 class Heartbeat(_Msg, frozen=True):
     """Periodic report. ``read_queue_tokens``: this engine's storage read backlog (the group leader's
     report of its node's ``read_q`` is what the scheduler uses); byte counters are cumulative."""
 
-    engine_id: int
-    num_seqs: int
-    num_tokens: int
-    read_queue_tokens: int
-    bytes_by_path: dict[str, int]
-    bytes_by_nic: dict[str, int]
-    store_counts: dict[str, int] = {}  # this engine's BlockStore: corrupt_blocks, evictions, ...
-    store_write_errors: dict[str, int] = {}  # its failed writes by cause ("ENOSPC", ...)
+    engine_id: EngineId
+    num_seqs: Count
+    num_tokens: Count
+    read_queue_tokens: Count
+    bytes_by_path: Counters
+    bytes_by_nic: Counters
+    dropped: Counters = msgspec.field(default_factory=dict)  # DropCounter.snapshot() of the engine
+    failed_requests: Count = 0  # requests this engine failed alone (per-request isolation)
+    store_counts: Counters = msgspec.field(default_factory=dict)  # this engine's BlockStore: corrupt_blocks, evictions, ...
+    store_write_errors: Counters = msgspec.field(default_factory=dict)  # its failed writes by cause ("ENOSPC", ...)
 
 
 class PrefillTask(_Msg, frozen=True):
     """Prefill ``prompt_token_ids`` on this PE; hits are the first ``hit_len`` tokens (whole blocks):
     the first ``pe_read_len`` read here, the rest (``de_read_len``) arrive from DE ``decode_engine``."""
 
-    request_id: str
-    prompt_token_ids: list[int]
-    hit_len: int
-    pe_read_len: int
-    de_read_len: int
-    decode_engine: int
+    request_id: RequestKey
+    prompt_token_ids: TokenIds
+    hit_len: Count
+    pe_read_len: Count
+    de_read_len: Count
+    decode_engine: EngineId
     params: SamplingParams
+
+    def __post_init__(self) -> None:
+        _check_task(self.prompt_token_ids, self.hit_len, self.pe_read_len, self.de_read_len)
 
 
 class DecodeTask(_Msg, frozen=True):
     """Receive this request's prompt KV (reading ``de_read_len`` hit tokens after the first
     ``pe_read_len`` from the store and sending them to PE ``prefill_engine``), then decode."""
 
-    request_id: str
-    prompt_token_ids: list[int]
-    hit_len: int
-    pe_read_len: int
-    de_read_len: int
-    prefill_engine: int
+    request_id: RequestKey
+    prompt_token_ids: TokenIds
+    hit_len: Count
+    pe_read_len: Count
+    de_read_len: Count
+    prefill_engine: EngineId
     params: SamplingParams
+
+    def __post_init__(self) -> None:
+        _check_task(self.prompt_token_ids, self.hit_len, self.pe_read_len, self.de_read_len)
 
 
 class Progress(_Msg, frozen=True):
@@ -139,36 +173,36 @@ class Progress(_Msg, frozen=True):
     in its buffer), "prefill_done" (PE side finished; ``hit_len``: prompt tokens whose KV was
     actually loaded and verified, which may be fewer than planned), "failed" (then ``error``)."""
 
-    request_id: str
-    engine_id: int
-    event: str
-    error: str | None = None
-    hit_len: int | None = None
+    request_id: RequestKey
+    engine_id: EngineId
+    event: Literal["read_done", "prefill_done", "failed"]
+    error: Text | None = None
+    hit_len: Count | None = None
 
 
 class Configure(_Msg, frozen=True):
     """Switch the policy and the Oracle switch (client -> scheduler -> engines); only when idle.
     The scheduler answers with a QueryReply carrying health (``query_id`` echoes)."""
 
-    query_id: int
-    policy: str
+    query_id: Count
+    policy: Annotated[str, Meta(min_length=1, max_length=64)]
     read_free: bool = False
-    snic_gbps: float | None = None  # None: keep the current storage-NIC cap
+    snic_gbps: Annotated[float, Meta(gt=0, le=1e6)] | None = None  # None: keep the current cap
 
 
 class Cancel(_Msg, frozen=True):
-    request_id: str
+    request_id: RequestKey
 
 
 class Reset(_Msg, frozen=True):
     """The scheduler declared this engine dead (missed heartbeats) and has re-dispatched or failed
     its requests; the engine, still running, drops every task it holds and serves anew."""
 
-    reason: str = ""
+    reason: Text = ""
 
 
 class Shutdown(_Msg, frozen=True):
-    reason: str = ""
+    reason: Text = ""
 
 
 Message = Union[
@@ -186,5 +220,14 @@ def encode(msg: Message) -> bytes:
 
 
 def decode(data: bytes | memoryview) -> Message:
-    """Decode one message; raises msgspec.ValidationError / DecodeError on garbage."""
+    """Decode and validate one message; raises one of ``DECODE_ERRORS`` on garbage."""
     return _decoder.decode(data)
+
+
+def _check_task(ids: list[int], hit_len: int, pe_read_len: int, de_read_len: int) -> None:
+    """A task's read spans lie inside its hits, its hits inside a non-empty prompt."""
+    if not ids:
+        raise ValueError("prompt_token_ids is empty")
+    if not pe_read_len + de_read_len <= hit_len <= len(ids):
+        raise ValueError(f"read spans pe={pe_read_len} + de={de_read_len} must fit hit_len={hit_len} "
+                         f"<= prompt length {len(ids)}")

@@ -70,6 +70,7 @@ class PrefillWorker(WorkerBase):
         self._hits: dict[str, int] = {}  # DE-path hit tokens announced by the DEs
         self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
         self._connected: set[str] = set()  # DE endpoints registered with the engine
+        self._solo: set[str] = set()  # requests of a failed batch: each runs alone next
 
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:
@@ -79,6 +80,9 @@ class PrefillWorker(WorkerBase):
         bs, rid, de = self.geo.block_size, task.request_id, f"e{task.decode_engine}"
         hashes = tuple(chain_hashes(task.prompt_token_ids[:task.hit_len], bs))
         pure_de = task.de_read_len > 0 and task.pe_read_len == 0
+        early = self._hits.get(rid)  # a READY marker that came before the task
+        if early is not None and early > task.hit_len:
+            raise ValueError(f"{rid}: {early} DE-path hit tokens announced, the task has {task.hit_len}")
         if pure_de and de not in self._connected:
             self.engine.connect(de, _RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
             self._connected.add(de)
@@ -110,7 +114,13 @@ class PrefillWorker(WorkerBase):
         if split is not None:
             split.resolve(ok=False)
 
+    def _release_failed(self, rid: str) -> None:
+        """A failed request: drop it from the engine now (waits for its reads) and forget it."""
+        self.engine.abort(rid)
+        self._forget(rid)
+
     def _forget(self, rid: str) -> None:
+        self._solo.discard(rid)
         with self._lock:
             self._tasks.pop(rid, None)
             self._pulling.discard(rid)
@@ -130,6 +140,10 @@ class PrefillWorker(WorkerBase):
             rid = it.key
             if it.layer == READY_LAYER:  # DE path: hits announced; split: the DE share is cut
                 end = int(np.frombuffer(it.payload, dtype=np.int64)[0])  # type: ignore[arg-type]
+                task = self._tasks.get(rid)
+                if end < 0 or (task is not None and end > task.hit_len):  # (refused in the sender's ack)
+                    raise ValueError(f"{rid}: DE-path hits announced to end at {end}, the task has "
+                                     f"{task.hit_len if task else '?'}")
                 if rid in self._split:
                     self._split[rid].cut(end // self.geo.block_size)
                 else:
@@ -169,7 +183,13 @@ class PrefillWorker(WorkerBase):
         if not ready:
             return False
         view = pv.BatchView(now_s=time.monotonic(), engine_id=self.engine_id, waiting=tuple(ready))
-        entries = self._fit(self.scheduler.plan_prefill_batch(view).entries)
+        try:
+            entries = self._isolate(self._fit(self.scheduler.plan_prefill_batch(view).entries))
+        except Exception as exc:  # noqa: BLE001 - the plan over these requests failed: fail them
+            for i, item in enumerate(ready):
+                self.fail_task(item.request_id, "its batch could not be planned (see the engine log)",
+                               exc if i == 0 else None)
+            return True
         if not entries:
             return False
         try:
@@ -177,6 +197,9 @@ class PrefillWorker(WorkerBase):
         except TransferError:  # a DE died or stalls: redo these requests (the scheduler cancels
             for e in entries:  # the ones of a dead DE meanwhile)
                 self._retry(e.request_id)
+            return True
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not end the engine
+            self._step_failed(entries, exc)
             return True
         for out in outs:
             task = self._tasks.get(out.request_id)
@@ -201,6 +224,27 @@ class PrefillWorker(WorkerBase):
                 break
             out.append(e)
         return out
+
+    def _isolate(self, entries: list[pv.BatchEntry]) -> list[pv.BatchEntry]:
+        """A request that was in a failed batch runs alone (so a second failure is its own)."""
+        for e in entries:
+            if e.request_id in self._solo:
+                return [e]
+        return entries
+
+    def _step_failed(self, entries: Sequence[pv.BatchEntry], exc: Exception) -> None:
+        """A batch raised: alone, the request fails; in company, each is retried alone. First the
+        next layer's load the failed step left on the engine's loader thread must finish, so it
+        cannot write into a staging slot the next batch uses."""
+        loader = getattr(self.engine, "_loader", None)  # (the engine's single loader thread)
+        if loader is not None:
+            loader.submit(lambda: None).result(timeout=10 * TRANSFER_TIMEOUT_S)
+        if len(entries) == 1:
+            self.fail_task(entries[0].request_id, "prefill failed (see the engine log)", exc)
+            return
+        for e in entries:
+            self._solo.add(e.request_id)
+            self._retry(e.request_id)
 
     def _retry(self, rid: str) -> None:
         self.engine.abort(rid)

@@ -12,6 +12,7 @@ from dualpath.runtime.cluster.api import (
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
 from dualpath.runtime.cluster.state import ReqState
 from dualpath.runtime.kvstore import chain_hashes
+from dualpath.runtime.transfer.drops import merge
 
 if TYPE_CHECKING:
     from dualpath.runtime.cluster.scheduler import SchedulerService
@@ -50,6 +51,8 @@ class Reporter:
             return "unavailable", "no live prefill and decode engine registered yet"
         if n == 0:
             return "bad_request", "prompt_token_ids is empty"
+        if "#" in msg.request_id:  # "#" separates a request id from its dispatch attempt
+            return "bad_request", f"request id {msg.request_id!r} must not contain '#'"
         vocab = svc.hello.vocab_size
         if any(t < 0 or t >= vocab for t in msg.prompt_token_ids):
             return "bad_request", f"token ids must be in [0, {vocab})"
@@ -151,7 +154,7 @@ class Reporter:
         st = self.svc.state
         engines = tuple(EngineHealth(engine_id=e.engine_id, role=e.role, node_id=e.node_id,
                                      alive=e.alive, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
-                                     last_seen_s=e.last_seen_s)
+                                     last_seen_s=e.last_seen_s, data_addr=e.data_addr)
                         for e in sorted(st.engines.values(), key=lambda e: e.engine_id))
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
@@ -191,7 +194,10 @@ class Reporter:
                            for role in ("prefill", "decode")},
             engine_deaths=self.deaths, engine_revivals=self.revivals,
             store_counts=store | {"failed_hit_tokens": c["failed_hit_tokens"]},
-            store_write_errors=write_errors)
+            store_write_errors=write_errors,
+            messages_dropped=merge(self.svc.drops.snapshot(),
+                                   *(hb.dropped for hb in self.heartbeats.values())),
+            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()))
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Store counters summed over the engines' last heartbeats and the scheduler's own store."""

@@ -19,15 +19,18 @@ from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
-    Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress, Query, Rejected,
-    QueryReply, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
+    Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
+from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
+from dualpath.runtime.transfer.drops import DropCounter
 
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
+MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
 
 
 class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +45,7 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     port_file: str = ""  # if set, the bound address is written here
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 class SchedulerService:
@@ -50,6 +54,11 @@ class SchedulerService:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        keys = load_keys(args.key_file)
+        self.gate = Gatekeeper(self.ctx, keys) if keys else None
+        if keys:
+            keys.server(self.sock)
+        self.monitor = self.gate.monitor(self.sock) if self.gate else None
         bind = args.bind.replace(":0", ":*") if args.bind.endswith(":0") else args.bind
         self.sock.bind(bind)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -67,6 +76,7 @@ class SchedulerService:
         self.attempts: dict[str, int] = {}
         self.running = True
         self._last_check_s = float("inf")  # no stall before the first tick
+        self.drops = DropCounter("scheduler")
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
@@ -86,12 +96,16 @@ class SchedulerService:
                 except zmq.Again:
                     break
                 self._handle(frames[0], frames[-1], now)
+        if self.monitor is not None:
+            Gatekeeper.count(self.monitor, self.drops, "control")
         self.tick(time.monotonic() if now is None else now)
 
     def close(self) -> None:
         for e in self.state.engines.values():
             if e.alive:
                 self._send(e.identity, Shutdown(reason="scheduler stopping"))
+        if self.gate is not None:
+            self.gate.stop()
         self.sock.close(0)
         self.ctx.term()
 
@@ -102,16 +116,29 @@ class SchedulerService:
         self.sock.send_multipart([identity, b"", encode(msg)])  # type: ignore[arg-type]
 
     def _handle(self, ident: bytes, raw: bytes, now: float | None = None) -> None:
+        """Decode, validate and act on one message; a bad one is dropped and counted, never raised
+        (garbage, a forged or a stale message must not kill the scheduler or fail others)."""
         try:
             msg = decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return  # garbage on the socket never kills the scheduler
+        except DECODE_ERRORS as exc:
+            cause = "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable"
+            self.drops.drop("control", cause, str(exc))
+            return
         now = time.monotonic() if now is None else now
+        try:
+            self._dispatch_msg(ident, msg, now)
+        except Exception as exc:  # noqa: BLE001 - a handler bug must not end the scheduler
+            self.drops.drop("control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
+
+    def _dispatch_msg(self, ident: bytes, msg: object, now: float) -> None:
         if isinstance(msg, Submit):
             self._submit(ident, msg, now)
         elif isinstance(msg, Tokens):
-            self._tokens(msg, now)
+            self._tokens(ident, msg, now)
         elif isinstance(msg, Heartbeat):
+            if msg.engine_id not in self.state.engines:
+                self.drops.drop("control", "unknown_engine", f"heartbeat of engine {msg.engine_id}")
+                return
             self.report.heartbeat(msg, now)
         elif isinstance(msg, Progress):
             self._progress(msg, now)
@@ -123,9 +150,31 @@ class SchedulerService:
             self._hello(ident, msg, now)
         elif isinstance(msg, Configure):
             self._to_client(ident, self._configure(msg))
+        else:  # scheduler -> engine/client messages never come this way
+            self.drops.drop("control", "unexpected", type(msg).__name__)
+
+    def _engine_of(self, ident: bytes) -> EngineState | None:
+        """The registered engine whose main socket is ``ident`` (None: not an engine)."""
+        for e in self.state.engines.values():
+            if e.identity == ident:
+                return e
+        return None
 
     # ------------------------------------------------------------------ engines
     def _hello(self, ident: bytes, msg: EngineHello, now: float) -> None:
+        """Register an engine; refuse (Shutdown with the reason) one whose data address a live
+        engine already has, or whose model/KV geometry differs from the cluster's."""
+        why, cause = None, ""
+        taken = [e.engine_id for e in self.state.engines.values() if e.alive and e.data_addr == msg.data_addr]
+        if taken:
+            why, cause = f"data address {msg.data_addr} is engine {taken[0]}'s", "duplicate_address"
+        elif self.hello is not None and msg.geometry() != self.hello.geometry():
+            why, cause = (f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
+                          f"the cluster's {self.hello.geometry()}"), "mismatch"
+        if why is not None:
+            self.drops.drop("control", cause, why)
+            self._send(ident, Shutdown(reason=f"refused: {why}"))
+            return
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
             eid = max(self.state.engines, default=-1) + 1
@@ -270,9 +319,15 @@ class SchedulerService:
     def _progress(self, msg: Progress, now: float) -> None:
         rid = self._rid(msg.request_id)
         e = self.state.engines.get(msg.engine_id)
-        if e is not None:
-            e.last_seen_s = now
+        if e is None:
+            self.drops.drop("control", "unknown_engine", f"progress from engine {msg.engine_id}")
+            return
+        e.last_seen_s = now
         if rid is None:
+            return
+        req = self.state.requests.get(rid)
+        if req is None or msg.engine_id not in (req.pe, req.de):
+            self.drops.drop("control", "not_assigned", f"progress of {rid!r} from engine {msg.engine_id}")
             return
         if msg.event == "read_done" and e is not None:
             self.state.read_done(rid, e.node_id)
@@ -283,12 +338,19 @@ class SchedulerService:
         elif msg.event == "failed":
             self._fail(rid, msg.error or "engine failure")
 
-    def _tokens(self, msg: Tokens, now: float) -> None:
+    def _tokens(self, sender: bytes, msg: Tokens, now: float) -> None:
+        de = self._engine_of(sender)
+        if de is None or de.role != "decode":
+            self.drops.drop("control", "unknown_engine", "token events not from a decode engine")
+            return
         for ev in msg.events:
             rid = self._rid(ev.request_id)
             ident = self.clients.get(rid) if rid is not None else None
             req = self.state.requests.get(rid) if rid is not None else None
             if rid is None or ident is None or req is None:
+                continue
+            if req.de != de.engine_id:
+                self.drops.drop("control", "not_assigned", f"tokens of {rid!r} from engine {de.engine_id}")
                 continue
             ev = msgspec.structs.replace(ev, request_id=rid)
             if ev.is_last:
@@ -299,6 +361,7 @@ class SchedulerService:
             self._to_client(ident, Tokens(events=[ev]))
 
     def _fail(self, rid: str, error: str) -> None:
+        error = error[:MAX_ERROR_CHARS]
         ident = self.clients.get(rid)
         if ident is not None:
             self._to_client(ident, Tokens(events=[TokenEvent(

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 import torch
 
+from dualpath.runtime.cluster.messages import Progress
 from dualpath.runtime.transfer.base import TransferItem
+
+log = logging.getLogger(__name__)
 
 ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
 
@@ -49,7 +53,15 @@ def _copy(it: TransferItem) -> TransferItem:
 
 class WorkerBase:
     """``_tasks`` (request key -> task) under ``_lock`` and the FIFO of tasks waiting for admission;
-    subclasses say how many tokens a task holds, how to admit one and how to cancel one."""
+    subclasses say how many tokens a task holds, how to admit one and how to cancel one.
+
+    Per-request isolation: a task whose admission raises, or whose computation the subclass cannot
+    finish, is failed alone (``fail_task``: its resources released, a "failed" Progress to the
+    scheduler, which sends its client an error event and cancels it on the other engine); the
+    engine goes on serving the others. Subclasses set ``engine_id`` and ``outbox``."""
+
+    engine_id: int
+    outbox: Any
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -57,6 +69,7 @@ class WorkerBase:
         self._waiting: list[str] = []  # tasks not yet admitted (waiting for buffer room), in order
         self._last_load = (0, 0)
         self._orphans = Orphans()
+        self.num_failed_requests = 0  # requests this engine failed alone (isolation)
 
     def _task_tokens(self, task: Any) -> int:
         raise NotImplementedError
@@ -68,6 +81,9 @@ class WorkerBase:
     def cancel(self, rid: str) -> None:
         raise NotImplementedError
 
+    def _release_failed(self, rid: str) -> None:
+        """Free engine resources of a failed request beyond what ``cancel`` frees (default none)."""
+
     def add(self, task: Any) -> None:
         with self._lock:
             self._tasks[task.request_id] = task
@@ -76,12 +92,32 @@ class WorkerBase:
 
     def _admit_waiting(self) -> None:
         """Admit waiting tasks in order, stopping at the first that does not fit (cancelled ones
-        are skipped)."""
+        are skipped; one whose admission raises is failed alone)."""
         while self._waiting:
-            task = self._tasks.get(self._waiting[0])
-            if task is not None and not self._admit_one(task):
-                return
+            rid = self._waiting[0]
+            task = self._tasks.get(rid)
+            try:
+                if task is not None and not self._admit_one(task):
+                    return
+            except Exception as exc:  # this request's data, not the engine: fail it only
+                self._waiting.pop(0)
+                self.fail_task(rid, "could not start the request (see the engine log)", exc)
+                continue
             self._waiting.pop(0)
+
+    def fail_task(self, rid: str, reason: str, exc: BaseException | None = None) -> None:
+        """Fail one request on this engine: release what it holds (``cancel``) and report it."""
+        if exc is not None:
+            log.warning("engine %s: request %s failed: %s", self.engine_id, rid, reason,
+                        exc_info=(type(exc), exc, exc.__traceback__))
+        self.num_failed_requests += 1
+        try:
+            self._release_failed(rid)
+            self.cancel(rid)
+        except Exception:  # releasing must not take the engine down either
+            log.exception("engine %s: releasing failed request %s", self.engine_id, rid)
+        self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed",
+                                 error=f"engine {self.engine_id}: {reason}"[:1000]))
 
     def load(self) -> tuple[int, int]:
         """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""

@@ -8,8 +8,9 @@ Every failure becomes an OpenAI-style error body; nothing a client sends crashes
 
 from __future__ import annotations
 
-import json
+import logging
 import secrets
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,14 +20,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dualpath.runtime.cluster.api import ClusterError, ClusterInfo
+from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
 from dualpath.runtime.server.protocol import GenRequest, parse_request
 from dualpath.runtime.server.responses import SSE_DONE, ResponseBuilder, sse
+from dualpath.runtime.server.schema import CHAT_SCHEMA, COMPLETION_SCHEMA, request_body
 from dualpath.runtime.server.tokenizer import Tokenizer
 
+log = logging.getLogger("dualpath.server")
+RETRY_AFTER_S = {429: 1, 503: 5}  # Retry-After of a full queue / an unavailable cluster
 
 class _State:
     def __init__(self, factory: Callable[[], Any], tok: Tokenizer, config: ServerConfig) -> None:
@@ -55,8 +60,10 @@ def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable
 
     def make() -> Any:
         from dualpath.runtime.cluster.client import ClusterClient
+        from dualpath.runtime.transfer.auth import load_keys
 
-        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s)
+        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s,
+                             keys=load_keys(config.cluster_key_file or ""))
 
     return make
 
@@ -77,6 +84,7 @@ def create_app(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
             await state.client.close()
 
     app = FastAPI(title="dualpath", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(AccessLog)
     app.state.dualpath = state
     _add_error_handlers(app, state)
     _add_info_routes(app, state)
@@ -84,9 +92,16 @@ def create_app(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
     return app
 
 
+def _retry_headers(status: int) -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_S[status])} if status in RETRY_AFTER_S else {}
+
+
 def _error_response(state: _State, request: Request, exc: APIError) -> JSONResponse:
-    count_http(state.metrics, request.url.path, exc.status)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    """The answer to a refused or failed request: counted under its route, logged once."""
+    count_http(state.metrics, endpoint_label(request), exc.status)
+    level = logging.ERROR if exc.status >= 500 else logging.WARNING
+    log.log(level, "%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message[:500])
+    return JSONResponse(exc.body(), status_code=exc.status, headers=_retry_headers(exc.status))
 
 
 def _add_error_handlers(app: FastAPI, state: _State) -> None:
@@ -101,7 +116,11 @@ def _add_error_handlers(app: FastAPI, state: _State) -> None:
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+        ref = uuid.uuid4().hex[:12]  # the body says only this; the log has the traceback
+        log.error("%s %s: internal error %s", request.method, request.url.path, ref,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        err = APIError(500, f"internal server error (reference {ref}); the server log has the "
+                       "details", code="internal_error")
         return _error_response(state, request, err)
 
 
@@ -121,7 +140,7 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
     async def models(request: Request) -> JSONResponse:
         _check_auth(state, request)
         info = await state.cluster_info()
-        count_http(state.metrics, "/v1/models", 200)
+        count_http(state.metrics, endpoint_label(request), 200)
         return JSONResponse({"object": "list", "data": [{
             "id": state.served_name(info), "object": "model", "created": 0, "owned_by": "dualpath",
             "max_model_len": info.max_context_len, "vocab_size": info.vocab_size}]})
@@ -132,12 +151,13 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
             h = await state.client.health()
         except ClusterError as exc:
             return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc)},
-                                status_code=503)
+                                status_code=503, headers=_retry_headers(503))
         engines = [{"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id,
                     "alive": e.alive, "num_seqs": e.num_seqs} for e in h.engines]
         body = {"status": "ok" if h.ok else "unhealthy", "down": list(h.down), "policy": h.policy,
                 "num_waiting": h.num_waiting, "num_running": h.num_running, "engines": engines}
-        return JSONResponse(body, status_code=200 if h.ok else 503)
+        return JSONResponse(body, status_code=200 if h.ok else 503,
+                            headers={} if h.ok else _retry_headers(503))
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -148,21 +168,10 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
-async def _read_json(state: _State, request: Request) -> Any:
-    raw = await request.body()
-    if len(raw) > state.config.max_request_bytes:
-        raise APIError(413, f"request body of {len(raw)} bytes exceeds the limit of "
-                       f"{state.config.max_request_bytes} bytes")
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
-
-
 def _add_generation_routes(app: FastAPI, state: _State) -> None:
     async def handle(kind: str, request: Request) -> Response:
         _check_auth(state, request)
-        body = await _read_json(state, request)
+        body = await read_json_body(request, state.config.max_request_bytes)
         info = await state.cluster_info()
         req = parse_request(kind, body, info, state.tok, state.served_name(info),
                             state.config.default_max_tokens)
@@ -175,17 +184,17 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
         if first.finish_reason == "error":  # nothing sent yet: answer with a status
             await pieces.aclose()  # type: ignore[attr-defined]
             raise APIError(503, f"generation failed: {first.error}", code="generation_failed")
-        count_http(state.metrics, request.url.path, 200)
+        count_http(state.metrics, endpoint_label(request), 200)
         if req.stream:
             return StreamingResponse(_stream(state, req, first, pieces, timing),
                                      media_type="text/event-stream")
         return await _collect(state, req, first, pieces, timing)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=request_body(COMPLETION_SCHEMA))
     async def completions(request: Request) -> Response:
         return await handle("completion", request)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=request_body(CHAT_SCHEMA))
     async def chat_completions(request: Request) -> Response:
         return await handle("chat", request)
 

@@ -17,6 +17,7 @@ class ServerConfig:
     ``token_timeout_s``: longest wait for the next token before the request fails (none hangs).
     ``max_request_bytes``: larger bodies get 413. ``cluster_query_timeout_s``: how long
     info/health/metrics queries wait for the scheduler before the answer is 503.
+    ``cluster_key_file``: read when the client is made (not here: a config does no I/O).
     """
 
     host: str = "127.0.0.1"
@@ -27,6 +28,7 @@ class ServerConfig:
     token_timeout_s: float = 120.0
     max_request_bytes: int = 8 * 1024 * 1024
     cluster_query_timeout_s: float = 5.0
+    cluster_key_file: str | None = None  # the cluster's CURVE key file (an authenticated cluster)
 
     def __post_init__(self) -> None:
         require(self.host != "", "host", self.host, "must name an interface (127.0.0.1 = loopback)")

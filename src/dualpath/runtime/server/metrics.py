@@ -51,6 +51,12 @@ class _SnapshotCollector:
         for role, n in sorted(snap.engines_alive.items()):
             alive.add_metric([role], n)
         yield alive
+        dropped = CounterMetricFamily("dualpath_messages_dropped", "Cluster messages dropped as "
+                                      "invalid, per plane and cause", labels=["plane", "cause"])
+        for key, n in sorted(snap.messages_dropped.items()):
+            plane, _, cause = key.partition("/")
+            dropped.add_metric([plane, cause], n)
+        yield dropped
         queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
         for name, n in sorted(snap.queue_depths.items()):
             queues.add_metric([name], n)
@@ -66,6 +72,8 @@ class _SnapshotCollector:
             ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
             ("dualpath_engine_revivals", snap.engine_revivals,
              "Engines declared dead that answered again and were taken back"),
+            ("dualpath_engine_request_failures", snap.engine_request_failures,
+             "Requests an engine failed alone while it served the others on"),
         ):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], value)

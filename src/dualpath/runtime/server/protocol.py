@@ -12,6 +12,7 @@ from typing import Any
 
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.cluster.api import ClusterInfo, SamplingParams
+from dualpath.runtime.server import limits
 from dualpath.runtime.server.errors import APIError, bad_param
 from dualpath.runtime.server.tokenizer import Tokenizer
 
@@ -22,7 +23,9 @@ _UNSUPPORTED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None, ""
                 "logprobs": (None, False, 0), "top_logprobs": (None, 0), "tools": (None, []),
                 "tool_choice": (None, "none", "auto"), "logit_bias": (None, {}),
                 "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-                "functions": (None, [])}
+                "functions": (None, []),
+                # vLLM-style extras: accepted only at their "off" value (not implemented)
+                "top_k": (None, -1, 0), "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,17 +51,6 @@ def _int(body: dict[str, Any], key: str, default: int | None, lo: int) -> int | 
     if val < lo:
         raise bad_param(key, val, f"must be >= {lo}")
     return val
-
-
-def _float(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    val = body.get(key)
-    if val is None:
-        return default
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        raise bad_param(key, val, "must be a number")
-    if not lo <= val <= hi:
-        raise bad_param(key, val, f"must be in [{lo}, {hi}]")
-    return float(val)
 
 
 def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
@@ -99,8 +91,8 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     items = [stop] if isinstance(stop, str) else stop
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
         raise bad_param("stop", stop, "must be a non-empty string or a list of them")
-    if len(items) > 4:
-        raise bad_param("stop", stop, "at most 4 stop strings")
+    if len(items) > limits.MAX_STOP_STRINGS:
+        raise bad_param("stop", stop, f"at most {limits.MAX_STOP_STRINGS} stop strings")
     return tuple(items)
 
 
@@ -171,7 +163,7 @@ def _chat_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
     return tok.chat_ids(clean)
 
 
-def _sampling(body: dict[str, Any], max_tokens: int) -> SamplingParams:
+def _sampling(body: dict[str, Any], max_tokens: int, info: ClusterInfo) -> SamplingParams:
     min_tokens = _int(body, "min_tokens", 0, 0)
     ignore_eos = _bool(body, "ignore_eos", False)
     assert min_tokens is not None
@@ -182,17 +174,12 @@ def _sampling(body: dict[str, Any], max_tokens: int) -> SamplingParams:
     elif min_tokens > 0:
         raise bad_param("min_tokens", min_tokens, "only 0 or == max_tokens (forced length) is "
                         "supported; use ignore_eos=true to force generation")
-    stop_ids = body.get("stop_token_ids") or []
-    if not (isinstance(stop_ids, list) and all(isinstance(t, int) for t in stop_ids)):
-        raise bad_param("stop_token_ids", stop_ids, "must be a list of token ids")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad_param("seed", seed, "must be an integer")
+    stop_ids = limits.token_id_list(body, "stop_token_ids", info.vocab_size)
     try:
         return SamplingParams(
-            max_tokens=max_tokens, temperature=_float(body, "temperature", 1.0, 0.0, 2.0),
-            top_p=_float(body, "top_p", 1.0, 0.0, 1.0), seed=seed,
-            stop_token_ids=tuple(stop_ids), ignore_eos=ignore_eos)
+            max_tokens=max_tokens, temperature=limits.temperature(body),
+            top_p=limits.finite_float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+            seed=limits.int64(body, "seed"), stop_token_ids=stop_ids, ignore_eos=ignore_eos)
     except ConfigError as exc:
         raise bad_param(exc.key, exc.value, exc.reason) from None
 
@@ -202,6 +189,7 @@ def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, serve
     """Validate ``body`` of a chat ("chat") or text ("completion") request against the cluster."""
     if not isinstance(body, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    limits.check_utf8(body)
     model = _check_model(body, served)
     _check_unsupported(body)
     stream = _bool(body, "stream", False)
@@ -220,6 +208,6 @@ def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, serve
                        f"has {len(prompt)} prompt tokens + {key}={max_tokens} = "
                        f"{len(prompt) + max_tokens}", param=key, code="context_length_exceeded")
     return GenRequest(kind=kind, model=model, prompt_ids=prompt,
-                      params=_sampling(body, max_tokens), stream=stream,
+                      params=_sampling(body, max_tokens, info), stream=stream,
                       include_usage=include_usage, stop=_stop(body),
                       return_token_ids=_bool(body, "return_token_ids", False))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,17 +21,44 @@ from dualpath.runtime.server.tokenizer import Tokenizer, load_tokenizer
 def run_server(cluster_address: str, host: str = "127.0.0.1", port: int = 8000, *,
                model: str = "smollm2-135m", tokenizer: Tokenizer | None = None,
                api_key: str | None = None, served_model_name: str | None = None,
-               log_level: str = "warning") -> None:
+               log_level: str = "warning", cluster_key_file: str | None = None) -> None:
     """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.
 
     ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model, whose
     vocabulary has 512 ids as built by ``runtime.cluster.local.tiny_model_dir``) and is the model
     id clients send unless ``served_model_name`` says otherwise."""
     config = ServerConfig(host=host, port=port, api_key=api_key,
-                          model_name=served_model_name or model)
+                          model_name=served_model_name or model, cluster_key_file=cluster_key_file)
     tok = tokenizer or load_tokenizer(model, vocab_size=512)
     app = create_app(cluster_address, tok, config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level)
+    setup_logging()
+    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, access_log=False)
+
+
+def preflight(host: str, port: int, model: str, api_key: str | None = None) -> Tokenizer:
+    """What ``dualpath serve`` checks before any engine starts: the server settings, the HTTP
+    port free, the tokenizer of ``model`` loadable. Returns the tokenizer; raises ConfigError."""
+    ServerConfig(host=host, port=port, api_key=api_key, model_name=model)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ConfigError("port", port, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return load_tokenizer(model, vocab_size=512)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Access lines (``dualpath.access``) and error lines (``dualpath.server``) to stderr, in
+    uvicorn's ``LEVEL:     message`` shape (our access log replaces uvicorn's)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    for name in ("dualpath.access", "dualpath.server"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 class BackgroundServer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from typing import Any
 
 from dualpath.core.errors import ConfigError, UnknownNameError
 from dualpath.runtime.transfer.base import Transport
@@ -20,16 +21,17 @@ _OPTIONAL = {"mooncake": ("mooncake", "pip install mooncake-transfer-engine"),
 
 
 def make_transport(name: str, *, host: str = "127.0.0.1",
-                   limiter: Callable[[int], object] | None = None) -> Transport:
-    """A new transport; ``limiter(nbytes)`` (the engine's CNIC) is called before each batch."""
+                   limiter: Callable[[int], object] | None = None, keys: Any = None) -> Transport:
+    """A new transport; ``limiter(nbytes)`` (the engine's CNIC) is called before each batch;
+    ``keys`` (``auth.ClusterKeys``): CURVE-authenticated sockets (None: plain)."""
     if name == "zmq":
         from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 
-        return ZmqTransport(host=host, limiter=limiter)
+        return ZmqTransport(host=host, limiter=limiter, keys=keys)
     if name == "shm":
         from dualpath.runtime.transfer.shm_transport import ShmTransport
 
-        return ShmTransport(limiter=limiter)
+        return ShmTransport(limiter=limiter, keys=keys)
     if name in _OPTIONAL:
         module, install = _OPTIONAL[name]
         if importlib.util.find_spec(module) is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import tempfile
 import threading
 import uuid
@@ -97,12 +98,12 @@ class ShmTransport(ZmqTransport):
     kind = "shm"
 
     def __init__(self, *, ring_bytes: int = 64 * 1024 * 1024,
-                 limiter: Callable[[int], object] | None = None) -> None:
+                 limiter: Callable[[int], object] | None = None, keys: Any = None) -> None:
         require(ring_bytes >= 4096, "ring_bytes", ring_bytes, "must be >= 4096")
         self.ring_bytes = ring_bytes
         self._rings: dict[str, _Ring] = {}
         self._maps: dict[str, mmap.mmap] = {}
-        super().__init__(scheme="ipc", limiter=limiter)
+        super().__init__(scheme="ipc", limiter=limiter, keys=keys)
 
     def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
               ) -> tuple[list[ItemMeta], list[memoryview], str]:
@@ -126,6 +127,25 @@ class ShmTransport(ZmqTransport):
     def _release(self, resources: list[Any]) -> None:
         for ring, start in resources:
             ring.free(start)
+
+    def _check_frames(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
+        """A ring message names one of our senders' rings (a dualpath file in the shm directory)
+        and slots inside it; nothing else is opened."""
+        if not msg.segment:
+            return super()._check_frames(msg, frames)
+        path = Path(msg.segment)
+        if path.parent != _shm_dir() or not re.fullmatch(r"dualpath-shm-[0-9a-f]{16}", path.name):
+            return f"segment {msg.segment!r} is not a dualpath shared-memory ring"
+        if len(frames) != 1:
+            return f"a ring message carries {len(frames) - 1} payload frames"
+        try:
+            size = len(self._maps[msg.segment]) if msg.segment in self._maps else path.stat().st_size
+        except OSError as exc:
+            return f"segment {msg.segment!r}: {exc.strerror}"
+        for i, m in enumerate(msg.items):
+            if m.slot < 0 or m.slot + m.nbytes > size:
+                return f"item {i} slot {m.slot} + {m.nbytes} bytes is outside the {size}-byte ring"
+        return None
 
     def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
         if not msg.segment:

@@ -8,6 +8,14 @@ payload (zero-copy). A receive thread delivers the items into the sink bound to 
 endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
 means the payload sits in the destination sink. Endpoint names map to transport addresses through
 ``add_route`` (the cluster fills the table from the scheduler's peer list).
+
+Nothing received can stop the receive thread or make it wait on one peer: every header is
+decoded and validated field by field (``DataMsg`` / ``ItemMeta`` constraints: counts >= 0, a
+``tcp://`` or ``ipc://`` ``reply_to``, bounded strings, one payload frame per item of the stated
+size), a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting
+to a ``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
+a peer cannot take is dropped and counted; its sender's handle times out) and at most
+``MAX_ACK_PEERS`` ack sockets are kept (least recently used closed first).
 """
 
 from __future__ import annotations
@@ -17,8 +25,9 @@ import queue
 import tempfile
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import torch
@@ -28,30 +37,39 @@ from dualpath.core.errors import ConfigError
 from dualpath.runtime.transfer.base import (
     KVSink, TransferError, TransferHandle, TransferItem, Transport,
 )
+from dualpath.runtime.transfer.auth import ClusterKeys, Gatekeeper
+from dualpath.runtime.transfer.drops import DropCounter
+
+MAX_ACK_PEERS = 256
+ACK_HWM = 10_000  # acks queued per peer before one is dropped (never blocking the receive thread)
+_Meta = msgspec.Meta
+_Count = Annotated[int, _Meta(ge=0, le=2**63 - 1)]
+_Name = Annotated[str, _Meta(max_length=256)]
 
 
 class ItemMeta(msgspec.Struct, array_like=True, frozen=True):
-    key: str
-    block_index: int
-    layer: int
-    num_tokens: int
-    token_offset: int
-    nbytes: int
-    slot: int = -1  # shared-memory offset (shm transport); -1 = payload is a frame
+    key: Annotated[str, _Meta(min_length=1, max_length=256)]
+    block_index: Annotated[int, _Meta(ge=-1, le=2**31)]
+    layer: Annotated[int, _Meta(ge=-16, le=2**16)]  # negative: markers (cluster/kvio.py)
+    num_tokens: _Count
+    token_offset: _Count
+    nbytes: _Count
+    slot: Annotated[int, _Meta(ge=-1, le=2**63 - 1)] = -1  # shm offset (shm transport); -1 = frame
 
 
 class DataMsg(msgspec.Struct, array_like=True, frozen=True, tag="d"):
-    seq: int
-    reply_to: str
-    dest: str
-    source: str
-    items: list[ItemMeta]
-    segment: str = ""
+    seq: _Count
+    reply_to: Annotated[str, _Meta(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc:///[^\s]+)$",
+                                   max_length=512)]
+    dest: _Name
+    source: _Name
+    items: Annotated[list[ItemMeta], _Meta(max_length=1 << 16)]
+    segment: Annotated[str, _Meta(max_length=1024)] = ""
 
 
 class AckMsg(msgspec.Struct, array_like=True, frozen=True, tag="a"):
-    seq: int
-    error: str | None = None
+    seq: _Count
+    error: Annotated[str, _Meta(max_length=4096)] | None = None
 
 
 _decoder = msgspec.msgpack.Decoder(DataMsg | AckMsg)
@@ -74,12 +92,19 @@ class ZmqTransport(Transport):
     kind = "zmq"
 
     def __init__(self, *, host: str = "127.0.0.1", scheme: str = "tcp",
-                 limiter: Callable[[int], object] | None = None) -> None:
+                 limiter: Callable[[int], object] | None = None, drops: DropCounter | None = None,
+                 keys: ClusterKeys | None = None) -> None:
         if scheme not in ("tcp", "ipc"):
             raise ConfigError("scheme", scheme, "choices: tcp, ipc")
+        self.drops = drops or DropCounter("transport")
+        self.keys = keys
         self.ctx = zmq.Context()
+        self._gate = Gatekeeper(self.ctx, keys) if keys is not None else None
         self._pull = self.ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            keys.server(self._pull)
+        self._monitor = self._gate.monitor(self._pull) if self._gate is not None else None
         if scheme == "tcp":
             self._pull.bind(f"tcp://{host}:*")
         else:
@@ -204,9 +229,7 @@ class ZmqTransport(Transport):
                     metas, frames, segment = self._pack(addr, items, resources)
                     sock = socks.get(addr)
                     if sock is None:
-                        sock = socks[addr] = self.ctx.socket(zmq.PUSH)
-                        sock.setsockopt(zmq.LINGER, 0)
-                        sock.connect(addr)
+                        sock = socks[addr] = self._push(addr)
                     head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
                     sock.send_multipart([head, *frames], copy=False)
                 except Exception as exc:  # never kill the send thread
@@ -216,35 +239,93 @@ class ZmqTransport(Transport):
                 s.close(0)
 
     def _recv_loop(self) -> None:
-        acks: dict[str, zmq.Socket] = {}
+        acks: OrderedDict[str, zmq.Socket] = OrderedDict()
         ctl = self._ctl
         poller = zmq.Poller()
         poller.register(self._pull, zmq.POLLIN)
         poller.register(ctl, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
         try:
             while True:
                 ready = dict(poller.poll())
                 if ctl in ready:
                     break
+                if self._monitor is not None and self._monitor in ready:
+                    Gatekeeper.count(self._monitor, self.drops, "data")
+                if self._pull not in ready:
+                    continue
                 frames = self._pull.recv_multipart(copy=False)
                 try:
-                    msg = _decoder.decode(frames[0].buffer)
-                except msgspec.DecodeError:
-                    continue
-                if isinstance(msg, AckMsg):
-                    self._finish(msg.seq, msg.error)
-                    continue
-                error = self._deliver(msg, frames)
-                sock = acks.get(msg.reply_to)
-                if sock is None:
-                    sock = acks[msg.reply_to] = self.ctx.socket(zmq.PUSH)
-                    sock.setsockopt(zmq.LINGER, 0)
-                    sock.connect(msg.reply_to)
-                sock.send(_encoder.encode(AckMsg(msg.seq, error)))
+                    self._on_message(frames, acks)
+                except Exception as exc:  # noqa: BLE001 - never kill the receive thread
+                    self.drops.drop("data", "handler_error", f"{type(exc).__name__}: {exc}")
         finally:
             for s in acks.values():
                 s.close(0)
             ctl.close(0)
+
+    def _on_message(self, frames: list[zmq.Frame], acks: OrderedDict[str, zmq.Socket]) -> None:
+        try:
+            msg = _decoder.decode(frames[0].buffer)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            cause = "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable"
+            self.drops.drop("data", cause, str(exc))
+            return
+        if isinstance(msg, AckMsg):
+            self._finish(msg.seq, msg.error)
+            return
+        bad = self._check_frames(msg, frames)
+        if bad is not None:
+            self.drops.drop("data", "bad_frames", bad)
+            error: str | None = f"refused: {bad}"
+        else:
+            error = self._deliver(msg, frames)
+        sock = self._ack_socket(msg.reply_to, acks)
+        if sock is None:
+            return
+        try:
+            sock.send(_encoder.encode(AckMsg(msg.seq, error)), zmq.NOBLOCK)
+        except zmq.Again:  # the peer takes nothing (gone, or not a transport): its handle times out
+            self.drops.drop("data", "ack_undeliverable", msg.reply_to)
+
+    def _push(self, addr: str, sndhwm: int = 1000) -> zmq.Socket:
+        """A PUSH socket connected to ``addr`` (a CURVE client of the cluster when keyed)."""
+        sock = self.ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, sndhwm)
+        if self.keys is not None:
+            self.keys.client(sock)
+        try:
+            sock.connect(addr)
+        except zmq.ZMQError:
+            sock.close(0)
+            raise
+        return sock
+
+    def _check_frames(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
+        """Why the payload frames do not match the header (None: they do)."""
+        if len(frames) != len(msg.items) + 1:
+            return f"{len(msg.items)} items but {len(frames) - 1} payload frames"
+        for i, m in enumerate(msg.items):
+            if len(frames[i + 1].buffer) != m.nbytes:
+                return f"item {i} states {m.nbytes} bytes, its frame has {len(frames[i + 1].buffer)}"
+        return None
+
+    def _ack_socket(self, addr: str, acks: OrderedDict[str, zmq.Socket]) -> zmq.Socket | None:
+        sock = acks.get(addr)
+        if sock is not None:
+            acks.move_to_end(addr)
+            return sock
+        try:  # (a deep queue: acks are tiny, and one is dropped only when a peer takes none)
+            sock = self._push(addr, sndhwm=ACK_HWM)
+        except zmq.ZMQError as exc:
+            self.drops.drop("data", "bad_reply_to", f"{addr!r}: {exc}")
+            return None
+        acks[addr] = sock
+        while len(acks) > MAX_ACK_PEERS:
+            acks.popitem(last=False)[1].close(0)
+        return sock
 
     def _deliver(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
         with self._lock:
@@ -264,6 +345,8 @@ class ZmqTransport(Transport):
             s.send(b"stop")
             s.close(0)
             self._recv_thread.join(5)
+        if self._gate is not None:
+            self._gate.stop()
         self._pull.close(0)
         addr = self.address
         if addr.startswith("ipc://"):

@@ -1,0 +1,45 @@
+"""Argument and model errors of ``dualpath serve`` are found before any engine starts."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dualpath.core.errors import ConfigError
+from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.local import LocalCluster
+from dualpath.runtime.server.run import preflight
+
+
+def test_serve_with_an_unknown_model_fails_at_once_with_one_error_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "dualpath.cli", "serve", "--model", "nosuchmodel",
+                           "--kv-dir", str(tmp_path / "kv"), "--port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: model='nosuchmodel'"), proc.stderr
+    assert not (tmp_path / "kv").exists()  # nothing was started
+
+
+def test_local_cluster_refuses_an_unknown_model_before_spawning(tmp_path: Path) -> None:
+    cluster = LocalCluster(ClusterConfig(kv_dir=str(tmp_path / "kv"), model="nosuchmodel"))
+    with pytest.raises(ConfigError, match="nosuchmodel"):
+        cluster.start()
+    assert cluster.scheduler_proc is None and not cluster.engine_procs
+    cluster.stop()
+
+
+def test_preflight_names_a_busy_port_and_bad_settings() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port={port}"):
+            preflight("127.0.0.1", port, "tiny")
+    with pytest.raises(ConfigError, match="port=70000"):
+        preflight("127.0.0.1", 70000, "tiny")
+    assert preflight("127.0.0.1", 0, "tiny").encode("hi")  # the tokenizer, loaded
