@@ -18,14 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 
-class _CopySink:
-    def __init__(self, nbytes: int) -> None:
-        self.buf = np.empty(nbytes, dtype=np.uint8)
-
-    def deliver(self, source: str, items: Sequence[object]) -> None:
-        for it in items:
-            mv = memoryview(it.payload).cast("B")  # type: ignore[attr-defined]
-            self.buf[: mv.nbytes] = np.frombuffer(mv, dtype=np.uint8)
+from transport_throughput import _CopySink  # same folder: the receive side copies out
 
 
 def run(total: int, block: int, batch: int, keyed: bool) -> float:
