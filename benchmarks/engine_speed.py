@@ -5,7 +5,8 @@ cached prefix, and greedy decode at batch 1 and batch 8 (``--decode-ctx`` prompt
 ``--decode-steps`` tokens). Ours: the real ``PrefillEngine.step`` / ``DecodeEngine.step`` (KV handed
 to the DE buffer through the in-process transport, decode from the paged cache; no store, no
 overlap thread, so everything runs on this one thread). Transformers: the same tensors in a
-``LlamaForCausalLM`` with ``--hf-attn`` attention (eager by default), ``use_cache=True`` and
+``LlamaForCausalLM`` run in PyTorch eager mode (no torch.compile) with its default SDPA attention
+(``--hf-attn eager`` for its matmul-softmax attention, a weaker baseline), ``use_cache=True`` and
 ``logits_to_keep=1`` on prefills (it would otherwise compute the lm_head over every position).
 Every repeat checks the greedy tokens are equal; each measure's time is the median of ``--repeats``
 (the machine may be shared: medians, not means). Prints project / transformers speed (>= 1.0 means
@@ -187,7 +188,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--decode-ctx", type=int, default=1024)
     ap.add_argument("--decode-steps", type=int, default=16)
-    ap.add_argument("--hf-attn", default="eager", choices=("eager", "sdpa"))
+    ap.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.repeats = args.repeats or (2 if args.quick else 3)
