@@ -142,11 +142,12 @@ class Decoder:
         k = k * cos3 + _rotate_half(k) * sin3
         new_kv = torch.stack((k, v), dim=1)
         attn = self._attention(q, new_kv, spans, cached_kv, cache_has_room)
-        h = hidden + F.linear(attn, self._w[p + "self_attn.o_proj.weight"])
+        # in place on fresh temporaries (same values as the out-of-place ops, fewer allocations)
+        h = F.linear(attn, self._w[p + "self_attn.o_proj.weight"]).add_(hidden)
         x = _rms_norm(h, self._w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-        gate = F.linear(x, self._w[p + "mlp.gate_proj.weight"])
-        up = F.linear(x, self._w[p + "mlp.up_proj.weight"])
-        h = h + F.linear(F.silu(gate) * up, self._w[p + "mlp.down_proj.weight"])
+        gate = F.silu(F.linear(x, self._w[p + "mlp.gate_proj.weight"]), inplace=True)
+        act = gate.mul_(F.linear(x, self._w[p + "mlp.up_proj.weight"]))
+        h = F.linear(act, self._w[p + "mlp.down_proj.weight"]).add_(h)
         return h, new_kv
 
     def _proj(self, x: torch.Tensor, name: str) -> torch.Tensor:
