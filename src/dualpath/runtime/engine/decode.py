@@ -43,14 +43,15 @@ class DecodeConfig:
 
 
 class _Running:
-    __slots__ = ("rid", "tokens", "ctx_len", "block_ids", "table", "sampling", "num_generated",
-                 "parent", "num_hashed", "writes")  # fmt: skip
+    __slots__ = ("rid", "tokens", "ctx_len", "block_ids", "run_start", "table", "sampling",
+                 "num_generated", "parent", "num_hashed", "writes")  # fmt: skip
 
     def __init__(self, rid: str, tokens: list[int], block_ids: list[int], sampling: SamplingParams) -> None:
         self.rid = rid
         self.tokens = tokens  # prompt + generated; the last one has no KV yet
         self.ctx_len = len(tokens) - 1
         self.block_ids = block_ids
+        self.run_start = PagedKVCache.run_start(block_ids)  # not None: the cache is read in place
         self.table: torch.Tensor | None = None
         self.sampling = sampling
         self.num_generated = 1  # the PE sampled the first token
@@ -112,7 +113,7 @@ class DecodeEngine:
             return False
         blocks = self.buffer.blocks(request_id)
         for k in range(self.geometry.num_blocks(len(prompt))):
-            self.cache.data[ids[k]].copy_(blocks.tensors[k])
+            self.cache.write_block(ids[k], blocks.tensors[k])
         self.buffer.free(request_id)
         self._reads.pop(request_id, None)
         st = _Running(request_id, [*prompt, first_token], ids, sampling)
@@ -139,11 +140,15 @@ class DecodeEngine:
                 st.table = self.cache.index(st.block_ids)
         hidden = dec.embed([st.tokens[-1] for st in batch])
         rope = dec.rope(dec.positions(spans))
+        gathered = [j for j, st in enumerate(batch) if st.run_start is None]
         for layer in range(dec.num_layers):
-            # gather one row more than the context: the decoder writes the new token's KV there
-            cached = [self.cache.gather(layer, st.table, st.ctx_len + 1) for st in batch]  # type: ignore[arg-type]
+            # one row more than the context: the decoder writes the new token's KV there, which is
+            # the cache itself for a view; a gathered copy is written back after the layer
+            cached = [self.cache.context(layer, st.run_start, st.table, st.ctx_len + 1)  # type: ignore[arg-type]
+                      for st in batch]  # fmt: skip
             hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope, cache_has_room=True)
-            for j, st in enumerate(batch):
+            for j in gathered:
+                st = batch[j]
                 self.cache.write_token(layer, st.block_ids, st.ctx_len, kv[j])
         logits = dec.final(hidden)
         outs = []

@@ -33,7 +33,7 @@ _LAYER_KEYS = (
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )  # fmt: skip
-MASK_CACHE_ENTRIES = 16  # causal masks kept across layers (spans of the current batch)
+MASK_CACHE_ENTRIES = 16  # cached-prefix masks kept across layers (spans of the current batch)
 _BIAS_KEYS = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
 
 
@@ -70,7 +70,7 @@ class Decoder:
         self._w = {k: self._take(weights, k) for k in self._needed_keys()}
         self._inv_freq = rope_inv_freq(config).to(self.device)
         self._scale = config.head_dim**-0.5
-        self._masks: dict[tuple[int, int, int, int, torch.device], torch.Tensor] = {}
+        self._masks: dict[tuple[int, int, torch.dtype, torch.device], torch.Tensor] = {}
 
     def _needed_keys(self) -> list[str]:
         keys = ["model.embed_tokens.weight", "model.norm.weight"]
@@ -142,11 +142,12 @@ class Decoder:
         k = k * cos3 + _rotate_half(k) * sin3
         new_kv = torch.stack((k, v), dim=1)
         attn = self._attention(q, new_kv, spans, cached_kv, cache_has_room)
-        h = hidden + F.linear(attn, self._w[p + "self_attn.o_proj.weight"])
+        # in place on fresh temporaries (same values as the out-of-place ops, fewer allocations)
+        h = F.linear(attn, self._w[p + "self_attn.o_proj.weight"]).add_(hidden)
         x = _rms_norm(h, self._w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-        gate = F.linear(x, self._w[p + "mlp.gate_proj.weight"])
-        up = F.linear(x, self._w[p + "mlp.up_proj.weight"])
-        h = h + F.linear(F.silu(gate) * up, self._w[p + "mlp.down_proj.weight"])
+        gate = F.silu(F.linear(x, self._w[p + "mlp.gate_proj.weight"]), inplace=True)
+        act = gate.mul_(F.linear(x, self._w[p + "mlp.up_proj.weight"]))
+        h = F.linear(act, self._w[p + "mlp.down_proj.weight"]).add_(h)
         return h, new_kv
 
     def _proj(self, x: torch.Tensor, name: str) -> torch.Tensor:
@@ -160,8 +161,14 @@ class Decoder:
         cached_kv: Sequence[torch.Tensor | None],
         cache_has_room: bool = False,
     ) -> torch.Tensor:
-        """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``."""
+        """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``.
+
+        Every call is 4-D (``[1, heads, seq, d]``) with K/V as strided views of the ``[L, 2, kv, d]``
+        layout (no copies), so SDPA picks its fused (flash) kernel: a plain prefill uses
+        ``is_causal``; one new token (decode) stacks the ``group`` query heads of each KV head along
+        the query axis and needs no mask; only new tokens on a cached prefix take an additive mask."""
         outs, start = [], 0
+        kv_heads, group = self.config.num_kv_heads, self.config.num_heads // self.config.num_kv_heads
         for span, cached in zip(spans, cached_kv, strict=True):
             end = start + span.new_len
             kv = new_kv[start:end]
@@ -177,30 +184,34 @@ class Decoder:
                     kv = cached[:total]
                 else:
                     kv = torch.cat((cached[: span.cached_len].to(kv.dtype), kv), dim=0)
-            n, group = span.new_len, self.config.num_heads // self.config.num_kv_heads
-            # GQA without repeating K/V: the `group` query heads sharing a KV head are stacked along
-            # the query axis (row r of group j is head j * group + r // n, query r % n)
-            qg = q[start:end].transpose(0, 1).reshape(self.config.num_kv_heads, group * n, -1)
-            kh, vh = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [kv_heads, c+n, d]
-            mask = self._causal_mask(kv.shape[0], span.cached_len, n, group, q.device) if n > 1 else None
-            o = F.scaled_dot_product_attention(qg, kh, vh, attn_mask=mask, scale=self._scale)
-            o = o.view(self.config.num_heads, n, -1)
-            outs.append(o.transpose(0, 1).reshape(span.new_len, -1))
+            n = span.new_len
+            kh, vh = kv[:, 0].transpose(0, 1)[None], kv[:, 1].transpose(0, 1)[None]  # [1, kv_heads, L, d]
+            if n == 1:  # row r of KV head j is query head j * group + r: no mask, no GQA expansion
+                qg = q[start].view(1, kv_heads, group, -1)
+                o = F.scaled_dot_product_attention(qg, kh, vh, scale=self._scale)
+                outs.append(o.reshape(1, -1))
+            else:
+                q4 = q[start:end].transpose(0, 1)[None]  # [1, heads, n, d]
+                mask = self._prefix_mask(span.cached_len, n, q.dtype, q.device) if span.cached_len else None
+                o = F.scaled_dot_product_attention(q4, kh, vh, attn_mask=mask, is_causal=mask is None,
+                                                   scale=self._scale, enable_gqa=group > 1)  # fmt: skip
+                outs.append(o[0].transpose(0, 1).reshape(n, -1))
             start = end
-        return torch.cat(outs, dim=0)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
-    def _causal_mask(self, kv_len: int, cached_len: int, n: int, group: int,
-                     device: torch.device) -> torch.Tensor:
-        """``[group * n, kv_len]`` causal mask of a span; the same for every layer, so the last few
-        are kept (a forward asks for each span's mask once per layer)."""
-        key = (kv_len, cached_len, n, group, device)
+    def _prefix_mask(self, cached_len: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``[n, cached_len + n]`` additive mask (0 or -inf) of ``n`` new tokens after ``cached_len``
+        cached ones; the same for every layer, so the last few are kept."""
+        key = (cached_len, n, dtype, device)
         mask = self._masks.get(key)
         if mask is None:
             if len(self._masks) >= MASK_CACHE_ENTRIES:
                 self._masks.clear()
-            key_pos = torch.arange(kv_len, device=device)
+            key_pos = torch.arange(cached_len + n, device=device)
             query_pos = torch.arange(n, device=device) + cached_len
-            mask = self._masks[key] = (key_pos[None, :] <= query_pos[:, None]).repeat(group, 1)
+            allowed = key_pos[None, :] <= query_pos[:, None]
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+            self._masks[key] = mask
         return mask
 
     def forward_full(self, token_ids: Sequence[int]) -> torch.Tensor:

@@ -1,0 +1,56 @@
+"""The decoder's attention runs on SDPA's fused CPU kernel for every span shape (issue 15).
+
+Under ``sdpa_kernel(FLASH_ATTENTION)`` SDPA raises instead of falling back to the math path, so each
+test fails if a call is 3-D, has an unsupported mask or any other shape the fused kernel refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from dualpath.runtime.model import Decoder, Span, build_hf_model, load_decoder
+
+TOL = 1e-4
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2-tied"])
+def test_every_span_shape_runs_fused_and_matches_transformers(tiny_dirs: dict[str, Path], name: str) -> None:
+    dec, ckpt = load_decoder(str(tiny_dirs[name]), device="cpu")
+    hf = build_hf_model(ckpt)
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randint(0, dec.config.vocab_size, (40,), generator=gen).tolist()
+    b = torch.randint(0, dec.config.vocab_size, (23,), generator=gen).tolist()
+    with torch.no_grad():
+        ref_a, ref_b = hf(torch.tensor([a])).logits[0], hf(torch.tensor([b])).logits[0]
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+        # one packed batch: a plain causal prefill, new tokens on a cached prefix, one decode token
+        caches = _prefill(dec, a[:30]), _prefill(dec, b[:22])
+        spans = [Span(0, 30), Span(30, 9), Span(22, 1)]
+        ids = a[:30] + a[30:39] + b[22:23]
+        h = dec.embed(ids)
+        rope = dec.rope(dec.positions(spans))
+        for i in range(dec.num_layers):
+            h, _ = dec.run_layer(i, h, spans, [None, caches[0][i], caches[1][i]], rope)
+        logits = dec.final(h)
+    assert (logits[:30] - ref_a[:30]).abs().max().item() < TOL
+    assert (logits[30:39] - ref_a[30:39]).abs().max().item() < TOL
+    assert (logits[39] - ref_b[22]).abs().max().item() < TOL
+
+
+def _prefill(dec: Decoder, ids: list[int]) -> list[torch.Tensor]:
+    h, out = dec.embed(ids), []
+    for i in range(dec.num_layers):
+        h, kv = dec.run_layer(i, h, [Span(0, len(ids))], [None])
+        out.append(kv)
+    return out
+
+
+def test_prefix_mask_is_additive_and_kept(tiny_dirs: dict[str, Path]) -> None:
+    dec, _ = load_decoder(str(tiny_dirs["llama"]), device="cpu")
+    m = dec._prefix_mask(3, 2, torch.float32, torch.device("cpu"))
+    inf = float("-inf")
+    assert torch.equal(m, torch.tensor([[0.0, 0, 0, 0, inf], [0, 0, 0, 0, 0]]))
+    assert dec._prefix_mask(3, 2, torch.float32, torch.device("cpu")) is m
