@@ -115,7 +115,10 @@ def _coefficients(model: ModelSpec) -> _Coefficients:
     csa = model.attention_kind == "csa"
     counts: dict[tuple[int, int], int] = {}
     for layer in range(model.num_layers):
-        key = (model.layer_window(layer) or 0, model.compress_ratios[layer] if csa else 0)
+        if csa:  # every csa layer keeps the raw window plus its compressed entries
+            key = (model.window_len or 0, model.compress_ratios[layer])
+        else:
+            key = (model.layer_window(layer) or 0, 0)
         counts[key] = counts.get(key, 0) + 1
     groups = tuple((n, window, ratio) for (window, ratio), n in sorted(counts.items()))
     return _Coefficients(
