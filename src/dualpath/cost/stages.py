@@ -27,14 +27,14 @@ ablation overrides it), never from ``ModelSpec.weight_bytes``:
 - ``act_bytes``: the hidden state into and out of the stage, ``2 x tokens x hidden`` per layer: what
   crosses an A/F boundary.
 
-Everything per (model, bits) is memoised; a call is closed form in batch and context.
+Everything per model is memoised (by identity); a call is closed form in batch and context, and
+attention FLOPs cost one spec call per group of alike layers (memoised per context).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from dualpath.core.errors import require
@@ -103,24 +103,52 @@ class _Coefficients:
     index_elements: int  # DSA/CSA indexer key per token (or per compressed entry)
     # layer groups: (count, window or 0, compression ratio or 0)
     groups: tuple[tuple[int, int, int], ...]
+    # attention groups: (count, a representative layer) of layers that attend alike
+    attention_layers: tuple[tuple[int, int], ...]
     csa: bool
     sparse_top_k: int | None
 
 
-@lru_cache(maxsize=256)
+_CACHE: dict[int, tuple[ModelSpec, _Coefficients, dict[tuple[int, int], float]]] = {}
+_CACHE_LIMIT = 256  # models (ablation variants included); attention entries per model below
+_FLOPS_LIMIT = 1 << 16
+
+
+def _entry(model: ModelSpec) -> tuple[ModelSpec, _Coefficients, dict[tuple[int, int], float]]:
+    """Memo keyed by identity (a frozen spec never changes; hashing all its fields per call
+    would dominate ``stage_work``), checked against the object so a reused id cannot alias."""
+    entry = _CACHE.get(id(model))
+    if entry is None or entry[0] is not model:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        entry = (model, _build_coefficients(model), {})
+        _CACHE[id(model)] = entry
+    return entry
+
+
 def _coefficients(model: ModelSpec) -> _Coefficients:
+    return _entry(model)[1]
+
+
+def _build_coefficients(model: ModelSpec) -> _Coefficients:
     attention = attention_params(model)
     a_linear = 2.0 * attention
     f_linear = model.linear_flops_per_token - a_linear
     csa = model.attention_kind == "csa"
     counts: dict[tuple[int, int], int] = {}
+    alike: dict[tuple[int | None, int], list[int]] = {}
     for layer in range(model.num_layers):
+        ratio = model.compress_ratios[layer] if csa else 0
         if csa:  # every csa layer keeps the raw window plus its compressed entries
-            key = (model.window_len or 0, model.compress_ratios[layer])
+            key = (model.window_len or 0, ratio)
         else:
             key = (model.layer_window(layer) or 0, 0)
         counts[key] = counts.get(key, 0) + 1
+        alike.setdefault((model.layer_window(layer), ratio), []).append(layer)
     groups = tuple((n, window, ratio) for (window, ratio), n in sorted(counts.items()))
+    uniform = model.window_len is None and not csa
+    attention_layers = ((model.num_layers, -1),) if uniform else tuple(
+        (len(layers), layers[0]) for _, layers in sorted(alike.items(), key=lambda kv: kv[1][0]))
     return _Coefficients(
         num_layers=model.num_layers, hidden=model.hidden_size,
         a_linear_flops_per_token=a_linear, f_linear_flops_per_token=f_linear,
@@ -131,14 +159,26 @@ def _coefficients(model: ModelSpec) -> _Coefficients:
         num_routed=model.num_routed_experts, num_active=model.num_active_experts,
         kv_elements=model.kv_elements_per_token_layer,
         index_elements=model.index_head_dim if model.index_num_heads else 0,
-        groups=groups, csa=csa, sparse_top_k=model.sparse_top_k,
+        groups=groups, attention_layers=attention_layers, csa=csa,
+        sparse_top_k=model.sparse_top_k,
     )
 
 
-@lru_cache(maxsize=4096)
 def _attention_flops(model: ModelSpec, cached_len: int, new_len: int) -> float:
-    """``model.attention_flops(cached_len, new_len)`` (all layers), memoised."""
-    return model.attention_flops(cached_len, new_len)
+    """``model.attention_flops(cached_len, new_len)`` (all layers) from one representative layer
+    per group of layers that attend alike, memoised per model."""
+    _, c, memo = _entry(model)
+    key = (cached_len, new_len)
+    flops = memo.get(key)
+    if flops is None:
+        if len(memo) >= _FLOPS_LIMIT:
+            memo.clear()
+        flops = 0.0
+        for count, layer in c.attention_layers:
+            flops += count * model.attention_flops_layer(cached_len, new_len,
+                                                         None if layer < 0 else layer)
+        memo[key] = flops
+    return flops
 
 
 def element_bytes(model: ModelSpec, bits: int, *, kv: bool = False) -> float:
