@@ -78,6 +78,11 @@ def test_stage_terms_add_to_model_totals(name: str) -> None:
     linear = batch * model.linear_flops_per_token
     assert math.isclose(da.flops + df.flops, linear + batch * model.attention_flops(n, 1),
                         rel_tol=1e-12)
+    shape = model_shape(model)
+    assert math.isclose(df.routed_flops, batch * shape.routed_flops_per_token_layer
+                        * model.num_layers, rel_tol=1e-12, abs_tol=1e-6)
+    assert math.isclose(da.flops - da.attention_flops, batch * model.num_layers
+                        * shape.attention_linear_flops_per_token_layer, rel_tol=1e-12)
     # weights: A + F (non-expert + all routed experts) = every parameter at the stage's bits
     for bits in (4, 8, 16):
         a_ne, a_routed = stage_weight_bytes(model, "da", bits)

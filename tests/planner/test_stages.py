@@ -179,3 +179,22 @@ def test_bad_inputs_name_the_value() -> None:
         stage_work(model, "pa", batch=1, context_len=1, bits=32)
     with pytest.raises(ConfigError, match="batch=-1"):
         stage_work(model, "da", batch=-1, context_len=1)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-32b", "smollm2-135m"])
+def test_decode_attention_matches_the_roofline_counting(name: str) -> None:
+    """For a uniform GQA model with 16-bit KV the stage model counts what cost/roofline.py
+    counts: the same KV bytes read + written and the same attention FLOPs, summed over layers."""
+    from dualpath.cost.shapes import decode_attention_flops, kv_layer_bytes
+
+    model = get_model(name)
+    assert model.kv_dtype_bytes == 2
+    contexts = [7000] * 16
+    w = stage_work(model, "da", batch=16, context_len=7000)
+    per_layer = sum(kv_layer_bytes(model, c) for c in contexts) + 16 * model.kv_bytes_per_token_layer
+    assert w.kv_read_bytes + w.kv_write_bytes == model.num_layers * per_layer
+    main, indexer = decode_attention_flops(model, contexts)
+    assert w.attention_flops == model.num_layers * (main + indexer)
+    f = stage_work(model, "df", batch=16, context_len=7000)
+    assert math.isclose(w.flops + f.flops - w.attention_flops,
+                        16 * model.linear_flops_per_token, rel_tol=1e-12)
