@@ -84,9 +84,10 @@ def apply_overrides(model: ModelSpec, overrides: Mapping[str, object], *,
     Unknown factors raise :class:`UnknownNameError`; bad values :class:`ConfigError` naming them.
     """
     items = dict(overrides)
-    scope = items.pop("dtype_scope", None) if dtype_scope is None else dtype_scope
-    scope = "weights" if scope is None else scope
-    require(scope in DTYPE_SCOPES, "dtype_scope", scope, f"choices: {', '.join(DTYPE_SCOPES)}")
+    given = items.pop("dtype_scope", None) if dtype_scope is None else dtype_scope
+    given = "weights" if given is None else given
+    require(given in DTYPE_SCOPES, "dtype_scope", given, f"choices: {', '.join(DTYPE_SCOPES)}")
+    scope = str(given)
     if "kv_width" in items and "kv_lora_rank" in items:
         raise ConfigError("kv_lora_rank", items["kv_lora_rank"], "alias of kv_width; give one")
     if not items:

@@ -22,7 +22,8 @@ MEMORY_FAMILIES = ("sram", "hbm", "gddr", "lpddr", "ddr")
 class Device(Protocol):
     """An accelerator as the roofline sees it."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def peak_flops(self, bits: int) -> float:
         """Dense FLOP/s for operands of ``bits`` bits."""
