@@ -24,7 +24,6 @@ from dualpath.spec.device import check_bits
 
 DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16")
 _WIDER = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16", "fp16": "bf16"}
-_BITS_DTYPE = {4: "fp4", 8: "fp8", 16: "bf16"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +54,12 @@ class GPUSpec:
     def peak_flops(self, bits: int) -> float:
         """Dense FLOP/s for ``bits``-bit operands (4: FP4, 8: FP8, 16: BF16), falling back to
         the next wider dtype the tensor cores support (FP8 on A100 runs at the BF16 rate)."""
-        return self.compute_tflops(_BITS_DTYPE[check_bits(bits)]) * 1e12
+        if bits == 16:  # hot path of the planner: no table walk, no message strings
+            return self.bf16_tflops * 1e12
+        if bits == 8:
+            return (self.fp8_tflops or self.bf16_tflops) * 1e12
+        check_bits(bits)
+        return (self.fp4_tflops or self.fp8_tflops or self.bf16_tflops) * 1e12
 
     @property
     def mem_bytes_per_s(self) -> float:
