@@ -185,7 +185,8 @@ def catalog_report(name: str, prices: Path | None = None) -> dict[str, object]:
         "f_ref_tflops": fit.f_ref_tflops, "fit_max_rel_error": fit.max_rel_error,
         "power_fit": fit.to_json(),
         "memory_power": {k: {"pj_per_bit": v.pj_per_bit, "idle_w_per_gb": v.idle_w_per_gb,
-                             "source": v.source} for k, v in MEMORY_POWER.items()},
+                             "on_chip": v.on_chip, "source": v.source}
+                         for k, v in MEMORY_POWER.items()},
         "devices": rows,
     }
     if name == "gpu":
