@@ -49,7 +49,7 @@ NPU_MEMORY_POINTS: tuple[tuple[str, float, float], ...] = (
     ("lpddr", 32.0, 200.0), ("lpddr", 128.0, 546.0), ("lpddr", 480.0, 512.0),
     ("ddr", 256.0, 307.0), ("ddr", 1024.0, 614.0),
 )
-GPU_CATALOG = ("h100", "a100", "a100-40gb", "l40s", "l4", "a10g", "t4", "v100")
+GPU_CATALOG = ("h100", "a100", "a100-40gb", "l40s", "l4", "a10g", "t4", "v100", "m60")
 PRICES_FILE = Path(__file__).with_name("gpu_prices.json")
 
 
