@@ -139,6 +139,11 @@ def test_devices_implement_protocol() -> None:
     assert h100.peak_flops(16) == 989e12 and h100.peak_flops(8) == 1978e12
     assert h100.peak_flops(4) == 1978e12  # no FP4 on Hopper: runs at FP8
     assert get_gpu("a100").peak_flops(8) == 312e12
+    from dualpath.spec.hardware import GPUS
+
+    for gpu in GPUS.values():  # the fast path agrees with the dtype table's fallback
+        for bits, dtype in ((4, "fp4"), (8, "fp8"), (16, "bf16")):
+            assert gpu.peak_flops(bits) == gpu.compute_tflops(dtype) * 1e12
     with pytest.raises(ConfigError, match="bits=12"):
         NPU.peak_flops(12)
     with pytest.raises(ConfigError, match="memory_family='flash'"):

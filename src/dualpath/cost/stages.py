@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from dualpath.core.errors import require
+from dualpath.core.errors import ConfigError, require
 from dualpath.cost.efficiency import IDEAL_EFFICIENCY, Efficiency
 from dualpath.cost.stage_shapes import attention_flops as _attention_flops
 from dualpath.cost.stage_shapes import coefficients as _coefficients
@@ -179,6 +179,11 @@ def stage_time_s(work: StageWork, device: Device, *, efficiency: Efficiency = ID
     paper's Eq. 1) with the efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term).
     Fitted efficiencies rate attention FLOPs / KV bytes, routed experts and the other GEMMs
     separately and add ``kernels x launch`` per layer."""
+    if efficiency is IDEAL_EFFICIENCY:  # hot path of the planner's search and run
+        compute_s = work.flops / device.peak_flops(bits)
+        memory_s = (work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes
+                    + work.act_bytes) / device.mem_bytes_per_s
+        return compute_s if compute_s > memory_s else memory_s
     compute_s, memory_s = stage_roofline_s(work, device, efficiency=efficiency, bits=bits)
     launches = efficiency.attention_kernels if work.stage in ATTENTION_STAGES else (
         efficiency.dense_kernels + efficiency.moe_kernels)
@@ -203,4 +208,5 @@ def stage_roofline_s(work: StageWork, device: Device, *,
 
 
 def _check_stage(stage: str) -> None:
-    require(stage in STAGES, "stage", stage, f"choices: {', '.join(STAGES)}")
+    if stage not in STAGES:
+        raise ConfigError("stage", stage, f"choices: {', '.join(STAGES)}")

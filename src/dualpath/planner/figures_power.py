@@ -65,7 +65,8 @@ def plot_power_fit(out_dir: Path) -> list[Path]:
                    color="C3" if anchor else "C0", zorder=3,
                    label=None if label in seen else label)
         seen.add(label)
-        ax.annotate(str(r["gpu"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(str(r["gpu"]), (x, y), textcoords="offset points",
+                    xytext=(4, 4) if anchor else (5, -11), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(low, top)
