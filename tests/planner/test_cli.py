@@ -44,7 +44,8 @@ def test_plan_json_has_every_section9_key() -> None:
     out = _json("--model", "gpt-oss-120b", "--catalog", "npu", "--io", "10", *SMALL)
     assert PLAN_KEYS <= set(out), PLAN_KEYS - set(out)
     assert WORKLOAD_KEYS <= set(out["workload"])
-    assert out["workload"]["num_requests"] == 20 and out["workload"]["input_len"] == 10000
+    assert out["workload"]["num_requests"] == 20
+    assert out["workload"]["input_len"] == pytest.approx(10000, rel=0.1)  # mean of drawn lengths
     assert set(out["budget"]) >= {"kind", "value", "scale"} and out["budget"]["kind"] == "power_w"
     assert out["precision"] == {"pa": 16, "pf": 16, "da": 16, "df": 16}
     assert set(out["modes"]) == {"nd", "pd", "af", "pdaf"}
@@ -67,7 +68,8 @@ def test_plan_options_reach_the_config() -> None:
                 "--set", "kv_width=4096", "--output-len", "200", *SMALL)
     assert set(out["modes"]) == {"nd", "pd"} and out["budget"]["kind"] == "usd_per_hr"
     assert out["overrides"] == {"kv_width": 4096.0}
-    assert out["workload"]["output_len"] == 200 and out["workload"]["input_len"] == 200
+    assert out["workload"]["output_len"] == pytest.approx(200, rel=0.1)
+    assert out["workload"]["input_len"] == pytest.approx(200, rel=0.1)
     assert all(p["device"]["kind"] == "gpu" for p in out["modes"]["pd"]["pools"])
 
 
@@ -86,7 +88,7 @@ def test_sweep_json_keys() -> None:
     assert len(out["rows"]) == 2 * 2 * 4
     assert {"model", "io_ratio", "mode", "x_nd", "tokens_per_s", "is_best"} <= set(out["rows"][0])
     assert set(out["model_mean_x_nd"]["pdaf"]) == {"1", "10"}
-    assert set(out["counts"]["10"]["pd"]) == {"beats_nd", "best"}
+    assert set(out["counts"]["10"]["pd"]) == {"beats_nd", "best", "infeasible"}
     assert sum(c["best"] for c in out["counts"]["10"].values()) == 2  # one best mode per model
     _check_pool(out["allocations"]["10"]["glm-4.6"]["pdaf"][0])
     for model in ("gpt-oss-120b", "glm-4.6"):

@@ -31,8 +31,8 @@ disagg_app = typer.Typer(help="Disaggregation planner: when do PD, AF and PDAF b
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 OutOpt = Annotated[str | None, typer.Option("--out", help="Folder to write the JSON result into.")]
-CatalogOpt = Annotated[str | None, typer.Option("--catalog", help="Design space: npu (power budget) "
-                                                "or gpu (USD/hour budget).")]
+CatalogOpt = Annotated[str, typer.Option("--catalog", help="Design space: npu (power budget) "
+                                         "or gpu (USD/hour budget).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Model ablation NAME=VALUE (repeatable): kv_width, kv_lora_rank, active_experts_x, "
                   "total_experts_x, ffn_expansion, dtype_bytes.")]
@@ -110,7 +110,7 @@ def disagg(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option("--model", help="Model name (see `dualpath models`).")]
     = None,
-    catalog: CatalogOpt = None,
+    catalog: CatalogOpt = "npu",
     io: Annotated[float | None, typer.Option("--io", help="Input/output length ratio I/O.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="Comma list of nd, pd, af, pdaf.")] = None,
     budget_w: Annotated[float | None, typer.Option("--budget-w", help="Power budget, W (npu).")]
@@ -145,6 +145,7 @@ def disagg(
         return
     require(model is not None, "model", model, "--model is required (or use a sub-command: "
             "sweep, ablate, profile, catalog, figures)")
+    require(io is not None, "io", io, "--io (the input/output length ratio) is required")
     config = _config(model=model, catalog=catalog, io_ratio=io, modes=_modes(mode),
                      **_budget(budget_w, budget_usd_hr, budget_scale), top_k=top_k,
                      precision=precision, accuracy_table=accuracy_table,
@@ -165,7 +166,7 @@ def disagg(
 
 @disagg_app.command("sweep")
 def sweep_cmd(
-    catalog: CatalogOpt = None,
+    catalog: CatalogOpt = "npu",
     models: Annotated[str, typer.Option("--models", help="'all' (the paper's eight) or a comma "
                                         "list.")] = "all",
     io: Annotated[str, typer.Option("--io", help="Comma list of I/O ratios.")]
@@ -209,7 +210,7 @@ def ablate_cmd(
     models: Annotated[str, typer.Option("--models", help="Comma list or 'all'.")]
     = "gpt-oss-120b,glm-4.6,deepseek-v4-flash",
     io: Annotated[float, typer.Option("--io", help="I/O ratio.")] = 100.0,
-    catalog: CatalogOpt = None,
+    catalog: CatalogOpt = "npu",
     budget_scale: ScaleOpt = None,
     top_k: TopKOpt = None,
     requests: ReqOpt = None,
@@ -265,7 +266,7 @@ def catalog_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Candidate devices with power and price, and the power-law fit."""
-    from dualpath.planner.report import catalog_report
+    from dualpath.planner.catalog import catalog_report
 
     result = catalog_report(catalog, prices)
     if json_out:

@@ -13,9 +13,14 @@ from typing import Any
 
 from rich.console import Console
 
-from dualpath.cli._common import print_table
+from dualpath.cli._common import print_table as _print_table
 
 _G = 1e9
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """The shared table printer, with missing values shown as "-"."""
+    _print_table(title, columns, [["-" if v is None else v for v in row] for row in rows])
 
 
 @contextmanager
@@ -65,14 +70,18 @@ def show_plan(res: dict) -> None:
     unit = "W" if budget["kind"] == "power_w" else "USD/h"
     rows = []
     for mode, rec in res["modes"].items():
+        if not rec.get("feasible", True):
+            rows.append([mode, None, None, None, None, None, None, None,
+                         "no allocation fits the budget"])
+            continue
         rows.append([mode + (" *" if mode == res["best_mode"] else ""), rec["x_nd"],
                      rec["tokens_per_s"], rec["output_tokens_per_s"], rec["makespan_s"],
                      rec["sigma_joint"], rec["budget_used"], _gb(rec["n2n_bytes"]),
                      "; ".join(_pool_text(p) for p in rec["pools"])])
     wl = res["workload"]
     print_table(f"{res['model']} on {res['catalog']}, I/O={res['io_ratio']:g} "
-                f"({wl['num_requests']} requests at {wl['rate_rps']:g}/s, input {wl['input_len']}, "
-                f"output {wl['output_len']}); budget {budget['value']:.4g} {unit} "
+                f"({wl['num_requests']} requests at {wl['rate_rps']:g}/s, mean input "
+                f"{wl['input_len']:.0f}, output {wl['output_len']:.0f} tokens); budget {budget['value']:.4g} {unit} "
                 f"(scale {budget['scale']:.3g}); * = best",
                 ["mode", "x ND", "tokens/s", "output tok/s", "makespan s", "sigma_joint",
                  f"budget used {unit}", "N2N GB", "pools (devices, t p d e, bits)"], rows)

@@ -139,6 +139,8 @@ def table5_allocations(out: Path, sweep: Mapping, io_ratio: float = 100.0) -> li
     by_model = sweep["allocations"].get(ratio_key(io_ratio), {})
     rows = []
     for model, modes in by_model.items():
+        if not modes.get("pdaf"):
+            rows.append([model, "-", "no PDAF allocation fits the budget", *[""] * 10])
         for pool in modes.get("pdaf", []):
             d = pool["device"]
             rows.append([model, "+".join(pool["stages"]), d["name"], d["compute_tflops"],
@@ -181,8 +183,11 @@ def fig_ablation(out: Path, ablations: Mapping[str, Mapping]) -> list[Path]:
                      for r in pts]
         top.axhline(1.0, color="black", ls="--", lw=1)
         top.set_title(factor)
+        ticks = sorted(float(v) for v in abl["values"])
         top.grid(alpha=0.3)
         bottom.set_xscale("log", base=2)
+        bottom.set_xticks(ticks, [f"{v:g}" for v in ticks])
+        bottom.minorticks_off()
         bottom.set_xlabel(f"{factor} value")
         bottom.set_yscale("log")
         bottom.grid(alpha=0.3)

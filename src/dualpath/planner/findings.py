@@ -38,6 +38,10 @@ def _most(k: int, n: int) -> bool:
     return 2 * k > n
 
 
+def _f(value: float | None) -> str:
+    return "infeasible" if value is None else f"{value:.2f}x"
+
+
 def _rng(values: Sequence[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x" if values else "n/a"
 
@@ -53,14 +57,17 @@ def _npu_rows(s: Mapping) -> list[dict]:
     n = len(s["models"])
     means = s["model_mean_x_nd"].get("pdaf", {})
     if _has(s, 1.0, 10.0):
-        m1, m10 = means[ratio_key(1.0)], means[ratio_key(10.0)]
-        plateau = [means[ratio_key(r)] for r in (50.0, 100.0, 200.0, 500.0) if _has(s, r)]
+        m1, m10 = means.get(ratio_key(1.0)), means.get(ratio_key(10.0))
+        plateau = [v for r in (50.0, 100.0, 200.0, 500.0) if _has(s, r)
+                   and (v := means.get(ratio_key(r))) is not None]
         m1000 = means.get(ratio_key(1000.0))
-        ratios = sorted(float(k) for k in means)
-        peak_at = max(ratios, key=lambda r: means[ratio_key(r)])
-        ours = (f"{m1:.2f}x at 1, {m10:.2f}x at 10, plateau {_rng(plateau)}"
-                + (f", {m1000:.2f}x at 1000" if m1000 is not None else "") + f"; peak at {peak_at:g}")
-        ok = m1 < 1.0 < m10 and peak_at in (10.0, 50.0)
+        known = {float(k): v for k, v in means.items() if v is not None}
+        peak_at = max(known, key=lambda r: known[r]) if known else None
+        ours = (f"{_f(m1)} at 1, {_f(m10)} at 10, plateau {_rng(plateau)}"
+                + (f", {_f(m1000)} at 1000" if _has(s, 1000.0) else "")
+                + f"; peak at {'-' if peak_at is None else f'{peak_at:g}'}")
+        ok = (m1 is not None and m10 is not None and m1 < 1.0 < m10
+              and peak_at in (10.0, 50.0))
         if m1000 is not None and plateau:
             ok = ok and m1000 < max(plateau)
         rows.append(_row("npu_crossover", "NPU model-mean PDAF x ND crosses parity between I/O 1 "
@@ -143,8 +150,9 @@ def _af_row(npu: Mapping | None, gpu: Mapping | None) -> list[dict]:
             continue
         vals = [r["x_nd"] for r in s["rows"] if r["mode"] == "af" and r["x_nd"] is not None]
         at100 = list(_x(s, 100.0, "af").values()) if _has(s, 100.0) else []
-        parts.append(f"{name} max {max(vals):.2f}x" + (f", I/O=100 {_rng(at100)}" if at100 else ""))
-        ok = ok and max(vals) < 1.0
+        top = max(vals, default=None)
+        parts.append(f"{name} max {_f(top)}" + (f", I/O=100 {_rng(at100)}" if at100 else ""))
+        ok = ok and top is not None and top < 1.0
     if not parts:
         return []
     return [_row("af_never", "AF alone never beats ND (any model, ratio, catalogue)",
@@ -167,7 +175,8 @@ def _ablation_rows(abl: Mapping[str, Mapping]) -> list[dict]:
             ch[m] = _change(a, m, lo, hi)
             seq = [r["x_nd"].get("pdaf") for r in sorted(
                 (r for r in a["rows"] if r["model"] == m), key=lambda r: r["value"])]
-            mono = mono and all(y >= x for x, y in zip(seq, seq[1:], strict=False))
+            mono = mono and None not in seq and all(
+                y >= x for x, y in zip(seq, seq[1:], strict=False))
         rows.append(_row("abl_kv_width", f"kv_width {lo:g} -> {hi:g} raises the PDAF gain "
                          "monotonically", "+67% to +147%", _pct(ch) + f"; monotone: {mono}",
                          mono and all(v is not None and v > 0 for v in ch.values())))

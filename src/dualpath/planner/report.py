@@ -129,18 +129,21 @@ def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
     allocations: dict[str, dict[str, dict[str, list]]] = {}
     for ratio in ratios:
         key = ratio_key(ratio)
-        counts[key] = {m: {"beats_nd": 0, "best": 0} for m in base.modes}
+        counts[key] = {m: {"beats_nd": 0, "best": 0, "infeasible": 0} for m in base.modes}
         allocations[key] = {}
         for model in models:
             res = cache(dataclasses.replace(base, model=model, io_ratio=float(ratio)))
             allocations[key][model] = {}
             for mode, rec in res["modes"].items():
-                x_nd = rec["x_nd"]
+                feasible = rec.get("feasible", True)
+                x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
                 best = mode == res["best_mode"]
                 rows.append({"model": model, "io_ratio": float(ratio), "mode": mode, "x_nd": x_nd,
-                             "tokens_per_s": rec["tokens_per_s"], "is_best": best})
+                             "tokens_per_s": rec["tokens_per_s"] if feasible else None,
+                             "is_best": best, "feasible": feasible})
                 means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
-                slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0})
+                slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
+                slot["infeasible"] += int(not feasible)
                 slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
                 slot["best"] += int(best)
                 allocations[key][model][mode] = rec["pools"]
@@ -180,7 +183,8 @@ def ablate(base: PlanConfig, factor: str, values: Sequence[float], models: Seque
             prof = res["stage_profile"]
             rows.append({
                 "model": model, "value": float(value),
-                "x_nd": {m: res["modes"][m]["x_nd"] for m in SPLIT_MODES if m in res["modes"]},
+                "x_nd": {m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True)
+                         else None for m in SPLIT_MODES if m in res["modes"]},
                 "best_mode": res["best_mode"],
                 "budget": res["budget"],
                 "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
@@ -193,12 +197,3 @@ def ablate(base: PlanConfig, factor: str, values: Sequence[float], models: Seque
             "values": [float(v) for v in values], "rows": rows,
             "wall_s": time.perf_counter() - started}
 
-
-def catalog_report(name: str, prices: object = None) -> dict:
-    """The ``catalog --json`` object: every candidate device with power and price, and the fit."""
-    from dualpath.planner.catalog import catalog
-    from dualpath.planner.power import power_fit
-
-    devices = [{**d.to_json(), "power_w": d.power_w, "usd_per_hr": d.usd_per_hr}
-               for d in catalog(name, prices)]  # type: ignore[arg-type]
-    return {"catalog": name, "devices": devices, "power_fit": power_fit().to_json()}
