@@ -13,7 +13,7 @@ from dualpath.spec.hardware import GPUS, NODES, get_gpu, get_node
 
 def test_gpu_table_from_aiconfigurator() -> None:
     assert {"a100", "h100", "h200", "b200"} <= set(GPUS)
-    assert {"a100-40gb", "l40s", "l4", "a10g", "t4", "v100"} <= set(GPUS)  # planner catalogue
+    assert {"a100-40gb", "l40s", "l4", "a10g", "t4", "v100", "m60"} <= set(GPUS)  # planner catalogue
     assert get_gpu("h100").dense_tflops("fp8") == 1978.0
     assert get_gpu("b200").dense_tflops("fp4") == 9000.0
     assert get_gpu("h200").hbm_bandwidth_gbs == 4800.0

@@ -27,20 +27,22 @@ ablation overrides it), never from ``ModelSpec.weight_bytes``:
 - ``act_bytes``: the hidden state into and out of the stage, ``2 x tokens x hidden`` per layer: what
   crosses an A/F boundary.
 
-Everything per (model, bits) is memoised; a call is closed form in batch and context.
+Everything per model is memoised (by identity); a call is closed form in batch and context, and
+attention FLOPs cost one spec call per group of alike layers (memoised per context).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from dualpath.core.errors import require
-from dualpath.cost.efficiency import IDEAL_EFFICIENCY, Efficiency
+from dualpath.core.errors import ConfigError, require
+from dualpath.cost.efficiency import IDEAL_EFFICIENCY, Efficiency, roofline_s
+from dualpath.cost.stage_shapes import attention_flops as _attention_flops
+from dualpath.cost.stage_shapes import coefficients as _coefficients
+from dualpath.cost.stage_shapes import kv_entries as _kv_entries
 from dualpath.spec.device import check_bits
-from dualpath.spec.params import attention_params, expert_params, ffn_non_expert_params
 
 if TYPE_CHECKING:
     from dualpath.spec.device import Device
@@ -84,60 +86,6 @@ class StageWork:
         return self.kv_bytes() / total if total > 0 else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Coefficients:
-    """Per-token and per-layer element counts of one model (memoised per model)."""
-
-    num_layers: int
-    hidden: int
-    a_linear_flops_per_token: float
-    f_linear_flops_per_token: float
-    routed_flops_per_token: float
-    a_weight_elements: int
-    f_weight_elements: int  # non-expert F weights
-    expert_elements: int  # one routed expert of one MoE layer
-    num_moe_layers: int
-    num_routed: int
-    num_active: int
-    kv_elements: int  # per token per layer
-    index_elements: int  # DSA/CSA indexer key per token (or per compressed entry)
-    # layer groups: (count, window or 0, compression ratio or 0)
-    groups: tuple[tuple[int, int, int], ...]
-    csa: bool
-    sparse_top_k: int | None
-
-
-@lru_cache(maxsize=256)
-def _coefficients(model: ModelSpec) -> _Coefficients:
-    attention = attention_params(model)
-    a_linear = 2.0 * attention
-    f_linear = model.linear_flops_per_token - a_linear
-    csa = model.attention_kind == "csa"
-    counts: dict[tuple[int, int], int] = {}
-    for layer in range(model.num_layers):
-        key = (model.layer_window(layer) or 0, model.compress_ratios[layer] if csa else 0)
-        counts[key] = counts.get(key, 0) + 1
-    groups = tuple((n, window, ratio) for (window, ratio), n in sorted(counts.items()))
-    return _Coefficients(
-        num_layers=model.num_layers, hidden=model.hidden_size,
-        a_linear_flops_per_token=a_linear, f_linear_flops_per_token=f_linear,
-        routed_flops_per_token=2.0 * model.num_moe_layers * model.num_active_experts
-        * expert_params(model),
-        a_weight_elements=attention, f_weight_elements=ffn_non_expert_params(model),
-        expert_elements=expert_params(model), num_moe_layers=model.num_moe_layers,
-        num_routed=model.num_routed_experts, num_active=model.num_active_experts,
-        kv_elements=model.kv_elements_per_token_layer,
-        index_elements=model.index_head_dim if model.index_num_heads else 0,
-        groups=groups, csa=csa, sparse_top_k=model.sparse_top_k,
-    )
-
-
-@lru_cache(maxsize=4096)
-def _attention_flops(model: ModelSpec, cached_len: int, new_len: int) -> float:
-    """``model.attention_flops(cached_len, new_len)`` (all layers), memoised."""
-    return model.attention_flops(cached_len, new_len)
-
-
 def element_bytes(model: ModelSpec, bits: int, *, kv: bool = False) -> float:
     """Bytes per weight/activation (``kv=True``: per KV value) element at ``bits``; the
     dtype_bytes ablation (``ModelSpec.dtype_bytes_override``) replaces ``bits / 8``."""
@@ -146,29 +94,6 @@ def element_bytes(model: ModelSpec, bits: int, *, kv: bool = False) -> float:
     if override is not None and (not kv or model.dtype_override_kv):
         return override
     return bits / 8
-
-
-def _kv_entries(c: _Coefficients, context_len: int, *, read: bool) -> tuple[int, int]:
-    """(KV entries, indexer keys) over all layers for one context: retained (``read=False``)
-    or read by one decode query (``read=True``: DSA/CSA caps at top-k)."""
-    entries = keys = 0
-    cap = c.sparse_top_k if read else None
-    for count, window, ratio in c.groups:
-        raw = min(context_len, window) if window else context_len
-        if c.csa:
-            compressed = context_len // ratio if ratio else 0
-            if ratio == 4:
-                keys += count * compressed
-                if cap is not None:
-                    compressed = min(compressed, cap)
-            entries += count * (raw + compressed)
-            continue
-        if cap is not None:
-            raw = min(raw, cap)
-        entries += count * raw
-        if c.index_elements:
-            keys += count * (min(context_len, window) if window else context_len)
-    return entries, keys
 
 
 def kv_cache_bytes(model: ModelSpec, context_len: int, bits: int = 16) -> float:
@@ -251,31 +176,40 @@ def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int,
 def stage_time_s(work: StageWork, device: Device, *, efficiency: Efficiency = IDEAL_EFFICIENCY,
                  bits: int = 16) -> float:
     """Roofline time of ``work`` on ``device``: ``max(flops / peak, bytes / bandwidth)`` (the
-    paper's Eq. 1) with the efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term).
-    Fitted efficiencies rate attention FLOPs / KV bytes, routed experts and the other GEMMs
-    separately and add ``kernels x launch`` per layer."""
-    compute_s, memory_s = stage_roofline_s(work, device, efficiency=efficiency, bits=bits)
-    launches = efficiency.attention_kernels if work.stage in ATTENTION_STAGES else (
-        efficiency.dense_kernels + efficiency.moe_kernels)
-    return max(compute_s, memory_s) + work.num_layers * launches * efficiency.kernel_launch_s
+    paper's Eq. 1; ``cost.efficiency.roofline_s``, the function every cost model uses) with the
+    efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term). Fitted efficiencies rate
+    attention FLOPs / KV bytes, routed experts and the other GEMMs separately (as BF16-equivalent
+    FLOPs and bytes at full rate) and add ``kernels x launch`` per layer."""
+    flops, num_bytes = _effective(work, efficiency, bits)
+    if efficiency is IDEAL_EFFICIENCY:
+        kernels = 0
+    else:
+        kernels = work.num_layers * (efficiency.attention_kernels if work.stage in ATTENTION_STAGES
+                                     else efficiency.dense_kernels + efficiency.moe_kernels)
+    return roofline_s(flops, num_bytes, device.peak_flops(bits), device.mem_bytes_per_s, 1.0, 1.0,
+                      kernels, efficiency.kernel_launch_s)
 
 
 def stage_roofline_s(work: StageWork, device: Device, *,
                      efficiency: Efficiency = IDEAL_EFFICIENCY, bits: int = 16) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of ``work`` on ``device``, before the max."""
-    peak = device.peak_flops(bits)
-    bandwidth = device.mem_bytes_per_s
-    eff = efficiency
+    """(compute seconds, memory seconds) of ``work`` on ``device``, before the max (no launches)."""
+    flops, num_bytes = _effective(work, efficiency, bits)
+    return flops / device.peak_flops(bits), num_bytes / device.mem_bytes_per_s
+
+
+def _effective(work: StageWork, eff: Efficiency, bits: int) -> tuple[float, float]:
+    """FLOPs and bytes as the device would see them at full rate (divided by the efficiencies)."""
     if eff is IDEAL_EFFICIENCY:
-        return work.flops / peak, work.total_bytes() / bandwidth
+        return work.flops, work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.act_bytes
     gemm = work.flops - work.attention_flops - work.routed_flops
-    compute_s = (gemm / eff.gemm_compute(int(bits // 8)) + work.attention_flops
-                 / eff.attention_compute + work.routed_flops / eff.moe_compute) / peak
+    flops = (gemm / eff.gemm_compute(int(bits // 8)) + work.attention_flops / eff.attention_compute
+             + work.routed_flops / eff.moe_compute)
     dense_bytes = work.weight_bytes - work.routed_weight_bytes + work.act_bytes
-    memory_s = (dense_bytes / eff.gemm_memory + work.kv_bytes() / eff.attention_memory
-                + work.routed_weight_bytes / eff.moe_memory) / bandwidth
-    return compute_s, memory_s
+    num_bytes = (dense_bytes / eff.gemm_memory + work.kv_bytes() / eff.attention_memory
+                 + work.routed_weight_bytes / eff.moe_memory)
+    return flops, num_bytes
 
 
 def _check_stage(stage: str) -> None:
-    require(stage in STAGES, "stage", stage, f"choices: {', '.join(STAGES)}")
+    if stage not in STAGES:
+        raise ConfigError("stage", stage, f"choices: {', '.join(STAGES)}")

@@ -34,10 +34,11 @@ def _number(key: str, value: object) -> float:
     return float(value)
 
 
-def _whole(key: str, value: float, what: str) -> int:
+def _whole(key: str, factor: float, value: float, what: str) -> int:
+    """``value`` (what ``factor`` gives) as a whole number >= 1; the error names ``factor``."""
     rounded = round(value)
-    require(abs(value - rounded) < 1e-9 and rounded >= 1, key, value, f"{what} must be a whole "
-            "number >= 1")
+    require(abs(value - rounded) < 1e-9 and rounded >= 1, key, factor,
+            f"gives {value:g} {what}; must be a whole number >= 1")
     return int(rounded)
 
 
@@ -45,11 +46,11 @@ def _experts(model: ModelSpec, key: str, factor: float, *, active: bool) -> dict
     require(model.is_moe, key, factor, f"{model.name} is dense (no routed experts)")
     require(factor > 0, key, factor, "must be positive")
     if active:
-        k = _whole(key, model.num_active_experts * factor, "active experts")
+        k = _whole(key, factor, model.num_active_experts * factor, "active experts")
         require(k <= model.num_routed_experts, key, factor,
                 f"{k} active experts exceed the {model.num_routed_experts} routed experts")
         return {"num_active_experts": k}
-    total = _whole(key, model.num_routed_experts * factor, "routed experts")
+    total = _whole(key, factor, model.num_routed_experts * factor, "routed experts")
     require(total >= model.num_active_experts, key, factor,
             f"{total} routed experts are fewer than the {model.num_active_experts} active")
     return {"num_routed_experts": total}
@@ -57,7 +58,7 @@ def _experts(model: ModelSpec, key: str, factor: float, *, active: bool) -> dict
 
 def _change(model: ModelSpec, key: str, value: float, scope: str) -> dict[str, object]:
     if key in ("kv_width", "kv_lora_rank"):
-        width = _whole(key, value, "kv_width")
+        width = _whole(key, value, value, "KV elements")
         return {"kv_width_override": width}
     if key == "active_experts_x":
         return _experts(model, key, value, active=True)
@@ -83,9 +84,10 @@ def apply_overrides(model: ModelSpec, overrides: Mapping[str, object], *,
     Unknown factors raise :class:`UnknownNameError`; bad values :class:`ConfigError` naming them.
     """
     items = dict(overrides)
-    scope = items.pop("dtype_scope", None) if dtype_scope is None else dtype_scope
-    scope = "weights" if scope is None else scope
-    require(scope in DTYPE_SCOPES, "dtype_scope", scope, f"choices: {', '.join(DTYPE_SCOPES)}")
+    given = items.pop("dtype_scope", None) if dtype_scope is None else dtype_scope
+    given = "weights" if given is None else given
+    require(given in DTYPE_SCOPES, "dtype_scope", given, f"choices: {', '.join(DTYPE_SCOPES)}")
+    scope = str(given)
     if "kv_width" in items and "kv_lora_rank" in items:
         raise ConfigError("kv_lora_rank", items["kv_lora_rank"], "alias of kv_width; give one")
     if not items:

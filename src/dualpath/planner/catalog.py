@@ -49,7 +49,7 @@ NPU_MEMORY_POINTS: tuple[tuple[str, float, float], ...] = (
     ("lpddr", 32.0, 200.0), ("lpddr", 128.0, 546.0), ("lpddr", 480.0, 512.0),
     ("ddr", 256.0, 307.0), ("ddr", 1024.0, 614.0),
 )
-GPU_CATALOG = ("h100", "a100", "a100-40gb", "l40s", "l4", "a10g", "t4", "v100")
+GPU_CATALOG = ("h100", "a100", "a100-40gb", "l40s", "l4", "a10g", "t4", "v100", "m60")
 PRICES_FILE = Path(__file__).with_name("gpu_prices.json")
 
 
@@ -185,7 +185,8 @@ def catalog_report(name: str, prices: Path | None = None) -> dict[str, object]:
         "f_ref_tflops": fit.f_ref_tflops, "fit_max_rel_error": fit.max_rel_error,
         "power_fit": fit.to_json(),
         "memory_power": {k: {"pj_per_bit": v.pj_per_bit, "idle_w_per_gb": v.idle_w_per_gb,
-                             "source": v.source} for k, v in MEMORY_POWER.items()},
+                             "on_chip": v.on_chip, "source": v.source}
+                         for k, v in MEMORY_POWER.items()},
         "devices": rows,
     }
     if name == "gpu":

@@ -60,12 +60,13 @@ def plot_power_fit(out_dir: Path) -> list[Path]:
             continue  # drawn as an anchor
         anchor = r["role"] == "fit"
         label = "fit anchor" if anchor else "catalogue GPU"
-        ax.scatter([r["datasheet_w"]], [r["modelled_w"]], marker="o" if anchor else "s",
+        x, y = float(r["datasheet_w"]), float(r["modelled_w"])  # type: ignore[arg-type]
+        ax.scatter([x], [y], marker="o" if anchor else "s",
                    color="C3" if anchor else "C0", zorder=3,
                    label=None if label in seen else label)
         seen.add(label)
-        ax.annotate(str(r["gpu"]), (float(r["datasheet_w"]), float(r["modelled_w"])),  # type: ignore[arg-type]
-                    textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(str(r["gpu"]), (x, y), textcoords="offset points",
+                    xytext=(4, 4) if anchor else (5, -11), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(low, top)

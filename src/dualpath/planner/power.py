@@ -3,8 +3,11 @@
 - ``P_compute = P_ref x (F / F_ref) ^ alpha``: F_ref = H100 BF16 dense (989 TFLOPS), P_ref = H100's
   TDP less its memory power. alpha is fitted by least squares in log space (through the H100 point)
   on three generations of datasheet TDPs, each net of its memory power.
-- ``P_mem = e_dyn x bandwidth + p_idle x capacity`` per memory family: dynamic energy per bit at the
-  full bandwidth, plus background (refresh / leakage) power per GB.
+- ``P_mem = e_dyn x bandwidth + p_idle x capacity`` per off-chip memory family: dynamic energy per
+  bit at the full bandwidth, plus background (refresh) power per GB. On-chip SRAM takes an on-chip
+  estimate instead (heteropanacea.md: not pJ/bit x bandwidth): the power of the SRAM arrays per GB of
+  capacity, ``area/GB x power density``, whatever the bandwidth (an SRAM's bandwidth follows from its
+  bank count, i.e. from its capacity; its wires are short).
 
 Anchors (copied from ``../shared/data/hardware/aiconfigurator-systems/{a100,h100,b200}_sxm.yaml``,
 ai-dynamo/aiconfigurator: ``bfloat16_tc_flops``, ``power``, ``mem_capacity``, ``mem_bw``):
@@ -19,7 +22,7 @@ Memory constants (``MEMORY_POWER``); literature values, rounded, each within its
 
 | family | pJ/bit | W/GB idle | source / reason |
 |---|---|---|---|
-| sram | 0.15 | 5.0 | on-chip estimate: Horowitz, ISSCC 2014 (64-bit read of an 8 KB SRAM ~10 pJ at 45 nm, 0.16 pJ/bit); leakage of ~5 W per GB of on-die SRAM at 7-5 nm |
+| sram | - | 70 (on-chip) | on-chip estimate: 8e9 bits x 0.021 um2 (TSMC N5 high-density bitcell, IEDM 2019) / 0.6 array efficiency = 280 mm2 per GB, x 0.25 W/mm2 for arrays read at full rate (below logic's 0.5-1 W/mm2) = 70 W/GB; gives 16 W for a Groq-like 230 MB, 140 W for a d-Matrix-like 2 GB |
 | hbm | 3.9 | 0.1 | O'Connor et al., MICRO 2017 (HBM2 3.9 pJ/bit, DRAM core + I/O); background ~0.1 W/GB (a 16 GB stack idles at 1-2 W) |
 | gddr | 7.5 | 0.3 | GDDR6 ~7.5 pJ/bit (Micron GDDR6X vs GDDR6 energy note; O'Connor 2017 GDDR5 ~14); a 2 GB GDDR6 device idles near 0.5 W |
 | lpddr | 4.0 | 0.02 | LPDDR5/5X ~4 pJ/bit (JEDEC LPDDR5 class, O'Connor 2017 LPDDR4 ~4-5); deep self-refresh keeps idle low |
@@ -43,15 +46,16 @@ F_REF_TFLOPS = 989.0  # H100 SXM BF16 dense (h100_sxm.yaml)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryPower:
-    pj_per_bit: float
-    idle_w_per_gb: float
+    pj_per_bit: float  # 0 for on-chip SRAM
+    idle_w_per_gb: float  # on-chip SRAM: the arrays' whole power per GB
     source: str
+    on_chip: bool = False
 
 
 MEMORY_POWER: dict[str, MemoryPower] = {
-    "sram": MemoryPower(pj_per_bit=0.15, idle_w_per_gb=5.0,
-                        source="on-chip estimate: Horowitz ISSCC 2014 8KB SRAM read ~0.16 pJ/bit; "
-                               "~5 W/GB leakage"),
+    "sram": MemoryPower(pj_per_bit=0.0, idle_w_per_gb=70.0, on_chip=True,
+                        source="on-chip estimate: 280 mm2/GB (N5 0.021 um2 bitcell / 0.6 array "
+                               "efficiency) x 0.25 W/mm2 = 70 W/GB, independent of bandwidth"),
     "hbm": MemoryPower(pj_per_bit=3.9, idle_w_per_gb=0.1,
                        source="O'Connor et al. MICRO 2017: HBM2 3.9 pJ/bit; ~0.1 W/GB background"),
     "gddr": MemoryPower(pj_per_bit=7.5, idle_w_per_gb=0.3,
@@ -91,7 +95,8 @@ ANCHORS: tuple[Anchor, ...] = (
 
 
 def memory_power_w(memory_family: str, capacity_gb: float, bandwidth_gbs: float) -> float:
-    """Dynamic energy at full bandwidth plus background power of the capacity."""
+    """Dynamic energy at full bandwidth plus background power of the capacity (on-chip SRAM:
+    its per-GB on-chip estimate only)."""
     require(memory_family in MEMORY_POWER, "memory_family", memory_family,
             f"choices: {', '.join(MEMORY_POWER)}")
     require(capacity_gb > 0, "capacity_gb", capacity_gb, "must be positive")

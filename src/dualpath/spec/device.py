@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from dualpath.core.errors import require
+from dualpath.core.errors import ConfigError, require
 
 BITS = (4, 8, 16)
 MEMORY_FAMILIES = ("sram", "hbm", "gddr", "lpddr", "ddr")
@@ -22,7 +22,8 @@ MEMORY_FAMILIES = ("sram", "hbm", "gddr", "lpddr", "ddr")
 class Device(Protocol):
     """An accelerator as the roofline sees it."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def peak_flops(self, bits: int) -> float:
         """Dense FLOP/s for operands of ``bits`` bits."""
@@ -36,7 +37,9 @@ class Device(Protocol):
 
 
 def check_bits(bits: int, key: str = "bits") -> int:
-    require(bits in BITS, key, bits, f"choices: {', '.join(map(str, BITS))}")
+    """``bits`` if it is one of :data:`BITS`, else ``ConfigError`` (hot path: no message built)."""
+    if bits not in BITS:
+        raise ConfigError(key, bits, f"choices: {', '.join(map(str, BITS))}")
     return bits
 
 

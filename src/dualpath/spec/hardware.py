@@ -6,7 +6,7 @@ and PCIe figures from the NVIDIA DGX datasheets (DGX A100: ConnectX-6 200 Gb/s p
 DGX H100/H200/B200: ConnectX-7 400 Gb/s per GPU, PCIe 5). Node DRAM bandwidths of the DGX nodes are
 our estimates from their CPUs' memory channels; the paper's node (``hopper-8x400``) uses its M=500 GB/s.
 
-The PCIe GPUs of the planner's GPU catalogue (A100 40 GB, L40S, L4, A10G, T4, V100) quote NVIDIA's
+The GPUs of the planner's GPU catalogue (A100 40 GB, L40S, L4, A10G, T4, V100, M60) quote NVIDIA's
 product datasheets (dense tensor-core TFLOPS, i.e. half the "with sparsity" figure); their NIC is
 the per-GPU share of the 8-GPU AWS instance that carries them. T4 and V100 have no BF16 tensor
 cores: their FP16 tensor rate stands in for ``bf16_tflops``. Every GPU implements
@@ -24,7 +24,6 @@ from dualpath.spec.device import check_bits
 
 DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16")
 _WIDER = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16", "fp16": "bf16"}
-_BITS_DTYPE = {4: "fp4", 8: "fp8", 16: "bf16"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +54,12 @@ class GPUSpec:
     def peak_flops(self, bits: int) -> float:
         """Dense FLOP/s for ``bits``-bit operands (4: FP4, 8: FP8, 16: BF16), falling back to
         the next wider dtype the tensor cores support (FP8 on A100 runs at the BF16 rate)."""
-        return self.compute_tflops(_BITS_DTYPE[check_bits(bits)]) * 1e12
+        if bits == 16:  # hot path of the planner: no table walk, no message strings
+            return self.bf16_tflops * 1e12
+        if bits == 8:
+            return (self.fp8_tflops or self.bf16_tflops) * 1e12
+        check_bits(bits)
+        return (self.fp4_tflops or self.fp8_tflops or self.bf16_tflops) * 1e12
 
     @property
     def mem_bytes_per_s(self) -> float:
@@ -147,6 +151,12 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec(name="v100", year=2017, bf16_tflops=125.0, fp8_tflops=None, fp4_tflops=None,
                 int8_tflops=62.8, hbm_gb=17.180, hbm_bandwidth_gbs=900.0, tdp_w=300.0,
                 nic_gbps=3.125, pcie_gbs=16.0, nvlink_gbs=150.0),
+        # NVIDIA Tesla M60 datasheet (one of the board's two GPUs): no tensor cores, 4.8 TF FP32
+        # (FP16 and INT8 no faster; the FP32 rate stands in for every dtype), 8 GB GDDR5 at
+        # 160 GB/s, 150 W (300 W per two-GPU board); AWS g3.16xlarge: 4 GPUs, 25 Gb/s.
+        GPUSpec(name="m60", year=2015, bf16_tflops=4.8, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=4.8, hbm_gb=8.590, hbm_bandwidth_gbs=160.0, tdp_w=150.0,
+                nic_gbps=6.25, pcie_gbs=16.0, nvlink_gbs=0.0, memory="gddr"),
     )
 }
 
