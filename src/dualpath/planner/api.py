@@ -132,6 +132,7 @@ def allowed_precision(config: PlanConfig) -> dict[str, tuple[int, ...]]:
 
 def _mode_json(result: RunResult | None, alloc: Allocation | None, nd_tps: float,
                kind: str) -> dict[str, object]:
+    """The issue's MODE object (``feasible`` False: no allocation fits the budget)."""
     if result is None or alloc is None:
         return {"x_nd": 0.0, "tokens_per_s": 0.0, "output_tokens_per_s": 0.0, "makespan_s": 0.0,
                 "sigma_joint": 0.0, "budget_used": 0.0, "n2n_bytes": 0.0, "pools": [],
@@ -202,17 +203,20 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         raise ConfigError("budget", budget.value, f"no ND deployment of {config.model} fits "
                           f"the {budget.kind} budget on the {config.catalog} catalogue")
     nd_tps = best["nd"][0].tokens_per_s
-    out_modes = {m: _mode_json(*(best[m] or (None, None)), nd_tps, budget.kind)
-                 for m in config.modes}
+    out_modes = {}
+    for m in config.modes:
+        found = best[m]
+        out_modes[m] = _mode_json(found[0] if found else None, found[1] if found else None,
+                                  nd_tps, budget.kind)
     feasible = [m for m in config.modes if best[m] is not None]
     best_mode = max(feasible, key=lambda m: (best[m][0].tokens_per_s, -MODES.index(m)))  # type: ignore[index]
-    precision = {s: allowed[s][0] for s in STAGES}
+    precision: dict[str, int] = {s: allowed[s][0] for s in STAGES}
     winner = best[best_mode][1]  # type: ignore[index]
     chosen_devices: dict[str, Device] = {}
-    for pool in winner.pools:
-        for s in pool.stages:
-            precision[s] = pool.bits_map[s]
-            chosen_devices[s] = pool.device.device
+    for chosen in winner.pools:
+        for s in chosen.stages:
+            precision[s] = chosen.bits_map[s]
+            chosen_devices[s] = chosen.device.device
     profile = stage_profile_of(model, demand.input_len, demand.output_len, precision,
                                chosen_devices, config.prefill_token_budget, efficiency)
     return {
@@ -260,7 +264,7 @@ def stage_profile_of(model: ModelSpec, input_len: float, output_len: float,
     """STAGE objects: prefill at the token-budget batch of prompts of I tokens, decode at
     ``PROFILE_DECODE_BATCH`` sequences of context I + O/2; ``bound`` on ``devices[stage]``."""
     length = max(1, round(input_len))
-    out = {}
+    out: dict[str, dict] = {}
     for s in STAGES:
         if s in ("pa", "pf"):
             batch, ctx = max(1, prefill_token_budget // length), length
@@ -289,7 +293,7 @@ def stage_profile(model: str, io_ratio: float, overrides: Mapping[str, float] | 
     spec = get_model(model)
     spec = apply_overrides(spec, dict(cfg.overrides)) if cfg.overrides else spec
     allowed = allowed_precision(cfg)
-    bits = {s: allowed[s][0] for s in STAGES}
+    bits: dict[str, int] = {s: allowed[s][0] for s in STAGES}
     ref = next(d for d in load_catalog(catalog) if d.name == REFERENCE_DEVICE[catalog])
     return stage_profile_of(spec, max(1.0, output_len * io_ratio), float(output_len), bits,
                             {s: ref.device for s in STAGES}, prefill_token_budget,

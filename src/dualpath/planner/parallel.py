@@ -21,7 +21,6 @@ Nothing here schedules events: these are the closed forms the run and the search
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache

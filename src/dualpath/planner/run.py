@@ -21,7 +21,7 @@ with continuous batching and completes.
   PD and PDAF run their prefill and decode units concurrently.
 
 Throughput is (input + output tokens) / makespan of the whole run. The invariants of section 5 are
-checked at the end of every run (:func:`_check`); a broken one raises ``SimulationError``.
+checked at the end of every run (invariants.check_invariants); a broken one raises ``SimulationError``.
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dualpath.cost.stages import kv_cache_bytes
-from dualpath.planner.links import (
-    D2D_GBS, N2N_GBS, link_bytes, n2n_bytes_per_s, n2n_link, n2n_transfer,
-)
+from dualpath.planner.links import n2n_bytes_per_s, n2n_link, n2n_transfer
 from dualpath.planner.parallel import DECODE_CTX_GRID
+from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
-from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Handle, Kernel, SimulationError
-from dualpath.sim.links import Link, check_utilisation
+from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Handle, Kernel
+from dualpath.sim.links import Link
 
 if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
@@ -48,35 +47,6 @@ if TYPE_CHECKING:
     from dualpath.planner.workloads import Requests
     from dualpath.spec.models import ModelSpec
 
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunConfig:
-    """Constants of one run (every one is reported in the plan's ``constants``)."""
-
-    prefill_token_budget: int = 16384
-    max_decode_batch: int = 512
-    af_microbatches: int = 2
-    link_latency_s: float = 0.0
-    n2n_gbs: float = N2N_GBS
-    d2d_gbs: float = D2D_GBS
-    budget: float = math.inf
-    budget_kind: str = "power_w"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
-    makespan_s: float
-    tokens_per_s: float
-    output_tokens_per_s: float
-    n2n_bytes: float
-    kv_handoff_bytes: float
-    af_bytes: float
-    num_events: int
-    pool_busy_s: dict[str, float]
-    kv_capacity_bytes: float
-    max_kv_used_bytes: float
-    num_finished: int
 
 
 @dataclass(slots=True)
@@ -337,43 +307,7 @@ class _Run:
             self.busy[a] += it.time_s
 
     def _check(self) -> RunResult:
-        reqs, model, alloc, k = self.reqs, self.model, self.alloc, self.k
-        now = k.now_s
-
-        def fail(msg: str) -> SimulationError:
-            return SimulationError(now, f"{self.mode.name}: {msg}")
-
-        if self.num_done != len(reqs) or any(math.isnan(t) for t in self.done_s):
-            raise fail(f"{len(reqs) - self.num_done} of {len(reqs)} requests did not finish")
-        if alloc.cost > self.cfg.budget * (1 + 1e-9):
-            raise fail(f"allocation costs {alloc.cost} > budget {self.cfg.budget}")
-        for pool in alloc.pools:
-            if pool.weights_per_device(model) > pool.device.device.capacity_bytes:
-                raise fail(f"pool {pool.name} cannot hold its weights")
-        if self.max_kv > self.kv_cap * (1 + 1e-12):
-            raise fail(f"KV admitted {self.max_kv} exceeds capacity {self.kv_cap}")
-        kv_expected = (sum(self._handoff_bytes(r) for r in range(len(reqs)))
-                       if self.kv_links else 0.0)
-        af_expected = 0.0
-        layers = model.num_layers
-        for u in self.units.values():
-            if u.unit.is_split:
-                for phase in u.unit.phases:
-                    tokens = sum(reqs.input_len if phase == "prefill" else reqs.output_len)
-                    af_expected += layers * tokens * (u.act_a[phase] + u.act_f[phase])
-        moved = link_bytes(self.links)
-        expected = kv_expected + af_expected
-        if abs(moved - expected) > 1e-9 * max(expected, 1.0):
-            raise fail(f"N2N bytes {moved} != KV hand-off {kv_expected} + AF {af_expected}")
-        makespan = max(self.done_s)
-        check_utilisation(self.links, makespan)
-        out_tokens = sum(reqs.output_len)
-        return RunResult(
-            makespan_s=makespan, tokens_per_s=reqs.total_tokens / makespan,
-            output_tokens_per_s=out_tokens / makespan, n2n_bytes=moved,
-            kv_handoff_bytes=kv_expected, af_bytes=af_expected, num_events=k.events,
-            pool_busy_s=dict(self.busy), kv_capacity_bytes=self.kv_cap,
-            max_kv_used_bytes=self.max_kv, num_finished=self.num_done)
+        return check_invariants(self)
 
 
 def _bind(fn: Callable[[list[int]], None], arg: list[int]) -> Callable[[], None]:
