@@ -136,3 +136,22 @@ def test_tp_and_pp_lane_times() -> None:
     assert _timer(model, "pa", 1, 4).lane_s(work, 8192) >= base * (1 - 1e-12)
     assert math.isclose(_timer(model, "pa", 2).collectives_s(8192),
                         model.num_layers * 8192 * model.hidden_size * 2 / 3600e9, rel_tol=1e-12)
+
+
+def test_pool_wide_ep_shares_the_touched_experts_over_replicas() -> None:
+    """With e = t p d a MoE layer serves every replica's tokens: a lane streams
+    routed(tokens x d) / d expert bytes, less than its own routed(tokens) (fewer misses)."""
+    from dataclasses import replace
+
+    model = get_model("qwen3-235b-a22b")
+    local = _timer(model, "df", tp=2)
+    shared = replace(local, ep=2 * 8, expert_groups=8, _memo={})
+    one = stage_work(model, "df", batch=16, context_len=1)
+    pooled = stage_work(model, "df", batch=16 * 8, context_len=1)
+    assert pooled.routed_weight_bytes / 8 < one.routed_weight_bytes
+    work = shared._shared_experts(one, 16)
+    assert work.routed_weight_bytes == pytest.approx(pooled.routed_weight_bytes / 8)
+    assert work.weight_bytes == pytest.approx(one.weight_bytes - one.routed_weight_bytes
+                                              + pooled.routed_weight_bytes / 8)
+    assert shared.decode_s(16, 0.0) < local.decode_s(16, 0.0)
+    assert _timer(model, "da", tp=2)._shared_experts(one, 16) is one  # A stages: unchanged

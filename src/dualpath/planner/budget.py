@@ -1,9 +1,9 @@
 """Budgets: an explicit power (W) or price (USD/hour) cap, or a default derived from the model.
 
 Default (issue 11 section 7): ``budget = budget_scale x`` the cost of the cheapest ND deployment
-that holds the model's 16-bit weights: one replica of ``t x p`` devices of one catalogue type
-(t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``, experts over the replica's devices)
-whose devices each hold their share. It is computed on the **unmodified** model at 16 bits, so one
+that holds the model's 16-bit weights: the fewest replicas of ``t x p`` devices of one catalogue
+type (t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``; MoE experts spread over all
+``t p d`` devices, ``parallel.min_replicas``) whose devices each hold their share. It is computed on the **unmodified** model at 16 bits, so one
 model keeps one budget across I/O ratios, modes, precisions and ablation points (the paper keeps
 its power budget fixed across its ablations).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from dualpath.core.errors import ConfigError, require
-from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, default_ep, weight_bytes_per_device
+from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, min_replicas
 
 if TYPE_CHECKING:
     from dualpath.planner.catalog import CatalogDevice
@@ -51,21 +51,19 @@ def budget_kind(catalog_name: str) -> str:
 
 def cheapest_nd(model: ModelSpec, devices: tuple[CatalogDevice, ...],
                 kind: str) -> tuple[float, str]:
-    """(cost, description) of the cheapest one-replica ND deployment holding the 16-bit weights."""
+    """(cost, description) of the cheapest ND deployment holding the 16-bit weights."""
     best: tuple[float, str] | None = None
-    stages = tuple(ALL_16)
     for dev in devices:
         unit = dev.cost(kind)  # type: ignore[arg-type]
         for tp in TP_DEGREES:
             for pp in PP_DEGREES:
-                ep = default_ep(model, stages, tp, pp)
-                if weight_bytes_per_device(model, ALL_16, tp, pp, ep) > dev.device.capacity_bytes:
+                dp = min_replicas(model, ALL_16, tp, pp, dev.device.capacity_bytes)
+                if dp is None:
                     continue
-                cost = tp * pp * unit
-                desc = f"{dev.name} x tp{tp} x pp{pp}"
+                cost = tp * pp * dp * unit
+                desc = f"{dev.name} x tp{tp} x pp{pp} x dp{dp}"
                 if best is None or (cost, desc) < best:
                     best = (cost, desc)
-                break  # a deeper pipeline of the same device and t only costs more
     if best is None:
         raise ConfigError("model", model.name, "no catalogue deployment of up to "
                           f"{max(TP_DEGREES) * max(PP_DEGREES)} devices holds its 16-bit weights")

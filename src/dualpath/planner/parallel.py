@@ -12,7 +12,10 @@ Model (heteropanacea.md section III; issue 11 section 3):
 - **DP d**: d replicas, no communication: ``d x p`` lanes in a pool.
 - **EP e**: routed experts spread over e devices; ``(e-1)/e`` of the dispatch + combine bytes
   (``2 x tokens x active experts x hidden x act_bytes`` per MoE layer) cross D2D, sent by the t
-  devices that hold the tokens. e is not counted in the device product (``e <= t p d``).
+  devices that hold the tokens. e is not counted in the device product (``e <= t p d``). With
+  ``e = t p d`` (the default for MoE F pools) a MoE layer serves the tokens of all d replicas at
+  once: each device streams its share of the experts that those tokens touch, so a lane carries
+  ``routed(tokens x d) / d`` expert bytes instead of ``routed(tokens)``.
 - **Residency**: a device holds its stages' non-expert weights / (t p), its routed experts / e, and
   the KV of the requests admitted to it (the rest of its capacity).
 
@@ -21,6 +24,7 @@ Nothing here schedules events: these are the closed forms the run and the search
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -76,18 +80,19 @@ class Layout:
         return self.pp * self.dp
 
 
-def default_ep(model: ModelSpec, stages: Iterable[str], tp: int, pp: int) -> int:
-    """EP degree of a pool: experts spread over one replica's ``t p`` devices when the pool runs
-    an F stage of an MoE model (each replica self-contained), else 1."""
+def default_ep(model: ModelSpec, stages: Iterable[str], tp: int, pp: int, dp: int = 1) -> int:
+    """EP degree of a pool: the routed experts are spread over all the pool's ``t p d`` devices
+    when it runs an F stage of an MoE model (each MoE layer then serves the tokens of every
+    replica at once, as in attention-DP + expert-EP serving), else 1."""
     has_f = any(s in ("pf", "df") for s in stages)
-    return tp * pp if has_f and model.is_moe else 1
+    return tp * pp * dp if has_f and model.is_moe else 1
 
 
 # ---- residency ------------------------------------------------------------------------------
-def weight_bytes_per_device(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int,
-                            ep: int) -> float:
-    """Weights one device of the pool holds. Stages of one side that share weights (PA and DA, PF
-    and DF) hold one copy per distinct precision."""
+def split_weight_bytes(model: ModelSpec, bits: Mapping[str, int]) -> tuple[float, float]:
+    """(non-expert, routed-expert) weight bytes a pool hosting the stages of ``bits`` holds in all.
+    Stages of one side that share weights (PA and DA, PF and DF) hold one copy per distinct
+    precision."""
     non_expert = experts = 0.0
     for group in (("pa", "da"), ("pf", "df")):
         seen: set[int] = set()
@@ -97,7 +102,28 @@ def weight_bytes_per_device(model: ModelSpec, bits: Mapping[str, int], tp: int, 
                 ne, ex = stage_weight_bytes(model, stage, bits[stage])  # type: ignore[arg-type]
                 non_expert += ne
                 experts += ex
+    return non_expert, experts
+
+
+def weight_bytes_per_device(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int,
+                            ep: int) -> float:
+    """Weights one device of the pool holds: non-expert / (t p) + routed experts / e."""
+    non_expert, experts = split_weight_bytes(model, bits)
     return non_expert / (tp * pp) + experts / ep
+
+
+def min_replicas(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int,
+                 capacity_bytes: float) -> int | None:
+    """Fewest replicas of ``t x p`` devices whose devices hold their weights, experts spread over
+    all ``t p d`` of them (MoE F pools, ``default_ep``); None when the non-expert share alone does
+    not fit."""
+    non_expert, experts = split_weight_bytes(model, bits)
+    room = capacity_bytes - non_expert / (tp * pp)
+    if experts <= 0 or default_ep(model, bits, tp, pp) == 1:
+        return 1 if room >= experts else None
+    if room <= 0:
+        return None
+    return max(1, math.ceil(experts / (tp * pp * room) - 1e-9))
 
 
 def kv_capacity_bytes(device: Device, weights_per_device: float, num_devices: int) -> float:
@@ -159,6 +185,7 @@ class StageTimer:
     efficiency: Efficiency
     d2d_gbs: float = D2D_GBS
     pp_handoff: bool = True  # the pool's first stage pays its PP hand-offs (merged: once)
+    expert_groups: int = 1  # replicas whose tokens share the experts (e / (t p)); 1: replica-local
     _memo: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict, compare=False,
                                                              hash=False, repr=False)
 
@@ -205,13 +232,25 @@ class StageTimer:
             work = cached_work(model, "pf", 1, tokens, bits)
         return self.lane_s(work, tokens)
 
+    def _shared_experts(self, work: StageWork, tokens: int) -> StageWork:
+        """Pool-wide EP: the lane's routed-expert bytes become ``routed(tokens x g) / g``."""
+        g = self.expert_groups
+        if g <= 1 or self.stage not in ("pf", "df") or work.routed_weight_bytes <= 0:
+            return work
+        phase_batch = (1, tokens * g) if self.stage == "pf" else (tokens * g, 1)
+        routed = cached_work(self.model, self.stage, phase_batch[0], phase_batch[1],
+                             self.bits).routed_weight_bytes / g
+        return replace(work, weight_bytes=work.weight_bytes - work.routed_weight_bytes + routed,
+                       routed_weight_bytes=routed)
+
     def prefill_uniform_s(self, num_prompts: int, length: int) -> float:
         """:meth:`prefill_s` of ``num_prompts`` prompts of ``length`` tokens each (the search)."""
         tokens = num_prompts * length
         if self.stage == "pa":
             work = cached_work(self.model, "pa", num_prompts, length, self.bits)
         else:
-            work = cached_work(self.model, "pf", 1, tokens, self.bits)
+            work = self._shared_experts(cached_work(self.model, "pf", 1, tokens, self.bits),
+                                        tokens)
         return self.lane_s(work, tokens)
 
     def decode_s(self, batch: int, context_len: float) -> float:
@@ -228,7 +267,8 @@ class StageTimer:
         if pts is None:
             model, bits = self.model, self.bits
             if self.stage == "df":
-                p0 = self._point(cached_work(model, "df", batch, 1, bits))
+                p0 = self._point(self._shared_experts(cached_work(model, "df", batch, 1, bits),
+                                                      batch))
                 p1 = p0
             else:
                 p0 = self._point(cached_work(model, "da", batch, base, bits))

@@ -108,7 +108,7 @@ class PoolTimer:
             self.timers[stage] = StageTimer(
                 model=model, stage=stage, bits=plan.bits_map[stage], device=plan.device.device,
                 tp=lay.tp, pp=lay.pp, ep=lay.ep, efficiency=efficiency, d2d_gbs=d2d_gbs,
-                pp_handoff=first)
+                pp_handoff=first, expert_groups=max(1, lay.ep // lay.replica_devices))
             first = False
 
     @property

@@ -1,8 +1,8 @@
 """The planner's event-driven run of one allocation, on the simulator's kernel and links.
 
 One finite run (issue 11 section 5): every request arrives, waits for **decode admission** (FIFO,
-limited by the free KV capacity of the pool that hosts decode attention and by its decode slots,
-``max_decode_batch`` per replica: the one explicit queue; the KV of the whole final context is
+limited by the free KV capacity of the pool that hosts decode attention and by the decode slots,
+``max_decode_batch`` per replica of every pool running a decode stage: the one explicit queue; the KV of the whole final context is
 reserved, so nothing is ever evicted), is prefilled, hands its KV to the decode pool over N2N
 (PD, PDAF: layer by layer, overlapped with the prefill; PA keeps only the current layer), decodes
 with continuous batching and completes.
@@ -76,7 +76,10 @@ class _Run:
         self.kv_bits = kv_pool.bits_map["da"]
         self.kv_cap = max(kv_pool.device.device.capacity_bytes - kv_pool.weights_per_device(model),
                           0.0) * kv_pool.num_devices
-        self.slots = cfg.max_decode_batch * kv_pool.layout.dp
+        # a decode iteration of any replica batches at most max_decode_batch sequences: the F side
+        # of a split serves every A lane's sequences, so its replicas bound the batch too
+        self.slots = cfg.max_decode_batch * min(p.layout.dp for p in alloc.pools
+                                                if any(s in ("da", "df") for s in p.stages))
         n = len(reqs)
         total = [i + o for i, o in zip(reqs.input_len, reqs.output_len, strict=True)]
         self.kv_req = [kv_cache_bytes(model, c, self.kv_bits) for c in total]

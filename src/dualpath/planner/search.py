@@ -7,14 +7,15 @@ replica's tokens/s at the largest batch it holds (prefill: the prompts that fit 
 a split PF side: every token its free memory holds one layer's activations of, since it batches
 all A lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer),
 from the same lane times the run uses. A merged pool adds its stages' times; its sigma is the
-smaller of its phases'. Candidates whose replica exceeds the budget, or whose devices cannot hold
-their weights (or, hosting decode attention, one replica cannot hold the longest request's KV),
-are pruned. The short list keeps the ``shortlist`` best (device, precision) groups by sigma1 per unit cost,
+smaller of its phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts
+spread over all ``t p d`` devices, parallel.min_replicas; doubled while a replica hosting decode
+attention cannot hold the longest request's KV) and is scored at that size; candidates whose
+``min_dp`` replicas exceed the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the ``shortlist`` best (device, precision) groups by sigma1 per unit cost,
 plus the group of the cheapest replica.
 
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
 pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one);
-the unspent budget then goes one replica at a time to the lowest-sigma pool that still fits.
+(never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to the lowest-sigma pool that still fits.
 ``sigma_joint = min`` over pools. Besides that rule's pick, each split also yields the variants
 where one pool takes another of its short-listed candidates (so a one-pool mode, ND, ranks its
 whole short list too). Allocations are ranked by sigma_joint (ties: lower cost), duplicates
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
 from dualpath.planner.modes import ModeSpec, PoolSpec
-from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep
+from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
 from dualpath.planner.pools import Allocation, PoolPlan, PoolTimer
 
 if TYPE_CHECKING:
@@ -82,16 +83,18 @@ class Candidate:
     device: CatalogDevice
     tp: int
     pp: int
-    ep: int
+    ep: int  # one replica's (t p for MoE F pools); a pool of d replicas spreads experts over t p d
     bits: tuple[tuple[str, int], ...]
     replica_cost: float
     sigma1: float
     sigma_sum: float = 0.0  # sum of the phases' sigma1 (tie-break: the non-binding phase counts)
+    min_dp: int = 1  # fewest replicas that hold the weights (experts spread over t p d devices)
     order: int = field(default=0)  # position in the enumeration (tie-break)
 
     def plan(self, pool: PoolSpec, dp: int) -> PoolPlan:
         return PoolPlan(name=pool.name, stages=pool.stages, device=self.device,
-                        layout=Layout(tp=self.tp, pp=self.pp, dp=dp, ep=self.ep * 1),
+                        layout=Layout(tp=self.tp, pp=self.pp, dp=dp,
+                                      ep=self.ep * dp if self.ep > 1 else 1),
                         bits=self.bits, sigma=dp * self.sigma1)
 
 
@@ -161,21 +164,31 @@ def phase1(model: ModelSpec, pool: PoolSpec, devices: Sequence[CatalogDevice], d
                     if cost > budget:
                         counts.pruned_budget += 1
                         continue
-                    ep = default_ep(model, pool.stages, tp, pp)
-                    plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev,
-                                    layout=Layout(tp=tp, pp=pp, dp=1, ep=ep), bits=bits)
-                    if plan.weights_per_device(model) > cap:
+                    dmin = min_replicas(model, dict(bits), tp, pp, cap)
+                    if dmin is None:
                         counts.pruned_residency += 1
                         continue
-                    sigmas = replica_sigma(model, plan, demand, efficiency=efficiency,
-                                           prefill_token_budget=prefill_token_budget,
-                                           max_decode_batch=max_decode_batch)
+                    sigmas = None
+                    while dmin * cost <= budget:
+                        ep = default_ep(model, pool.stages, tp, pp, dmin)
+                        plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev,
+                                        layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep), bits=bits)
+                        sigmas = replica_sigma(model, plan, demand, efficiency=efficiency,
+                                               prefill_token_budget=prefill_token_budget,
+                                               max_decode_batch=max_decode_batch)
+                        if sigmas is not None or ep == 1:
+                            break
+                        dmin *= 2  # more replicas spread the experts thinner: room for KV
+                    if dmin * cost > budget:
+                        counts.pruned_budget += 1
+                        continue
                     if sigmas is None:
                         counts.pruned_residency += 1
                         continue
-                    kept.append(Candidate(device=dev, tp=tp, pp=pp, ep=ep, bits=bits,
+                    kept.append(Candidate(device=dev, tp=tp, pp=pp,
+                                          ep=default_ep(model, pool.stages, tp, pp), bits=bits,
                                           replica_cost=cost, sigma1=min(sigmas),
-                                          sigma_sum=sum(sigmas), order=order))
+                                          sigma_sum=sum(sigmas), order=order, min_dp=dmin))
     return shortlist_of(kept, shortlist)
 
 
@@ -207,7 +220,7 @@ def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, i
     """The rule: cheapest candidate reaching sigma >= 1 within the slice, else the highest sigma."""
     best: tuple[tuple[float, float, int], Candidate, int] | None = None
     for c in cands:
-        need = max(1, math.ceil(1.0 / c.sigma1 - 1e-12))
+        need = max(c.min_dp, math.ceil(1.0 / c.sigma1 - 1e-12))
         if need * c.replica_cost <= slice_budget * (1 + 1e-12):
             key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
             if best is None or key < best[0]:
@@ -218,7 +231,7 @@ def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, i
     for c in cands:
         d = int(slice_budget * (1 + 1e-12) // c.replica_cost)
         key2 = (-float(f"{d * c.sigma1:.9g}"), -d * c.sigma_sum, c.order)
-        if d >= 1 and (fallback is None or key2 < fallback[0]):
+        if d >= c.min_dp and (fallback is None or key2 < fallback[0]):
             fallback = (key2, c, d)
     return None if fallback is None else (fallback[1], fallback[2])
 
