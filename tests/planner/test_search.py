@@ -103,6 +103,47 @@ def test_no_allocation_breaks_budget_layout_or_residency(model_name, gpu, picks,
     assert len(keys) == len(set(keys))
 
 
+@st.composite
+def _random_npus(draw) -> tuple:
+    """A random catalogue of NPU-like devices (compute, memory family, capacity, bandwidth), each
+    with the power model's power."""
+    from dualpath.planner.catalog import CatalogDevice
+    from dualpath.planner.power import device_power_w
+    from dualpath.spec.device import DeviceSpec
+
+    out = []
+    for i in range(draw(st.integers(2, 6))):
+        tf = draw(st.sampled_from([25.0, 300.0, 2000.0, 15000.0]))
+        fam = draw(st.sampled_from(["hbm", "lpddr", "ddr", "gddr"]))
+        gb = draw(st.floats(16.0, 1024.0))
+        gbs = draw(st.floats(100.0, 9000.0))
+        dev = DeviceSpec(name=f"rnd{i}", compute_tflops=tf, memory_family=fam, capacity_gb=gb,
+                         bandwidth_gbs=gbs)
+        out.append(CatalogDevice(device=dev, kind="npu", usd_per_hr=None,
+                                 power_w=device_power_w(tf, fam, gb, gbs)))
+    return tuple(out)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(devices=_random_npus(), model_name=st.sampled_from(MODELS), scale=st.floats(1.0, 32.0),
+       mode=st.sampled_from(MODES), kv=st.sampled_from([None, 128, 4096]))
+def test_random_catalogues_and_ablated_models_keep_every_rule(devices, model_name, scale, mode,
+                                                              kv) -> None:
+    from dualpath.planner.ablation import apply_overrides
+
+    base = get_model(model_name)
+    model = apply_overrides(base, {"kv_width": kv}) if kv else base
+    try:
+        budget = resolve_budget(base, devices, "npu", budget_w=None, budget_usd_hr=None,
+                                budget_scale=scale).value
+    except ValueError:
+        return
+    demand = _demand(i=5000.0)
+    ranked, _ = _search(model, devices, "power_w", budget, mode, demand)
+    for alloc in ranked:
+        _check_alloc(alloc, model, budget, "power_w", demand)
+
+
 def test_search_is_deterministic() -> None:
     model = get_model("llama-4-scout")
     devices = npu_catalog()
