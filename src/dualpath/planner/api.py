@@ -1,4 +1,4 @@
-"""The planner's entry point: ``plan_disagg(PlanConfig) -> dict`` (the ``plan disagg --json`` object).
+"""The planner's entry point: ``plan_disagg(PlanConfig) -> dict`` (``plan disagg --json``).
 
 For each mode: phase 1 short-lists candidates per pool, phase 2 ranks budget splits, the top K are
 run end to end (run.py) and the best simulated tokens/s is kept. ``x_nd`` compares every mode with
@@ -22,7 +22,7 @@ from dualpath.planner.budget import BUDGET_SCALE, resolve_budget
 from dualpath.planner.catalog import catalog as load_catalog
 from dualpath.planner.links import D2D_DOMAIN, D2D_GBS, N2N_GBS
 from dualpath.planner.modes import MODES, mode_spec, parse_modes
-from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES
+from dualpath.planner.parallel import DECODE_CTX_GRID, PP_DEGREES, TP_DEGREES
 from dualpath.planner.power import power_fit
 from dualpath.planner.run import RunConfig, RunResult, simulate
 from dualpath.planner.search import Counts, Demand, phase1, phase2
@@ -209,7 +209,8 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         out_modes[m] = _mode_json(found[0] if found else None, found[1] if found else None,
                                   nd_tps, budget.kind)
     feasible = [m for m in config.modes if best[m] is not None]
-    best_mode = max(feasible, key=lambda m: (best[m][0].tokens_per_s, -MODES.index(m)))  # type: ignore[index]
+    best_mode = max(feasible, key=lambda m: (best[m][0].tokens_per_s,  # type: ignore[index]
+                                             -MODES.index(m)))
     precision: dict[str, int] = {s: allowed[s][0] for s in STAGES}
     winner = best[best_mode][1]  # type: ignore[index]
     chosen_devices: dict[str, Device] = {}
@@ -250,7 +251,9 @@ def constants(config: PlanConfig, budget: object, devices: tuple[CatalogDevice, 
         "budget_reference_cost": getattr(budget, "reference_cost", None),
         "budget_reference": getattr(budget, "reference", None),
         "tp_degrees": list(TP_DEGREES), "pp_degrees": list(PP_DEGREES),
-        "ep_policy": "F pools of MoE models: e = t*p (experts over one replica); else 1",
+        "ep_policy": "MoE F pools: e = t*p*d (experts over all the pool's devices); else 1",
+        "decode_ctx_grid_tokens": DECODE_CTX_GRID,
+        "decode_slots": "max_decode_batch x min dp of the pools running da/df",
         "kv_reservation": "whole final context reserved at decode admission",
         "efficiency": config.efficiency, "arrivals": config.arrivals,
         "length_cv": config.length_cv, "profile_decode_batch": PROFILE_DECODE_BATCH,
@@ -272,8 +275,8 @@ def stage_profile_of(model: ModelSpec, input_len: float, output_len: float,
             batch, ctx = PROFILE_DECODE_BATCH, round(input_len + output_len / 2)
         work = stage_work(model, s, batch=batch, context_len=ctx, bits=precision[s])
         dev = devices[s]
-        compute_s, memory_s = stage_roofline_s(work, dev, efficiency=efficiency,  # type: ignore[arg-type]
-                                               bits=precision[s])
+        compute_s, memory_s = stage_roofline_s(
+            work, dev, efficiency=efficiency, bits=precision[s])  # type: ignore[arg-type]
         out[s] = {"flops": work.flops, "weight_bytes": work.weight_bytes,
                   "kv_bytes": work.kv_bytes(), "kv_share": work.kv_share(),
                   "arithmetic_intensity": work.arithmetic_intensity(),

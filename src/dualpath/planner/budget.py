@@ -2,10 +2,10 @@
 
 Default (issue 11 section 7): ``budget = budget_scale x`` the cost of the cheapest ND deployment
 that holds the model's 16-bit weights: the fewest replicas of ``t x p`` devices of one catalogue
-type (t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``; MoE experts spread over all
-``t p d`` devices, ``parallel.min_replicas``) whose devices each hold their share. It is computed on the **unmodified** model at 16 bits, so one
-model keeps one budget across I/O ratios, modes, precisions and ablation points (the paper keeps
-its power budget fixed across its ablations).
+type (t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``; MoE experts spread over all ``t p
+d`` devices, ``parallel.min_replicas``) whose devices each hold their share. It is computed on the
+**unmodified** model at 16 bits, so one model keeps one budget across I/O ratios, modes, precisions
+and ablation points (the paper keeps its power budget fixed across its ablations).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 One finite run (issue 11 section 5): every request arrives, waits for **decode admission** (FIFO,
 limited by the free KV capacity of the pool that hosts decode attention and by the decode slots,
-``max_decode_batch`` per replica of every pool running a decode stage: the one explicit queue; the KV of the whole final context is
-reserved, so nothing is ever evicted), is prefilled, hands its KV to the decode pool over N2N
-(PD, PDAF: layer by layer, overlapped with the prefill; PA keeps only the current layer), decodes
-with continuous batching and completes.
+``max_decode_batch`` per replica of every pool running a decode stage: the one explicit queue; the
+KV of the whole final context is reserved, so nothing is ever evicted), is prefilled, hands its KV
+to the decode pool over N2N (PD, PDAF: layer by layer, overlapped with the prefill; PA keeps only
+the current layer), decodes with continuous batching and completes.
 
 - **Prefill iteration**: each lane of the prefill unit takes waiting prompts FIFO up to
   ``prefill_token_budget`` tokens (a longer prompt runs alone; no chunked prefill); all lanes run
@@ -21,7 +21,8 @@ with continuous batching and completes.
   PD and PDAF run their prefill and decode units concurrently.
 
 Throughput is (input + output tokens) / makespan of the whole run. The invariants of section 5 are
-checked at the end of every run (invariants.check_invariants); a broken one raises ``SimulationError``.
+checked at the end of every run (invariants.check_invariants); a broken one raises
+``SimulationError``.
 """
 
 from __future__ import annotations

@@ -3,23 +3,24 @@
 **Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
 gets ``sigma1 = tput / demand`` for one replica; a pool of d replicas has ``sigma = d x sigma1``.
 Demand is ``lambda x I`` tokens/s for prefill and ``lambda x O`` for decode; ``tput`` is one
-replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget;
-a split PF side: every token its free memory holds one layer's activations of, since it batches
-all A lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer),
-from the same lane times the run uses. A merged pool adds its stages' times; its sigma is the
-smaller of its phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts
-spread over all ``t p d`` devices, parallel.min_replicas; doubled while a replica hosting decode
-attention cannot hold the longest request's KV) and is scored at that size; candidates whose
-``min_dp`` replicas exceed the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the ``shortlist`` best (device, precision) groups by sigma1 per unit cost,
-plus the group of the cheapest replica.
+replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget; a
+split PF side: every token its free memory holds one layer's activations of, since it batches all A
+lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer), from the
+same lane times the run uses. A merged pool adds its stages' times; its sigma is the smaller of its
+phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over all ``t
+p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention cannot hold
+the longest request's KV) and is scored at that size; candidates whose ``min_dp`` replicas exceed
+the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the
+``shortlist`` best (device, precision) groups by sigma1 per unit cost, plus the group of the
+cheapest replica.
 
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
-pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one);
-(never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to the lowest-sigma pool that still fits.
-``sigma_joint = min`` over pools. Besides that rule's pick, each split also yields the variants
-where one pool takes another of its short-listed candidates (so a one-pool mode, ND, ranks its
-whole short list too). Allocations are ranked by sigma_joint (ties: lower cost), duplicates
-dropped. Deterministic: every order has a total tie-break.
+pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)
+(never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to
+the lowest-sigma pool that still fits. ``sigma_joint = min`` over pools. Besides that rule's pick,
+each split also yields the variants where one pool takes another of its short-listed candidates (so
+a one-pool mode, ND, ranks its whole short list too). Allocations are ranked by sigma_joint (ties:
+lower cost), duplicates dropped. Deterministic: every order has a total tie-break.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficienc
     return sigmas
 
 
-def bits_options(pool: PoolSpec, allowed: Mapping[str, Sequence[int]]) -> list[tuple[tuple[str, int], ...]]:
+def bits_options(pool: PoolSpec,
+                 allowed: Mapping[str, Sequence[int]]) -> list[tuple[tuple[str, int], ...]]:
     """Every precision assignment of the pool's stages within ``allowed`` (stage -> bits)."""
     choices = [sorted(set(allowed[s]), reverse=True) for s in pool.stages]
     return [tuple(zip(pool.stages, combo, strict=True)) for combo in itertools.product(*choices)]
@@ -240,9 +242,10 @@ def _fill(chosen: list[list[object]], leftover: float) -> None:
     """Hand ``leftover`` out one replica at a time to the lowest-sigma pool that fits (in bulk
     steps that give the same result). ``chosen`` rows are [candidate, dp], mutated."""
     n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
     while True:
         sig = [r[1] * r[0].sigma1 for r in chosen]  # type: ignore[attr-defined,operator]
-        fits = [i for i in range(n) if chosen[i][0].replica_cost <= leftover * (1 + 1e-12)]  # type: ignore[attr-defined]
+        fits = [i for i in range(n) if unit[i] <= leftover * (1 + 1e-12)]
         if not fits:
             return
         i = min(fits, key=lambda j: (sig[j], j))
@@ -286,7 +289,8 @@ def phase2(mode: ModeSpec, shortlists: Mapping[str, Sequence[Sequence[Candidate]
             if spent > budget * (1 + 1e-9):
                 continue
             _fill(chosen, budget - spent)
-            plans = tuple(c.plan(p, d) for (c, d), p in zip(chosen, pools, strict=True))  # type: ignore[attr-defined]
+            plans = tuple(c.plan(p, d)  # type: ignore[attr-defined]
+                          for (c, d), p in zip(chosen, pools, strict=True))
             cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
             alloc = Allocation(mode=mode.name, pools=plans, cost=cost,
                                sigma_joint=min(p.sigma for p in plans))
