@@ -113,8 +113,12 @@ def fig_modes(out: Path, name: str, sweep: Mapping, panel_ratios: Sequence[float
         for i, mode in enumerate(SPLITS):
             ys = [_x_nd(sweep, m, ratio, mode) for m in models]
             color, label = MODE_STYLE[mode]
-            ax.bar([j + (i - 1) * width for j in range(len(models))],
-                   [y if y is not None else 0.0 for y in ys], width, color=color, label=label)
+            xs = [j + (i - 1) * width for j in range(len(models))]
+            ax.bar(xs, [y if y is not None else 0.0 for y in ys], width, color=color, label=label)
+            for x, y in zip(xs, ys, strict=True):
+                if y is None:  # no allocation of this mode fits the budget
+                    ax.text(x, 0.02, "n/f", ha="center", va="bottom", fontsize=6, rotation=90,
+                            color=color)
         for m in models:
             rows.append([m, ratio, *(_x_nd(sweep, m, ratio, mode) for mode in SPLITS)])
         ax.axhline(1.0, color="black", ls="--", lw=1)
@@ -125,7 +129,7 @@ def fig_modes(out: Path, name: str, sweep: Mapping, panel_ratios: Sequence[float
     axes[0][0].set_ylabel("throughput x ND")
     axes[0][0].legend(fontsize=8, loc="upper left")
     space = "custom NPUs, power budget" if sweep["catalog"] == "npu" else "GPUs, USD/hour budget"
-    fig.suptitle(f"Disaggregated modes against ND ({space})")
+    fig.suptitle(f"Disaggregated modes against ND ({space}; n/f = no allocation fits)")
     return [save(fig, out / f"{name}.png"),
             write_csv(out / f"{name}.csv", ["model", "io_ratio", "pd", "af", "pdaf"], rows)]
 
