@@ -6,6 +6,8 @@ import dataclasses
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dualpath.core.errors import ConfigError
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, IDEAL_EFFICIENCY, get_efficiency
@@ -203,3 +205,26 @@ def test_decode_attention_matches_the_roofline_counting(name: str) -> None:
     f = stage_work(model, "df", batch=16, context_len=7000)
     assert math.isclose(w.flops + f.flops - w.attention_flops,
                         16 * model.linear_flops_per_token, rel_tol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(sorted(MODELS)), stage=st.sampled_from(STAGES),
+       batch=st.integers(0, 600), context=st.integers(0, 300_000),
+       tflops=st.floats(1.0, 30000.0), gbs=st.floats(10.0, 200000.0),
+       up_f=st.floats(1.0, 100.0), up_b=st.floats(1.0, 100.0))
+def test_stage_work_properties(name: str, stage: str, batch: int, context: int, tflops: float,
+                               gbs: float, up_f: float, up_b: float) -> None:
+    model = get_model(name)
+    works = [stage_work(model, stage, batch=batch, context_len=context, bits=b)  # type: ignore[arg-type]
+             for b in (4, 8, 16)]
+    assert works[0].flops == works[1].flops == works[2].flops >= 0
+    for w in works:
+        for term in (w.weight_bytes, w.kv_read_bytes, w.kv_write_bytes, w.act_bytes):
+            assert term >= 0
+        assert 0.0 <= w.kv_share() <= 1.0
+    w = works[2]
+    dev = dataclasses.replace(NPU, compute_tflops=tflops, bandwidth_gbs=gbs)
+    faster = dataclasses.replace(dev, compute_tflops=tflops * up_f, bandwidth_gbs=gbs * up_b)
+    assert stage_time_s(w, faster) <= stage_time_s(w, dev)
+    assert stage_time_s(w, faster, efficiency=DEFAULT_EFFICIENCY) <= \
+        stage_time_s(w, dev, efficiency=DEFAULT_EFFICIENCY)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from dualpath.core.errors import ConfigError, require
-from dualpath.cost.efficiency import IDEAL_EFFICIENCY, Efficiency
+from dualpath.cost.efficiency import IDEAL_EFFICIENCY, Efficiency, roofline_s
 from dualpath.cost.stage_shapes import attention_flops as _attention_flops
 from dualpath.cost.stage_shapes import coefficients as _coefficients
 from dualpath.cost.stage_shapes import kv_entries as _kv_entries
@@ -176,35 +176,38 @@ def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int,
 def stage_time_s(work: StageWork, device: Device, *, efficiency: Efficiency = IDEAL_EFFICIENCY,
                  bits: int = 16) -> float:
     """Roofline time of ``work`` on ``device``: ``max(flops / peak, bytes / bandwidth)`` (the
-    paper's Eq. 1) with the efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term).
-    Fitted efficiencies rate attention FLOPs / KV bytes, routed experts and the other GEMMs
-    separately and add ``kernels x launch`` per layer."""
-    if efficiency is IDEAL_EFFICIENCY:  # hot path of the planner's search and run
-        compute_s = work.flops / device.peak_flops(bits)
-        memory_s = (work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes
-                    + work.act_bytes) / device.mem_bytes_per_s
-        return compute_s if compute_s > memory_s else memory_s
-    compute_s, memory_s = stage_roofline_s(work, device, efficiency=efficiency, bits=bits)
-    launches = efficiency.attention_kernels if work.stage in ATTENTION_STAGES else (
-        efficiency.dense_kernels + efficiency.moe_kernels)
-    return max(compute_s, memory_s) + work.num_layers * launches * efficiency.kernel_launch_s
+    paper's Eq. 1; ``cost.efficiency.roofline_s``, the function every cost model uses) with the
+    efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term). Fitted efficiencies rate
+    attention FLOPs / KV bytes, routed experts and the other GEMMs separately (as BF16-equivalent
+    FLOPs and bytes at full rate) and add ``kernels x launch`` per layer."""
+    flops, num_bytes = _effective(work, efficiency, bits)
+    if efficiency is IDEAL_EFFICIENCY:
+        kernels = 0
+    else:
+        kernels = work.num_layers * (efficiency.attention_kernels if work.stage in ATTENTION_STAGES
+                                     else efficiency.dense_kernels + efficiency.moe_kernels)
+    return roofline_s(flops, num_bytes, device.peak_flops(bits), device.mem_bytes_per_s, 1.0, 1.0,
+                      kernels, efficiency.kernel_launch_s)
 
 
 def stage_roofline_s(work: StageWork, device: Device, *,
                      efficiency: Efficiency = IDEAL_EFFICIENCY, bits: int = 16) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of ``work`` on ``device``, before the max."""
-    peak = device.peak_flops(bits)
-    bandwidth = device.mem_bytes_per_s
-    eff = efficiency
+    """(compute seconds, memory seconds) of ``work`` on ``device``, before the max (no launches)."""
+    flops, num_bytes = _effective(work, efficiency, bits)
+    return flops / device.peak_flops(bits), num_bytes / device.mem_bytes_per_s
+
+
+def _effective(work: StageWork, eff: Efficiency, bits: int) -> tuple[float, float]:
+    """FLOPs and bytes as the device would see them at full rate (divided by the efficiencies)."""
     if eff is IDEAL_EFFICIENCY:
-        return work.flops / peak, work.total_bytes() / bandwidth
+        return work.flops, work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.act_bytes
     gemm = work.flops - work.attention_flops - work.routed_flops
-    compute_s = (gemm / eff.gemm_compute(int(bits // 8)) + work.attention_flops
-                 / eff.attention_compute + work.routed_flops / eff.moe_compute) / peak
+    flops = (gemm / eff.gemm_compute(int(bits // 8)) + work.attention_flops / eff.attention_compute
+             + work.routed_flops / eff.moe_compute)
     dense_bytes = work.weight_bytes - work.routed_weight_bytes + work.act_bytes
-    memory_s = (dense_bytes / eff.gemm_memory + work.kv_bytes() / eff.attention_memory
-                + work.routed_weight_bytes / eff.moe_memory) / bandwidth
-    return compute_s, memory_s
+    num_bytes = (dense_bytes / eff.gemm_memory + work.kv_bytes() / eff.attention_memory
+                 + work.routed_weight_bytes / eff.moe_memory)
+    return flops, num_bytes
 
 
 def _check_stage(stage: str) -> None:

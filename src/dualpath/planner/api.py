@@ -163,7 +163,8 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
     demand = Demand(rate_rps=config.rate_rps, input_len=reqs.mean_input,
                     output_len=reqs.mean_output,
                     max_context_len=max(i + o for i, o in zip(reqs.input_len, reqs.output_len,
-                                                              strict=True)))
+                                                              strict=True)),
+                    num_requests=len(reqs))
     efficiency = get_efficiency(config.efficiency)
     run_cfg = RunConfig(prefill_token_budget=config.prefill_token_budget,
                         max_decode_batch=config.max_decode_batch,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
@@ -31,6 +31,7 @@ from dualpath.core.errors import require
 from dualpath.cost.stages import (
     StageWork,
     hidden_act_bytes_per_token,
+    stage_roofline_s,
     stage_time_s,
     stage_weight_bytes,
     stage_work,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from dualpath.spec.device import Device
     from dualpath.spec.models import ModelSpec
 
+DECODE_CTX_GRID: Final = 128  # decode work is read at contexts 128 tokens apart, linear between
 TP_DEGREES: Final = (1, 2, 4, 8)          # TP stays inside one D2D domain (8 devices)
 PP_DEGREES: Final = (1, 2, 4, 8, 16, 32)  # enough to hold the largest model on small memories
 assert max(TP_DEGREES) <= D2D_DOMAIN
@@ -106,12 +108,13 @@ def kv_capacity_bytes(device: Device, weights_per_device: float, num_devices: in
 
 # ---- one stage on one lane ------------------------------------------------------------------
 def _scaled(work: StageWork, factor: float, num_layers: int) -> StageWork:
-    return replace(work, flops=work.flops * factor, weight_bytes=work.weight_bytes * factor,
-                   kv_read_bytes=work.kv_read_bytes * factor,
-                   kv_write_bytes=work.kv_write_bytes * factor, act_bytes=work.act_bytes * factor,
-                   attention_flops=work.attention_flops * factor,
-                   routed_flops=work.routed_flops * factor,
-                   routed_weight_bytes=work.routed_weight_bytes * factor, num_layers=num_layers)
+    return StageWork(flops=work.flops * factor, weight_bytes=work.weight_bytes * factor,
+                     kv_read_bytes=work.kv_read_bytes * factor,
+                     kv_write_bytes=work.kv_write_bytes * factor,
+                     act_bytes=work.act_bytes * factor, num_layers=num_layers, stage=work.stage,
+                     attention_flops=work.attention_flops * factor,
+                     routed_flops=work.routed_flops * factor,
+                     routed_weight_bytes=work.routed_weight_bytes * factor)
 
 
 def _lerp(a: StageWork, b: StageWork, w: float) -> StageWork:
@@ -157,14 +160,27 @@ class StageTimer:
     efficiency: Efficiency
     d2d_gbs: float = D2D_GBS
     pp_handoff: bool = True  # the pool's first stage pays its PP hand-offs (merged: once)
+    _memo: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict, compare=False,
+                                                             hash=False, repr=False)
+
+    def _group_work(self, work: StageWork) -> StageWork:
+        """One PP group's share of one TP device: ``work / (t p)`` over ``layers / p``."""
+        t, p = self.tp, self.pp
+        return _scaled(work, 1.0 / (t * p), max(1, round(work.num_layers / p)))
 
     def lane_s(self, work: StageWork, tokens: float) -> float:
         """Latency of one micro-batch through the lane: p groups of compute + collectives."""
-        t, p = self.tp, self.pp
-        layers = max(1, round(work.num_layers / p))
-        per_group = stage_time_s(_scaled(work, 1.0 / (t * p), layers), self.device,
-                                 efficiency=self.efficiency, bits=self.bits)
-        return p * per_group + self.collectives_s(tokens)
+        per_group = stage_time_s(self._group_work(work), self.device, efficiency=self.efficiency,
+                                 bits=self.bits)
+        return self.pp * per_group + self.collectives_s(tokens)
+
+    def _point(self, work: StageWork) -> tuple[float, float, float]:
+        """(compute s, memory s, fixed s) of one group's share: ``stage_time_s`` is
+        ``max(compute, memory) + fixed``, and compute and memory are linear in the work."""
+        w = self._group_work(work)
+        c, m = stage_roofline_s(w, self.device, efficiency=self.efficiency, bits=self.bits)
+        return c, m, stage_time_s(w, self.device, efficiency=self.efficiency, bits=self.bits) \
+            - max(c, m)
 
     def collectives_s(self, tokens: float) -> float:
         """TP all-reduce per layer, EP all-to-all per MoE layer, PP hand-offs (all over D2D)."""
@@ -200,20 +216,29 @@ class StageTimer:
         return self.lane_s(work, tokens)
 
     def decode_s(self, batch: int, context_len: float) -> float:
-        """One decode step of ``batch`` sequences whose mean cached context is ``context_len``
-        (work is linear in context between integer points: interpolated)."""
+        """One decode step of ``batch`` sequences whose mean cached context is ``context_len``.
+        The work is read at contexts ``DECODE_CTX_GRID`` tokens apart and interpolated linearly
+        (exact for dense attention; CSA/HCA compression and top-k caps are staircases or kinks in
+        context, smoothed here), so a run of steps sums in closed form between grid points."""
         if batch <= 0:
             return 0.0
-        model, bits = self.model, self.bits
-        if self.stage == "df":
-            work = cached_work(model, "df", batch, 1, bits)
-        else:
-            base = math.floor(context_len)
-            work = cached_work(model, "da", batch, base, bits)
-            frac = context_len - base
-            if frac > 1e-12:
-                work = _lerp(work, cached_work(model, "da", batch, base + 1, bits), frac)
-        return self.lane_s(work, batch)
+        g = DECODE_CTX_GRID
+        base = int(context_len // g) * g if self.stage == "da" else 0
+        key = (batch, base)
+        pts = self._memo.get(key)
+        if pts is None:
+            model, bits = self.model, self.bits
+            if self.stage == "df":
+                p0 = self._point(cached_work(model, "df", batch, 1, bits))
+                p1 = p0
+            else:
+                p0 = self._point(cached_work(model, "da", batch, base, bits))
+                p1 = self._point(cached_work(model, "da", batch, base + g, bits))
+            pts = self._memo[key] = (*p0, *p1, self.collectives_s(batch))
+        w = (context_len - base) / g if self.stage == "da" else 0.0
+        c = pts[0] + (pts[3] - pts[0]) * w
+        m = pts[1] + (pts[4] - pts[1]) * w
+        return self.pp * (max(c, m) + pts[2]) + pts[6]
 
 
 def af_layer_s(t_a: float, t_f: float, t_x: float, microbatches: int) -> float:

@@ -13,9 +13,10 @@ with continuous batching and completes.
 - **Decode step**: one step advances every admitted, handed-over sequence by one token. Its time is
   the closed form of the unit (pools.UnitTimer: stage rooflines, TP/EP collectives, AF round
   trips; no per-layer events). Steps between two changes of the batch (a join, a completion, a
-  prefill that preempts) are summed in closed form as one event (``_series``: the step time is
-  piecewise linear in the growing context; the sum is exact where it is linear and bisected
-  elsewhere); an event that changes the batch cuts the segment at the end of the step in progress.
+  prefill that preempts) are summed in closed form as one event (``_cum``: the work is linear in
+  the growing context between grid points ``parallel.DECODE_CTX_GRID`` tokens apart, so each grid
+  cell sums as a trapezoid); an event that changes the batch cuts the segment at the end of the
+  step in progress.
 - A unit hosting both phases (ND, AF) runs prefill first, one iteration at a time; decode waits.
   PD and PDAF run their prefill and decode units concurrently.
 
@@ -36,6 +37,7 @@ from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.links import (
     D2D_GBS, N2N_GBS, link_bytes, n2n_bytes_per_s, n2n_link, n2n_transfer,
 )
+from dualpath.planner.parallel import DECODE_CTX_GRID
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Handle, Kernel, SimulationError
 from dualpath.sim.links import Link, check_utilisation
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from dualpath.planner.workloads import Requests
     from dualpath.spec.models import ModelSpec
 
-_LINEAR_RTOL = 1e-7
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,7 +240,7 @@ class _Run:
         steps = self.finish[0][0] - self.step
         seg = _Segment(start_s=self.k.now_s, step0=self.step, steps=steps, batch=self.batch,
                        ctx_sum=self.ctx_sum, handle=None)  # type: ignore[arg-type]
-        seg.sums = _series(lambda j: self._step_time(seg, j), 0, steps)
+        seg.sums = self._cum(seg, steps)
         seg.handle = self.k.at(seg.start_s + seg.sums[0], self._end_decode, PRIO_COMPLETE)
         self.seg = seg
         self.busy_unit[self.dec.unit.name] = True
@@ -251,6 +252,22 @@ class _Run:
             it = seg.memo[j] = self.dec.decode(seg.batch, ctx)
         return it
 
+    def _cum(self, seg: _Segment, n: int) -> tuple[float, float, float]:
+        """Sums over the segment's first ``n`` steps, piece by piece between the context grid
+        points where the step time's slope may change."""
+        f: Callable[[int], IterTime] = lambda j: self._step_time(seg, j)  # noqa: E731
+        m = seg.ctx_sum / seg.batch + seg.step0  # mean context at the segment's step 0
+        g = DECODE_CTX_GRID
+        out = (0.0, 0.0, 0.0)
+        a = 0
+        while a < n:
+            nxt = (math.floor((m + a) / g) + 1) * g  # next grid point above the context at a
+            b = min(n, max(a + 1, math.ceil(nxt - m - 1e-9)))
+            x = _series(f, a, b - a)
+            out = (out[0] + x[0], out[1] + x[1], out[2] + x[2])
+            a = b
+        return out
+
     def _cut(self) -> None:
         """End the running segment after the step in progress (a join or a prefill waits)."""
         seg = self.seg
@@ -261,7 +278,7 @@ class _Run:
         lo, hi = 1, min(seg.steps, int(elapsed / f(0).time_s) + 1)
         while lo < hi:
             mid = (lo + hi) // 2
-            if _series(f, 0, mid)[0] >= elapsed - 1e-12:
+            if self._cum(seg, mid)[0] >= elapsed - 1e-12:
                 hi = mid
             else:
                 lo = mid + 1
@@ -269,7 +286,7 @@ class _Run:
         if n >= seg.steps:
             return
         seg.handle.cancel()
-        sums = _series(f, 0, n)
+        sums = self._cum(seg, n)
         seg.steps, seg.sums = n, sums
         seg.handle = self.k.at(seg.start_s + sums[0], self._end_decode, PRIO_COMPLETE)
 
@@ -364,29 +381,17 @@ def _bind(fn: Callable[[list[int]], None], arg: list[int]) -> Callable[[], None]
 
 
 def _series(f: Callable[[int], IterTime], a: int, n: int) -> tuple[float, float, float]:
-    """(sum of time, A busy, F busy) of ``f(a) .. f(a + n - 1)``: exact where ``f`` is linear
-    in its argument (checked at the thirds), bisected where it is not."""
+    """(sum of time, A busy, F busy) of ``f(a) .. f(a + n - 1)`` over one grid cell, where the
+    work is linear in the step: the trapezoid of the two ends (exact when the step time is linear;
+    a compute/memory crossover inside the cell is smoothed)."""
     if n <= 0:
         return (0.0, 0.0, 0.0)
-    if n <= 4:
-        ts = [f(a + i) for i in range(n)]
-        return (sum(t.time_s for t in ts), sum(t.a_busy_s for t in ts),
-                sum(t.f_busy_s for t in ts))
-    first, last = f(a), f(a + n - 1)
-    linear = True
-    for i in (a + (n - 1) // 3, a + 2 * (n - 1) // 3):
-        w = (i - a) / (n - 1)
-        mid = f(i)
-        for x, y, z in ((first.time_s, last.time_s, mid.time_s),
-                        (first.a_busy_s, last.a_busy_s, mid.a_busy_s)):
-            if abs(x + (y - x) * w - z) > _LINEAR_RTOL * max(abs(z), 1e-30):
-                linear = False
-    if linear:
-        return (n * (first.time_s + last.time_s) / 2, n * (first.a_busy_s + last.a_busy_s) / 2,
-                n * (first.f_busy_s + last.f_busy_s) / 2)
-    h = n // 2
-    x, y = _series(f, a, h), _series(f, a + h, n - h)
-    return (x[0] + y[0], x[1] + y[1], x[2] + y[2])
+    first = f(a)
+    if n == 1:
+        return (first.time_s, first.a_busy_s, first.f_busy_s)
+    last = f(a + n - 1)
+    return (n * (first.time_s + last.time_s) / 2, n * (first.a_busy_s + last.a_busy_s) / 2,
+            n * (first.f_busy_s + last.f_busy_s) / 2)
 
 
 def simulate(model: ModelSpec, mode: ModeSpec, alloc: Allocation, reqs: Requests,

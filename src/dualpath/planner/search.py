@@ -4,11 +4,13 @@
 gets ``sigma1 = tput / demand`` for one replica; a pool of d replicas has ``sigma = d x sigma1``.
 Demand is ``lambda x I`` tokens/s for prefill and ``lambda x O`` for decode; ``tput`` is one
 replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget;
-decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer of the longest requests),
+a split PF side: every token its free memory holds one layer's activations of, since it batches
+all A lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer),
 from the same lane times the run uses. A merged pool adds its stages' times; its sigma is the
 smaller of its phases'. Candidates whose replica exceeds the budget, or whose devices cannot hold
 their weights (or, hosting decode attention, one replica cannot hold the longest request's KV),
-are pruned. The short list keeps the ``shortlist`` best by sigma1 per unit cost, one (t, p) per device.
+are pruned. The short list keeps the ``shortlist`` best (device, precision) groups by sigma1 per unit cost,
+plus the group of the cheapest replica.
 
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
 pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one);
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dualpath.cost.stages import kv_cache_bytes
+from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
 from dualpath.planner.modes import ModeSpec, PoolSpec
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep
 from dualpath.planner.pools import Allocation, PoolPlan, PoolTimer
@@ -46,6 +48,7 @@ class Demand:
     input_len: float
     output_len: float
     max_context_len: int  # the longest request's final context (residency check)
+    num_requests: int = 500
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -102,11 +105,19 @@ def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficienc
     stages = plan.stages
     sigmas: list[float] = []
     length = max(1, round(demand.input_len))
-    if any(s in ("pa", "pf") for s in stages):
+    if "pa" in stages:  # the lane's batch: the prompts that fit the token budget
         k = max(1, prefill_token_budget // length)
         time_s = sum(timer.timers[s].prefill_uniform_s(k, length) for s in stages
                      if s in ("pa", "pf"))
         sigmas.append(p * k * length / time_s / demand.prefill_tokens_per_s)
+    elif "pf" in stages:  # a split F side batches every A lane's tokens: as many as it holds
+        free = max(plan.device.device.capacity_bytes - plan.weights_per_device(model), 0.0)
+        per_token = 2.0 * hidden_act_bytes_per_token(model, plan.bits_map["pf"])
+        tokens = int(min(free * t / per_token, demand.num_requests * length))
+        if tokens < 1:
+            return None
+        time_s = timer.timers["pf"].prefill_uniform_s(1, tokens)
+        sigmas.append(p * tokens / time_s / demand.prefill_tokens_per_s)
     if any(s in ("da", "df") for s in stages):
         batch = max_decode_batch
         if "da" in stages:
@@ -175,13 +186,21 @@ def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
 
 def shortlist_of(kept: Sequence[Candidate], size: int) -> list[list[Candidate]]:
     """Group by (device, precision), rank groups by their best sigma1 per unit cost (ties:
-    cheaper, then the other phase, then enumeration order) and keep ``size`` groups. A group keeps
+    cheaper, then the other phase, then enumeration order) and keep ``size`` groups, plus the group
+    of the cheapest replica when it is not among them (the best sigma per cost is often a large
+    replica that a small budget slice cannot buy, which would leave the slice empty). A group keeps
     every (t, p): phase 2 picks the layout that suits its budget slice (the most efficient layout
     is often the largest replica, which a small slice cannot buy)."""
     groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[Candidate]] = {}
     for c in sorted(kept, key=_rank_key):
         groups.setdefault((c.device.name, c.bits), []).append(c)
-    return list(groups.values())[:size]
+    ordered = list(groups.values())
+    out = ordered[:size]
+    if ordered:  # and the group of the cheapest replica, so that a small slice can still buy one
+        cheapest = min(kept, key=lambda c: (c.replica_cost, _rank_key(c)))
+        if not any(cheapest in g for g in out):
+            out.append(next(g for g in ordered if cheapest in g))
+    return out
 
 
 def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
