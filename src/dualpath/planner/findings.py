@@ -103,7 +103,6 @@ def _alloc_npu(s: Mapping) -> dict:
         for pool in modes.get("pdaf", []):
             d, st = pool["device"], pool["stages"][0]
             {"pa": pref, "pf": pref, "da": da, "df": df}[st].append(d)
-    top = max((d["compute_tflops"] for d in pref), default=0)
     n_pref = sum(1 for d in pref if d["compute_tflops"] == 20000)
     hbm = sum(1 for d in da + df if d["memory"] == "hbm" and d["capacity_gb"] == 190)
     da_low = sum(1 for d in da if d["compute_tflops"] <= 250)
@@ -116,7 +115,8 @@ def _alloc_npu(s: Mapping) -> dict:
                          and da_low == len(da) and df_25 == len(df))
     return _row("npu_allocations_100", "NPU I/O=100 PDAF pools: prefill at top compute, smallest "
                 "memory; DA and DF on HBM 190 GB / 8 TB/s; DA low compute, DF 2.5k",
-                f"all (top tier seen here: {top:g})", ours, ok)
+                "prefill 20k TF, smallest memory; DA/DF HBM 190 GB; DA 25-250 TF; DF 2.5k TF",
+                ours, ok)
 
 
 def _gpu_rows(s: Mapping) -> list[dict]:
