@@ -83,6 +83,13 @@ def fig5_crossover(out: Path, sweep: Mapping) -> list[Path]:
                     ax.annotate(f"{y:.2f}", (r, y), textcoords="offset points", xytext=(0, 7),
                                 ha="center", fontsize=8, color=color)
     ax.axhline(1.0, color="black", ls="--", lw=1, label="parity with ND")
+    if sweep["catalog"] == "npu":  # the paper's Fig. 5 values (the budget_scale fit's target)
+        from dualpath.planner.calibrate import PLATEAU_BAND, PLATEAU_RATIOS, POINT_TARGETS
+
+        ax.scatter(list(POINT_TARGETS), list(POINT_TARGETS.values()), marker="x", color="black",
+                   zorder=4, label="published PDAF (paper Fig. 5)")
+        ax.fill_between([min(PLATEAU_RATIOS), max(PLATEAU_RATIOS)], *PLATEAU_BAND, color="black",
+                        alpha=0.07, label="published plateau 1.5-1.8x")
     cross = crossover_io(ratios, [means.get("pdaf", {}).get(ratio_key(r)) for r in ratios])
     if cross is not None:
         lo = 10 ** math.floor(math.log10(cross))
