@@ -56,7 +56,9 @@ FULL_GRID = FigureGrid()
 QUICK_GRID = FigureGrid(
     models=("gpt-oss-120b", "glm-4.6", "deepseek-v4-flash"), ratios=(0.01, 1.0, 10.0, 100.0),
     ablation_models=("deepseek-v4-flash",),
-    ablation_values={f: (v[0], v[-1]) for f, v in ABLATION_VALUES.items()},
+    ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0),
+                     "total_experts_x": (1.0, 4.0), "ffn_expansion": (1.0, 4.0),
+                     "dtype_bytes": (2.0, 1.0)},
     workload_models=("gpt-oss-120b",), num_requests=100, top_k=2)
 
 

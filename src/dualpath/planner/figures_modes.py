@@ -83,6 +83,13 @@ def fig5_crossover(out: Path, sweep: Mapping) -> list[Path]:
                     ax.annotate(f"{y:.2f}", (r, y), textcoords="offset points", xytext=(0, 7),
                                 ha="center", fontsize=8, color=color)
     ax.axhline(1.0, color="black", ls="--", lw=1, label="parity with ND")
+    if sweep["catalog"] == "npu":  # the paper's Fig. 5 values (the budget_scale fit's target)
+        from dualpath.planner.calibrate import PLATEAU_BAND, PLATEAU_RATIOS, POINT_TARGETS
+
+        ax.scatter(list(POINT_TARGETS), list(POINT_TARGETS.values()), marker="x", color="black",
+                   zorder=4, label="published PDAF (paper Fig. 5)")
+        ax.fill_between([min(PLATEAU_RATIOS), max(PLATEAU_RATIOS)], *PLATEAU_BAND, color="black",
+                        alpha=0.07, label="published plateau 1.5-1.8x")
     cross = crossover_io(ratios, [means.get("pdaf", {}).get(ratio_key(r)) for r in ratios])
     if cross is not None:
         lo = 10 ** math.floor(math.log10(cross))
@@ -113,8 +120,12 @@ def fig_modes(out: Path, name: str, sweep: Mapping, panel_ratios: Sequence[float
         for i, mode in enumerate(SPLITS):
             ys = [_x_nd(sweep, m, ratio, mode) for m in models]
             color, label = MODE_STYLE[mode]
-            ax.bar([j + (i - 1) * width for j in range(len(models))],
-                   [y if y is not None else 0.0 for y in ys], width, color=color, label=label)
+            xs = [j + (i - 1) * width for j in range(len(models))]
+            ax.bar(xs, [y if y is not None else 0.0 for y in ys], width, color=color, label=label)
+            for x, y in zip(xs, ys, strict=True):
+                if y is None:  # no allocation of this mode fits the budget
+                    ax.text(x, 0.02, "n/f", ha="center", va="bottom", fontsize=6, rotation=90,
+                            color=color)
         for m in models:
             rows.append([m, ratio, *(_x_nd(sweep, m, ratio, mode) for mode in SPLITS)])
         ax.axhline(1.0, color="black", ls="--", lw=1)
@@ -125,7 +136,7 @@ def fig_modes(out: Path, name: str, sweep: Mapping, panel_ratios: Sequence[float
     axes[0][0].set_ylabel("throughput x ND")
     axes[0][0].legend(fontsize=8, loc="upper left")
     space = "custom NPUs, power budget" if sweep["catalog"] == "npu" else "GPUs, USD/hour budget"
-    fig.suptitle(f"Disaggregated modes against ND ({space})")
+    fig.suptitle(f"Disaggregated modes against ND ({space}; n/f = no allocation fits)")
     return [save(fig, out / f"{name}.png"),
             write_csv(out / f"{name}.csv", ["model", "io_ratio", "pd", "af", "pdaf"], rows)]
 

@@ -68,7 +68,12 @@ def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> 
         for dev, (peak, bw) in devices.items():
             ax.plot(xs, [_attained(x, peak, bw) / 1e12 for x in xs], color="grey", lw=0.7,
                     alpha=0.6)
-            ax.annotate(dev, (xs[-1], peak), fontsize=6, color="grey", ha="right", va="bottom")
+            knee = peak * 1e12 / (bw * 1e9)  # ridge point, FLOP/B
+            ax.annotate(f"{dev} (ridge {knee:.3g} FLOP/B)", (knee, peak), fontsize=6,
+                        color="grey", ha="left", va="bottom", rotation=0)
+        if not devices:
+            ax.text(0.5, 0.5, "no PDAF allocation fits the budget", transform=ax.transAxes,
+                    ha="center", va="center", color="grey")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity, FLOP/byte")

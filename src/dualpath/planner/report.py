@@ -115,6 +115,13 @@ def _mean(values: Iterable[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _nothing_fits(modes: Sequence[str], reason: str) -> dict:
+    """What a plan whose budget holds no ND deployment reports: every mode infeasible."""
+    return {"best_mode": None, "reason": reason,
+            "modes": {m: {"x_nd": None, "tokens_per_s": None, "pools": [], "feasible": False}
+                      for m in modes}}
+
+
 def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
           cache: PlanCache | None = None, progress: Progress | None = None) -> dict:
     """The ``sweep --json`` object: every (model, ratio) planned with ``base``'s other fields.
@@ -132,7 +139,12 @@ def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
         counts[key] = {m: {"beats_nd": 0, "best": 0, "infeasible": 0} for m in base.modes}
         allocations[key] = {}
         for model in models:
-            res = cache(dataclasses.replace(base, model=model, io_ratio=float(ratio)))
+            try:
+                res = cache(dataclasses.replace(base, model=model, io_ratio=float(ratio)))
+            except ConfigError as exc:
+                if exc.key != "budget":
+                    raise
+                res = _nothing_fits(base.modes, str(exc))
             allocations[key][model] = {}
             for mode, rec in res["modes"].items():
                 feasible = rec.get("feasible", True)
@@ -178,8 +190,22 @@ def ablate(base: PlanConfig, factor: str, values: Sequence[float], models: Seque
     for model in models:
         for value in values:
             overrides = {**dict(base.overrides), factor: float(value)}
-            res = cache(dataclasses.replace(base, model=model, io_ratio=float(io_ratio),
-                                            overrides=overrides))
+            config = dataclasses.replace(base, model=model, io_ratio=float(io_ratio),
+                                         overrides=overrides)
+            try:
+                res = cache(config)
+            except ConfigError as exc:
+                if exc.key != "budget":
+                    raise
+                # the fixed budget holds no ND deployment of the modified model: a result too
+                rows.append({"model": model, "value": float(value),
+                             "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
+                             "best_mode": None, "budget": {"value": exc.value},
+                             "da_arithmetic_intensity": None, "da_kv_share": None,
+                             "df_arithmetic_intensity": None, "infeasible": str(exc)})
+                if progress is not None:
+                    progress(f"{model} {factor}={value:g} (nothing fits the budget)")
+                continue
             prof = res["stage_profile"]
             rows.append({
                 "model": model, "value": float(value),
