@@ -90,7 +90,7 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 
 
 def _budget(budget_w: float | None, budget_usd_hr: float | None,
-            budget_scale: float | None) -> dict[str, float]:
+            budget_scale: float | None) -> dict[str, float | None]:
     given = {k: v for k, v in (("--budget-w", budget_w), ("--budget-usd-hr", budget_usd_hr),
                                ("--budget-scale", budget_scale)) if v is not None}
     require(len(given) <= 1, "budget", ", ".join(given), "give at most one of --budget-w, "

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
@@ -46,8 +47,8 @@ class FigureGrid:
     def base(self, catalog: str, model: str, io_ratio: float):  # -> PlanConfig
         from dualpath.planner.api import PlanConfig
 
-        given = {"num_requests": self.num_requests, "top_k": self.top_k,
-                 "budget_scale": self.budget_scale}
+        given: dict[str, Any] = {"num_requests": self.num_requests, "top_k": self.top_k,
+                                 "budget_scale": self.budget_scale}
         return PlanConfig(model=model, catalog=catalog, io_ratio=io_ratio,  # type: ignore[arg-type]
                           **{k: v for k, v in given.items() if v is not None})
 

@@ -76,10 +76,10 @@ def _npu_rows(s: Mapping) -> list[dict]:
                          fitted=True))
     for ratio in (0.01, 1.0):
         if _has(s, ratio):
-            best = max(max(_x(s, ratio, m).values(), default=0.0) for m in ("pd", "af", "pdaf"))
+            top = max(max(_x(s, ratio, m).values(), default=0.0) for m in ("pd", "af", "pdaf"))
             rows.append(_row(f"npu_nd_wins_{ratio_key(ratio)}", f"NPU I/O={ratio:g}: ND beats "
                              "every split for every model", "best split 0.89x",
-                             f"best split {best:.2f}x", best < 1.0))
+                             f"best split {top:.2f}x", top < 1.0))
     if _has(s, 100.0):
         pdaf, pd, best = _x(s, 100.0, "pdaf"), _x(s, 100.0, "pd"), _best(s, 100.0)
         beats = [v for v in pdaf.values() if v > 1.0]
@@ -98,7 +98,9 @@ def _npu_rows(s: Mapping) -> list[dict]:
 
 def _alloc_npu(s: Mapping) -> dict:
     alloc = s["allocations"][ratio_key(100.0)]
-    pref, da, df = [], [], []
+    pref: list[dict] = []
+    da: list[dict] = []
+    df: list[dict] = []
     for modes in alloc.values():
         for pool in modes.get("pdaf", []):
             d, st = pool["device"], pool["stages"][0]

@@ -110,7 +110,7 @@ class PlanCache:
         return hit
 
 
-def _mean(values: Iterable[float]) -> float | None:
+def _mean(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vals) / len(vals) if vals else None
 
@@ -131,7 +131,7 @@ def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
     cache = cache or PlanCache()
     started = time.perf_counter()
     rows: list[dict] = []
-    means: dict[str, dict[str, list[float]]] = {}
+    means: dict[str, dict[str, list[float | None]]] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
     allocations: dict[str, dict[str, dict[str, list]]] = {}
     for ratio in ratios:
