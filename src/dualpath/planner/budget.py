@@ -20,14 +20,17 @@ if TYPE_CHECKING:
     from dualpath.planner.catalog import CatalogDevice
     from dualpath.spec.models import ModelSpec
 
-BUDGET_SCALE: Final = 4.0
+BUDGET_SCALE: Final = 4096.0
 """Budget = BUDGET_SCALE x the cheapest ND deployment that holds the 16-bit weights.
 
-The one constant the planner may fit (issue 11 section 11): plannercli fits it to the paper's
-NPU model-mean PDAF/ND curve (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x at 1000)
-and nothing else; every other result follows without refitting. ``PlanConfig.budget_scale``
-overrides it. 4.0 is the pre-fit value: enough for a few replicas beyond the one that merely holds
-the weights, so that every mode can hold KV and is not starved by construction."""
+The one constant the planner may fit (issue 11 section 11), fitted by plannercli to the paper's
+NPU model-mean PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x
+at 1000; loss in ``planner/calibrate.py``): ``benchmarks/planner_budget_fit.py`` over 4 ... 16,384
+(factor 4), then 1,448 ... 11,585 (factor sqrt 2), 8 models, 500 requests, top-K 8. 4,096 had the
+lowest loss (12.66; 2,896: 12.69, 2,048: 13.78, 8,192: 14.98; the pre-fit 4.0: 26.7). At 4.0 every
+mode was ~50x under-provisioned for 125 req/s, so the finite run measured backlog, not the
+prefill/decode mix. Every other result follows without refitting. ``PlanConfig.budget_scale``
+overrides it. docs/planner.md ("Calibration") gives the curve at 0.5x and 2x."""
 
 ALL_16: Final = {"pa": 16, "pf": 16, "da": 16, "df": 16}
 
