@@ -40,6 +40,7 @@ class FigureGrid:
     ablation_values: Mapping[str, tuple[float, ...]] = field(
         default_factory=lambda: dict(ABLATION_VALUES))
     workload_models: tuple[str, ...] = PAPER_MODELS
+    gpu_ratios: tuple[float, ...] | None = None  # None: the NPU ratios
     num_requests: int | None = None
     top_k: int | None = None
     budget_scale: float | None = None
@@ -87,10 +88,14 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
     sweeps: dict[str, dict] = {}
     ratios = tuple(sorted(set(grid.ratios) | ({TABLE_RATIO} if _wants_table(names) else set())))
 
+    gpu_ratios = ratios if grid.gpu_ratios is None else tuple(
+        sorted(set(grid.gpu_ratios) | ({TABLE_RATIO} if _wants_table(names) else set())))
+
     def get_sweep(catalog: str) -> dict:
         if catalog not in sweeps:
-            base = grid.base(catalog, grid.models[0], ratios[0])
-            sweeps[catalog] = sweep(base, grid.models, ratios, cache=cache, progress=note)
+            rs = gpu_ratios if catalog == "gpu" else ratios
+            base = grid.base(catalog, grid.models[0], rs[0])
+            sweeps[catalog] = sweep(base, grid.models, rs, cache=cache, progress=note)
             files.append(_dump(outdir / f"sweep_{catalog}.json", sweeps[catalog]))
         return sweeps[catalog]
 
@@ -134,6 +139,7 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
     index = {"figures": [n for n in names if n not in skipped], "skipped": skipped,
              "files": [str(p) for p in files], "quick": quick,
              "grid": {"models": list(grid.models), "ratios": list(ratios),
+                      "gpu_ratios": list(gpu_ratios),
                       "ablation_models": list(grid.ablation_models),
                       "ablation_values": {k: list(v) for k, v in grid.ablation_values.items()},
                       "num_requests": grid.num_requests, "top_k": grid.top_k,
