@@ -64,5 +64,5 @@ def test_trend_paper() -> None:
     assert t.compute_x == pytest.approx(28.8, rel=0.01)
     assert t.nic_x == 2.0
     assert t.io_to_compute_drop_x == pytest.approx(14.4, rel=0.01)
-    with pytest.raises(UnknownNameError, match="v100"):
-        io_compute_trend(("v100", "b200"))
+    with pytest.raises(UnknownNameError, match="p100"):
+        io_compute_trend(("p100", "b200"))

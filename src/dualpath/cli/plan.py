@@ -1,4 +1,7 @@
-"""``dualpath plan ...``: closed-form analysis (P/D range, cache-compute ratio, working set, trend)."""
+"""``dualpath plan ...``: closed-form analysis (P/D range, cache-compute ratio, working set, trend).
+
+The disaggregation planner, ``dualpath plan disagg``, lives in cli/plan_disagg.py.
+"""
 
 from __future__ import annotations
 
@@ -135,5 +138,8 @@ def trend_cmd(json_out: JsonOpt = False) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``plan`` sub-app to the top-level app."""
+    """Add the ``plan`` sub-app (with ``plan disagg``, cli/plan_disagg.py) to the top-level app."""
+    from dualpath.cli.plan_disagg import disagg_app
+
+    plan_app.add_typer(disagg_app, name="disagg")
     app.add_typer(plan_app, name="plan")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from dualpath.core.errors import require
+from dualpath.core.registry import lookup
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +69,19 @@ class Efficiency:
 
 
 DEFAULT_EFFICIENCY = Efficiency()
+# The paper's Eq. 1 (heteropanacea.md): every peak reached, no kernel-launch term. The planner's
+# default for both catalogues, so that NPUs and GPUs are compared on the same terms.
+IDEAL_EFFICIENCY = Efficiency(
+    gemm_bf16_compute=1.0, gemm_fp8_compute=1.0, gemm_memory=1.0, attention_compute=1.0,
+    attention_memory=1.0, moe_compute=1.0, moe_memory=1.0, kernel_launch_s=0.0,
+    attention_kernels=0, dense_kernels=0, moe_kernels=0,
+)
+EFFICIENCY_PRESETS: dict[str, Efficiency] = {"ideal": IDEAL_EFFICIENCY, "fitted": DEFAULT_EFFICIENCY}
+
+
+def get_efficiency(name: str) -> Efficiency:
+    """``"ideal"`` (all 1.0, no launch term) or ``"fitted"`` (the H100-fitted values above)."""
+    return lookup(EFFICIENCY_PRESETS, name, "efficiency")
 
 
 def roofline_s(

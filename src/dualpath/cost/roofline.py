@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
-from dualpath.core.units import TFLOP
 from dualpath.cost.base import CostConfig, Item, check_contexts, check_group, check_items
 from dualpath.cost.efficiency import roofline_s
 from dualpath.cost.shapes import (
@@ -27,32 +26,33 @@ from dualpath.cost.shapes import (
 
 if TYPE_CHECKING:
     from dualpath.cost.predictor import FittedAttentionPredictor
-    from dualpath.spec.hardware import GPUSpec
+    from dualpath.spec.device import Device
     from dualpath.spec.models import ModelSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RooflineCostModel:
-    """Roofline per operation with the efficiencies of ``config.efficiency`` (see efficiency.py)."""
+    """Roofline per operation with the efficiencies of ``config.efficiency`` (see efficiency.py).
 
-    gpu: GPUSpec
+    ``gpu`` is any ``spec.device.Device`` (a ``GPUSpec`` or a planner NPU ``DeviceSpec``)."""
+
+    gpu: Device
     config: CostConfig = field(default_factory=CostConfig)
     name: str = "roofline"
 
     def __post_init__(self) -> None:
-        require(self.gpu.hbm_bandwidth_gbs > 0, "gpu.hbm_bandwidth_gbs", self.gpu.hbm_bandwidth_gbs,
+        require(self.gpu.mem_bytes_per_s > 0, "gpu.mem_bytes_per_s", self.gpu.mem_bytes_per_s,
                 "must be positive")
 
     # ---- hardware ---------------------------------------------------------------------------
     @property
     def hbm_bytes_per_s(self) -> float:
-        return self.gpu.hbm_bandwidth_gbs * 1e9
+        return self.gpu.mem_bytes_per_s
 
     def peak_flops(self, dtype_bytes: float) -> float:
         """Dense tensor-core peak for operands of ``dtype_bytes`` (<= 1: FP8, else BF16)."""
-        dtype = "fp8" if dtype_bytes <= 1 else "bf16"
-        # compute_tflops falls back to a wider dtype where the GPU lacks one (FP8 on A100)
-        return self.gpu.compute_tflops(dtype) * TFLOP
+        # peak_flops falls back to a wider dtype where the GPU lacks one (FP8 on A100)
+        return self.gpu.peak_flops(8 if dtype_bytes <= 1 else 16)
 
     # ---- operations (one average layer, this GPU) ------------------------------------------
     def attention_op_s(self, main_flops: float, indexer_flops: float, num_bytes: float) -> float:

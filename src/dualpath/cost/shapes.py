@@ -5,6 +5,12 @@ spread over layers): per-layer times are averages, whole-model times are exact s
 The split that matters for EP + attention DP is *replicated* work (attention, dense MLPs, shared
 experts, router, embeddings: every GPU holds and runs them for its own tokens) versus *routed
 experts* (each GPU of an EP group holds ``num_routed_experts / ep_size`` of them).
+
+The replicated terms are further split for the planner's A/F stages (cost/stages.py): the
+``attention_*`` part (Q/K/V/O projections, indexer, compressor) belongs to the attention side and
+the ``ffn_replicated_*`` rest (dense MLP, shared experts, router, embedding + LM head) to the FFN
+side; ``attention_* + ffn_replicated_* == replicated_*`` (tests/planner/test_split_unchanged.py).
+The cost models keep using the replicated sums, so no cost number changed with the split.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
 from dualpath.spec.model_spec import causal_kv_sum
+from dualpath.spec.params import attention_params
 
 if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
@@ -39,10 +46,22 @@ class ModelShape:
     num_routed_experts: int
     num_active_experts: int
     moe_layer_fraction: float  # MoE layers / all layers
+    # the attention-side share of the replicated terms (A stages); the rest is the FFN side
+    attention_linear_flops_per_token_layer: float
+    attention_weight_bytes_layer: float
 
     @property
     def is_moe(self) -> bool:
         return self.num_routed_experts > 0
+
+    @property
+    def ffn_replicated_flops_per_token_layer(self) -> float:
+        """Dense MLP, shared experts, router and LM head FLOPs (the F side of the replicated)."""
+        return self.replicated_flops_per_token_layer - self.attention_linear_flops_per_token_layer
+
+    @property
+    def ffn_replicated_weight_bytes_layer(self) -> float:
+        return self.replicated_weight_bytes_layer - self.attention_weight_bytes_layer
 
 
 @lru_cache(maxsize=64)
@@ -57,6 +76,7 @@ def model_shape(model: ModelSpec) -> ModelShape:
     # DSA indexer keys (FP8 + scale) are read by every query; csa models fold theirs into the spec
     has_indexer = model.attention_kind != "csa" and model.index_num_heads > 0
     indexer = float(model.index_kv_bytes_per_token_layer) if has_indexer else 0.0
+    attention = attention_params(model)
     return ModelShape(
         num_layers=num_layers,
         hidden_size=model.hidden_size,
@@ -71,6 +91,8 @@ def model_shape(model: ModelSpec) -> ModelShape:
         num_routed_experts=model.num_routed_experts,
         num_active_experts=model.num_active_experts,
         moe_layer_fraction=model.num_moe_layers / num_layers,
+        attention_linear_flops_per_token_layer=2.0 * attention / num_layers,
+        attention_weight_bytes_layer=attention * model.weight_dtype_bytes / num_layers,
     )
 
 

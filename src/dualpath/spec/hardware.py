@@ -5,6 +5,12 @@ GPU compute, HBM and power come from ai-dynamo/aiconfigurator system files
 and PCIe figures from the NVIDIA DGX datasheets (DGX A100: ConnectX-6 200 Gb/s per GPU, PCIe 4;
 DGX H100/H200/B200: ConnectX-7 400 Gb/s per GPU, PCIe 5). Node DRAM bandwidths of the DGX nodes are
 our estimates from their CPUs' memory channels; the paper's node (``hopper-8x400``) uses its M=500 GB/s.
+
+The GPUs of the planner's GPU catalogue (A100 40 GB, L40S, L4, A10G, T4, V100, M60) quote NVIDIA's
+product datasheets (dense tensor-core TFLOPS, i.e. half the "with sparsity" figure); their NIC is
+the per-GPU share of the 8-GPU AWS instance that carries them. T4 and V100 have no BF16 tensor
+cores: their FP16 tensor rate stands in for ``bf16_tflops``. Every GPU implements
+``spec.device.Device`` (``peak_flops(bits)``, ``mem_bytes_per_s``, ``capacity_bytes``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from dualpath.core.errors import ConfigError, require
 from dualpath.core.registry import lookup
 from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.spec.device import check_bits
 
 DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16")
 _WIDER = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16", "fp16": "bf16"}
@@ -34,12 +41,33 @@ class GPUSpec:
     tdp_w: float
     nic_gbps: float  # compute NIC per GPU in the vendor's DGX node
     pcie_gbs: float  # one direction
-    nvlink_gbs: float  # one direction, per GPU
+    nvlink_gbs: float  # one direction, per GPU; 0 = PCIe only
+    memory: str = "hbm"  # memory family (spec.device.MEMORY_FAMILIES), for the power model
 
     def __post_init__(self) -> None:
         for key in ("bf16_tflops", "int8_tflops", "hbm_gb", "hbm_bandwidth_gbs", "tdp_w",
-                    "nic_gbps", "pcie_gbs", "nvlink_gbs"):
+                    "nic_gbps", "pcie_gbs"):
             require(getattr(self, key) > 0, key, getattr(self, key), "must be positive")
+        require(self.nvlink_gbs >= 0, "nvlink_gbs", self.nvlink_gbs, "must be >= 0")
+
+    # ---- spec.device.Device ----------------------------------------------------------------
+    def peak_flops(self, bits: int) -> float:
+        """Dense FLOP/s for ``bits``-bit operands (4: FP4, 8: FP8, 16: BF16), falling back to
+        the next wider dtype the tensor cores support (FP8 on A100 runs at the BF16 rate)."""
+        if bits == 16:  # hot path of the planner: no table walk, no message strings
+            return self.bf16_tflops * 1e12
+        if bits == 8:
+            return (self.fp8_tflops or self.bf16_tflops) * 1e12
+        check_bits(bits)
+        return (self.fp4_tflops or self.fp8_tflops or self.bf16_tflops) * 1e12
+
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_gbs * 1e9
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.hbm_gb * 1e9
 
     def dense_tflops(self, dtype: str) -> float:
         """Dense tensor-core TFLOPS for ``dtype``; error if unknown or unsupported on this GPU."""
@@ -90,6 +118,45 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec(name="b200", year=2024, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0,
                 int8_tflops=4500.0, hbm_gb=193.274, hbm_bandwidth_gbs=7700.0, tdp_w=1000.0,
                 nic_gbps=400.0, pcie_gbs=64.0, nvlink_gbs=900.0),
+        # NVIDIA A100 datasheet (SXM4 40 GB): 312 TF bf16, 624 int8, 40 GB HBM2 at 1,555 GB/s,
+        # 400 W; AWS p4d.24xlarge: 8 GPUs, 400 Gb/s EFA (50 per GPU).
+        GPUSpec(name="a100-40gb", year=2020, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=624.0, hbm_gb=42.950, hbm_bandwidth_gbs=1555.0, tdp_w=400.0,
+                nic_gbps=50.0, pcie_gbs=32.0, nvlink_gbs=300.0),
+        # NVIDIA L40S datasheet: 362.05 TF bf16 dense (733 sparse), 733 fp8/int8 dense, 48 GB
+        # GDDR6 at 864 GB/s, 350 W, PCIe 4 x16; AWS g6e.48xlarge: 8 GPUs, 400 Gb/s.
+        GPUSpec(name="l40s", year=2023, bf16_tflops=362.05, fp8_tflops=733.0, fp4_tflops=None,
+                int8_tflops=733.0, hbm_gb=51.540, hbm_bandwidth_gbs=864.0, tdp_w=350.0,
+                nic_gbps=50.0, pcie_gbs=32.0, nvlink_gbs=0.0, memory="gddr"),
+        # NVIDIA L4 datasheet: 121 TF bf16 dense (242 sparse), 242.5 fp8/int8 dense, 24 GB GDDR6 at
+        # 300 GB/s, 72 W, PCIe 4 x16; AWS g6.48xlarge: 8 GPUs, 100 Gb/s.
+        GPUSpec(name="l4", year=2023, bf16_tflops=121.0, fp8_tflops=242.5, fp4_tflops=None,
+                int8_tflops=242.5, hbm_gb=25.770, hbm_bandwidth_gbs=300.0, tdp_w=72.0,
+                nic_gbps=12.5, pcie_gbs=32.0, nvlink_gbs=0.0, memory="gddr"),
+        # AWS A10G (G5 instances; NVIDIA A10 variant with fewer tensor FLOPS): about 70 TF
+        # fp16/bf16 dense tensor (A10: 125), 140 int8, 24 GB GDDR6 at 600 GB/s, 300 W board power
+        # (as AWS's G5 documentation and Baseten's A10 vs A10G comparison give them);
+        # g5.48xlarge: 8 GPUs, 100 Gb/s.
+        GPUSpec(name="a10g", year=2021, bf16_tflops=70.0, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=140.0, hbm_gb=25.770, hbm_bandwidth_gbs=600.0, tdp_w=300.0,
+                nic_gbps=12.5, pcie_gbs=32.0, nvlink_gbs=0.0, memory="gddr"),
+        # NVIDIA T4 datasheet: 65 TF fp16 tensor (no bf16), 130 int8, 16 GB GDDR6 at 320 GB/s,
+        # 70 W, PCIe 3 x16; AWS g4dn.metal: 8 GPUs, 100 Gb/s.
+        GPUSpec(name="t4", year=2018, bf16_tflops=65.0, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=130.0, hbm_gb=17.180, hbm_bandwidth_gbs=320.0, tdp_w=70.0,
+                nic_gbps=12.5, pcie_gbs=16.0, nvlink_gbs=0.0, memory="gddr"),
+        # NVIDIA V100 datasheet (SXM2 16 GB): 125 TF fp16 tensor (no bf16), 62.8 int8 (DP4A, no
+        # int8 tensor cores), 16 GB HBM2 at 900 GB/s, 300 W, NVLink 2 300 GB/s (150 per
+        # direction); AWS p3.16xlarge: 8 GPUs, 25 Gb/s.
+        GPUSpec(name="v100", year=2017, bf16_tflops=125.0, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=62.8, hbm_gb=17.180, hbm_bandwidth_gbs=900.0, tdp_w=300.0,
+                nic_gbps=3.125, pcie_gbs=16.0, nvlink_gbs=150.0),
+        # NVIDIA Tesla M60 datasheet (one of the board's two GPUs): no tensor cores, 4.8 TF FP32
+        # (FP16 and INT8 no faster; the FP32 rate stands in for every dtype), 8 GB GDDR5 at
+        # 160 GB/s, 150 W (300 W per two-GPU board); AWS g3.16xlarge: 4 GPUs, 25 Gb/s.
+        GPUSpec(name="m60", year=2015, bf16_tflops=4.8, fp8_tflops=None, fp4_tflops=None,
+                int8_tflops=4.8, hbm_gb=8.590, hbm_bandwidth_gbs=160.0, tdp_w=150.0,
+                nic_gbps=6.25, pcie_gbs=16.0, nvlink_gbs=0.0, memory="gddr"),
     )
 }
 

@@ -81,6 +81,10 @@ class ModelSpec:
     compress_ratios: tuple[int, ...] = ()
     o_groups: int = 0
     o_lora_rank: int = 0
+    # planner ablations (planner/ablation.py); None: from the shapes / the stage's bits
+    kv_width_override: int | None = None  # KV elements per token per layer (KV bytes only)
+    dtype_bytes_override: float | None = None  # element bytes of every stage's weights + activations
+    dtype_override_kv: bool = False  # dtype_bytes_override also sets the KV element bytes
 
     def __post_init__(self) -> None:
         require(self.attention_kind in ATTENTION_KINDS, "attention_kind", self.attention_kind,
@@ -107,6 +111,12 @@ class ModelSpec:
                     self.num_dense_layers, f"must be below num_layers={self.num_layers}")
         if self.sparse_top_k is not None:
             require(self.sparse_top_k > 0, "sparse_top_k", self.sparse_top_k, "must be positive")
+        if self.kv_width_override is not None:
+            require(self.kv_width_override > 0, "kv_width", self.kv_width_override,
+                    "must be a positive number of KV elements")
+        if self.dtype_bytes_override is not None:
+            require(0 < self.dtype_bytes_override <= 8, "dtype_bytes", self.dtype_bytes_override,
+                    "must be in (0, 8]")
         if self.attention_kind == "csa":
             require(len(self.compress_ratios) == self.num_layers, "compress_ratios",
                     self.compress_ratios, f"needs one ratio per layer ({self.num_layers})")
@@ -147,6 +157,20 @@ class ModelSpec:
         if self.attention_kind == "mla":
             return round((self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes)
         return round(2 * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes)
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """KV values one token keeps in one (full) layer: MLA the latent + rope
+        (``kv_lora_rank + qk_rope_head_dim``), GQA/MHA ``2 x kv_heads x head_dim`` (K and V), csa one
+        shared-KV entry of ``head_dim``. ``kv_width_override`` (the kv_width ablation) replaces it.
+        Element counts only: the bytes follow from the precision of whoever stores them."""
+        if self.kv_width_override is not None:
+            return self.kv_width_override
+        if self.attention_kind == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        if self.attention_kind == "csa":
+            return self.head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     @property
     def kv_bytes_per_token(self) -> int:

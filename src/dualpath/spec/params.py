@@ -70,3 +70,26 @@ def shape_active_params(m: ModelSpec) -> int:
 def active_non_embedding_params(m: ModelSpec) -> int:
     """Per-token transformer-body parameters (no embedding, no LM head)."""
     return _body_params(m, active=True)
+
+
+# ---- the planner's A/F split (cost/stages.py): every parameter is in exactly one of these ----
+def attention_params(m: ModelSpec) -> int:
+    """Attention-side parameters, all layers: Q/K/V/O projections (low-rank Q, grouped low-rank O),
+    the DSA/CSA indexer and the CSA/HCA compressor. The A stages (PA, DA) hold them."""
+    return sum(attention_params_layer(m, i) for i in range(m.num_layers))
+
+
+def expert_params(m: ModelSpec) -> int:
+    """One routed expert of one MoE layer (0 for dense models)."""
+    return _mlp(m, m.moe_intermediate_size) if m.is_moe else 0
+
+
+def ffn_non_expert_params(m: ModelSpec) -> int:
+    """F-side parameters other than routed experts: dense MLPs, shared experts, routers,
+    embedding and LM head. ``attention_params + ffn_non_expert_params +
+    num_moe_layers x num_routed_experts x expert_params == shape_total_params``."""
+    dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
+    body = dense_layers * _mlp(m, m.intermediate_size)
+    if m.is_moe:
+        body += m.num_moe_layers * _moe_layer(m, 0)  # shared experts + router
+    return body + _embedding_params(m)

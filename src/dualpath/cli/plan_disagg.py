@@ -1,0 +1,295 @@
+"""``dualpath plan disagg``: the disaggregation planner (ND / PD / AF / PDAF, issue 11).
+
+``plan disagg`` plans one model; ``sweep``, ``ablate``, ``profile``, ``catalog`` and ``figures`` are
+sub-commands. Every option left out takes its default from :class:`dualpath.planner.api.PlanConfig`
+(options default to None here and are dropped before the config is built). The planner modules are
+imported inside command bodies so ``dualpath plan`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dualpath.cli._common import print_json
+from dualpath.cli.plan_disagg_show import (
+    progress_lines,
+    show_ablate,
+    show_catalog,
+    show_plan,
+    show_profile,
+    show_sweep,
+)
+from dualpath.core.errors import ConfigError, require
+
+disagg_app = typer.Typer(help="Disaggregation planner: when do PD, AF and PDAF beat ND?",
+                         invoke_without_command=True, no_args_is_help=False)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+OutOpt = Annotated[str | None, typer.Option("--out", help="Folder to write the JSON result into.")]
+CatalogOpt = Annotated[str, typer.Option("--catalog", help="Design space: npu (power budget) "
+                                         "or gpu (USD/hour budget).")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="Model ablation NAME=VALUE (repeatable): kv_width, kv_lora_rank, active_experts_x, "
+                  "total_experts_x, ffn_expansion, dtype_bytes.")]
+ScaleOpt = Annotated[float | None, typer.Option(
+    "--budget-scale", help="Budget = scale x cost of the cheapest ND deployment holding the "
+                           "16-bit weights (default: the fitted PlanConfig.budget_scale).")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Allocations simulated end to end "
+                                             "(default 8).")]
+PrecOpt = Annotated[str | None, typer.Option(
+    "--precision", help="Stage bits: 16, or PA,PF,DA,DF such as 16,8,16,4, or 'search' "
+                        "(with --accuracy-table).")]
+AccOpt = Annotated[Path | None, typer.Option("--accuracy-table", help="JSON workload -> stage -> "
+                                             "allowed bits, for --precision search.")]
+ReqOpt = Annotated[int | None, typer.Option("--requests", help="Requests per run (default 500).")]
+RateOpt = Annotated[float | None, typer.Option("--rate", help="Arrival rate, requests/s "
+                                               "(default 125).")]
+OutLenOpt = Annotated[int | None, typer.Option("--output-len", help="Output tokens O per request "
+                                               "(default 1000); input = O x I/O.")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the request lengths.")]
+WorkOpt = Annotated[str | None, typer.Option("--workload", help="io (I/O ratio), agentic "
+                                             "(synthetic agent turns) or chatbot (Azure trace).")]
+EffOpt = Annotated[str | None, typer.Option("--efficiency", help="ideal (the paper's Eq. 1) or "
+                                            "fitted (the project's H100 values).")]
+PricesOpt = Annotated[Path | None, typer.Option("--prices", help="JSON GPU name -> USD/hour, "
+                                                "overriding the dated price table.")]
+
+
+def _config(**given: Any) -> Any:
+    """A PlanConfig from the options that were given; the rest keep PlanConfig's defaults."""
+    from dualpath.planner.api import PlanConfig
+
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    return PlanConfig(**kwargs)
+
+
+def parse_sets(items: list[str] | None) -> dict[str, float]:
+    """``["kv_width=4096", ...]`` -> ``{"kv_width": 4096.0}``; ConfigError naming a bad item."""
+    overrides: dict[str, float] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        require(bool(sep) and bool(name.strip()), "set", item, "expected NAME=VALUE")
+        try:
+            overrides[name.strip()] = float(text)
+        except ValueError:
+            raise ConfigError(f"set {name.strip()}", text, "expected a number") from None
+    return overrides
+
+
+def _modes(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    from dualpath.planner.report import _split
+
+    return tuple(_split(text))
+
+
+def _budget(budget_w: float | None, budget_usd_hr: float | None,
+            budget_scale: float | None) -> dict[str, float | None]:
+    given = {k: v for k, v in (("--budget-w", budget_w), ("--budget-usd-hr", budget_usd_hr),
+                               ("--budget-scale", budget_scale)) if v is not None}
+    require(len(given) <= 1, "budget", ", ".join(given), "give at most one of --budget-w, "
+            "--budget-usd-hr and --budget-scale")
+    return {"budget_w": budget_w, "budget_usd_hr": budget_usd_hr, "budget_scale": budget_scale}
+
+
+def _write(out: str | None, name: str, obj: dict) -> None:
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, default=str)
+
+
+@disagg_app.callback()
+def disagg(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option("--model", help="Model name (see `dualpath models`).")]
+    = None,
+    catalog: CatalogOpt = "npu",
+    io: Annotated[float | None, typer.Option("--io", help="Input/output length ratio I/O.")] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="Comma list of nd, pd, af, pdaf.")] = None,
+    budget_w: Annotated[float | None, typer.Option("--budget-w", help="Power budget, W (npu).")]
+    = None,
+    budget_usd_hr: Annotated[float | None, typer.Option("--budget-usd-hr",
+                                                        help="Price budget, USD/hour (gpu).")] = None,
+    budget_scale: ScaleOpt = None,
+    top_k: TopKOpt = None,
+    precision: PrecOpt = None,
+    accuracy_table: AccOpt = None,
+    sets: SetOpt = None,
+    requests: ReqOpt = None,
+    rate: RateOpt = None,
+    output_len: OutLenOpt = None,
+    length_cv: Annotated[float | None, typer.Option("--length-cv", help="CV of the normal request "
+                                                    "lengths (default 0.1).")] = None,
+    seed: SeedOpt = None,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", help="uniform (fixed spacing) or "
+                                                 "poisson.")] = None,
+    workload: WorkOpt = None,
+    efficiency: EffOpt = None,
+    prices: PricesOpt = None,
+    link_latency_us: Annotated[float | None, typer.Option("--link-latency-us",
+                                                          help="Per-transfer latency, us.")] = None,
+    af_microbatches: Annotated[int | None, typer.Option("--af-microbatches", help="AF ping-pong "
+                                                        "micro-batches m (default 2).")] = None,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Plan one model: search each mode's pools under the budget, simulate the top K, compare."""
+    if ctx.invoked_subcommand is not None:
+        return
+    require(model is not None, "model", model, "--model is required (or use a sub-command: "
+            "sweep, ablate, profile, catalog, figures)")
+    require(io is not None, "io", io, "--io (the input/output length ratio) is required")
+    config = _config(model=model, catalog=catalog, io_ratio=io, modes=_modes(mode),
+                     **_budget(budget_w, budget_usd_hr, budget_scale), top_k=top_k,
+                     precision=precision, accuracy_table=accuracy_table,
+                     overrides=parse_sets(sets) or None, num_requests=requests, rate_rps=rate,
+                     output_len=output_len, length_cv=length_cv, seed=seed, arrivals=arrivals,
+                     workload=workload, efficiency=efficiency, prices=prices,
+                     link_latency_us=link_latency_us, af_microbatches=af_microbatches)
+    from dualpath.planner.api import plan_disagg
+
+    with progress_lines(f"planning {config.model}", total=None) as step:
+        result = plan_disagg(config, progress=step)
+    _write(out, "plan.json", result)
+    if json_out:
+        print_json(result)
+    else:
+        show_plan(result)
+
+
+@disagg_app.command("sweep")
+def sweep_cmd(
+    catalog: CatalogOpt = "npu",
+    models: Annotated[str, typer.Option("--models", help="'all' (the paper's eight) or a comma "
+                                        "list.")] = "all",
+    io: Annotated[str, typer.Option("--io", help="Comma list of I/O ratios.")]
+    = "0.01,0.1,1,10,50,100,200,500,1000",
+    mode: Annotated[str | None, typer.Option("--mode", help="Comma list of nd, pd, af, pdaf.")] = None,
+    budget_scale: ScaleOpt = None,
+    top_k: TopKOpt = None,
+    precision: PrecOpt = None,
+    requests: ReqOpt = None,
+    rate: RateOpt = None,
+    output_len: OutLenOpt = None,
+    seed: SeedOpt = None,
+    efficiency: EffOpt = None,
+    prices: PricesOpt = None,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Every model x I/O ratio: x ND per mode, model means, counts, allocations."""
+    from dualpath.planner.report import parse_floats, parse_models, sweep
+
+    names, ratios = parse_models(models), parse_floats("io", io)
+    base = _config(model=names[0], catalog=catalog, io_ratio=ratios[0], modes=_modes(mode),
+                   budget_scale=budget_scale, top_k=top_k, precision=precision,
+                   num_requests=requests, rate_rps=rate, output_len=output_len, seed=seed,
+                   efficiency=efficiency, prices=prices)
+    with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
+        result = sweep(base, names, ratios, progress=step)
+    _write(out, f"sweep_{base.catalog}.json", result)
+    if json_out:
+        print_json(result)
+    else:
+        show_sweep(result)
+
+
+@disagg_app.command("ablate")
+def ablate_cmd(
+    factor: Annotated[str, typer.Option("--factor", help="kv_width, active_experts_x, "
+                                        "total_experts_x, ffn_expansion or dtype_bytes.")],
+    values: Annotated[str | None, typer.Option("--values", help="Comma list (default: the "
+                                               "paper's points for the factor).")] = None,
+    models: Annotated[str, typer.Option("--models", help="Comma list or 'all'.")]
+    = "gpt-oss-120b,glm-4.6,deepseek-v4-flash",
+    io: Annotated[float, typer.Option("--io", help="I/O ratio.")] = 100.0,
+    catalog: CatalogOpt = "npu",
+    budget_scale: ScaleOpt = None,
+    top_k: TopKOpt = None,
+    requests: ReqOpt = None,
+    seed: SeedOpt = None,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """One model factor swept at a fixed budget: PD/AF/PDAF x ND, DA intensity and KV share."""
+    from dualpath.planner.report import ABLATION_VALUES, ablate, parse_floats, parse_models
+
+    require(factor in ABLATION_VALUES, "factor", factor,
+            f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}")
+    points = parse_floats("values", values) if values is not None else ABLATION_VALUES[factor]
+    names = parse_models(models)
+    base = _config(model=names[0], catalog=catalog, io_ratio=io, budget_scale=budget_scale,
+                   top_k=top_k, num_requests=requests, seed=seed)
+    with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
+        result = ablate(base, factor, points, names, io_ratio=io, progress=step)
+    _write(out, f"ablate_{factor}.json", result)
+    if json_out:
+        print_json(result)
+    else:
+        show_ablate(result)
+
+
+@disagg_app.command("profile")
+def profile_cmd(
+    model: Annotated[str, typer.Option("--model", help="Model name.")],
+    io: Annotated[float, typer.Option("--io", help="I/O ratio.")] = 100.0,
+    sets: SetOpt = None,
+    precision: Annotated[str, typer.Option("--precision", help="16 or PA,PF,DA,DF bits.")] = "16",
+    catalog: Annotated[str, typer.Option("--catalog", help="npu or gpu (roofline position).")]
+    = "npu",
+    json_out: JsonOpt = False,
+) -> None:
+    """Stage FLOPs and bytes, KV share, arithmetic intensity and roofline position."""
+    from dualpath.planner.api import stage_profile
+
+    stages = stage_profile(model, io, overrides=parse_sets(sets), precision=precision,
+                           catalog=catalog)
+    result = {"model": model, "io_ratio": io, "catalog": catalog, "precision": precision,
+              "overrides": parse_sets(sets), "stages": stages}
+    if json_out:
+        print_json(result)
+    else:
+        show_profile(result)
+
+
+@disagg_app.command("catalog")
+def catalog_cmd(
+    catalog: Annotated[str, typer.Option("--catalog", help="npu or gpu.")] = "npu",
+    prices: PricesOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Candidate devices with power and price, and the power-law fit."""
+    from dualpath.planner.catalog import catalog_report
+
+    result = catalog_report(catalog, prices)
+    if json_out:
+        print_json(result)
+    else:
+        show_catalog(result)
+
+
+@disagg_app.command("figures")
+def figures_cmd(
+    out: Annotated[str, typer.Option("--out", help="Output folder (PNG, CSV, JSON, index.json).")]
+    = "plan_figures",
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 "
+                                        "requests) for tests.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Every planner plot (Figs. 5-7, Table 5, ablations, rooflines, power fit, workloads)."""
+    from dualpath.planner.figures import make_figures
+
+    with progress_lines("figures", total=None) as step:
+        index = make_figures(out, quick=quick, progress=step)
+    if json_out:
+        print_json(index)
+    else:
+        typer.echo(f"wrote {len(index['files'])} files to {out}"
+                   + (f" (skipped: {', '.join(index['skipped'])})" if index["skipped"] else ""))

@@ -1,0 +1,96 @@
+"""Budgets: an explicit power (W) or price (USD/hour) cap, or a default derived from the model.
+
+Default (issue 11 section 7): ``budget = budget_scale x`` the cost of the cheapest ND deployment
+that holds the model's 16-bit weights: the fewest replicas of ``t x p`` devices of one catalogue
+type (t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``; MoE experts spread over all ``t p
+d`` devices, ``parallel.min_replicas``) whose devices each hold their share. It is computed on the
+**unmodified** model at 16 bits, so one model keeps one budget across I/O ratios, modes, precisions
+and ablation points (the paper keeps its power budget fixed across its ablations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from dualpath.core.errors import ConfigError, require
+from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, min_replicas
+
+if TYPE_CHECKING:
+    from dualpath.planner.catalog import CatalogDevice
+    from dualpath.spec.models import ModelSpec
+
+BUDGET_SCALE: Final = 4096.0
+"""Budget = BUDGET_SCALE x the cheapest ND deployment that holds the 16-bit weights.
+
+The one constant the planner may fit (issue 11 section 11), fitted by plannercli to the paper's
+NPU model-mean PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x
+at 1000; loss in ``planner/calibrate.py``): ``benchmarks/planner_budget_fit.py`` over 4 ... 16,384
+(factor 4), then 1,448 ... 11,585 (factor sqrt 2), 8 models, 500 requests, top-K 8. 4,096 had the
+lowest loss (12.66; 2,896: 12.69, 2,048: 13.78, 8,192: 14.98; the pre-fit 4.0: 26.7). At 4.0 every
+mode was ~50x under-provisioned for 125 req/s, so the finite run measured backlog, not the
+prefill/decode mix. Every other result follows without refitting. ``PlanConfig.budget_scale``
+overrides it. docs/planner.md ("Calibration") gives the curve at 0.5x and 2x."""
+
+ALL_16: Final = {"pa": 16, "pf": 16, "da": 16, "df": 16}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    kind: str  # "power_w" | "usd_per_hr"
+    value: float
+    scale: float | None  # None when set explicitly
+    reference_cost: float | None  # the cheapest weight-holding ND deployment (default budgets)
+    reference: str | None  # "<device> x t x p"
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "value": self.value, "scale": self.scale}
+
+
+def budget_kind(catalog_name: str) -> str:
+    """NPUs are budgeted by power, GPUs by price."""
+    return "power_w" if catalog_name == "npu" else "usd_per_hr"
+
+
+def cheapest_nd(model: ModelSpec, devices: tuple[CatalogDevice, ...],
+                kind: str) -> tuple[float, str]:
+    """(cost, description) of the cheapest ND deployment holding the 16-bit weights."""
+    best: tuple[float, str] | None = None
+    for dev in devices:
+        unit = dev.cost(kind)  # type: ignore[arg-type]
+        for tp in TP_DEGREES:
+            for pp in PP_DEGREES:
+                dp = min_replicas(model, ALL_16, tp, pp, dev.device.capacity_bytes)
+                if dp is None:
+                    continue
+                cost = tp * pp * dp * unit
+                desc = f"{dev.name} x tp{tp} x pp{pp} x dp{dp}"
+                if best is None or (cost, desc) < best:
+                    best = (cost, desc)
+    if best is None:
+        raise ConfigError("model", model.name, "no catalogue deployment of up to "
+                          f"{max(TP_DEGREES) * max(PP_DEGREES)} devices holds its 16-bit weights")
+    return best
+
+
+def resolve_budget(model: ModelSpec, devices: tuple[CatalogDevice, ...], catalog_name: str, *,
+                   budget_w: float | None, budget_usd_hr: float | None,
+                   budget_scale: float) -> Budget:
+    """The run's budget: explicit (``budget_w`` for NPUs, ``budget_usd_hr`` for GPUs) or
+    ``budget_scale x cheapest_nd``. ``model`` must be the unmodified model."""
+    kind = budget_kind(catalog_name)
+    if budget_w is not None and budget_usd_hr is not None:
+        raise ConfigError("budget", (budget_w, budget_usd_hr), "give --budget-w or --budget-usd-hr")
+    explicit = budget_w if kind == "power_w" else budget_usd_hr
+    wrong = budget_usd_hr if kind == "power_w" else budget_w
+    if wrong is not None:
+        key = "budget_usd_hr" if kind == "power_w" else "budget_w"
+        raise ConfigError(key, wrong, f"the {catalog_name} catalogue is budgeted in {kind}")
+    if explicit is not None:
+        require(explicit > 0, "budget", explicit, "must be > 0")
+        return Budget(kind=kind, value=float(explicit), scale=None, reference_cost=None,
+                      reference=None)
+    require(budget_scale > 0, "budget_scale", budget_scale, "must be > 0")
+    cost, desc = cheapest_nd(model, devices, kind)
+    return Budget(kind=kind, value=budget_scale * cost, scale=budget_scale, reference_cost=cost,
+                  reference=desc)

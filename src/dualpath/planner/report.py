@@ -1,0 +1,225 @@
+"""Sweep and ablation reports assembled from ``plan_disagg`` results (issue 11, section 9).
+
+One process, one memo: identical plan calls (the same model, ratio, budget, overrides, ...) run once
+per :class:`PlanCache`, so a figure run that needs the I/O = 100 result for a sweep, a table and the
+roofline plot pays for it once. Nothing here mutates a result dict after it is returned by
+``plan_disagg``; the reports copy what they need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dualpath.core.errors import ConfigError, require
+
+if TYPE_CHECKING:
+    from dualpath.planner.api import PlanConfig
+
+# The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
+PAPER_MODELS: tuple[str, ...] = (
+    "deepseek-v4-pro", "deepseek-v4-flash", "llama-3.1-405b", "llama-4-maverick",
+    "llama-4-scout", "glm-4.6", "gpt-oss-120b", "qwen3-235b-a22b",
+)
+# The nine swept I/O ratios (the paper's Fig. 5 grid).
+SWEEP_RATIOS: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+# Default ablation points (section 8) and the three models the paper ablates.
+ABLATION_VALUES: dict[str, tuple[float, ...]] = {
+    "kv_width": (128, 512, 1024, 4096),
+    "active_experts_x": (1, 2, 4, 8),
+    "total_experts_x": (1, 2, 3, 4),
+    "ffn_expansion": (1, 2, 4, 8),
+    "dtype_bytes": (4, 2, 1, 0.5),
+}
+ABLATION_MODELS: tuple[str, ...] = ("gpt-oss-120b", "glm-4.6", "deepseek-v4-flash")
+ABLATION_IO_RATIO = 100.0
+SPLIT_MODES: tuple[str, ...] = ("pd", "af", "pdaf")
+# A mode "beats" ND when its throughput exceeds ND's by more than this fraction (float noise only).
+BEATS_TOL = 1e-9
+
+Progress = Callable[[str], None]
+
+
+def ratio_key(ratio: float) -> str:
+    """JSON key of an I/O ratio: ``0.01``, ``1``, ``100`` (shortest exact decimal)."""
+    return f"{ratio:g}"
+
+
+def parse_models(text: str | Sequence[str]) -> tuple[str, ...]:
+    """``all`` -> the paper's eight; otherwise a comma list, each name checked against the table."""
+    from dualpath.spec.models import get_model
+
+    parts = _split(text)
+    if parts == ["all"]:
+        return PAPER_MODELS
+    require(bool(parts), "models", text, "give at least one model name, or 'all'")
+    for name in parts:
+        get_model(name)  # UnknownNameError naming the value and the choices
+    return tuple(parts)
+
+
+def parse_floats(key: str, text: str | Sequence[str]) -> tuple[float, ...]:
+    """A comma list of positive finite numbers; ConfigError naming ``key`` and the bad item."""
+    values = []
+    for item in _split(text):
+        try:
+            value = float(item)
+        except ValueError:
+            raise ConfigError(key, item, "expected a number") from None
+        require(math.isfinite(value) and value > 0, key, item, "must be a positive number")
+        values.append(value)
+    require(bool(values), key, text, "give at least one value")
+    return tuple(values)
+
+
+def _split(text: str | Sequence[str]) -> list[str]:
+    items = [text] if isinstance(text, str) else list(text)
+    return [p.strip() for item in items for p in item.split(",") if p.strip()]
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+
+
+class PlanCache:
+    """Memo of ``plan_disagg`` keyed by every field of the config (mutates only its own dict)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, dict] = {}
+        self.calls = 0  # plans actually run (cache misses)
+        self.wall_s = 0.0  # seconds spent in those runs
+
+    def __call__(self, config: PlanConfig, progress: Progress | None = None) -> dict:
+        key = tuple((f.name, _freeze(getattr(config, f.name))) for f in dataclasses.fields(config))
+        hit = self._memo.get(key)
+        if hit is None:
+            from dualpath.planner.api import plan_disagg
+
+            started = time.perf_counter()
+            hit = plan_disagg(config, progress=progress)
+            self.wall_s += time.perf_counter() - started
+            self.calls += 1
+            self._memo[key] = hit
+        return hit
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _nothing_fits(modes: Sequence[str], reason: str) -> dict:
+    """What a plan whose budget holds no ND deployment reports: every mode infeasible."""
+    return {"best_mode": None, "reason": reason,
+            "modes": {m: {"x_nd": None, "tokens_per_s": None, "pools": [], "feasible": False}
+                      for m in modes}}
+
+
+def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
+          cache: PlanCache | None = None, progress: Progress | None = None) -> dict:
+    """The ``sweep --json`` object: every (model, ratio) planned with ``base``'s other fields.
+
+    ``progress`` is called once per finished plan with a short label.
+    """
+    cache = cache or PlanCache()
+    started = time.perf_counter()
+    rows: list[dict] = []
+    means: dict[str, dict[str, list[float | None]]] = {}
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    allocations: dict[str, dict[str, dict[str, list]]] = {}
+    for ratio in ratios:
+        key = ratio_key(ratio)
+        counts[key] = {m: {"beats_nd": 0, "best": 0, "infeasible": 0} for m in base.modes}
+        allocations[key] = {}
+        for model in models:
+            try:
+                res = cache(dataclasses.replace(base, model=model, io_ratio=float(ratio)))
+            except ConfigError as exc:
+                if exc.key != "budget":
+                    raise
+                res = _nothing_fits(base.modes, str(exc))
+            allocations[key][model] = {}
+            for mode, rec in res["modes"].items():
+                feasible = rec.get("feasible", True)
+                x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
+                best = mode == res["best_mode"]
+                rows.append({"model": model, "io_ratio": float(ratio), "mode": mode, "x_nd": x_nd,
+                             "tokens_per_s": rec["tokens_per_s"] if feasible else None,
+                             "is_best": best, "feasible": feasible})
+                means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
+                slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
+                slot["infeasible"] += int(not feasible)
+                slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
+                slot["best"] += int(best)
+                allocations[key][model][mode] = rec["pools"]
+            if progress is not None:
+                progress(f"{base.catalog} {model} I/O={key}")
+    return {
+        "catalog": base.catalog,
+        "models": list(models),
+        "io_ratios": [float(r) for r in ratios],
+        "budget_scale": base.budget_scale,
+        "rows": rows,
+        "model_mean_x_nd": {m: {k: _mean(v) for k, v in by.items()} for m, by in means.items()},
+        "counts": counts,
+        "allocations": allocations,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def ablate(base: PlanConfig, factor: str, values: Sequence[float], models: Sequence[str], *,
+           io_ratio: float = ABLATION_IO_RATIO, cache: PlanCache | None = None,
+           progress: Progress | None = None) -> dict:
+    """The ``ablate --json`` object: ``factor`` set to each value, same search and same budget.
+
+    The budget stays the one of the unmodified model (plan_disagg derives it from the model
+    before overrides), as the paper keeps its power budget fixed across ablation points.
+    """
+    require(factor in ABLATION_VALUES, "factor", factor,
+            f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}")
+    cache = cache or PlanCache()
+    started = time.perf_counter()
+    rows = []
+    for model in models:
+        for value in values:
+            overrides = {**dict(base.overrides), factor: float(value)}
+            config = dataclasses.replace(base, model=model, io_ratio=float(io_ratio),
+                                         overrides=overrides)
+            try:
+                res = cache(config)
+            except ConfigError as exc:
+                if exc.key != "budget":
+                    raise
+                # the fixed budget holds no ND deployment of the modified model: a result too
+                rows.append({"model": model, "value": float(value),
+                             "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
+                             "best_mode": None, "budget": {"value": exc.value},
+                             "da_arithmetic_intensity": None, "da_kv_share": None,
+                             "df_arithmetic_intensity": None, "infeasible": str(exc)})
+                if progress is not None:
+                    progress(f"{model} {factor}={value:g} (nothing fits the budget)")
+                continue
+            prof = res["stage_profile"]
+            rows.append({
+                "model": model, "value": float(value),
+                "x_nd": {m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True)
+                         else None for m in SPLIT_MODES if m in res["modes"]},
+                "best_mode": res["best_mode"],
+                "budget": res["budget"],
+                "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
+                "da_kv_share": prof["da"]["kv_share"],
+                "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
+            })
+            if progress is not None:
+                progress(f"{model} {factor}={value:g}")
+    return {"factor": factor, "io_ratio": float(io_ratio), "models": list(models),
+            "values": [float(v) for v in values], "rows": rows,
+            "wall_s": time.perf_counter() - started}
+

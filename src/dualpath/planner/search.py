@@ -1,0 +1,303 @@
+"""The two-phase search (issue 11 section 6): analytic capacity scores, then budget splits.
+
+**Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
+gets ``sigma1 = tput / demand`` for one replica; a pool of d replicas has ``sigma = d x sigma1``.
+Demand is ``lambda x I`` tokens/s for prefill and ``lambda x O`` for decode; ``tput`` is one
+replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget; a
+split PF side: every token its free memory holds one layer's activations of, since it batches all A
+lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer), from the
+same lane times the run uses. A merged pool adds its stages' times; its sigma is the smaller of its
+phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over all ``t
+p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention cannot hold
+the longest request's KV) and is scored at that size; candidates whose ``min_dp`` replicas exceed
+the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the
+``shortlist`` best (device, precision) groups by sigma1 per unit cost, plus the group of the
+cheapest replica.
+
+**Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
+pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)
+(never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to
+the lowest-sigma pool that still fits. ``sigma_joint = min`` over pools. Besides that rule's pick,
+each split also yields the variants where one pool takes another of its short-listed candidates (so
+a one-pool mode, ND, ranks its whole short list too). Allocations are ranked by sigma_joint (ties:
+lower cost), duplicates dropped. Deterministic: every order has a total tie-break.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
+from dualpath.planner.modes import ModeSpec, PoolSpec
+from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
+from dualpath.planner.pools import Allocation, PoolPlan, PoolTimer
+
+if TYPE_CHECKING:
+    from dualpath.cost.efficiency import Efficiency
+    from dualpath.planner.catalog import CatalogDevice
+    from dualpath.spec.models import ModelSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """What the workload asks of the pools (means over the request list)."""
+
+    rate_rps: float
+    input_len: float
+    output_len: float
+    max_context_len: int  # the longest request's final context (residency check)
+    num_requests: int = 500
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.rate_rps * self.input_len
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.rate_rps * self.output_len
+
+
+@dataclass(slots=True)
+class Counts:
+    candidates: int = 0
+    pruned_budget: int = 0
+    pruned_residency: int = 0
+    allocations_ranked: int = 0
+    simulated: int = 0
+    events: int = 0
+
+    def to_json(self, top_k: int) -> dict[str, int]:
+        return {"top_k": top_k, "candidates": self.candidates, "pruned_budget": self.pruned_budget,
+                "pruned_residency": self.pruned_residency,
+                "allocations_ranked": self.allocations_ranked, "simulated": self.simulated,
+                "events": self.events}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One replica of a pool: device, t, p, e, precision; its cost and sigma1."""
+
+    device: CatalogDevice
+    tp: int
+    pp: int
+    ep: int  # one replica's (t p for MoE F pools); a pool of d replicas spreads experts over t p d
+    bits: tuple[tuple[str, int], ...]
+    replica_cost: float
+    sigma1: float
+    sigma_sum: float = 0.0  # sum of the phases' sigma1 (tie-break: the non-binding phase counts)
+    min_dp: int = 1  # fewest replicas that hold the weights (experts spread over t p d devices)
+    order: int = field(default=0)  # position in the enumeration (tie-break)
+
+    def plan(self, pool: PoolSpec, dp: int) -> PoolPlan:
+        return PoolPlan(name=pool.name, stages=pool.stages, device=self.device,
+                        layout=Layout(tp=self.tp, pp=self.pp, dp=dp,
+                                      ep=self.ep * dp if self.ep > 1 else 1),
+                        bits=self.bits, sigma=dp * self.sigma1)
+
+
+def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficiency: Efficiency,
+                  prefill_token_budget: int, max_decode_batch: int) -> list[float] | None:
+    """sigma1 of each phase of one replica of ``plan`` (its dp is ignored; the pool's sigma1 is
+    the min); None when it cannot hold one of the longest requests' KV (hosting decode
+    attention)."""
+    timer = PoolTimer(model, plan, efficiency)
+    t, p = plan.layout.tp, plan.layout.pp
+    stages = plan.stages
+    sigmas: list[float] = []
+    length = max(1, round(demand.input_len))
+    if "pa" in stages:  # the lane's batch: the prompts that fit the token budget
+        k = max(1, prefill_token_budget // length)
+        time_s = sum(timer.timers[s].prefill_uniform_s(k, length) for s in stages
+                     if s in ("pa", "pf"))
+        sigmas.append(p * k * length / time_s / demand.prefill_tokens_per_s)
+    elif "pf" in stages:  # a split F side batches every A lane's tokens: as many as it holds
+        free = max(plan.device.device.capacity_bytes - plan.weights_per_device(model), 0.0)
+        per_token = 2.0 * hidden_act_bytes_per_token(model, plan.bits_map["pf"])
+        tokens = int(min(free * t / per_token, demand.num_requests * length))
+        if tokens < 1:
+            return None
+        time_s = timer.timers["pf"].prefill_uniform_s(1, tokens)
+        sigmas.append(p * tokens / time_s / demand.prefill_tokens_per_s)
+    if any(s in ("da", "df") for s in stages):
+        batch = max_decode_batch
+        if "da" in stages:
+            free = plan.device.device.capacity_bytes - plan.weights_per_device(model)
+            cap = max(free, 0.0) * t * p
+            bits = plan.bits_map["da"]
+            if cap < kv_cache_bytes(model, demand.max_context_len, bits):
+                return None
+            mean_ctx = round(demand.input_len + demand.output_len)
+            batch = min(batch, int(cap // kv_cache_bytes(model, mean_ctx, bits)))
+        lane = math.ceil(batch / p)
+        ctx = demand.input_len + demand.output_len / 2
+        time_s = sum(timer.timers[s].decode_s(lane, ctx) for s in stages if s in ("da", "df"))
+        sigmas.append(batch / time_s / demand.decode_tokens_per_s)
+    return sigmas
+
+
+def bits_options(pool: PoolSpec,
+                 allowed: Mapping[str, Sequence[int]]) -> list[tuple[tuple[str, int], ...]]:
+    """Every precision assignment of the pool's stages within ``allowed`` (stage -> bits)."""
+    choices = [sorted(set(allowed[s]), reverse=True) for s in pool.stages]
+    return [tuple(zip(pool.stages, combo, strict=True)) for combo in itertools.product(*choices)]
+
+
+def phase1(model: ModelSpec, pool: PoolSpec, devices: Sequence[CatalogDevice], demand: Demand,
+           allowed: Mapping[str, Sequence[int]], *, budget: float, budget_kind: str,
+           efficiency: Efficiency, prefill_token_budget: int, max_decode_batch: int,
+           shortlist: int, counts: Counts) -> list[list[Candidate]]:
+    """The short list of one pool: the ``shortlist`` best (device, precision) groups by their
+    best sigma1 per unit cost, each with all its surviving (t, p) layouts."""
+    kept: list[Candidate] = []
+    order = 0
+    for dev in devices:
+        unit = dev.cost(budget_kind)  # type: ignore[arg-type]
+        cap = dev.device.capacity_bytes
+        for bits in bits_options(pool, allowed):
+            for tp in TP_DEGREES:
+                for pp in PP_DEGREES:
+                    counts.candidates += 1
+                    order += 1
+                    cost = tp * pp * unit
+                    if cost > budget:
+                        counts.pruned_budget += 1
+                        continue
+                    dmin = min_replicas(model, dict(bits), tp, pp, cap)
+                    if dmin is None:
+                        counts.pruned_residency += 1
+                        continue
+                    sigmas = None
+                    while dmin * cost <= budget:
+                        ep = default_ep(model, pool.stages, tp, pp, dmin)
+                        plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev,
+                                        layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep), bits=bits)
+                        sigmas = replica_sigma(model, plan, demand, efficiency=efficiency,
+                                               prefill_token_budget=prefill_token_budget,
+                                               max_decode_batch=max_decode_batch)
+                        if sigmas is not None or ep == 1:
+                            break
+                        dmin *= 2  # more replicas spread the experts thinner: room for KV
+                    if dmin * cost > budget:
+                        counts.pruned_budget += 1
+                        continue
+                    if sigmas is None:
+                        counts.pruned_residency += 1
+                        continue
+                    kept.append(Candidate(device=dev, tp=tp, pp=pp,
+                                          ep=default_ep(model, pool.stages, tp, pp), bits=bits,
+                                          replica_cost=cost, sigma1=min(sigmas),
+                                          sigma_sum=sum(sigmas), order=order, min_dp=dmin))
+    return shortlist_of(kept, shortlist)
+
+
+def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
+    return (-float(f"{c.sigma1 / c.replica_cost:.9g}"), c.replica_cost,
+            -float(f"{c.sigma_sum / c.replica_cost:.9g}"), c.order)
+
+
+def shortlist_of(kept: Sequence[Candidate], size: int) -> list[list[Candidate]]:
+    """Group by (device, precision), rank groups by their best sigma1 per unit cost (ties:
+    cheaper, then the other phase, then enumeration order) and keep ``size`` groups, plus the group
+    of the cheapest replica when it is not among them (the best sigma per cost is often a large
+    replica that a small budget slice cannot buy, which would leave the slice empty). A group keeps
+    every (t, p): phase 2 picks the layout that suits its budget slice (the most efficient layout
+    is often the largest replica, which a small slice cannot buy)."""
+    groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[Candidate]] = {}
+    for c in sorted(kept, key=_rank_key):
+        groups.setdefault((c.device.name, c.bits), []).append(c)
+    ordered = list(groups.values())
+    out = ordered[:size]
+    if ordered:  # and the group of the cheapest replica, so that a small slice can still buy one
+        cheapest = min(kept, key=lambda c: (c.replica_cost, _rank_key(c)))
+        if not any(cheapest in g for g in out):
+            out.append(next(g for g in ordered if cheapest in g))
+    return out
+
+
+def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
+    """The rule: cheapest candidate reaching sigma >= 1 within the slice, else the highest sigma."""
+    best: tuple[tuple[float, float, int], Candidate, int] | None = None
+    for c in cands:
+        need = max(c.min_dp, math.ceil(1.0 / c.sigma1 - 1e-12))
+        if need * c.replica_cost <= slice_budget * (1 + 1e-12):
+            key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
+            if best is None or key < best[0]:
+                best = (key, c, need)
+    if best is not None:
+        return best[1], best[2]
+    fallback = None
+    for c in cands:
+        d = int(slice_budget * (1 + 1e-12) // c.replica_cost)
+        key2 = (-float(f"{d * c.sigma1:.9g}"), -d * c.sigma_sum, c.order)
+        if d >= c.min_dp and (fallback is None or key2 < fallback[0]):
+            fallback = (key2, c, d)
+    return None if fallback is None else (fallback[1], fallback[2])
+
+
+def _fill(chosen: list[list[object]], leftover: float) -> None:
+    """Hand ``leftover`` out one replica at a time to the lowest-sigma pool that fits (in bulk
+    steps that give the same result). ``chosen`` rows are [candidate, dp], mutated."""
+    n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
+    while True:
+        sig = [r[1] * r[0].sigma1 for r in chosen]  # type: ignore[attr-defined,operator]
+        fits = [i for i in range(n) if unit[i] <= leftover * (1 + 1e-12)]
+        if not fits:
+            return
+        i = min(fits, key=lambda j: (sig[j], j))
+        c: Candidate = chosen[i][0]  # type: ignore[assignment]
+        room = int(leftover * (1 + 1e-12) // c.replica_cost)
+        others = [sig[j] for j in fits if j != i]
+        k = room if not others else min(room, int((min(others) - sig[i]) / c.sigma1) + 1)
+        k = max(1, k)
+        chosen[i][1] = chosen[i][1] + k  # type: ignore[operator]
+        leftover -= k * c.replica_cost
+
+
+def _splits(num_pools: int, grid: int) -> list[tuple[int, ...]]:
+    if num_pools == 1:
+        return [(grid,)]
+    return [s for s in itertools.product(range(1, grid), repeat=num_pools) if sum(s) == grid]
+
+
+def phase2(mode: ModeSpec, shortlists: Mapping[str, Sequence[Sequence[Candidate]]], *,
+           budget: float, grid: int, counts: Counts) -> list[Allocation]:
+    """Ranked, de-duplicated allocations of ``mode`` (best first)."""
+    pools = mode.pools
+    seen: dict[tuple[object, ...], Allocation] = {}
+    for split in _splits(len(pools), grid):
+        slices = [budget * k / grid for k in split]
+        flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
+        base = [_pick(f, s) for f, s in zip(flat, slices, strict=True)]
+        if any(b is None for b in base):
+            continue
+        variants: list[list[tuple[Candidate, int]]] = [base]  # type: ignore[list-item]
+        for i, (p, s) in enumerate(zip(pools, slices, strict=True)):
+            for group in shortlists[p.name]:
+                if base[i][0] in group:  # type: ignore[index]
+                    continue
+                pick = _pick(group, s)
+                if pick is not None:
+                    variants.append([*base[:i], pick, *base[i + 1:]])  # type: ignore[list-item]
+        for var in variants:
+            chosen: list[list[object]] = [[c, d] for c, d in var]
+            spent = sum(c.replica_cost * d for c, d in var)
+            if spent > budget * (1 + 1e-9):
+                continue
+            _fill(chosen, budget - spent)
+            plans = tuple(c.plan(p, d)  # type: ignore[attr-defined]
+                          for (c, d), p in zip(chosen, pools, strict=True))
+            cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
+            alloc = Allocation(mode=mode.name, pools=plans, cost=cost,
+                               sigma_joint=min(p.sigma for p in plans))
+            key = alloc.key()
+            if key not in seen:
+                seen[key] = alloc
+    ranked = sorted(seen.values(), key=lambda a: (-float(f"{a.sigma_joint:.9g}"), a.cost,
+                                                  repr(a.key())))
+    counts.allocations_ranked += len(ranked)
+    return ranked

@@ -1,0 +1,80 @@
+"""`plan disagg figures`: every file listed in index.json exists, each figure wrote its files,
+and figures without their data are skipped with a reason naming DUALPATH_DATA_DIR."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dualpath.cli import app
+from dualpath.core.paths import data_dir
+from dualpath.planner.figures import FIGURES, FigureGrid, make_figures
+from dualpath.planner.figures_modes import crossover_io
+
+TINY = FigureGrid(models=("gpt-oss-120b", "glm-4.6"), ratios=(1.0, 10.0),
+                  ablation_models=("gpt-oss-120b",),
+                  ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0)},
+                  workload_models=("gpt-oss-120b",), num_requests=20, top_k=1)
+HAS_DATA = (data_dir() / "hardware" / "aiconfigurator-perf-db" / "h100_sxm").is_dir()
+
+
+def _check_index(out: Path, index: dict) -> None:
+    assert json.loads((out / "index.json").read_text()) == index
+    assert set(index["figures"]) | set(index["skipped"]) == set(FIGURES)
+    for name in index["files"]:
+        path = Path(name)
+        assert path.is_file() and path.stat().st_size > 0, name
+    stems = [Path(f).name for f in index["files"]]
+    for fig in index["figures"]:
+        assert any(s.startswith(fig) for s in stems), fig  # every drawn figure wrote a file
+        if fig not in ("table5_allocations",):
+            assert any(s.startswith(fig) and s.endswith(".png") for s in stems), fig
+    for reason in index["skipped"].values():
+        assert "DUALPATH_DATA_DIR" in reason or "data" in reason
+
+
+def test_tiny_grid_writes_every_listed_file(tmp_path: Path) -> None:
+    index = make_figures(tmp_path, grid=TINY)
+    _check_index(tmp_path, index)
+    assert {"table5_allocations_npu.md", "table5_allocations_gpu.csv", "sweep_npu.json",
+            "ablate_kv_width.json", "findings.md"} <= {Path(f).name for f in index["files"]}
+    assert index["grid"]["ratios"] == [1.0, 10.0, 100.0]  # Table 5's I/O = 100 is always planned
+    if not HAS_DATA:
+        assert "fig_roofline_vs_measured" in index["skipped"]
+    table = (tmp_path / "table5_allocations_npu.md").read_text()
+    assert table.count("| gpt-oss-120b |") == 4  # one row per PDAF stage pool
+    findings = json.loads((tmp_path / "findings.json").read_text())["findings"]
+    assert {"af_never", "npu_pdaf_beats_100", "abl_kv_width"} <= {f["id"] for f in findings}
+
+
+def test_only_and_unknown_figure(tmp_path: Path) -> None:
+    from dualpath.core.errors import ConfigError
+
+    index = make_figures(tmp_path, grid=TINY, only=("fig_power_fit",))
+    assert index["figures"] == ["fig_power_fit"] and index["plans_run"] == 0
+    with pytest.raises(ConfigError, match="fig_nope"):
+        make_figures(tmp_path, grid=TINY, only=("fig_nope",))
+
+
+def test_crossover_interpolates_in_log_io() -> None:
+    assert crossover_io([1.0, 10.0, 100.0], [0.5, 1.5, 1.2]) == pytest.approx(10 ** 0.5)
+    assert crossover_io([1.0, 10.0], [1.2, 1.5]) is None  # never below parity
+    assert crossover_io([1.0, 10.0, 100.0], [0.5, None, 2.0]) == pytest.approx(10 ** (2 / 3))
+
+
+@pytest.mark.slow
+def test_figures_quick_cli(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "disagg", "figures", "--quick", "--out",
+                                      str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    _check_index(tmp_path, json.loads(result.stdout))
+
+
+@pytest.mark.slow
+def test_figures_full_run(tmp_path: Path) -> None:
+    index = make_figures(tmp_path)
+    _check_index(tmp_path, index)
+    assert len(index["grid"]["models"]) == 8 and len(index["grid"]["ratios"]) == 9
