@@ -10,6 +10,7 @@ published-vs-simulated findings as ``findings.md`` / ``findings.json``. ``quick`
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -126,7 +127,10 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
         files += [Path(p) for p in plot_power_fit(outdir)]
     data = data_dir()
     if "fig_roofline_vs_measured" in names:
-        if (data / fr.GEMM_TABLE).is_file() and (data / fr.NCCL_TABLE).is_file():
+        if importlib.util.find_spec("pyarrow") is None:
+            skipped["fig_roofline_vs_measured"] = ("reading the kernel tables needs pyarrow: "
+                                                   "pip install 'dualpath[calibrated]'")
+        elif (data / fr.GEMM_TABLE).is_file() and (data / fr.NCCL_TABLE).is_file():
             files += fr.fig_roofline_vs_measured(outdir, data)
         else:
             skipped["fig_roofline_vs_measured"] = (

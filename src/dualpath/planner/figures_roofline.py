@@ -92,18 +92,22 @@ def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> 
 
 def gemm_points(data: Path) -> list[tuple[int, int, int, float, float]]:
     """(m, n, k, measured TFLOPS, roofline TFLOPS) of every BF16 GEMM row of the H100 table."""
-    import pandas as pd
+    import numpy as np
 
     from dualpath.cost.efficiency import IDEAL_EFFICIENCY
     from dualpath.cost.stages import StageWork, stage_time_s
+    from dualpath.cost.tables import read_table, select
     from dualpath.planner.catalog import catalog
 
     h100 = next(d.device for d in catalog("gpu") if d.device.name == "h100")
-    frame = pd.read_parquet(data / GEMM_TABLE)
-    frame = frame[frame["gemm_dtype"] == "bfloat16"].groupby(["m", "n", "k"], as_index=False)[
-        "latency"].median()
+    rows = select(read_table(data / GEMM_TABLE), gemm_dtype="bfloat16")
+    shapes: dict[tuple[int, int, int], list[float]] = {}
+    if rows is not None:
+        for m, n, k, lat in zip(rows["m"], rows["n"], rows["k"], rows["latency"]):
+            shapes.setdefault((int(m), int(n), int(k)), []).append(float(lat))
+    frame = [(m, n, k, float(np.median(lats))) for (m, n, k), lats in sorted(shapes.items())]
     out = []
-    for m, n, k, lat_ms in frame.itertuples(index=False):
+    for m, n, k, lat_ms in frame:
         flops = 2.0 * m * n * k
         work = StageWork(flops=flops, weight_bytes=2.0 * n * k, kv_read_bytes=0.0,
                          kv_write_bytes=0.0, act_bytes=2.0 * (m * k + m * n), num_layers=1)
@@ -115,24 +119,23 @@ def gemm_points(data: Path) -> list[tuple[int, int, int, float, float]]:
 
 def collective_rows(data: Path) -> list[list[Any]]:
     """Planner all-reduce / all-to-all times (D2D link model) against the measured NCCL table."""
-    import pandas as pd
+    import numpy as np
 
+    from dualpath.cost.tables import read_table, select
     from dualpath.planner import links
-
     from dualpath.spec.hardware import get_gpu
 
     h100_nvlink_gbs = get_gpu("h100").nvlink_gbs  # 450 GB/s per direction (NVLink 4)
-    frame = pd.read_parquet(data / NCCL_TABLE)
+    frame = read_table(data / NCCL_TABLE)
     rows = []
     for op, kind in (("all_reduce", "allreduce"), ("alltoall", "alltoall")):
         for n in (2, 4, 8):
             for size in NCCL_SIZES:
-                hit = frame[(frame["op_name"] == op) & (frame["nccl_dtype"] == "half")
-                            & (frame["num_gpus"] == n) & (frame["message_size"] == size)]
-                if hit.empty:
+                hit = select(frame, op_name=op, nccl_dtype="half", num_gpus=n, message_size=size)
+                if hit is None:
                     continue
                 nbytes = size * NCCL_DTYPE_BYTES["half"]
-                measured_s = float(hit["latency"].median()) * 1e-3
+                measured_s = float(np.median(hit["latency"])) * 1e-3
                 sim_s = links.collective_s(kind, nbytes, n)
                 nvl_s = links.collective_s(kind, nbytes, n, d2d_gbs=h100_nvlink_gbs)
                 rows.append([op, n, nbytes, measured_s * 1e6, sim_s * 1e6, sim_s / measured_s,
