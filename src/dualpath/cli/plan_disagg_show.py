@@ -1,17 +1,14 @@
 """Human output of ``dualpath plan disagg``: rich tables (units in the headers) and progress.
 
-Progress goes to stderr: a rich bar on a terminal, one plain line per finished item otherwise
-(CI logs, pipes), so that stdout keeps exactly the table or the one JSON object.
+Progress goes to stderr (cli.progress), so that stdout keeps exactly the table or the one JSON
+object.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-
-from rich.console import Console
 
 from dualpath.cli._common import print_table as _print_table
 
@@ -25,34 +22,24 @@ def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
 @contextmanager
 def progress_lines(label: str, total: int | None) -> Iterator[Callable[[str], None]]:
-    """Yield ``step(desc)``, called once per finished item (``total`` items, None if unknown)."""
-    err = Console(stderr=True)
-    started = time.perf_counter()
-    if err.is_terminal:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                                   TextColumn, TimeElapsedColumn)
+    """Yield ``step(desc)``, called once per finished item (``total`` items, None if unknown):
+    the shared :class:`dualpath.cli.progress.Progress` (a bar on a terminal, plain lines in a
+    log, every few seconds even while one item runs long)."""
+    from contextlib import ExitStack
 
-        columns = ([SpinnerColumn()] if total is None else []) + [
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn()]
-        with Progress(*columns, console=err, transient=True) as bar:
-            task = bar.add_task(label, total=total)
+    from dualpath.cli.progress import Progress
 
-            def step(desc: str) -> None:
-                bar.update(task, advance=1, description=f"{label}: {desc}")
+    # started at the first step, so an input error raised before any work prints only its
+    # one `error:` line
+    with ExitStack() as stack:
+        bars: list[Progress] = []
 
-            yield step
-        return
-    done = 0
+        def step(desc: str) -> None:
+            if not bars:
+                bars.append(stack.enter_context(Progress(label, total=total)))
+            bars[0].advance(description=f"{label}: {desc}")
 
-    def plain(desc: str) -> None:
-        nonlocal done
-        done += 1
-        of = f"/{total}" if total is not None else ""
-        err.print(f"[{done}{of}] {label}: {desc} ({time.perf_counter() - started:.1f} s)",
-                  highlight=False, markup=False)
-
-    yield plain
+        yield step
 
 
 def _gb(value: float | None) -> float | None:
