@@ -9,6 +9,7 @@ request's client with RequestStats on the last one.
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import msgspec
@@ -46,6 +47,15 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+
+
+def _seeded(params: SamplingParams) -> SamplingParams:
+    """``params`` with a seed: an unseeded request drawing tokens (temperature > 0) gets a fresh
+    random one here, once, so its PE and DE steps (and a re-dispatch) draw from one stream while
+    two unseeded requests do not draw the same tokens (before: every unseeded request used 0)."""
+    if params.seed is not None or params.temperature == 0.0:
+        return params
+    return msgspec.structs.replace(params, seed=secrets.randbits(63))
 
 
 class SchedulerService:
@@ -306,7 +316,7 @@ class SchedulerService:
         hit = min(len(self.store.match_prefix(msg.prompt_token_ids)), loadable_hit_blocks(n, bs)) * bs
         self.clients[rid] = ident
         self.current[rid] = self.keys[rid] = rid
-        self.prompts[rid] = (list(msg.prompt_token_ids), msg.params)
+        self.prompts[rid] = (list(msg.prompt_token_ids), _seeded(msg.params))
         self.report.submitted(rid, n, hit, now)
         self.state.submit(pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit,
                                          gen_len=msg.params.max_tokens))
