@@ -20,10 +20,6 @@ def gbps_to_bytes_per_s(gbps: float) -> float:
     return gbps * 1e9 / 8.0
 
 
-def bytes_per_s_to_gbps(bytes_per_s: float) -> float:
-    return bytes_per_s * 8.0 / 1e9
-
-
 def parse_tokens(text: str) -> int:
     """Parse a token count such as ``64k``, ``32K``, ``1m`` or ``4096`` (k = 1024)."""
     raw = text.strip().lower()

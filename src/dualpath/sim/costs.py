@@ -73,9 +73,6 @@ class CostCache:
         self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size,
                                        num_gpus_per_node=num_gpus_per_node)
         self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
-        self._pe_ep = pe_ep_size
-        self._de_ep = de_ep_size
-        self._gpn = num_gpus_per_node
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
         self._traffic_pe: float = model_traffic_bytes(model, 1, ep_size=pe_ep_size,

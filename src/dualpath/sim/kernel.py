@@ -79,9 +79,6 @@ class Kernel:
         self._seq += 1
         heapq.heappush(self._heap, (time_s, priority, self._seq, item))
 
-    def after(self, delay_s: float, fn: Callable[[], None], priority: int = PRIO_ENGINE) -> Handle:
-        return self.at(self.now_s + delay_s, fn, priority)
-
     def stop(self) -> None:
         """Stop the loop after the current event (the online stopping rule uses this)."""
         self._stopped = True

@@ -17,13 +17,8 @@ invariant, true by construction and re-checked at the end of a run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
 from dualpath.core.errors import require
-
-LINK_CLASSES: Final[tuple[str, ...]] = (
-    "snic_read", "snic_write", "cnic_tx", "cnic_rx", "cnic_loopback", "dram", "model",
-)
 
 
 class Link:
@@ -53,9 +48,6 @@ class Link:
         self.busy_s += dur
         self.bytes_moved += nbytes
         self.model_bytes += nbytes
-
-    def backlog_s(self, now_s: float) -> float:
-        return self.free_at_s - now_s if self.free_at_s > now_s else 0.0
 
 
 def transfer(links: Sequence[Link], nbytes: float, ready_s: float) -> float:

@@ -201,10 +201,6 @@ class NodeSpec:
     def dram_bytes_per_s(self) -> float:
         return self.dram_bandwidth_gbs * 1e9
 
-    @property
-    def dram_buffer_bytes(self) -> float:
-        return self.dram_buffer_gb * 1e9
-
 
 NODES: dict[str, NodeSpec] = {
     n.name: n

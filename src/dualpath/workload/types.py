@@ -71,10 +71,6 @@ class Trajectory:
     def total_append_len(self) -> int:
         return sum(t.append_len for t in self.turns)
 
-    @property
-    def total_gen_len(self) -> int:
-        return sum(t.gen_len for t in self.turns)
-
 
 @dataclass(frozen=True, slots=True)
 class TurnRequest:

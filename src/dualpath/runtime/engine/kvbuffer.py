@@ -115,9 +115,6 @@ class KVBuffer:
     def num_free_blocks(self) -> int:
         return len(self._free)
 
-    def can_allocate(self, num_tokens: int) -> bool:
-        return self.geometry.num_blocks(num_tokens) <= len(self._free)
-
     def allocate(self, request_id: str, num_tokens: int) -> RequestBlocks | None:
         """Slots for ``num_tokens`` tokens, all or nothing; None when they do not fit now."""
         with self._lock:
