@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,6 +106,17 @@ def _write(out: str | None, name: str, obj: dict) -> None:
             json.dump(obj, fh, indent=2, default=str)
 
 
+def _emit(result: dict, json_out: bool, show: Callable[[dict], None], out: str | None = None,
+          name: str = "") -> None:
+    """Write ``result`` to ``out/name`` (with ``--out``), then print it as JSON or as tables."""
+    if name:
+        _write(out, name, result)
+    if json_out:
+        print_json(result)
+    else:
+        show(result)
+
+
 @disagg_app.callback()
 def disagg(
     ctx: typer.Context,
@@ -157,11 +169,7 @@ def disagg(
 
     with progress_lines(f"planning {config.model}", total=None) as step:
         result = plan_disagg(config, progress=step)
-    _write(out, "plan.json", result)
-    if json_out:
-        print_json(result)
-    else:
-        show_plan(result)
+    _emit(result, json_out, show_plan, out, "plan.json")
 
 
 @disagg_app.command("sweep")
@@ -194,11 +202,7 @@ def sweep_cmd(
                    efficiency=efficiency, prices=prices)
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
-    _write(out, f"sweep_{base.catalog}.json", result)
-    if json_out:
-        print_json(result)
-    else:
-        show_sweep(result)
+    _emit(result, json_out, show_sweep, out, f"sweep_{base.catalog}.json")
 
 
 @disagg_app.command("ablate")
@@ -229,11 +233,7 @@ def ablate_cmd(
                    top_k=top_k, num_requests=requests, seed=seed)
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)
-    _write(out, f"ablate_{factor}.json", result)
-    if json_out:
-        print_json(result)
-    else:
-        show_ablate(result)
+    _emit(result, json_out, show_ablate, out, f"ablate_{factor}.json")
 
 
 @disagg_app.command("profile")
@@ -253,10 +253,7 @@ def profile_cmd(
                            catalog=catalog)
     result = {"model": model, "io_ratio": io, "catalog": catalog, "precision": precision,
               "overrides": parse_sets(sets), "stages": stages}
-    if json_out:
-        print_json(result)
-    else:
-        show_profile(result)
+    _emit(result, json_out, show_profile)
 
 
 @disagg_app.command("catalog")
@@ -269,10 +266,7 @@ def catalog_cmd(
     from dualpath.planner.catalog import catalog_report
 
     result = catalog_report(catalog, prices)
-    if json_out:
-        print_json(result)
-    else:
-        show_catalog(result)
+    _emit(result, json_out, show_catalog)
 
 
 @disagg_app.command("figures")
