@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -176,40 +175,12 @@ def test_write_failure_is_logged_once_counted_and_requests_go_on(cluster: LocalC
             (root / d).mkdir(mode=0o700)
 
 
-def _mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-
-
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tmpfs"
-    _mount_tmpfs(mnt, "4m")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+def tmpfs(mount_tmpfs: Callable[[str], Path]) -> Path:
+    return mount_tmpfs("4m")
 
 
-def _fill(path: Path) -> None:
-    """Write zeros to ``path`` until the file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path) -> None:
+def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path, fill_disk: Callable[[Path], None]) -> None:
     """A 4 MiB tmpfs as the KV directory (about 28 tiny-model blocks). First another file fills it:
     persists fail with ENOSPC (nothing of ours to evict), logged once, counted, and requests answer
     right. Then, with the space back, 10 prompts of 6 blocks go past the capacity bound (90% of the
@@ -219,7 +190,7 @@ def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path) -> None:
                         heartbeat_s=0.1)
     rng = random.Random(4)
     with LocalCluster(cfg) as c:
-        _fill(tmpfs / "filler")
+        fill_disk(tmpfs / "filler")
         for p in [[rng.randrange(3, 512) for _ in range(3 * BS + 3)] for _ in range(2)]:
             assert _tokens(_generate(c, [p])[0]) == _reference(c, p)
         full = _wait_metrics(c, lambda s: s.store_write_errors.get("ENOSPC", 0) >= 6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -145,20 +145,8 @@ def test_write_failure_is_counted_by_cause_and_logged_once(
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+def tmpfs(mount_tmpfs: Callable[[str], Path]) -> Path:
+    return mount_tmpfs("1m")
 
 
 BIG = BlockLayout(num_layers=4, kv_bytes_per_token_layer=1024, block_size=16)  # 68 KiB files
@@ -193,16 +181,10 @@ def test_default_bound_on_a_small_disk_never_reaches_enospc(tmpfs: Path) -> None
     assert st.num_writes == 40 and st.used_bytes <= s.capacity_bytes and st.write_errors == {}
 
 
-def test_nothing_to_evict_on_a_full_or_read_only_disk_counts_errors(tmpfs: Path) -> None:
+def test_nothing_to_evict_on_a_full_or_read_only_disk_counts_errors(
+        tmpfs: Path, fill_disk: Callable[[Path], None]) -> None:
     s = BlockStore(tmpfs / "kv", BIG, capacity_bytes=None, min_free_bytes=0)
-    fd = os.open(tmpfs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fill_disk(tmpfs / "filler")
     assert _write(s, np.arange(32)) and s.stats().write_errors == {"ENOSPC": 2}
     assert not [p for p in (tmpfs / "kv").rglob(".tmp.*")]  # no temp file left behind
     os.unlink(tmpfs / "filler")
