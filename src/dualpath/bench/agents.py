@@ -14,6 +14,7 @@ import numpy as np
 from dualpath.bench.arrivals import arrival_times_s
 from dualpath.bench.config import BenchConfig
 from dualpath.workload import (
+    BUCKET_PARAMS,
     ReplayConfig,
     Trajectory,
     Turn,
@@ -27,7 +28,7 @@ from dualpath.workload import (
 # Smallest calibrated MaxLen bucket of the synthetic generator. Shorter runs are made from it and
 # scaled down, which keeps the bucket's turn structure (many short turns after a long first one);
 # generating at a small MaxLen directly would clamp to these parameters and give one-turn agents.
-CALIBRATED_MIN_MAXLEN = 32768
+CALIBRATED_MIN_MAXLEN = min(BUCKET_PARAMS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
