@@ -76,8 +76,6 @@ class DecodeUnit:
         self.heap: list[tuple[float, int, Req]] = []
         self.seq = 0
         self.handle: Handle | None = None
-        self.busy_s = 0.0  # time with a non-empty batch
-        self.steps = 0.0
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
         self.model_bytes_per_token = model_bytes_per_token
         self.gpus = gpus
@@ -85,9 +83,7 @@ class DecodeUnit:
     def _advance(self) -> None:
         now = self.kernel.now_s
         if self.step_s > 0.0 and self.heap:
-            dt = now - self.last_t
-            self.counter += dt / self.step_s
-            self.busy_s += dt
+            self.counter += (now - self.last_t) / self.step_s
         self.last_t = now
 
     def _set_step(self, st: DeState, step_s: float) -> None:

@@ -67,8 +67,6 @@ class PrefillUnit:
         for st in states:
             st.unit = self
         self.busy = False
-        self.iterations = 0
-        self.busy_s = 0.0
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
         self.attn_early_sum = 0.0
@@ -108,8 +106,6 @@ class PrefillUnit:
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
         end, kv_at = self.load.iteration_end(batches, now, compute_s)
-        self.iterations += 1
-        self.busy_s += end - now
         self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
 
     def _finish(self, batches: list[tuple[PeState, Entries]], kv_at: float) -> None:

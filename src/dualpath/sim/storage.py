@@ -46,7 +46,6 @@ class Storage:
         self.nodes = nodes
         self.bpt = kv_bytes_per_token
         self.bytes_read = 0.0
-        self.bytes_written = 0.0
         self.peak_buffer = [0.0] * len(nodes)
         self.gates: list[deque[Claim]] = [deque() for _ in nodes]
 
@@ -115,4 +114,3 @@ class Storage:
             return
         transfer2(node.dram, node.snic, nbytes, self.kernel.now_s)
         node.snic_write_bytes += nbytes
-        self.bytes_written += nbytes
