@@ -170,9 +170,9 @@ def demo(
         bar.update(f"dualpath demo: {msg}", completed=steps[0])
 
     with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
-        turns = scaled_turns(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
+        plans = scaled_turns(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
                              scale=cfg.scale, seed=cfg.seed)
-        result = run_demo(cfg, turns, progress=said)
+        result = run_demo(cfg, plans, progress=said)
         bar.update(completed=len(cfg.systems) + 1)
     if json_out:
         print_json(result)
