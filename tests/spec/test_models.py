@@ -31,13 +31,19 @@ KV_PER_LAYER = {
     "llama-4-maverick": 2 * 8 * 128 * 1,
     "glm-4.6": 2 * 8 * 128 * 1,
     "smollm2-135m": 2 * 3 * 64 * 2,
+    "deepseek-r1": 656,
+    "qwen3-32b": 2 * 8 * 128 * 1,
+    "qwen3-235b-a22b-fp8": 2 * 4 * 128 * 1,
+    "llama-3.1-8b": 2 * 8 * 128 * 1,
+    "llama-3.1-70b": 2 * 8 * 128 * 1,
     "deepseek-v4-pro": 448 + 64 * 2,  # one compressed entry
     "deepseek-v4-flash": 576,
 }
 LAYERS = {"deepseek-v3.2": 61, "deepseek-v3": 61, "ds-27b": 30, "qwen2.5-32b": 64,
           "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "llama-3.1-405b": 126, "llama-4-scout": 48,
           "llama-4-maverick": 48, "glm-4.6": 92, "smollm2-135m": 30,
-          "deepseek-v4-pro": 61, "deepseek-v4-flash": 43}
+          "deepseek-v4-pro": 61, "deepseek-v4-flash": 43, "deepseek-r1": 61, "qwen3-32b": 64,
+          "qwen3-235b-a22b-fp8": 94, "llama-3.1-8b": 32, "llama-3.1-70b": 80}
 
 
 def test_table_has_every_required_model() -> None:
@@ -158,3 +164,17 @@ def test_prefill_flops_grow_with_context() -> None:
     for m in MODELS.values():
         assert m.prefill_flops(0, 64) < m.prefill_flops(8192, 64) <= m.prefill_flops(65536, 64)
         assert m.prefill_flops(100, 0) == 0.0
+
+
+@pytest.mark.parametrize(("hf_id", "name"), [("Qwen/Qwen3-32B", "qwen3-32b"),
+                                             ("qwen/qwen3-235b-a22b-fp8", "qwen3-235b-a22b-fp8"),
+                                             ("/models/meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+                                             ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+                                             ("openai/gpt-oss-120b", "gpt-oss-120b")])
+def test_hugging_face_ids_are_aliases(hf_id: str, name: str) -> None:
+    assert get_model(hf_id).name == name
+
+
+def test_unknown_hf_id_lists_choices() -> None:
+    with pytest.raises(UnknownNameError, match="qwen3-32b"):
+        get_model("acme/NoSuchModel-7B")

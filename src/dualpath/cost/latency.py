@@ -1,0 +1,182 @@
+"""Steady-state TTFT and TPOT of a deployment (``dualpath plan latency``), from cost/forward.py.
+
+Aggregated (one replica serves prefill and decode, continuous batching, ``concurrency`` clients
+each re-submitting as soon as its request finishes): each attention rank holds
+``b = concurrency / attention_dp`` requests. A request lives ``osl`` iterations (one prefill,
+``osl - 1`` decodes), so in steady state an iteration carries ``b / osl`` prefills and
+``b (osl - 1) / osl`` decode tokens at a mean KV length of ``isl + osl / 2``. TPOT is that mixed
+iteration's time (prefills stall every decoding request); TTFT is the iteration that carries the
+request's own prefill (at least one whole prompt) plus, on average, half an iteration of waiting
+for the running one to end. With ``pp > 1`` decode runs ``pp`` micro-batches: a token of a request
+takes one pass of all layers over its micro-batch, plus the stage-to-stage activation transfers.
+
+Disaggregated: a prefill worker runs batches of up to ``prefill_batch`` prompts; TTFT = queueing
+(M/D/1 on the prefill workers at the closed-loop arrival rate) + the prefill batch + the KV
+transfer to the decode worker (its link at ``KV_TRANSFER_EFFICIENCY``, plus the p2p latency).
+TPOT = a decode iteration of ``min(decode_batch, requests in decode / decode_workers)``.
+The arrival rate ``concurrency / (TTFT + (osl - 1) TPOT)`` and the two times are solved together
+by a short fixed-point iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualpath.core.errors import require
+from dualpath.cost.forward import Forward, Step, StepTime
+from dualpath.cost.latency_terms import KV_TRANSFER_EFFICIENCY
+
+FIXED_POINT_ROUNDS = 12
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """TTFT / TPOT in seconds, their op breakdowns (ms) and each op's source."""
+
+    ttft_s: float
+    tpot_s: float
+    breakdown_ms: dict[str, dict[str, float]]
+    source: dict[str, str]
+
+    @property
+    def fallback_ops(self) -> tuple[str, ...]:
+        """Ops at least partly from the roofline or the ring formula (no table point)."""
+        return tuple(op for op, src in self.source.items()
+                     if "roofline" in src or src.startswith("ring"))
+
+    def to_json(self) -> dict[str, object]:
+        return {"ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
+                "breakdown": self.breakdown_ms, "source": self.source,
+                "fallback_ops": list(self.fallback_ops)}
+
+
+def _ms(step: StepTime, extra: dict[str, float] | None = None) -> dict[str, float]:
+    out = {op: t * 1e3 for op, t in sorted(step.breakdown_s.items()) if t > 0}
+    out.update({k: v * 1e3 for k, v in (extra or {}).items()})
+    return out
+
+
+def _sources(*steps: StepTime) -> dict[str, str]:
+    merged: dict[str, set[str]] = {}
+    for step in steps:
+        for op, srcs in step.sources.items():
+            merged.setdefault(op, set()).update(srcs)
+    return {op: "; ".join(sorted(s)) for op, s in sorted(merged.items())}
+
+
+def _pp_s(fw: Forward, tokens: float) -> float:
+    """Stage-to-stage activation transfers of one pass (``pp - 1`` hops, BF16 hidden states)."""
+    pp = fw.par.pp
+    if pp == 1:
+        return 0.0
+    system = fw.kernels.system
+    hop = tokens * fw.model.hidden_size * 2 / system.link_bytes_per_s(fw.par.num_gpus)
+    return (pp - 1) * (hop + system.p2p_latency_s)
+
+
+def _check(isl: int, osl: int, concurrency: float) -> None:
+    require(isl >= 1, "isl", isl, "must be >= 1")
+    require(osl >= 1, "osl", osl, "must be >= 1")
+    require(concurrency > 0, "batch_size", concurrency, "client concurrency must be > 0")
+
+
+def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
+    """Aggregated serving (see the module doc)."""
+    _check(isl, osl, concurrency)
+    fw.par.check(fw.model)
+    pp = fw.par.pp
+    b = max(concurrency / fw.par.attention_dp, 1.0)
+    prefills = b / osl
+    decodes = b - prefills
+    kv = isl + osl / 2
+    mixed = fw.step(Step(ctx_requests=prefills / pp, isl=isl, gen_requests=decodes / pp, kv_len=kv))
+    iteration_s = mixed.time_s + _pp_s(fw, mixed_tokens := prefills / pp * isl + decodes / pp)
+    own = fw.step(Step(ctx_requests=max(1.0, prefills / pp), isl=isl, gen_requests=decodes / pp,
+                       kv_len=kv))
+    own_tokens = max(1.0, prefills / pp) * isl + decodes / pp
+    wait_s = 0.5 * iteration_s
+    ttft_s = own.time_s + _pp_s(fw, own_tokens) + wait_s
+    tpot_s = iteration_s if osl > 1 else 0.0
+    return Prediction(
+        ttft_s=ttft_s, tpot_s=tpot_s,
+        breakdown_ms={"ttft": _ms(own, {"wait_for_iteration": wait_s,
+                                        "pp_p2p": _pp_s(fw, own_tokens)}),
+                      "tpot": _ms(mixed, {"pp_p2p": _pp_s(fw, mixed_tokens)}) if osl > 1 else {}},
+        source=_sources(own, mixed))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """``workers`` replicas of ``fw`` each running batches of up to ``batch`` requests."""
+
+    fw: Forward
+    batch: int
+    workers: int
+
+    def __post_init__(self) -> None:
+        require(self.batch >= 1, "batch", self.batch, "must be >= 1")
+        require(self.workers >= 1, "workers", self.workers, "must be >= 1")
+        self.fw.par.check(self.fw.model)
+
+
+def kv_transfer_s(prefill: Pool, decode: Pool, isl: int) -> float:
+    """One request's KV from its prefill GPUs to its decode GPUs."""
+    pfw, dfw = prefill.fw, decode.fw
+    kv_bytes = 1.0 if pfw.prec.kv == "fp8" else 2.0
+    per_token = pfw.model.kv_elements_per_token_layer * pfw.model.num_layers * kv_bytes
+    system = pfw.kernels.system
+    gpus = pfw.par.num_gpus + dfw.par.num_gpus
+    lanes = min(pfw.par.tp * pfw.par.pp, dfw.par.tp * dfw.par.pp)  # KV is split by heads and layers
+    if pfw.model.attention_kind == "mla":
+        lanes = pfw.par.pp  # one latent per token: every TP rank holds it whole
+    bandwidth = system.link_bytes_per_s(gpus) * KV_TRANSFER_EFFICIENCY * max(lanes, 1)
+    return isl * per_token / bandwidth + system.p2p_latency_s
+
+
+def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int,
+                   concurrency: float) -> Prediction:
+    """Disaggregated serving (see the module doc)."""
+    _check(isl, osl, concurrency)
+    pfw, dfw = prefill.fw, decode.fw
+    kv = isl + osl / 2
+    transfer_s = kv_transfer_s(prefill, decode, isl)
+
+    def prefill_step(batch: float) -> tuple[StepTime, float]:
+        ranks = pfw.par.attention_dp
+        st = pfw.step(Step(ctx_requests=max(batch / ranks, 1.0), isl=isl))
+        return st, st.time_s + _pp_s(pfw, max(batch / ranks, 1.0) * isl)
+
+    def decode_step(batch: float) -> tuple[StepTime, float]:
+        per_rank = max(batch / dfw.par.attention_dp, 1.0) / dfw.par.pp
+        st = dfw.step(Step(gen_requests=per_rank, kv_len=kv))
+        return st, st.time_s + _pp_s(dfw, per_rank)
+
+    p_batch, d_batch, wait_s = float(prefill.batch), float(decode.batch), 0.0
+    for _ in range(FIXED_POINT_ROUNDS):
+        p_st, p_s = prefill_step(p_batch)
+        d_st, d_s = decode_step(d_batch)
+        tpot_s = d_s if osl > 1 else 0.0
+        ttft_s = wait_s + p_s + transfer_s
+        cycle_s = ttft_s + (osl - 1) * tpot_s
+        rate = concurrency / cycle_s  # requests per second, closed loop
+        capacity = prefill.workers * p_batch / p_s
+        rho = min(rate / capacity, 0.99)
+        if rate >= capacity:  # prefill-bound: the clients queue before the prefill workers
+            wait_s = max(concurrency / capacity - (osl - 1) * tpot_s - p_s - transfer_s, 0.0)
+        else:
+            wait_s = rho * p_s / (2.0 * (1.0 - rho))
+        # batches only fill as far as requests arrive within one prefill; decode holds the rest
+        p_batch = min(float(prefill.batch), max(1.0, rate * p_s / prefill.workers))
+        in_decode = concurrency * (osl - 1) * tpot_s / cycle_s if osl > 1 else 0.0
+        d_batch = min(float(decode.batch), max(1.0, in_decode / decode.workers))
+    p_st, p_s = prefill_step(p_batch)
+    d_st, d_s = decode_step(d_batch)
+    tpot_s = d_s if osl > 1 else 0.0
+    ttft_s = wait_s + p_s + transfer_s
+    return Prediction(
+        ttft_s=ttft_s, tpot_s=tpot_s,
+        breakdown_ms={"ttft": _ms(p_st, {"queue_wait": wait_s, "kv_transfer": transfer_s,
+                                         "pp_p2p": p_s - p_st.time_s}),
+                      "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
+                      "batch": {"prefill_batch": p_batch, "decode_batch": d_batch}},
+        source=_sources(p_st, d_st))
