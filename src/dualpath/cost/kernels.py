@@ -12,7 +12,8 @@ read (the grid axes, in order, and the growth exponent used above the largest me
 - ``mla_{context,generation}_module_perf``: the whole MLA block of the DeepSeek-V3 shape
   (projections, attention, output projection) by ``gemm_type``;
 - ``moe_perf``: by (hidden, inter, top-k, experts, moe_tp, moe_ep, dtype), balanced routing;
-  axis num_tokens (the tokens the whole EP group routes), growth 1;
+  axis num_tokens (the tokens the whole EP group routes), growth 1. A (moe_tp, moe_ep) the table
+  lacks is read at a measured one with the same product (same expert bytes and FLOPs per GPU);
 - ``custom_allreduce_perf`` (TensorRT-LLM's one-shot/two-shot kernel) and ``nccl_perf``: axes
   (message_size), per GPU count; ``message_size`` is an element count (cost/tables.py).
 
@@ -183,11 +184,15 @@ class KernelTables:
     def moe(self, *, tokens: float, hidden: int, inter: int, topk: int, experts: int, moe_tp: int,
             moe_ep: int, dtype: str) -> OpTime:
         """Routed experts of one MoE layer on one GPU when the EP group routes ``tokens``."""
-        grid = self._grid("moe", "moe_perf", ("num_tokens",), (1,), hidden_size=hidden,
-                          inter_size=inter, topk=topk, num_experts=experts, moe_tp_size=moe_tp,
-                          moe_ep_size=moe_ep, distribution="balanced", moe_dtype=dtype)
-        if grid is not None:
-            return self._from(grid, f"moe_perf {dtype} tp{moe_tp} ep{moe_ep}", tokens)
+        shape = dict(hidden_size=hidden, inter_size=inter, topk=topk, num_experts=experts,
+                     distribution="balanced", moe_dtype=dtype)
+        layout = self._moe_layout(shape, moe_tp, moe_ep)
+        if layout is not None:
+            grid = self._grid("moe", "moe_perf", ("num_tokens",), (1,), moe_tp_size=layout[0],
+                              moe_ep_size=layout[1], **shape)
+            assert grid is not None
+            note = "" if layout == (moe_tp, moe_ep) else f" for tp{moe_tp} ep{moe_ep}"
+            return self._from(grid, f"moe_perf {dtype} tp{layout[0]} ep{layout[1]}{note}", tokens)
         local = experts / moe_ep
         hit = 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
         weights = local * hit * 3 * hidden * inter / moe_tp * DTYPE_BYTES[dtype]
@@ -196,6 +201,20 @@ class KernelTables:
         time_s = self.roofline(flops, weights, DTYPE_BITS[dtype], eff.moe_compute, eff.moe_memory)
         return OpTime(time_s, self._why_not("moe_perf", f"{experts}x{hidden}x{inter} top{topk} "
                                             f"{dtype} tp{moe_tp} ep{moe_ep}"))
+
+    def _moe_layout(self, shape: dict[str, object], moe_tp: int, moe_ep: int
+                    ) -> tuple[int, int] | None:
+        """The measured (moe_tp, moe_ep) to read: the asked one, else the one with the same GPU
+        count (so the same expert weights and FLOPs per GPU) closest in moe_tp; None if neither."""
+        frame = self.tables.frame("moe", "moe_perf") if self.tables is not None else None
+        rows = select(frame, **shape)
+        if rows is None:
+            return None
+        have = set(zip(rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
+        if (moe_tp, moe_ep) in have:
+            return moe_tp, moe_ep
+        same = [(t, e) for t, e in have if t * e == moe_tp * moe_ep]
+        return min(same, key=lambda te: (abs(te[0] - moe_tp), te)) if same else None
 
     def collective(self, op: str, *, elements: float, num_gpus: int, dtype_bytes: float = 2.0,
                    backend: str = "trtllm") -> OpTime:
