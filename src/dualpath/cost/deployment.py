@@ -22,6 +22,7 @@ from dualpath.cost.forward import Forward
 from dualpath.cost.kernels import KernelTables
 from dualpath.cost.latency import Pool, Prediction, predict_agg, predict_disagg
 from dualpath.cost.latency_terms import BACKENDS, Parallel, Precision
+from dualpath.cost.tables import resolve_data_dir
 from dualpath.spec.models import get_model
 from dualpath.spec.systems import get_system
 
@@ -90,7 +91,7 @@ class Deployment:
 def kernels_for(system: str, data_dir: str | Path | None = None) -> KernelTables:
     """The kernel tables of ``system`` (cached per process and data folder)."""
     spec = get_system(system)
-    key = (spec.name, str(data_dir))
+    key = (spec.name, str(resolve_data_dir(data_dir)))
     if key not in _KERNELS:
         _KERNELS[key] = KernelTables.load(spec, data_dir)
     return _KERNELS[key]

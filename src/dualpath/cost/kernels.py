@@ -29,7 +29,7 @@ from typing import Any
 
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, Efficiency, roofline_s
 from dualpath.cost.grid import Grid
-from dualpath.cost.tables import PERF_DB, PerfTables, resolve_data_dir, select
+from dualpath.cost.tables import EXTRA_HINT, PERF_DB, PerfTables, resolve_data_dir, select
 from dualpath.spec.systems import SystemSpec
 
 DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
@@ -63,7 +63,12 @@ class KernelTables:
 
     @classmethod
     def load(cls, system: SystemSpec, data_dir: str | Path | None = None) -> KernelTables:
+        import importlib.util
+
         root = resolve_data_dir(data_dir) / PERF_DB / system.perf_db
+        if importlib.util.find_spec("pyarrow") is None:
+            return cls(system=system, tables=None, missing=f"reading kernel tables needs pyarrow: "
+                                                           f"{EXTRA_HINT}")
         if not root.is_dir():
             return cls(system=system, tables=None,
                        missing=f"no kernel tables at {root} (set DUALPATH_DATA_DIR)")
