@@ -27,7 +27,7 @@ def test_agg_breakdowns_sum_to_ttft_and_tpot() -> None:
     p = predict(_agg())
     assert p.ttft_s * 1e3 == pytest.approx(_sum(p.breakdown_ms["ttft"]))
     assert p.tpot_s * 1e3 == pytest.approx(_sum(p.breakdown_ms["tpot"]))
-    assert set(p.breakdown_ms["ttft"]) <= set(p.source) | {"wait_for_iteration", "pp_p2p"}
+    assert set(p.breakdown_ms["ttft"]) <= set(p.source) | {"wait_for_iteration", "queue_wait", "pp_p2p"}
 
 
 def test_disagg_breakdown_sums_and_reports_transfer() -> None:

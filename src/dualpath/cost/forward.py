@@ -207,7 +207,7 @@ class Forward:
         """Norms, rope/KV append, activation, residual: bandwidth-bound, each at least the
         fastest measured kernel (``KernelTables.launch_floor_s``)."""
         k = self.kernels
-        count = ELEMENTWISE_KERNELS + (2 if self.prec.gemm != "bfloat16" else 0)  # FP8 quantise
+        count = ELEMENTWISE_KERNELS
         num_bytes = tokens * self.model.hidden_size * 2 * 2  # read + write BF16 activations
         eff = k.efficiency.gemm_memory
         each = max(k.launch_floor_s, num_bytes / (k.system.gpu.mem_bytes_per_s * eff))

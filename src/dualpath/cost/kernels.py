@@ -60,6 +60,7 @@ class KernelTables:
     missing: str = ""  # why there are no tables (the path looked at)
     efficiency: Efficiency = DEFAULT_EFFICIENCY
     _grids: dict[tuple[Any, ...], Grid | None] = field(default_factory=dict)
+    _layouts: dict[tuple[Any, ...], set[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, system: SystemSpec, data_dir: str | Path | None = None) -> KernelTables:
@@ -211,11 +212,15 @@ class KernelTables:
                     ) -> tuple[int, int] | None:
         """The measured (moe_tp, moe_ep) to read: the asked one, else the one with the same GPU
         count (so the same expert weights and FLOPs per GPU) closest in moe_tp; None if neither."""
-        frame = self.tables.frame("moe", "moe_perf") if self.tables is not None else None
-        rows = select(frame, **shape)
-        if rows is None:
+        key = tuple(sorted(shape.items()))
+        if key not in self._layouts:
+            frame = self.tables.frame("moe", "moe_perf") if self.tables is not None else None
+            rows = select(frame, **shape)
+            self._layouts[key] = set() if rows is None else set(zip(
+                rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
+        have = self._layouts[key]
+        if not have:
             return None
-        have = set(zip(rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
         if (moe_tp, moe_ep) in have:
             return moe_tp, moe_ep
         same = [(t, e) for t, e in have if t * e == moe_tp * moe_ep]

@@ -2,13 +2,19 @@
 
 Aggregated (one replica serves prefill and decode, continuous batching, ``concurrency`` clients
 each re-submitting as soon as its request finishes): each attention rank holds
-``b = concurrency / attention_dp`` requests. A request lives ``osl`` iterations (one prefill,
-``osl - 1`` decodes), so in steady state an iteration carries ``b / osl`` prefills and
-``b (osl - 1) / osl`` decode tokens at a mean KV length of ``isl + osl / 2``. TPOT is that mixed
-iteration's time (prefills stall every decoding request); TTFT is the iteration that carries the
-request's own prefill (at least one whole prompt) plus, on average, half an iteration of waiting
-for the running one to end. With ``pp > 1`` decode runs ``pp`` micro-batches: a token of a request
-takes one pass of all layers over its micro-batch, plus the stage-to-stage activation transfers.
+``b = concurrency / attention_dp`` requests. Benchmark clients start all ``b`` at once, and the
+engine prefills them in groups of ``g = MAX_NUM_TOKENS // isl`` prompts (its token budget per
+iteration; a longer prompt is chunked over ``ceil(isl / MAX_NUM_TOKENS)`` iterations). With a
+fixed ``osl`` every group also finishes together and comes back together, so the groups stay
+staggered: a request spends ``busy = osl - 1 + chunks`` iterations in the batch, and a cycle has
+``max(busy, b / g x chunks)`` iterations (longer when prefill is the bottleneck; the excess is
+queueing). The mean iteration carries ``b / cycle`` prompts and ``b (osl - 1) / cycle`` decode
+tokens at a mean KV length of ``isl + osl / 2``: TPOT is its time (the prefills stall every
+decoding request). TTFT = the iteration(s) of the request's own group prefill (with the decode
+tokens of the others) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean iterations: a re-submitted
+request lands just after the next iteration started and waits for it to end. With ``pp > 1``
+decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers over its
+micro-batch, plus the stage-to-stage activation transfers.
 
 Disaggregated: a prefill worker runs batches of up to ``prefill_batch`` prompts; TTFT = queueing
 (M/D/1 on the prefill workers at the closed-loop arrival rate) + the prefill batch + the KV
@@ -20,11 +26,14 @@ by a short fixed-point iteration.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dualpath.core.errors import require
 from dualpath.cost.forward import Forward, Step, StepTime
-from dualpath.cost.latency_terms import KV_TRANSFER_EFFICIENCY
+from dualpath.cost.latency_terms import (
+    ARRIVAL_WAIT_ITERATIONS, KV_TRANSFER_EFFICIENCY, MAX_NUM_TOKENS,
+)
 
 FIXED_POINT_ROUNDS = 12
 
@@ -86,22 +95,36 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     fw.par.check(fw.model)
     pp = fw.par.pp
     b = max(concurrency / fw.par.attention_dp, 1.0)
-    prefills = b / osl
-    decodes = b - prefills
+    chunks = math.ceil(isl / MAX_NUM_TOKENS)
+    group = 1.0 if chunks > 1 else min(b, float(max(1, MAX_NUM_TOKENS // isl)))
+    busy = (osl - 1) + chunks  # iterations a request is in the batch
+    cycle = max(float(busy), b / group * chunks)  # prefill-bound when the groups need more
+    prefills, decodes = b / cycle, b * (osl - 1) / cycle
     kv = isl + osl / 2
     mixed = fw.step(Step(ctx_requests=prefills / pp, isl=isl, gen_requests=decodes / pp, kv_len=kv))
-    iteration_s = mixed.time_s + _pp_s(fw, mixed_tokens := prefills / pp * isl + decodes / pp)
-    own = fw.step(Step(ctx_requests=max(1.0, prefills / pp), isl=isl, gen_requests=decodes / pp,
-                       kv_len=kv))
-    own_tokens = max(1.0, prefills / pp) * isl + decodes / pp
-    wait_s = 0.5 * iteration_s
-    ttft_s = own.time_s + _pp_s(fw, own_tokens) + wait_s
+    mixed_tokens = prefills / pp * isl + decodes / pp
+    iteration_s = mixed.time_s + _pp_s(fw, mixed_tokens)
+    own = StepTime()
+    own_s = 0.0
+    for c in range(chunks):
+        new = min(MAX_NUM_TOKENS, isl - c * MAX_NUM_TOKENS)
+        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * MAX_NUM_TOKENS,
+                          gen_requests=decodes / pp, kv_len=kv))
+        own_s += st.time_s + _pp_s(fw, group * new + decodes / pp)
+        for op, t in st.breakdown_s.items():
+            own.breakdown_s[op] += t
+            own.sources[op] |= st.sources[op]
+    queue_s = (cycle - busy) * iteration_s
+    wait_s = ARRIVAL_WAIT_ITERATIONS * iteration_s
+    ttft_s = own_s + queue_s + wait_s
     tpot_s = iteration_s if osl > 1 else 0.0
     return Prediction(
         ttft_s=ttft_s, tpot_s=tpot_s,
-        breakdown_ms={"ttft": _ms(own, {"wait_for_iteration": wait_s,
-                                        "pp_p2p": _pp_s(fw, own_tokens)}),
-                      "tpot": _ms(mixed, {"pp_p2p": _pp_s(fw, mixed_tokens)}) if osl > 1 else {}},
+        breakdown_ms={"ttft": _ms(own, {"wait_for_iteration": wait_s, "queue_wait": queue_s,
+                                        "pp_p2p": own_s - own.time_s}),
+                      "tpot": _ms(mixed, {"pp_p2p": iteration_s - mixed.time_s}) if osl > 1 else {},
+                      "batch": {"prefill_group": group, "prefills_per_iteration": prefills,
+                                "decodes_per_iteration": decodes}},
         source=_sources(own, mixed))
 
 

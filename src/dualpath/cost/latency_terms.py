@@ -3,14 +3,23 @@
 The fixed terms are not fitted to any end-to-end figure; each is a stated constant with its reason:
 
 - ``ELEMENTWISE_KERNELS = 4`` per layer: input RMSNorm, post-attention RMSNorm (with the residual
-  add), rope + KV-cache append, gated activation; two more quantise activations to FP8 when the
-  GEMMs are FP8. Each costs its HBM traffic or the fastest kernel the GEMM table measured
-  (2.4-2.5 us on H100/H200), whichever is larger: the launch floor comes from the tables.
+  add), rope + KV-cache append, gated activation (FP8 activation quantisation is fused into the
+  norm and activation kernels by all three backends, so it adds none). Each reads and writes the
+  layer's BF16 activations once (``tokens x hidden x 4`` bytes) at the GEMM memory efficiency, or
+  takes the fastest kernel the GEMM table measured (2.4-2.5 us on H100/H200), whichever is larger:
+  the launch floor comes from the tables.
 - ``ITERATION_OVERHEAD_S``: host time per iteration that the GPU waits for (scheduling, input
   preparation, sampling sync). All three backends run decode as CUDA graphs with an overlapped
   scheduler, so most host work hides behind the previous step. 0.3 ms is our estimate of the part
   that does not (one graph launch plus a device-to-host sync of the sampled tokens, each ~0.1 ms);
   it is NOT a measurement: plausible range 0.1-2 ms. Stated here so it can be measured and replaced.
+- ``MAX_NUM_TOKENS = 8192``: tokens an engine schedules in one iteration (the default token budget
+  of the three backends on 80 GB+ GPUs: TensorRT-LLM ``max_num_tokens``, vLLM V1
+  ``max_num_batched_tokens`` for online serving, SGLang ``chunked_prefill_size``). It sets how many
+  prompts are prefilled together in aggregated serving and the chunk size of longer prompts.
+- ``ARRIVAL_WAIT_ITERATIONS = 1.0``: a closed-loop client re-submits when its last token is out;
+  by then the engine has started the next iteration (it does not wait for a client round trip of
+  about a millisecond), so the new request waits for that whole iteration before its prefill.
 - ``KV_TRANSFER_EFFICIENCY = 0.8``: disaggregated KV moves at 80 % of the link (the system files'
   ``mem_bw_empirical_scaling_factor`` plays the same role for HBM), plus the system's p2p latency.
 """
@@ -23,6 +32,8 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.spec.model_spec import ModelSpec
 
 ELEMENTWISE_KERNELS = 4
+MAX_NUM_TOKENS = 8192
+ARRIVAL_WAIT_ITERATIONS = 1.0
 ITERATION_OVERHEAD_S = {"trtllm": 3e-4, "vllm": 3e-4, "sglang": 3e-4}
 KV_TRANSFER_EFFICIENCY = 0.8
 BACKENDS = tuple(ITERATION_OVERHEAD_S)
