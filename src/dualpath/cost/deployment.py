@@ -49,14 +49,15 @@ class Layout:
         gpus = tp * dp
         if moe_tp is None and moe_ep is None:
             moe_tp, moe_ep = gpus, 1
-        elif moe_tp is None:
-            require(moe_ep is not None and gpus % moe_ep == 0, f"{prefix}moe_ep", moe_ep,
+        elif moe_tp is None and moe_ep is not None:
+            require(gpus % moe_ep == 0, f"{prefix}moe_ep", moe_ep,
                     f"must divide tp x attention_dp = {gpus}")
-            moe_tp = gpus // moe_ep  # type: ignore[operator]
-        elif moe_ep is None:
+            moe_tp = gpus // moe_ep
+        elif moe_ep is None and moe_tp is not None:
             require(gpus % moe_tp == 0, f"{prefix}moe_tp", moe_tp,
                     f"must divide tp x attention_dp = {gpus}")
             moe_ep = gpus // moe_tp
+        assert moe_tp is not None and moe_ep is not None
         return Parallel(tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep)
 
 
