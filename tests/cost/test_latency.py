@@ -94,3 +94,42 @@ def test_precision_follows_the_checkpoint() -> None:
     assert Precision.resolve(get_model("qwen3-32b"), "fp8").gemm == "fp8"
     with pytest.raises(ConfigError, match="precision"):
         Precision.resolve(get_model("qwen3-32b"), "int3")
+
+
+def test_kv_capacity_caps_the_running_batch() -> None:
+    from dualpath.cost.memory import max_requests_per_rank, weight_bytes_per_gpu
+    from dualpath.spec.systems import get_system
+
+    model = get_model("qwen3-32b")
+    prec = Precision.resolve(model, "bf16")
+    par = Parallel(tp=1)
+    # 32.8B BF16 parameters on one GPU: about 65.5 GB of weights
+    assert weight_bytes_per_gpu(model, par, prec) == pytest.approx(65.5e9, rel=0.01)
+    h100, h200 = get_system("h100_sxm").gpu, get_system("h200_sxm").gpu
+    assert max_requests_per_rank(model, par, prec, h100, 4500) < max_requests_per_rank(
+        model, par, prec, h200, 4500)
+    assert max_requests_per_rank(model, Parallel(tp=2), prec, h100, 4500) > 2 * \
+        max_requests_per_rank(model, par, prec, h100, 4500)
+    full = predict(_agg(precision="bf16", layout=Layout(tp=1), batch_size=64, osl=200))
+    assert full.breakdown_ms["batch"]["running_per_rank"] < 64
+    assert any("KV cache holds" in n for n in full.notes)
+    assert full.breakdown_ms["ttft"]["queue_wait"] > 0
+
+
+def test_weights_that_do_not_fit_are_noted_not_refused() -> None:
+    p = predict(Deployment(model="deepseek-r1", system="h100_sxm", precision="fp8", isl=1000,
+                           osl=100, batch_size=8, layout=Layout(tp=8)))
+    assert p.tpot_s > 0 and any("weights leave" in n for n in p.notes)
+
+
+def test_pipeline_parallel_runs_and_costs_the_hops() -> None:
+    p = predict(_agg(layout=Layout(tp=1, pp=2)))
+    assert p.breakdown_ms["ttft"]["pp_p2p"] > 0 and p.tpot_s > 0
+
+
+def test_prefill_only_closed_loop_is_prefill_bound() -> None:
+    one = predict(_agg(osl=1, batch_size=1, isl=2000))
+    many = predict(_agg(osl=1, batch_size=16, isl=2000))
+    assert many.tpot_s == 0.0
+    # 16 clients in groups of 4 prompts: each waits for the other three groups
+    assert many.ttft_s > 3 * one.ttft_s

@@ -33,9 +33,10 @@ from dualpath.cost.tables import EXTRA_HINT, PERF_DB, PerfTables, resolve_data_d
 from dualpath.spec.systems import SystemSpec
 
 DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
-               "w4a16_mxfp4": 0.53, "int4_wo": 0.53}
+               "w4a16_mxfp4": 0.53, "int4_wo": 0.53, "w4afp8": 0.53}
+# weight-only int4 / mxfp4 compute in BF16, W4AFP8 in FP8
 DTYPE_BITS = {"bfloat16": 16, "fp8": 8, "fp8_block": 8, "nvfp4": 4, "w4a16_mxfp4": 16,
-              "int4_wo": 16}  # weight-only int4/mxfp4 compute in BF16
+              "int4_wo": 16, "w4afp8": 8}
 PREFERRED_SOURCES = ("torch_flow", "default", "vllm_flashinfer", "vllm_fused_moe",
                      "moe_torch_flow", "moe_torch_flow_cutlass")
 

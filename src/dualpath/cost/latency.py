@@ -14,11 +14,14 @@ decoding request). TTFT = the iteration(s) of the request's own group prefill (w
 tokens of the others) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean iterations: a re-submitted
 request lands just after the next iteration started and waits for it to end. With ``pp > 1``
 decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers over its
-micro-batch, plus the stage-to-stage activation transfers.
+micro-batch, plus the stage-to-stage activation transfers. The running batch is capped by the KV
+pool (cost/memory.py); clients beyond it wait ``(clients - b) / b`` cycles, counted in TTFT.
 
 Disaggregated: a prefill worker runs batches of up to ``prefill_batch`` prompts; TTFT = queueing
 (M/D/1 on the prefill workers at the closed-loop arrival rate) + the prefill batch + the KV
-transfer to the decode worker (its link at ``KV_TRANSFER_EFFICIENCY``, plus the p2p latency).
+transfer to the decode worker (its link at ``KV_TRANSFER_EFFICIENCY``, plus the p2p latency);
+when the prefill workers or the decode slots cannot carry the closed-loop rate, Little's law
+(``concurrency = rate x (TTFT + (osl - 1) TPOT)``) puts the excess wait in TTFT.
 TPOT = a decode iteration of ``min(decode_batch, requests in decode / decode_workers)``.
 The arrival rate ``concurrency / (TTFT + (osl - 1) TPOT)`` and the two times are solved together
 by a short fixed-point iteration.
@@ -34,6 +37,7 @@ from dualpath.cost.forward import Forward, Step, StepTime
 from dualpath.cost.latency_terms import (
     ARRIVAL_WAIT_ITERATIONS, KV_TRANSFER_EFFICIENCY, MAX_NUM_TOKENS,
 )
+from dualpath.cost.memory import max_requests_per_rank
 
 FIXED_POINT_ROUNDS = 12
 
@@ -46,6 +50,7 @@ class Prediction:
     tpot_s: float
     breakdown_ms: dict[str, dict[str, float]]
     source: dict[str, str]
+    notes: tuple[str, ...] = ()
 
     @property
     def fallback_ops(self) -> tuple[str, ...]:
@@ -56,7 +61,7 @@ class Prediction:
     def to_json(self) -> dict[str, object]:
         return {"ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
                 "breakdown": self.breakdown_ms, "source": self.source,
-                "fallback_ops": list(self.fallback_ops)}
+                "fallback_ops": list(self.fallback_ops), "notes": list(self.notes)}
 
 
 def _ms(step: StepTime, extra: dict[str, float] | None = None) -> dict[str, float]:
@@ -89,12 +94,25 @@ def _check(isl: int, osl: int, concurrency: float) -> None:
     require(concurrency > 0, "batch_size", concurrency, "client concurrency must be > 0")
 
 
+def _kv_cap(fw: Forward, batch: float, context_len: float, what: str) -> tuple[float, list[str]]:
+    """``batch`` capped at what one attention rank's KV pool holds, and a note when it binds."""
+    cap = max_requests_per_rank(fw.model, fw.par, fw.prec, fw.kernels.system.gpu, context_len)
+    if cap >= batch:
+        return batch, []
+    if cap < 1:
+        return batch, [f"{what}: weights leave KV room for {cap:.2f} requests of {context_len:.0f} "
+                       "tokens per rank (cost/memory.py); predicted as if they fit"]
+    return float(math.floor(cap)), [f"{what}: the KV cache holds {math.floor(cap)} of {batch:g} "
+                                    "requests per rank; the rest queue"]
+
+
 def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
     """Aggregated serving (see the module doc)."""
     _check(isl, osl, concurrency)
     fw.par.check(fw.model)
     pp = fw.par.pp
-    b = max(concurrency / fw.par.attention_dp, 1.0)
+    clients = max(concurrency / fw.par.attention_dp, 1.0)
+    b, notes = _kv_cap(fw, clients, isl + osl, "agg")
     chunks = math.ceil(isl / MAX_NUM_TOKENS)
     group = 1.0 if chunks > 1 else min(b, float(max(1, MAX_NUM_TOKENS // isl)))
     busy = (osl - 1) + chunks  # iterations a request is in the batch
@@ -114,8 +132,10 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
         for op, t in st.breakdown_s.items():
             own.breakdown_s[op] += t
             own.sources[op] |= st.sources[op]
-    queue_s = (cycle - busy) * iteration_s
-    wait_s = ARRIVAL_WAIT_ITERATIONS * iteration_s
+    # prefill-bound: the queue (cycle - busy iterations) already includes the arrival wait;
+    # KV-bound: the clients beyond the pool wait (clients - b) / b cycles for a slot
+    queue_s = (cycle - busy) * iteration_s + (clients - b) / b * cycle * iteration_s
+    wait_s = max(ARRIVAL_WAIT_ITERATIONS * iteration_s - queue_s, 0.0)
     ttft_s = own_s + queue_s + wait_s
     tpot_s = iteration_s if osl > 1 else 0.0
     return Prediction(
@@ -124,8 +144,8 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
                                         "pp_p2p": own_s - own.time_s}),
                       "tpot": _ms(mixed, {"pp_p2p": iteration_s - mixed.time_s}) if osl > 1 else {},
                       "batch": {"prefill_group": group, "prefills_per_iteration": prefills,
-                                "decodes_per_iteration": decodes}},
-        source=_sources(own, mixed))
+                                "decodes_per_iteration": decodes, "running_per_rank": b}},
+        source=_sources(own, mixed), notes=tuple(notes))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,24 +194,28 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int,
         st = dfw.step(Step(gen_requests=per_rank, kv_len=kv))
         return st, st.time_s + _pp_s(dfw, per_rank)
 
-    p_batch, d_batch, wait_s = float(prefill.batch), float(decode.batch), 0.0
+    ranks = dfw.par.attention_dp
+    per_rank, notes = _kv_cap(dfw, decode.batch / ranks, isl + osl, "decode")
+    d_limit = min(float(decode.batch), per_rank * ranks)
+    p_batch, d_batch, wait_s = float(prefill.batch), d_limit, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
         p_st, p_s = prefill_step(p_batch)
         d_st, d_s = decode_step(d_batch)
-        tpot_s = d_s if osl > 1 else 0.0
-        ttft_s = wait_s + p_s + transfer_s
-        cycle_s = ttft_s + (osl - 1) * tpot_s
-        rate = concurrency / cycle_s  # requests per second, closed loop
-        capacity = prefill.workers * p_batch / p_s
-        rho = min(rate / capacity, 0.99)
-        if rate >= capacity:  # prefill-bound: the clients queue before the prefill workers
-            wait_s = max(concurrency / capacity - (osl - 1) * tpot_s - p_s - transfer_s, 0.0)
-        else:
+        decode_s = (osl - 1) * (d_s if osl > 1 else 0.0)
+        base_s = p_s + transfer_s
+        prefill_rate = prefill.workers * p_batch / p_s  # requests/s the prefill workers finish
+        decode_rate = decode.workers * d_limit / decode_s if decode_s > 0 else math.inf
+        rate = concurrency / (base_s + wait_s + decode_s)  # closed loop at the current wait
+        bound = min(prefill_rate, decode_rate)
+        if concurrency / (base_s + decode_s) >= bound:  # saturated: Little's law sets the wait
+            rate = bound
+            wait_s = max(concurrency / rate - decode_s - base_s, 0.0)
+        else:  # M/D/1 on the prefill workers
+            rho = min(rate / prefill_rate, 0.99)
             wait_s = rho * p_s / (2.0 * (1.0 - rho))
-        # batches only fill as far as requests arrive within one prefill; decode holds the rest
+        # batches fill only as far as requests arrive within one prefill
         p_batch = min(float(prefill.batch), max(1.0, rate * p_s / prefill.workers))
-        in_decode = concurrency * (osl - 1) * tpot_s / cycle_s if osl > 1 else 0.0
-        d_batch = min(float(decode.batch), max(1.0, in_decode / decode.workers))
+        d_batch = min(d_limit, max(1.0, rate * decode_s / decode.workers))
     p_st, p_s = prefill_step(p_batch)
     d_st, d_s = decode_step(d_batch)
     tpot_s = d_s if osl > 1 else 0.0
@@ -202,4 +226,4 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int,
                                          "pp_p2p": p_s - p_st.time_s}),
                       "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
                       "batch": {"prefill_batch": p_batch, "decode_batch": d_batch}},
-        source=_sources(p_st, d_st))
+        source=_sources(p_st, d_st), notes=tuple(notes))

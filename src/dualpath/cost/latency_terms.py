@@ -43,7 +43,7 @@ _GEMM = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "bfloat16", "float1
          "fp8": "fp8", "fp8_static": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
          "fp4": "nvfp4"}
 _MOE = {**_GEMM, "w4a16_mxfp4": "w4a16_mxfp4", "mxfp4": "w4a16_mxfp4", "int4_wo": "int4_wo",
-        "w4afp8": "w4a16_mxfp4"}
+        "w4afp8": "w4afp8"}
 _KV = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "bfloat16", "float16": "bfloat16",
        "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp8", "fp4": "fp8"}
 
