@@ -95,9 +95,13 @@ def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int,
                 p = predict(deployment_from_row(row), data_dir)
                 row.update(pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}", pred_tpot_ms=f"{p.tpot_s * 1e3:.4f}",
                            error="")
-            except (DualpathError, ValueError, ZeroDivisionError) as exc:
+            except DualpathError as exc:
                 errors += 1
                 row.update(pred_ttft_ms="", pred_tpot_ms="", error=str(exc).replace("\n", " "))
+            except Exception as exc:  # noqa: BLE001 - one bad row must not stop the run
+                errors += 1
+                row.update(pred_ttft_ms="", pred_tpot_ms="",
+                           error=f"{type(exc).__name__}: {exc}".replace("\n", " "))
             bar.advance()
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open(dst, "w", newline="", encoding="utf-8") as fh:

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 from dualpath.core.errors import require
 from dualpath.cost.kernels import KernelTables, OpTime
-from dualpath.cost.latency_terms import ELEMENTWISE_KERNELS, Parallel, Precision, iteration_overhead_s
+from dualpath.cost.latency_terms import (
+    ELEMENTWISE_KERNELS, FUSED_NORMS_TRTLLM, Parallel, Precision, iteration_overhead_s,
+)
 from dualpath.spec.model_spec import ModelSpec
 
 
@@ -208,6 +210,8 @@ class Forward:
         fastest measured kernel (``KernelTables.launch_floor_s``)."""
         k = self.kernels
         count = ELEMENTWISE_KERNELS
+        if self.backend == "trtllm" and self.par.tp > 1:
+            count -= FUSED_NORMS_TRTLLM  # both RMSNorms ride in TensorRT-LLM's fused all-reduce
         num_bytes = tokens * self.model.hidden_size * 2 * 2  # read + write BF16 activations
         eff = k.efficiency.gemm_memory
         each = max(k.launch_floor_s, num_bytes / (k.system.gpu.mem_bytes_per_s * eff))

@@ -3,8 +3,9 @@
 Aggregated (one replica serves prefill and decode, continuous batching, ``concurrency`` clients
 each re-submitting as soon as its request finishes): each attention rank holds
 ``b = concurrency / attention_dp`` requests. Benchmark clients start all ``b`` at once, and the
-engine prefills them in groups of ``g = MAX_NUM_TOKENS // isl`` prompts (its token budget per
-iteration; a longer prompt is chunked over ``ceil(isl / MAX_NUM_TOKENS)`` iterations). With a
+engine prefills them in groups of ``g = budget // isl`` prompts, ``budget`` being its token budget
+per iteration (``MAX_NUM_TOKENS``) less the ``b`` decode tokens that share it (at least a quarter
+of it); a longer prompt is chunked over ``ceil(isl / budget)`` iterations. With a
 fixed ``osl`` every group also finishes together and comes back together, so the groups stay
 staggered: a request spends ``busy = osl - 1 + chunks`` iterations in the batch, and a cycle has
 ``max(busy, b / g x chunks)`` iterations (longer when prefill is the bottleneck; the excess is
@@ -12,7 +13,8 @@ queueing). The mean iteration carries ``b / cycle`` prompts and ``b (osl - 1) / 
 tokens at a mean KV length of ``isl + osl / 2``: TPOT is its time (the prefills stall every
 decoding request). TTFT = the iteration(s) of the request's own group prefill (with the decode
 tokens of the others) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean iterations: a re-submitted
-request lands just after the next iteration started and waits for it to end. With ``pp > 1``
+request lands just after the next iteration of the other groups started and waits for it to end
+(no wait when its group is the whole batch: the engine is idle when it arrives). With ``pp > 1``
 decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers over its
 micro-batch, plus the stage-to-stage activation transfers. The running batch is capped by the KV
 pool (cost/memory.py); clients beyond it wait ``(clients - b) / b`` cycles, counted in TTFT.
@@ -113,8 +115,9 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     pp = fw.par.pp
     clients = max(concurrency / fw.par.attention_dp, 1.0)
     b, notes = _kv_cap(fw, clients, isl + osl, "agg")
-    chunks = math.ceil(isl / MAX_NUM_TOKENS)
-    group = 1.0 if chunks > 1 else min(b, float(max(1, MAX_NUM_TOKENS // isl)))
+    budget = max(MAX_NUM_TOKENS - int(b), MAX_NUM_TOKENS // 4)  # decode tokens take their share
+    chunks = math.ceil(isl / budget)
+    group = 1.0 if chunks > 1 else min(b, float(max(1, budget // isl)))
     busy = (osl - 1) + chunks  # iterations a request is in the batch
     cycle = max(float(busy), b / group * chunks)  # prefill-bound when the groups need more
     prefills, decodes = b / cycle, b * (osl - 1) / cycle
@@ -125,8 +128,8 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     own = StepTime()
     own_s = 0.0
     for c in range(chunks):
-        new = min(MAX_NUM_TOKENS, isl - c * MAX_NUM_TOKENS)
-        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * MAX_NUM_TOKENS,
+        new = min(budget, isl - c * budget)
+        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget,
                           gen_requests=decodes / pp, kv_len=kv))
         own_s += st.time_s + _pp_s(fw, group * new + decodes / pp)
         for op, t in st.breakdown_s.items():
@@ -135,7 +138,9 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     # prefill-bound: the queue (cycle - busy iterations) already includes the arrival wait;
     # KV-bound: the clients beyond the pool wait (clients - b) / b cycles for a slot
     queue_s = (cycle - busy) * iteration_s + (clients - b) / b * cycle * iteration_s
-    wait_s = max(ARRIVAL_WAIT_ITERATIONS * iteration_s - queue_s, 0.0)
+    # the running iteration is only there to wait for when other groups are in flight
+    arrival_s = ARRIVAL_WAIT_ITERATIONS * iteration_s if b > group else 0.0
+    wait_s = max(arrival_s - queue_s, 0.0)
     ttft_s = own_s + queue_s + wait_s
     tpot_s = iteration_s if osl > 1 else 0.0
     return Prediction(

@@ -7,7 +7,9 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   norm and activation kernels by all three backends, so it adds none). Each reads and writes the
   layer's BF16 activations once (``tokens x hidden x 4`` bytes) at the GEMM memory efficiency, or
   takes the fastest kernel the GEMM table measured (2.4-2.5 us on H100/H200), whichever is larger:
-  the launch floor comes from the tables.
+  the launch floor comes from the tables. ``FUSED_NORMS_TRTLLM = 2``: with TP, TensorRT-LLM fuses
+  the residual add and the following RMSNorm into its all-reduce kernel, so both norms cost
+  nothing beyond the all-reduce table's time.
 - ``ITERATION_OVERHEAD_S``: host time per iteration that the GPU waits for (scheduling, input
   preparation, sampling sync). All three backends run decode as CUDA graphs with an overlapped
   scheduler, so most host work hides behind the previous step. 0.3 ms is our estimate of the part
@@ -19,7 +21,8 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   prompts are prefilled together in aggregated serving and the chunk size of longer prompts.
 - ``ARRIVAL_WAIT_ITERATIONS = 1.0``: a closed-loop client re-submits when its last token is out;
   by then the engine has started the next iteration (it does not wait for a client round trip of
-  about a millisecond), so the new request waits for that whole iteration before its prefill.
+  about a millisecond), so the new request waits for that whole iteration before its prefill
+  (none when no other request is in flight: then the engine is idle).
 - ``KV_TRANSFER_EFFICIENCY = 0.8``: disaggregated KV moves at 80 % of the link (the system files'
   ``mem_bw_empirical_scaling_factor`` plays the same role for HBM), plus the system's p2p latency.
 """
@@ -32,6 +35,7 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.spec.model_spec import ModelSpec
 
 ELEMENTWISE_KERNELS = 4
+FUSED_NORMS_TRTLLM = 2
 MAX_NUM_TOKENS = 8192
 ARRIVAL_WAIT_ITERATIONS = 1.0
 ITERATION_OVERHEAD_S = {"trtllm": 3e-4, "vllm": 3e-4, "sglang": 3e-4}
