@@ -14,7 +14,7 @@ and the given expert sizes multiply to ``tp`` rather than to ``tp x attention_dp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dualpath.core.errors import ConfigError, require
@@ -110,13 +110,15 @@ def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
                        backend=dep.backend)
 
     if dep.mode == "agg":
-        return predict_agg(forward(dep.layout, ""), isl=dep.isl, osl=dep.osl,
+        pred = predict_agg(forward(dep.layout, ""), isl=dep.isl, osl=dep.osl,
                            concurrency=dep.batch_size)
+        return replace(pred, tables=kernels.describe())
     if dep.prefill.tp is None and dep.decode.tp is None:
         raise ConfigError("prefill_tp", None, "disagg mode needs --prefill-tp and --decode-tp")
     decode_batch = dep.decode_batch or max(1, round(dep.batch_size / dep.decode_workers))
-    return predict_disagg(Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch,
+    pred = predict_disagg(Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch,
                                workers=dep.prefill_workers),
                           Pool(fw=forward(dep.decode, "decode_"), batch=decode_batch,
                                workers=dep.decode_workers),
                           isl=dep.isl, osl=dep.osl, concurrency=dep.batch_size)
+    return replace(pred, tables=kernels.describe())

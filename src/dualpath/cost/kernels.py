@@ -76,6 +76,16 @@ class KernelTables:
                        missing=f"no kernel tables at {root} (set DUALPATH_DATA_DIR)")
         return cls(system=system, tables=PerfTables(root))
 
+    def describe(self) -> dict[str, str]:
+        """Which framework and version each op folder's tables were collected with."""
+        if self.tables is None:
+            return {"all": self.missing}
+        out = {}
+        for op_dir in sorted(p for p in self.tables.root.iterdir() if p.is_dir()):
+            versions = sorted(op_dir.glob("*/*"))
+            out[op_dir.name] = ", ".join(f"{v.parent.name} {v.name}" for v in versions)
+        return out
+
     # ---- table access ------------------------------------------------------------------------
     def _grid(self, op: str, table: str, axes: tuple[str, ...], growth: tuple[float, ...],
               **equal: object) -> Grid | None:

@@ -53,6 +53,7 @@ class Prediction:
     breakdown_ms: dict[str, dict[str, float]]
     source: dict[str, str]
     notes: tuple[str, ...] = ()
+    tables: dict[str, str] | None = None  # op folder -> framework and version of its tables
 
     @property
     def fallback_ops(self) -> tuple[str, ...]:
@@ -63,7 +64,8 @@ class Prediction:
     def to_json(self) -> dict[str, object]:
         return {"ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
                 "breakdown": self.breakdown_ms, "source": self.source,
-                "fallback_ops": list(self.fallback_ops), "notes": list(self.notes)}
+                "fallback_ops": list(self.fallback_ops), "notes": list(self.notes),
+                "tables": self.tables or {}}
 
 
 def _ms(step: StepTime, extra: dict[str, float] | None = None) -> dict[str, float]:
