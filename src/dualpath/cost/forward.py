@@ -29,6 +29,8 @@ from dualpath.cost.latency_terms import (
 )
 from dualpath.spec.model_spec import ModelSpec
 
+V3_MLA_SHAPE = (7168, 128, 1536)  # hidden, heads, q_lora of the DeepSeek-V3 MLA module tables
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
@@ -142,9 +144,11 @@ class Forward:
                 continue
             if m.sparse_top_k is not None and phase == "generation":
                 length = min(length, m.sparse_top_k)
-            module = k.mla_module(phase, batch=max(count, 1.0), length=length, heads=heads,
-                                  gemm_dtype=prec.gemm, kv_dtype=prec.kv)
-            if module is not None and m.hidden_size == 7168 and m.num_heads == 128:
+            module = None
+            if (m.hidden_size, m.num_heads, m.q_lora_rank) == V3_MLA_SHAPE:  # the module tables' shape
+                module = k.mla_module(phase, batch=max(count, 1.0), length=length, heads=heads,
+                                      gemm_dtype=prec.gemm, kv_dtype=prec.kv)
+            if module is not None:
                 out.add(f"mla_{phase}_module", module * (count / max(count, 1.0)), layers)
                 continue
             self._mla_parts(out, phase, count, length, heads, layers)

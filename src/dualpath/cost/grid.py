@@ -102,7 +102,3 @@ class Grid:
         y0 = self._walk(children[i - 1], depth + 1, x, out)
         y1 = self._walk(children[i], depth + 1, x, out)
         return _log_lerp(value, xs[i - 1], xs[i], y0, y1)
-
-    def values(self, axis: int = 0) -> tuple[float, ...]:
-        """The measured values of the first axis (others vary by branch)."""
-        return tuple(self.root[0]) if axis == 0 else ()

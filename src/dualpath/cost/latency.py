@@ -9,12 +9,14 @@ of it); a longer prompt is chunked over ``ceil(isl / budget)`` iterations. With 
 fixed ``osl`` every group also finishes together and comes back together, so the groups stay
 staggered: a request spends ``busy = osl - 1 + chunks`` iterations in the batch, and a cycle has
 ``max(busy, b / g x chunks)`` iterations (longer when prefill is the bottleneck; the excess is
-queueing). The mean iteration carries ``b / cycle`` prompts and ``b (osl - 1) / cycle`` decode
-tokens at a mean KV length of ``isl + osl / 2``: TPOT is its time (the prefills stall every
-decoding request). TTFT = the iteration(s) of the request's own group prefill (with the decode
-tokens of the others) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean iterations: a re-submitted
-request lands just after the next iteration of the other groups started and waits for it to end
-(no wait when its group is the whole batch: the engine is idle when it arrives). With ``pp > 1``
+queueing). Each cycle holds ``b / g x chunks`` prefill iterations (a group's prompts plus the
+``b (osl - 1) / cycle`` decode tokens of the others, KV length ``isl + osl / 2``) and decode-only
+iterations for the rest. TPOT is the mean iteration a decoding request goes through: the other
+groups' prefill iterations (they stall it) in their share, decode-only ones otherwise. TTFT = the
+request's own group-prefill iteration(s) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean
+iterations: a re-submitted request lands just after the next iteration of the other groups
+started and waits for it to end (no wait when its group is the whole batch: the engine is idle
+when it arrives). With ``pp > 1``
 decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers over its
 micro-batch, plus the stage-to-stage activation transfers. The running batch is capped by the KV
 pool (cost/memory.py); clients beyond it wait ``(clients - b) / b`` cycles, counted in TTFT.
@@ -122,21 +124,26 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     group = 1.0 if chunks > 1 else min(b, float(max(1, budget // isl)))
     busy = (osl - 1) + chunks  # iterations a request is in the batch
     cycle = max(float(busy), b / group * chunks)  # prefill-bound when the groups need more
-    prefills, decodes = b / cycle, b * (osl - 1) / cycle
+    decodes = b * (osl - 1) / cycle / pp  # decode tokens of one (micro-)batch iteration
     kv = isl + osl / 2
-    mixed = fw.step(Step(ctx_requests=prefills / pp, isl=isl, gen_requests=decodes / pp, kv_len=kv))
-    mixed_tokens = prefills / pp * isl + decodes / pp
-    iteration_s = mixed.time_s + _pp_s(fw, mixed_tokens)
-    own = StepTime()
+    own = StepTime()  # one group's prefill iterations (all its chunks) with the others' decodes
     own_s = 0.0
     for c in range(chunks):
         new = min(budget, isl - c * budget)
-        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget,
-                          gen_requests=decodes / pp, kv_len=kv))
-        own_s += st.time_s + _pp_s(fw, group * new + decodes / pp)
-        for op, t in st.breakdown_s.items():
-            own.breakdown_s[op] += t
-            own.sources[op] |= st.sources[op]
+        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget, gen_requests=decodes,
+                          kv_len=kv))
+        own_s += st.time_s + _pp_s(fw, group * new + decodes)
+        _accumulate(own, st, 1.0)
+    dec = fw.step(Step(gen_requests=decodes, kv_len=kv)) if decodes > 0 else StepTime()
+    dec_s = dec.time_s + (_pp_s(fw, decodes) if decodes > 0 else 0.0)
+    prefill_iters = b / group * chunks
+    iteration_s = (b / group * own_s + (cycle - prefill_iters) * dec_s) / cycle  # the mean
+    # a request decodes through the other groups' prefill iterations and the decode-only ones
+    frac = (prefill_iters - chunks) / (cycle - chunks) if cycle > chunks else 0.0
+    tpot_s = (frac * own_s / chunks + (1.0 - frac) * dec_s) if osl > 1 else 0.0
+    tpot = StepTime()
+    _accumulate(tpot, own, frac / chunks)
+    _accumulate(tpot, dec, 1.0 - frac)
     # prefill-bound: the queue (cycle - busy iterations) already includes the arrival wait;
     # KV-bound: the clients beyond the pool wait (clients - b) / b cycles for a slot
     queue_s = (cycle - busy) * iteration_s + (clients - b) / b * cycle * iteration_s
@@ -144,15 +151,20 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     arrival_s = ARRIVAL_WAIT_ITERATIONS * iteration_s if b > group else 0.0
     wait_s = max(arrival_s - queue_s, 0.0)
     ttft_s = own_s + queue_s + wait_s
-    tpot_s = iteration_s if osl > 1 else 0.0
     return Prediction(
         ttft_s=ttft_s, tpot_s=tpot_s,
         breakdown_ms={"ttft": _ms(own, {"wait_for_iteration": wait_s, "queue_wait": queue_s,
                                         "pp_p2p": own_s - own.time_s}),
-                      "tpot": _ms(mixed, {"pp_p2p": iteration_s - mixed.time_s}) if osl > 1 else {},
-                      "batch": {"prefill_group": group, "prefills_per_iteration": prefills,
-                                "decodes_per_iteration": decodes, "running_per_rank": b}},
-        source=_sources(own, mixed), notes=tuple(notes))
+                      "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
+                      "batch": {"prefill_group": group, "prefill_iteration_share": frac,
+                                "decodes_per_iteration": decodes * pp, "running_per_rank": b}},
+        source=_sources(own, dec), notes=tuple(notes))
+
+
+def _accumulate(into: StepTime, step: StepTime, weight: float) -> None:
+    for op, t in step.breakdown_s.items():
+        into.breakdown_s[op] += weight * t
+        into.sources[op] |= step.sources[op]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
