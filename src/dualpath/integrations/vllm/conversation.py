@@ -8,7 +8,9 @@ connector, vLLM's prefix cache off), ``prefix-cache`` (vLLM's own prefix cache, 
 The steps, all greedy: turns of conversation A whose context grows by each answer and a new
 question; then a prompt sharing only the start of A's first turn (a partial hit); then, with
 ``--corrupt``, one stored block of A is damaged on disk before A's last turn (connector mode only;
-the block must be a miss, recomputed, and the tokens still equal). Prints one JSON object.
+the block must be a miss, recomputed, and the tokens still equal). ``--conversations N`` first runs
+N-1 more conversations (steps ``C<c>T<turn>``, each its own topic, so its first turn misses) to
+repeat the timings. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       "prefill_s": prefill, "cached_tokens": out.num_cached_tokens or 0})  # fmt: skip
         return ids
 
+    for c in range(1, args.conversations):  # more conversations (timing repeats): own topics
+        ctx = tok.encode(f"Story {c}. " + _TOPIC * args.context_repeats)
+        for turn in range(args.turns):
+            ids = step(f"C{c}T{turn}", ctx)
+            ctx = ctx + ids + tok.encode(f" Question {turn + 1}: what happened to the river city next?")
     ctx = first
     for turn in range(args.turns):
         if turn == args.turns - 1 and args.corrupt and args.mode == "connector":
@@ -100,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--store-dir", default="")
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--gen-len", type=int, default=8)
+    p.add_argument("--conversations", type=int, default=1, help="extra ones (C1.., run first) repeat the timing")
     p.add_argument("--context-repeats", type=int, default=8, help="first prompt: the topic x N")
     p.add_argument("--vllm-block-size", type=int, default=32)
     p.add_argument("--store-block-size", type=int, default=None)
