@@ -75,9 +75,9 @@ def test_a_grown_context_hits_every_whole_block_of_the_previous_turn(runs: dict[
 
 def test_a_shared_start_is_a_partial_hit(runs: dict[str, dict]) -> None:
     conn = _steps(runs["connector"])
-    shared = conn["A0"]["prompt_len"] * 2 // 3  # B0 shares this many tokens of A0's prompt
+    shared = conn["A0"]["prompt_len"] // 2  # B0 shares this many tokens of A0's prompt
     assert conn["B0"]["cached_tokens"] == shared // BLOCK * BLOCK > 0
-    assert conn["B0"]["cached_tokens"] < conn["B0"]["prompt_len"] - BLOCK
+    assert conn["B0"]["cached_tokens"] < (conn["B0"]["prompt_len"] - 1) // BLOCK * BLOCK  # not all
 
 
 def test_a_corrupt_block_is_quarantined_and_recomputed(runs: dict[str, dict]) -> None:

@@ -21,7 +21,6 @@ never served. See docs/vllm.md.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +33,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from dualpath.integrations.vllm.kvcopy import PagedLayer
+from dualpath.integrations.vllm.loadjob import LoadJob
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
 from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
+from dualpath.runtime.kvstore.bandwidth import wait_until
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -54,30 +55,6 @@ class DualPathMetadata(KVConnectorMetadata):
 
     loads: list[LoadSpec] = field(default_factory=list)
     saves: list[SaveSpec] = field(default_factory=list)
-
-
-class _LoadJob:
-    """One step's layerwise reads: a thread fills ``bufs[layer]`` and sets ``ready[layer]``."""
-
-    def __init__(self, store: BlockStore, loads: list[LoadSpec], num_layers: int) -> None:
-        self.store, self.loads = store, loads
-        self.num_blocks = [len(s.hashes) for s in loads]
-        self.good = list(self.num_blocks)  # leading blocks of each load read intact so far
-        nbytes = store.layout.layer_block_bytes
-        self.bufs = [[np.empty((n, nbytes), dtype=np.uint8) for n in self.num_blocks]
-                     for _ in range(num_layers)]  # fmt: skip
-        self.ready = [threading.Event() for _ in range(num_layers)]
-        self.thread = threading.Thread(target=self._run, name="dualpath-kv-load", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        for layer, event in enumerate(self.ready):
-            for i, spec in enumerate(self.loads):
-                for j in range(self.good[i]):
-                    if not self.store.read_layer_into(spec.hashes[j], layer, self.bufs[layer][i][j]):
-                        self.good[i] = j  # this block and every later one are a miss
-                        break
-            event.set()
 
 
 class DualPathConnector(KVConnectorBase_V1):
@@ -102,10 +79,13 @@ class DualPathConnector(KVConnectorBase_V1):
         self.tracker = RequestTracker(self.sizes)
         self._hit_tokens: dict[str, int] = {}
         self._layers: dict[str, tuple[int, PagedLayer]] = {}
-        self._job: _LoadJob | None = None
+        self._job: LoadJob | None = None
+        self._loads: list[LoadSpec] = []
+        self.snic_in, self.snic_out = self.settings.snic_limiters()
         self._load_errors: set[int] = set()
         self._staging: dict[str, np.ndarray] = {}
-        self.counters = {"hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0, "failed_blocks": 0}
+        self.counters = {"hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0, "failed_blocks": 0,
+                         "read_bytes": 0, "written_bytes": 0}
         log.info("DualPathConnector (%s): store %s, store block %d tokens = %d vLLM blocks",
                  role.name, self.settings.store_dir, self.sizes.store_block_size, self.sizes.ratio)
 
@@ -169,50 +149,48 @@ class DualPathConnector(KVConnectorBase_V1):
         return meta
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
-        loads = self._meta().loads
-        self._job = _LoadJob(self.store, loads, self.num_layers) if loads else None
+        self._loads = self._meta().loads
+        self._job = LoadJob(self.store, [s.hashes for s in self._loads], limiter=self.snic_in) \
+            if self._loads else None
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         job = self._job
         if job is None or layer_name not in self._layers:
             return
         layer, paged = self._layers[layer_name]
-        job.ready[layer].wait()
-        size, ratio = self.sizes.store_block_size, self.sizes.ratio
-        for i, spec in enumerate(job.loads):
-            blocks = job.bufs[layer][i][: job.good[i]]
+        size, ratio, vb = self.sizes.store_block_size, self.sizes.ratio, self.sizes.vllm_block_size
+        for spec, blocks in zip(self._loads, job.wait(layer), strict=True):
             if len(blocks):
                 tokens = torch.from_numpy(blocks).view(paged.cache.dtype).view(
                     len(blocks) * size, 2, self.num_kv_heads, self.head_dim)
                 lo = spec.start_token - spec.first_block * size  # vLLM-block aligned
                 hi = min(spec.end_token - spec.first_block * size, len(blocks) * size)
                 if hi > lo:
-                    first_vblock = spec.first_block * ratio + lo // self.sizes.vllm_block_size
-                    ids = spec.vllm_block_ids[first_vblock : first_vblock + (hi - lo) // self.sizes.vllm_block_size]
-                    paged.scatter(ids, tokens[lo:hi])
-            job.bufs[layer][i] = job.bufs[layer][i][:0]  # done with this layer's bytes
+                    first = spec.first_block * ratio + lo // vb
+                    paged.scatter(spec.vllm_block_ids[first : first + (hi - lo) // vb], tokens[lo:hi])
+        job.release(layer)
         if layer == self.num_layers - 1:
             self._finish_job(job)
 
-    def _finish_job(self, job: _LoadJob) -> None:
-        job.thread.join()
+    def _finish_job(self, job: LoadJob) -> None:
+        good = job.finish()
+        self.counters["read_bytes"] += job.read_bytes
+        if job.error is not None:
+            log.error("DualPathConnector: store reads failed (%s); every hit of this step recomputed",
+                      job.error)  # fmt: skip
         vb = self.sizes.vllm_block_size
-        for i, spec in enumerate(job.loads):
-            self.counters["loaded_blocks"] += job.good[i]
-            if job.good[i] < job.num_blocks[i]:  # recompute from the first unreadable block on
-                bad_from = max(spec.start_token, (spec.first_block + job.good[i]) * self.sizes.store_block_size)
-                bad = spec.vllm_block_ids[bad_from // vb : -(-spec.end_token // vb)]
-                self._load_errors.update(bad)
-                self.counters["failed_blocks"] += job.num_blocks[i] - job.good[i]
+        for spec, n_good, n in zip(self._loads, good, job.num_blocks, strict=True):
+            self.counters["loaded_blocks"] += n_good
+            if n_good < n:  # recompute from the first unreadable block on
+                bad_from = max(spec.start_token, (spec.first_block + n_good) * self.sizes.store_block_size)
+                self._load_errors.update(spec.vllm_block_ids[bad_from // vb : -(-spec.end_token // vb)])
+                self.counters["failed_blocks"] += n - n_good
                 log.warning("DualPathConnector: request %s: %d of %d store blocks unreadable, "
-                            "recomputing tokens from %d", spec.req_id, job.num_blocks[i] - job.good[i],
-                            job.num_blocks[i], bad_from)  # fmt: skip
-        self._job = None
+                            "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)
+        self._job, self._loads = None, []
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         if self._job is not None:  # a step whose last layer never waited (no attention metadata)
-            for layer in range(self.num_layers):
-                self._job.ready[layer].wait()
             self._finish_job(self._job)
         out, self._load_errors = self._load_errors, set()
         return out
@@ -243,4 +221,10 @@ class DualPathConnector(KVConnectorBase_V1):
             for j, h in enumerate(spec.hashes):
                 if self.store.write_full(h, spec.parents[j], spec.token_ids[j], buf[j]):
                     self.counters["saved_blocks"] += 1
+                    self.counters["written_bytes"] += buf.shape[1]
+                    if self.snic_out is not None:  # persists leave through the storage NIC
+                        wait_until(self.snic_out.reserve(buf.shape[1]))
         self._staging.clear()
+
+    def shutdown(self) -> None:
+        log.info("DualPathConnector (%s): %s", self.role.name, self.counters)

@@ -27,6 +27,7 @@ from dualpath.integrations.vllm import CONNECTOR_CLASS, CONNECTOR_MODULE
 MODES = ("plain", "connector", "prefix-cache")
 _TOPIC = ("The river city grew from a trading post where boats unloaded salt, grain and timber; "
           "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
+_OTHER = " Set that aside. A different question: who built the stone bridges, and why? " * 3
 
 
 def kv_transfer_config(store_dir: str, block_size: int | None = None) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             steps.append({"step": "corrupt", "block_hash": corrupt_one_block(args.store_dir, ctx, size, 1)})
         ids = step(f"A{turn}", ctx)
         if turn == 0:  # a second conversation sharing the start of A's first prompt: a partial hit
-            step("B0", first[: len(first) * 2 // 3] + tok.encode(" A different question: why bridges?"))
+            step("B0", first[: len(first) // 2] + tok.encode(_OTHER))
         ctx = ctx + ids + tok.encode(f" Question {turn + 1}: what happened to the river city next?")
     return {"mode": args.mode, "start_s": start_s, "steps": steps}
 

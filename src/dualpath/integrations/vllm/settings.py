@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dualpath.core.errors import ConfigError, require
+from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.runtime.kvstore.bandwidth import BandwidthLimiter, SharedTokenBucket, TokenBucket
 
-_KEYS = {"store_dir", "block_size", "verify", "capacity_bytes"}
+_KEYS = {"store_dir", "block_size", "verify", "capacity_bytes", "snic_gbps", "snic_state_file"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -16,12 +18,26 @@ class ConnectorSettings:
     """``store_dir``: the block store's directory (shared by every instance and ``dualpath serve``);
     ``block_size``: store block in tokens (default: vLLM's block size; else a whole multiple of it);
     ``verify``: crc32-check every read (default on); ``capacity_bytes``: the store's bound
-    ("auto": its blocks plus 90% of the free space; None: unbounded)."""
+    ("auto": its blocks plus 90% of the free space; None: unbounded); ``snic_gbps``: an emulated
+    storage-NIC cap in Gbit/s per direction (reads in, persists out; None: uncapped), shared by every
+    instance naming the same ``snic_state_file`` (one emulated node), else per instance."""
 
     store_dir: str
     block_size: int
     verify: bool = True
     capacity_bytes: int | None | Literal["auto"] = "auto"
+    snic_gbps: float | None = None
+    snic_state_file: str | None = None
+
+    def snic_limiters(self) -> tuple[BandwidthLimiter | None, BandwidthLimiter | None]:
+        """(read, write) limiters of the emulated storage NIC, or (None, None) when uncapped."""
+        if self.snic_gbps is None:
+            return None, None
+        rate = gbps_to_bytes_per_s(self.snic_gbps)
+        if self.snic_state_file is None:
+            return TokenBucket(rate), TokenBucket(rate)
+        return (SharedTokenBucket(f"{self.snic_state_file}.in", rate),
+                SharedTokenBucket(f"{self.snic_state_file}.out", rate))  # fmt: skip
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any], *, vllm_block_size: int) -> ConnectorSettings:
@@ -39,7 +55,14 @@ class ConnectorSettings:
         cap = extra.get("capacity_bytes", "auto")
         require(cap in (None, "auto") or (isinstance(cap, int) and cap >= 0), "capacity_bytes", cap,
                 "must be >= 0, null or 'auto'")  # fmt: skip
-        return cls(store_dir=str(store_dir), block_size=block_size, verify=verify, capacity_bytes=cap)
+        snic = extra.get("snic_gbps")
+        require(snic is None or (isinstance(snic, (int, float)) and snic > 0), "snic_gbps", snic,
+                "must be > 0 (Gbit/s) or null")  # fmt: skip
+        state = extra.get("snic_state_file")
+        require(state is None or (isinstance(state, str) and bool(state)), "snic_state_file", state,
+                "must be a file path or null")  # fmt: skip
+        return cls(store_dir=str(store_dir), block_size=block_size, verify=verify, capacity_bytes=cap,
+                   snic_gbps=None if snic is None else float(snic), snic_state_file=state)  # fmt: skip
 
 
 _LAYER = re.compile(r"\.(\d+)\.")
