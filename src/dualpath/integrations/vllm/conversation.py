@@ -4,7 +4,8 @@ and the benchmark's driver. Run one instance per process::
     python -m dualpath.integrations.vllm.conversation MODEL_DIR --mode connector --store-dir DIR
 
 Modes: ``plain`` (no connector, vLLM's prefix cache off: the reference), ``connector`` (DualPath's
-connector, vLLM's prefix cache off), ``prefix-cache`` (vLLM's own prefix cache, no connector).
+connector, vLLM's prefix cache off), ``prefix-cache`` (vLLM's own prefix cache, no connector),
+``connector+prefix-cache`` (both: the connector loads only what vLLM's own cache lacks).
 The steps, all greedy: turns of conversation A whose context grows by each answer and a new
 question; then a prompt sharing only the start of A's first turn (a partial hit); then, with
 ``--corrupt``, one stored block of A is damaged on disk before A's last turn (connector mode only;
@@ -24,7 +25,7 @@ from typing import Any
 
 from dualpath.integrations.vllm import CONNECTOR_CLASS, CONNECTOR_MODULE
 
-MODES = ("plain", "connector", "prefix-cache")
+MODES = ("plain", "connector", "prefix-cache", "connector+prefix-cache")
 _TOPIC = ("The river city grew from a trading post where boats unloaded salt, grain and timber; "
           "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
 _OTHER = " Set that aside. A different question: who built the stone bridges, and why? " * 3
@@ -61,9 +62,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     kw: dict[str, Any] = dict(model=args.model, max_model_len=args.max_model_len, enforce_eager=True,
                               block_size=args.vllm_block_size, dtype="float32", max_num_seqs=4,
-                              enable_prefix_caching=args.mode == "prefix-cache",
+                              enable_prefix_caching=args.mode.endswith("prefix-cache"),
                               disable_log_stats=False, seed=0)  # fmt: skip
-    if args.mode == "connector":
+    if args.mode.startswith("connector"):
         kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size)
     t0 = time.perf_counter()
     llm = LLM(**kw)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--corrupt", action="store_true")
     p.add_argument("--out", default="", help="write the JSON here (else stdout)")
     args = p.parse_args(argv)
-    if args.mode == "connector" and not args.store_dir:
+    if args.mode.startswith("connector") and not args.store_dir:
         p.error("--mode connector needs --store-dir")
     text = json.dumps(run(args))
     if args.out:
