@@ -42,6 +42,8 @@ ALLOWED = {
     "planner": {"core", "spec", "cost", "sim", "workload"},
     "runtime": {"core", "spec", "policy"},
     "bench": {"core", "spec", "workload"},
+    # engine integrations (vLLM connector) reuse the runtime's store; only they may import vllm
+    "integrations": {"core", "spec", "policy", "cost", "runtime"},
 }
 # standard-library modules a pure area never imports: clocks, threads, processes, sockets
 IMPURE = {"time", "datetime", "asyncio", "threading", "multiprocessing", "concurrent", "socket",
@@ -124,7 +126,7 @@ def _imports_anywhere(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-@pytest.mark.parametrize("top,path", [m for m in _modules() if m[0] != "runtime"],
+@pytest.mark.parametrize("top,path", [m for m in _modules() if m[0] not in ("runtime", "integrations")],
                          ids=lambda v: str(v))
 def test_serve_extra_only_under_runtime(top: str, path: Path) -> None:
     """A base install (no serve extra) can import every module outside runtime/, whenever it
@@ -154,3 +156,22 @@ def test_serve_extra_matches_pyproject() -> None:
              for n in _requirement_names(project["optional-dependencies"]["serve"])}
     assert serve == SERVE_EXTRA - {"starlette"}, serve ^ (SERVE_EXTRA - {"starlette"})
     assert _requirement_names(project["dependencies"]) == BASE
+
+
+@pytest.mark.parametrize("top,path", _modules(), ids=lambda v: str(v))
+def test_vllm_only_under_integrations_vllm(top: str, path: Path) -> None:
+    """vLLM (the ``dualpath[vllm]`` extra, a second venv) is imported only by the connector's
+    modules under integrations/vllm/, never by the package's ``__init__`` there."""
+    rel = path.relative_to(SRC).parts
+    may = rel[:2] == ("integrations", "vllm") and rel[-1] != "__init__.py"
+    for lineno, name in _imports_anywhere(path):
+        if name.split(".")[0] == "vllm":
+            assert may, f"{path}:{lineno}: imports {name} (only integrations/vllm/ modules may)"
+
+
+def test_base_import_does_not_import_vllm() -> None:
+    import subprocess
+
+    code = ("import sys, dualpath, dualpath.integrations.vllm, dualpath.integrations.vllm.plan, "
+            "dualpath.integrations.vllm.settings; sys.exit('vllm' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
