@@ -123,7 +123,7 @@ class SupervisionView:
                 continue
             for rid, req in list(svc.state.requests.items()):
                 if role == "decode" or not req.pe_done:
-                    svc._fail(rid, f"no live {role} engine (for {now - since:.0f} s)")
+                    svc._fail(rid, f"no live {role} engine left (for {now - since:.0f} s)")
 
     # ------------------------------------------------------------------ reports
     def items(self) -> tuple[DownItem, ...]:
