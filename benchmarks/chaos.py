@@ -20,6 +20,7 @@ import argparse
 import json
 import random
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -137,7 +138,7 @@ def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
         before = sum(cluster.restarts.values())
         fault_s = time.monotonic()
         cluster.signal(name, signal.SIGSTOP if action.startswith("stop") else signal.SIGKILL)
-        print(f"[{fault_s - t0:6.1f} s] {action}: {name}", flush=True)
+        print(f"[{fault_s - t0:6.1f} s] {action}: {name}", file=sys.stderr, flush=True)
         if action.startswith("stop"):  # (recovery counts from the SIGCONT)
             stop.wait(args.stop_s)
             cluster.signal(name, signal.SIGCONT)
@@ -157,7 +158,7 @@ def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
                        "healthy_after_s": None if healthy is None else round(healthy, 2),
                        "recovered_s": None if serving is None else round(serving, 2)})
         print(f"         recovered after {report[-1]['recovered_s']} s "
-              f"(all processes back after {report[-1]['healthy_after_s']} s)", flush=True)
+              f"(all processes back after {report[-1]['healthy_after_s']} s)", file=sys.stderr, flush=True)
     return report
 
 
@@ -186,9 +187,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 a.join(args.request_timeout_s + 10)
             end = time.monotonic()
             restarts = cluster.restarts
-    first = t0 + faults[0]["at_s"] if faults else end
+    # (no fault, the control run: the same windows as a run with faults would have)
+    first = t0 + faults[0]["at_s"] if faults else t0 + args.warmup_s
     last_rec = max((t0 + f["at_s"] + (f["recovered_s"] or args.recover_timeout_s) for f in faults),
-                   default=t0)
+                   default=end - args.tail_s)
     t_start = t0 + args.warmup_s / 3  # (skip the first requests: connections, first prompts)
 
     def rate(a: float, b: float) -> float:

@@ -138,6 +138,37 @@ def test_a_dead_decode_engine_fails_only_its_streams_and_comes_back(rig: Rig) ->
     rig.wait_serving(before | {"decode": before.get("decode", 0) + 1})
 
 
+def test_requests_that_streamed_nothing_are_retried_once_on_another_engine(rig: Rig) -> None:
+    """The PE is held (SIGSTOP, well under the heartbeat timeout) so nothing streams; a DE holding
+    some of the requests is killed; they are re-dispatched and every request finishes."""
+    before = dict(rig.cluster.restarts)
+    retried = rig.metric("dualpath_requests_retried_total")
+
+    async def main() -> list[list[TokenEvent]]:
+        async with ClusterClient(rig.cluster.address, keys=rig.cluster.keys) as client:
+            async def one(i: int) -> list[TokenEvent]:
+                return [ev async for ev in client.generate([9 + i] * 50, SamplingParams(
+                    max_tokens=20, ignore_eos=True))]
+
+            rig.cluster.signal(f"engine{PE}", signal.SIGSTOP)
+            try:
+                tasks = [asyncio.ensure_future(one(i)) for i in range(4)]
+                deadline = time.monotonic() + 30
+                while sum(e.num_seqs for e in rig.health().engines if e.engine_id == DE_A) == 0:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                rig.cluster.signal(f"engine{DE_A}", signal.SIGKILL)
+                await asyncio.sleep(0.3)
+            finally:
+                rig.cluster.signal(f"engine{PE}", signal.SIGCONT)
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), 120))
+
+    for evs in asyncio.run(main()):
+        assert evs[-1].finish_reason == "length" and len(evs) == 20, evs[-1]
+    assert rig.metric("dualpath_requests_retried_total") >= retried + 1
+    rig.wait_serving(before | {"decode": before.get("decode", 0) + 1})
+
+
 def test_a_dead_scheduler_ends_streams_with_an_error_and_done_then_heals(rig: Rig) -> None:
     before = dict(rig.cluster.restarts)
     body = {"model": "tiny", "max_tokens": 300, "ignore_eos": True, "stream": True,

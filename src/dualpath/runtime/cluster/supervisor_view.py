@@ -69,6 +69,13 @@ class SupervisionView:
         return r is not None and r.lost.get(eid, -1) == self.pids.get(eid)
 
     def on_loading(self, msg: EngineLoading, now: float) -> None:
+        """An engine loading; one that registered already (its pid) and still builds its worker
+        is alive: this counts as its heartbeat."""
+        for eid, pid in self.pids.items():
+            e = self.svc.state.engines.get(eid)
+            if pid == msg.pid and e is not None and e.alive:
+                e.last_seen_s = now
+                return
         name = self._loading_name(msg.role, msg.engine_id, msg.node_id, msg.pid)
         since = self.loading.get(name, (time.time(), now))[0]
         self.loading[name] = (since, now)
