@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         num_prefill_engines=args.prefill, num_decode_engines=args.decode,
                         attention_s_per_gflop=0.05, heartbeat_s=0.2, engine_timeout_s=5.0)
     out, stop = Outcomes(), threading.Event()
-    with LocalCluster(cfg, auth=True) as cluster:
+    with LocalCluster(cfg, auth=True, standby=not args.no_standby) as cluster:
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
                          ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
         with BackgroundServer(app) as srv:
@@ -227,6 +227,7 @@ def main() -> None:
     ap.add_argument("--stop-s", type=float, default=7.0, help="how long a SIGSTOP lasts")
     ap.add_argument("--recover-timeout-s", type=float, default=60.0)
     ap.add_argument("--request-timeout-s", type=float, default=60.0, help="later: hung")
+    ap.add_argument("--no-standby", action="store_true", help="restart engines without a warm spare")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     res = run(args)

@@ -82,7 +82,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
                         num_prefill_engines=1, num_decode_engines=2, heartbeat_s=0.1,
                         engine_timeout_s=3.0, attention_s_per_gflop=0.05)
-    with LocalCluster(cfg, auth=True) as cluster:
+    with LocalCluster(cfg, auth=True, standby=True) as cluster:  # (as dualpath serve runs it)
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
                          ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
         with BackgroundServer(app) as srv:

@@ -89,26 +89,31 @@ def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
             ckpt.config.max_position_embeddings)
 
 
-def run_engine(args: EngineArgs) -> None:
-    """Run until the scheduler sends Shutdown (an engine the scheduler forgot registers again)."""
+Loaded = tuple[object, Geometry, "int | None", int, int]  # what _model returns
+
+
+def run_engine(args: EngineArgs, loaded: Loaded | None = None) -> None:
+    """Run until the scheduler sends Shutdown (an engine the scheduler forgot registers again).
+    ``loaded``: the model as ``_model(args)`` returns it, loaded already (a standby)."""
     torch.set_num_threads(1)
     keys = load_keys(args.key_file)
     ctx = zmq.Context()
     beat = Beat(ctx, args, keys)  # "loading" from now on, heartbeats once registered
     beat.start()
     try:
-        _run(args, ctx, keys, beat)
+        _run(args, ctx, keys, beat, loaded)
     finally:
         beat.close()
         ctx.term()
 
 
-def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat) -> None:
+def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat,
+         loaded: Loaded | None) -> None:
     from dualpath.policy import make_scheduler
     from dualpath.runtime.kvstore import BlockStore
     from dualpath.runtime.transfer.factory import make_transport
 
-    decoder, geo, eos, vocab, max_ctx = _model(args)
+    decoder, geo, eos, vocab, max_ctx = loaded or _model(args)
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
     store = BlockStore(args.kv_dir, layout, _capacity(args), file_mode=args.kv_file_mode)
@@ -314,10 +319,39 @@ def _handle(msg: object, worker: object, transport: object, eid: int,
         drops.drop("control", "unexpected", type(msg).__name__)
 
 
-def main() -> None:
-    """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``."""
+def standby(template: EngineArgs) -> None:
+    """A warm spare engine process (``LocalCluster(standby=True)``): imports and loads the model of
+    ``template`` now, then waits for the engine it is to become: one JSON line on stdin,
+    ``[EngineArgs, log path]`` (same model, dtype and block size; its output goes to that log from
+    then on), and runs it; an empty line or EOF ends it. A restart through a standby skips the
+    process start, the imports and the model load."""
     import sys
 
+    torch.set_num_threads(1)
+    loaded = _model(template)
+    print(f"standby (pid {os.getpid()}): {template.model} loaded; waiting for an assignment", flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return
+    args, log = msgspec.json.decode(line.encode(), type=tuple[EngineArgs, str])
+    if log:
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    same = (args.model, args.dtype, args.block_size) == (template.model, template.dtype, template.block_size)
+    print(f"standby (pid {os.getpid()}): becoming engine {args.engine_id} ({args.role})", flush=True)
+    run_engine(args, loaded if same else None)
+
+
+def main() -> None:
+    """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``, or
+    ``... --standby '<EngineArgs as JSON>'`` (see ``standby``)."""
+    import sys
+
+    if sys.argv[1] == "--standby":
+        standby(msgspec.json.decode(sys.argv[2].encode(), type=EngineArgs))
+        return
     run_engine(msgspec.json.decode(sys.argv[1].encode(), type=EngineArgs))
 
 

@@ -69,10 +69,12 @@ class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
     def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0,
-                 auth: bool = False, supervise: bool = True) -> None:
+                 auth: bool = False, supervise: bool = True, standby: bool = False) -> None:
         """``auth``: CURVE-authenticate the control and data planes with keys made now (written
         0600 to ``key_file`` in the run directory; clients need ``keys``). ``supervise``: restart
-        any process that dies (after start; a failure during start raises)."""
+        any process that dies (after start; a failure during start raises). ``standby``: keep one
+        warm spare engine process (model loaded) that a restarted engine becomes at once (one
+        process more, one model copy more in memory)."""
         self.config = config
         self.startup_timeout_s = startup_timeout_s
         self.cluster_id = uuid.uuid4().hex[:12]
@@ -86,15 +88,39 @@ class LocalCluster:
         self.supervise = supervise
         self.supervisor: Supervisor | None = None
         self._spawn_args: dict[str, tuple[str, msgspec.Struct, str]] = {}  # name -> how to start it
+        self.standby = standby
+        self._standby: subprocess.Popen[bytes] | None = None
+        self._standbys = 0
 
-    def _spawn(self, module: str, args: msgspec.Struct, log: str, name: str = "") -> subprocess.Popen[bytes]:
+    def _spawn(self, module: str, args: msgspec.Struct, log: str, name: str = "",
+               flags: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
         if name:
             self._spawn_args[name] = (module, args, log)
-        out = open(self.run_dir / log, "ab")
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-        return subprocess.Popen([sys.executable, "-m", module, msgspec.json.encode(args).decode()],
-                                stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent)
+        with open(self.run_dir / log, "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", module, *flags, msgspec.json.encode(args).decode()],
+                                    stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.PIPE if flags else subprocess.DEVNULL,
+                                    preexec_fn=_die_with_parent)
+
+    def _new_standby(self) -> None:
+        """Start the warm spare (its template: engine 0's arguments; same model for all)."""
+        module, args, _ = self._spawn_args["engine0"]
+        self._standbys += 1
+        self._standby = self._spawn(module, args, f"standby{self._standbys}.log", flags=("--standby",))
+
+    def _take_standby(self, name: str) -> subprocess.Popen[bytes] | None:
+        """Hand engine ``name``'s arguments to the spare (then start the next one); None if none."""
+        proc, self._standby = self._standby, None
+        if proc is None or proc.poll() is not None or proc.stdin is None:
+            return None
+        _, args, log = self._spawn_args[name]
+        try:
+            proc.stdin.write(msgspec.json.encode([args, str(self.run_dir / log)]) + b"\n")
+            proc.stdin.close()
+        except OSError:
+            return None
+        return proc
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -139,6 +165,8 @@ class LocalCluster:
         LocalCluster._running.add(self)
         self.wait_ready()
         if self.supervise:
+            if self.standby:
+                self._new_standby()
             self.supervisor = Supervisor(self)
             self.supervisor.start()
         return self
@@ -153,7 +181,11 @@ class LocalCluster:
     def respawn(self, name: str) -> subprocess.Popen[bytes]:
         """Start ``name`` again with the arguments it first had (the scheduler on the same
         address; an engine under the same id); its log is appended to."""
-        proc = self._spawn(*self._spawn_args[name])
+        proc = self._take_standby(name) if self.standby and name != "scheduler" else None
+        if proc is not None:
+            self._new_standby()
+        else:
+            proc = self._spawn(*self._spawn_args[name])
         if name == "scheduler":
             self.scheduler_proc = proc
         else:
@@ -237,6 +269,7 @@ class LocalCluster:
         if self.supervisor is not None:
             self.supervisor.close()
         procs = list(self.engine_procs.values()) + ([self.scheduler_proc] if self.scheduler_proc else [])
+        procs += [self._standby] if self._standby is not None else []
         for p in procs:
             if p.poll() is None:
                 p.terminate()
