@@ -128,7 +128,8 @@ def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
     window = end - args.tail_s - (t0 + args.warmup_s)
     gap = window / max(args.faults, 1)
     report = []
-    order = [a for _ in range(args.faults // len(ACTIONS) + 1) for a in rng.sample(ACTIONS, len(ACTIONS))]
+    kinds = tuple(args.actions.split(",")) if args.actions else ACTIONS
+    order = [a for _ in range(args.faults // len(kinds) + 1) for a in rng.sample(kinds, len(kinds))]
     for k in range(args.faults):
         at = t0 + args.warmup_s + k * gap + rng.uniform(0, gap * 0.3)
         if stop.wait(max(at - time.monotonic(), 0)) or time.monotonic() > end - args.tail_s:
@@ -227,6 +228,7 @@ def main() -> None:
     ap.add_argument("--stop-s", type=float, default=7.0, help="how long a SIGSTOP lasts")
     ap.add_argument("--recover-timeout-s", type=float, default=60.0)
     ap.add_argument("--request-timeout-s", type=float, default=60.0, help="later: hung")
+    ap.add_argument("--actions", default="", help=f"comma-separated subset of {', '.join(ACTIONS)}")
     ap.add_argument("--no-standby", action="store_true", help="restart engines without a warm spare")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

@@ -15,6 +15,7 @@ health query for ``hung_s`` (stopped, wedged) and an engine the scheduler has he
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ class Supervisor(threading.Thread):
 
     def _note(self, text: str) -> None:
         self.events.append(text)
-        print(f"supervisor: {text}", flush=True)
+        print(f"supervisor: {text}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
