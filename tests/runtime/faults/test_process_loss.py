@@ -188,6 +188,10 @@ def test_a_dead_scheduler_ends_streams_with_an_error_and_done_then_heals(rig: Ri
     assert r.status_code in (503, 200), r.text
     if r.status_code == 503:
         assert r.headers.get("retry-after"), r.headers
+    r = httpx.get(rig.url + "/health", timeout=30)
+    assert r.status_code in (503, 200), r.text
+    if r.status_code == 503:
+        assert r.json()["status"] == "unhealthy" and r.json()["unavailable"], r.text
     h = rig.wait_serving(before | {"scheduler": before.get("scheduler", 0) + 1})
     assert {e.engine_id for e in h.engines} == {PE, DE_A, DE_B}  # re-registered under their ids
 

@@ -117,7 +117,7 @@ class Supervisor(threading.Thread):
             sock.close(0)
 
     def _socket(self) -> zmq.Socket:
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         if self.cluster.keys is not None:
             self.cluster.keys.client(sock)

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dualpath.runtime.cluster.api import ClusterError, ClusterInfo
+from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.errors import APIError, from_cluster_error
@@ -152,7 +152,11 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         try:
             h = await state.client.health()
         except ClusterError as exc:
-            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc)},
+            lost_s = getattr(state.client, "lost_since_s", None)  # (the connection dropped then)
+            since = time.time() - (time.monotonic() - lost_s) if lost_s is not None else time.time()
+            down = DownItem(what="scheduler", state="dead", since_unix_s=since)
+            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc),
+                                 "unavailable": [_down_item(down)]},
                                 status_code=503, headers=_retry_headers(503))
         engines = [{"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id,
                     "alive": e.alive, "num_seqs": e.num_seqs} for e in h.engines]
