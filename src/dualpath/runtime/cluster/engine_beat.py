@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS,
-    EngineLoading,
-    Heartbeat,
-    Reset,
-    decode,
-    encode,
+    DECODE_ERRORS, EngineLoading, Heartbeat, Reset, decode, encode,
 )
 from dualpath.runtime.transfer.auth import ClusterKeys
 

@@ -24,18 +24,8 @@ from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.runtime.cluster.engine_beat import Beat, dealer
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS,
-    Cancel,
-    Configure,
-    DecodeTask,
-    EngineHello,
-    Peers,
-    PrefillTask,
-    Reset,
-    Shutdown,
-    Welcome,
-    decode,
-    encode,
+    DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Peers, PrefillTask, Reset,
+    Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
 from dualpath.runtime.transfer.auth import ClusterKeys, load_keys

@@ -20,28 +20,9 @@ from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS,
-    Abort,
-    Cancel,
-    Configure,
-    DecodeTask,
-    EngineHello,
-    EngineLoading,
-    Heartbeat,
-    Peers,
-    PrefillTask,
-    Progress,
-    Query,
-    QueryReply,
-    Rejected,
-    Reset,
-    Shutdown,
-    Submit,
-    Supervision,
-    Tokens,
-    Welcome,
-    decode,
-    encode,
+    DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
+    Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    EngineLoading, Supervision,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
@@ -49,6 +30,7 @@ from dualpath.runtime.cluster.supervisor_view import MAX_RETRIES, SupervisionVie
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
+
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)

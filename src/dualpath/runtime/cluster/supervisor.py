@@ -23,14 +23,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS,
-    Query,
-    QueryReply,
-    Supervision,
-    decode,
-    encode,
-)
+from dualpath.runtime.cluster.messages import DECODE_ERRORS, Query, QueryReply, Supervision, decode, encode
 from dualpath.runtime.cluster.supervisor_view import engine_name
 
 if TYPE_CHECKING:

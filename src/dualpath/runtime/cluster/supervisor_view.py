@@ -14,13 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dualpath.runtime.cluster.api import DownItem
-from dualpath.runtime.cluster.messages import (
-    EngineHello,
-    EngineLoading,
-    Heartbeat,
-    Reset,
-    Supervision,
-)
+from dualpath.runtime.cluster.messages import EngineHello, EngineLoading, Heartbeat, Reset, Supervision
 
 if TYPE_CHECKING:
     from dualpath.runtime.cluster.scheduler import SchedulerService
