@@ -218,6 +218,22 @@ def test_a_stopped_engine_is_declared_dead_then_heals(rig: Rig) -> None:
     assert rig.metric("dualpath_engine_revivals_total") >= 1
 
 
+def test_an_engine_stopped_for_good_is_killed_and_restarted(rig: Rig) -> None:
+    """SIGSTOP with no SIGCONT: declared dead after the heartbeat timeout, then, held dead past the
+    supervisor's ``hung_s`` (6 s here, 20 s by default) while its process exists, killed and
+    restarted."""
+    sup = rig.cluster.supervisor
+    assert sup is not None
+    before, hung = dict(rig.cluster.restarts), sup.hung_s
+    sup.hung_s = 6.0
+    try:
+        rig.cluster.signal(f"engine{DE_B}", signal.SIGSTOP)
+        rig.wait_serving(before | {"decode": before.get("decode", 0) + 1})
+    finally:
+        sup.hung_s = hung
+    assert any(f"decode engine {DE_B} held dead" in e for e in sup.events), sup.events
+
+
 def test_a_loading_engine_is_reported_loading_and_never_declared_dead(rig: Rig) -> None:
     """An extra prefill engine joins: it profiles its attention predictor before registering (a
     long load); the scheduler lists it as loading meanwhile, and it registers alive."""

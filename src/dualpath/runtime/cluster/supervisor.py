@@ -188,5 +188,4 @@ class Supervisor(threading.Thread):
             if proc.poll() is None:
                 self._note(f"{item.what} held dead for {wall - item.since_unix_s:.0f} s while its "
                            "process runs; killing it")
-                proc.send_signal(signal.SIGCONT)  # (a stopped process dies at SIGKILL anyway)
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(signal.SIGKILL)  # (a stopped process dies at it too)
