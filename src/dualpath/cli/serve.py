@@ -70,7 +70,7 @@ def serve(
 
         resolve_model(model)
     tokenizer = preflight(host, port, model, api_key or None)
-    cluster = LocalCluster(cfg, auth=True)  # control and data planes: CURVE, keys made now
+    cluster = LocalCluster(cfg, auth=True, standby=True)  # CURVE planes; a warm spare engine
     try:
         from dualpath.cli.progress import Progress
 

@@ -205,10 +205,32 @@ class Shutdown(_Msg, frozen=True):
     reason: Text = ""
 
 
+class EngineLoading(_Msg, frozen=True):
+    """Sent by an engine's heartbeat thread while it loads (before its EngineHello), so that the
+    scheduler reports it as loading and nobody takes it for dead (runtime/cluster/supervision.py)."""
+
+    engine_id: Annotated[int, Meta(ge=-1, le=1 << 20)]
+    role: Role
+    node_id: NodeId
+    pid: Count
+
+
+class Supervision(_Msg, frozen=True):
+    """The process supervisor's report to the scheduler (on each event and every second):
+    ``restarts``: processes restarted per role ("scheduler", "prefill", "decode"); ``lost``:
+    engine id -> pid of engine processes seen exiting and not yet back; ``down``: what the
+    supervisor knows is down (a description -> since, Unix seconds)."""
+
+    restarts: Counters = msgspec.field(default_factory=dict)
+    lost: Annotated[dict[EngineId, Count], Meta(max_length=1 << 16)] = msgspec.field(default_factory=dict)
+    down: Annotated[dict[Annotated[str, Meta(max_length=256)], Annotated[float, Meta(ge=0)]],
+                    Meta(max_length=4096)] = msgspec.field(default_factory=dict)
+
+
 Message = Union[
     Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
     Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Reset,
-    Shutdown,
+    Shutdown, EngineLoading, Supervision,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

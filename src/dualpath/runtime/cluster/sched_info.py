@@ -159,7 +159,9 @@ class Reporter:
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
                              num_waiting=len(self.timing) - running, num_running=running,
-                             policy=self.svc.args.policy, down=tuple(self.down))
+                             policy=self.svc.args.policy, down=tuple(self.down),
+                             unavailable=self.svc.supervision.items(),
+                             restarts=self.svc.supervision.restarts())
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
@@ -197,7 +199,9 @@ class Reporter:
             store_write_errors=write_errors,
             messages_dropped=merge(self.svc.drops.snapshot(),
                                    *(hb.dropped for hb in self.heartbeats.values())),
-            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()))
+            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()),
+            process_restarts=self.svc.supervision.restarts(),
+            requests_retried=self.svc.supervision.retried)
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Store counters summed over the engines' last heartbeats and the scheduler's own store."""
