@@ -23,9 +23,8 @@ from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, 
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
-from dualpath.runtime.engine.types import (
-    KVGeometry, PrefillOutput, PrefillRequest, ReadSide, SamplingParams,
-)  # fmt: skip
+from dualpath.policy.views import ReadSide
+from dualpath.runtime.engine.types import KVGeometry, PrefillOutput, PrefillRequest, SamplingParams
 from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer import InProcFabric
@@ -81,7 +80,7 @@ class Generation:
     tokens: tuple[int, ...]
     logits: tuple[torch.Tensor, ...]
     hit_tokens: int
-    read_side: str
+    read_side: ReadSide
 
 
 class LocalPipeline:
