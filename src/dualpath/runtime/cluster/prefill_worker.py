@@ -7,12 +7,12 @@ request's DE. This worker admits ``PrefillTask`` s, plans batches with the polic
 (``PrefillDone``) and reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
 engine as it is. Control messages to and from the DE are ``runtime/transfer/control.py``'s. Read paths:
 
-- "pe": the engine's hit reads go through ``_PeIO`` (this node's SNIC, ``pe-read``) into the PE buffer.
+- "pe": the engine's hit reads go through ``pe_remote.PeIO`` (this node's SNIC, ``pe-read``) into the PE buffer.
 - "de": the DE reads the hits into its buffer and announces them (``HitsLoaded``); for each layer
   the engine pulls that layer's cached KV (``PullLayer`` to the DE, Layer Blocks back into the
   staging slot), so the PE never holds more than two layers of it.
 - "split": the PE reads its share as on "pe"; the DE pushes its share into the PE buffer layer by
-  layer (``_RemoteDE.pushed_share``); those blocks count as read once all their layers arrived, and
+  layer (``pe_remote.RemoteDE.pushed_share``); those blocks count as read once all their layers arrived, and
   a ``HitsLoaded`` cuts the share short when the DE missed a block.
 
 Thread model: ``deliver`` / ``control`` run on the transport's receive thread, reads complete on
@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-
-import numpy as np
+from collections.abc import Sequence
 
 from dualpath.core.errors import ConfigError
 from dualpath.core.units import GiB
@@ -37,13 +34,14 @@ from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
+from dualpath.runtime.cluster.pe_remote import PeIO, RemoteDE, Split, when_all
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import PrefillConfig, PrefillEngine, PrefillRequest
 from dualpath.runtime.engine import SamplingParams as EngineSampling
-from dualpath.runtime.kvstore import ReadResult, chain_hashes
+from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferError, TransferItem, Transport
-from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone, PullLayer
+from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone
 
 TRANSFER_TIMEOUT_S = 3.0  # a DE that does not answer within this is presumed dead: retry the batch
 MAX_BUFFER_BYTES = 1 * GiB  # PE buffer (PE-path prompts); requests beyond wait for room
@@ -60,13 +58,13 @@ class PrefillWorker(WorkerBase):
         self.geo, self.io, self.transport = geo, blockio, transport
         self.scheduler, self.outbox = scheduler, outbox
         bb = geo.layout().full_block_bytes
-        self.engine = PrefillEngine(decoder, transport, _PeIO(self), PrefillConfig(  # type: ignore[arg-type]
+        self.engine = PrefillEngine(decoder, transport, PeIO(self), PrefillConfig(  # type: ignore[arg-type]
             name=f"e{engine_id}.staging", block_size=geo.block_size,
             buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
             overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
         self._cond = threading.Condition(self._lock)
         self._pulling: set[str] = set()  # admitted "de" requests (layers pulled per step)
-        self._split: dict[str, _Split] = {}  # admitted split requests: DE share pushed to the buffer
+        self._split: dict[str, Split] = {}  # admitted split requests: DE share pushed to the buffer
         self._hits: dict[str, int] = {}  # HitsLoaded.end_tokens of "de" (and early "split") requests
         self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
         self._connected: set[str] = set()  # DE endpoints registered with the engine
@@ -84,7 +82,7 @@ class PrefillWorker(WorkerBase):
             raise ValueError(f"{rid}: DE-path hits announced to end at {early}, the task has "
                              f"{read.hit_len}")
         if read.side != "pe" and de not in self._connected:
-            self.engine.connect(de, _RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
+            self.engine.connect(de, RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
             self._connected.add(de)
         req = PrefillRequest(request_id=rid, token_ids=tuple(task.prompt_token_ids), decode_endpoint=de,
                              read_side=read.side, hit_hashes=hashes, sampling=_sampling(task.params),
@@ -92,11 +90,11 @@ class PrefillWorker(WorkerBase):
         if not self.engine.add_request(req):
             return False
         if read.pe_read_len:  # the PE's share read from the store: tell the scheduler at once
-            _when_all(self.engine.hit_reads(rid)[: read.pe_read_len // bs], lambda: self._read_done(rid))
+            when_all(self.engine.hit_reads(rid)[: read.pe_read_len // bs], lambda: self._read_done(rid))
         with self._lock:
             if read.side == "de":
                 self._pulling.add(rid)
-            self._deliver_locked(self._orphans.take(rid))  # type: ignore[arg-type]
+            self._deliver_locked([x for x in self._orphans.take(rid) if isinstance(x, TransferItem)])
         return True
 
     def _read_done(self, rid: str) -> None:
@@ -263,125 +261,6 @@ class PrefillWorker(WorkerBase):
                                            f"decode engine failed"))  # fmt: skip
             return
         self._waiting.insert(0, rid)
-
-
-class _Split:
-    """The DE share of a split request: block futures resolved when all its layers arrived."""
-
-    __slots__ = ("futures", "hashes", "left", "first_block", "block_tokens")
-
-    def __init__(self, hashes: Sequence[str], futures: list[Future[ReadResult]], first_block: int,
-                 block_tokens: int) -> None:
-        self.hashes, self.futures, self.left = list(hashes), futures, len(hashes) * block_tokens
-        self.first_block, self.block_tokens = first_block, block_tokens
-
-    def cut(self, end_block: int) -> None:
-        """The DE read its share only up to block ``end_block`` (a miss ended it): the blocks
-        after fail (the engine recomputes from there), the rest resolve when they arrived."""
-        keep = max(0, min(end_block - self.first_block, len(self.futures)))
-        for h, f in zip(self.hashes[keep:], self.futures[keep:], strict=True):
-            if not f.done():
-                f.set_result(ReadResult(block_hash=h, layer=None, ok=False, data=None))
-                self.left -= self.block_tokens
-        if self.left <= 0:
-            self.resolve(ok=True)
-
-    def arrived(self, num_tokens: int) -> None:
-        self.left -= num_tokens
-        if self.left <= 0:
-            self.resolve(ok=True)
-
-    def resolve(self, *, ok: bool) -> None:
-        for h, f in zip(self.hashes, self.futures, strict=True):
-            if not f.done():
-                f.set_result(ReadResult(block_hash=h, layer=None, ok=ok, data=None))
-
-
-class _PeIO:
-    """The engine's ``IOEngine`` on a PE: hit blocks read through this node's SNIC (``pe-read``)."""
-
-    def __init__(self, worker: PrefillWorker) -> None:
-        self.w = worker
-
-    def submit_blocks(self, hashes: list[str], outs: list[np.ndarray]) -> list[Future[ReadResult]]:
-        futures: list[Future[ReadResult]] = [Future() for _ in hashes]
-
-        def done(num_read: int, err: BaseException | None) -> None:
-            ok_upto = num_read if err is None else 0  # a miss ends the loaded prefix
-            for i, (h, out, f) in enumerate(zip(hashes, outs, futures, strict=False)):
-                f.set_result(ReadResult(block_hash=h, layer=None, ok=i < ok_upto, data=out))
-
-        self.w.io.read_into(hashes, outs[: len(hashes)], "pe-read", done)
-        return futures
-
-
-class _RemoteDE:
-    """``RemoteKV`` of one DE across processes: hits announced by its ``HitsLoaded``; a layer is
-    pulled with a ``PullLayer`` and arrives as Layer Blocks in the staging slot (``deliver``); a
-    split share is pushed by the DE into the PE buffer (``deliver``, counted by ``_Split``)."""
-
-    def __init__(self, worker: PrefillWorker, de_id: int) -> None:
-        self.w, self.de_id = worker, de_id
-
-    def loaded_hit_tokens(self, request_id: str) -> int | None:
-        with self.w._lock:
-            return self.w._hits.get(request_id)
-
-    def request_layer(self, request_id: str, layer: int, start: int, stop: int, dest: str) -> _Pull:
-        with self.w._lock:
-            self.w._arrived[(request_id, layer)] = 0
-        ask = PullLayer(key=request_id, layer=layer, start=start, stop=stop)
-        self.w.transport.notify(f"e{self.de_id}", [ask], source=f"e{self.w.engine_id}")
-        return _Pull(self.w, request_id, layer, stop - start, self.de_id)
-
-    def pushed_share(self, request_id: str, first_block: int, hashes: Sequence[str],
-                     dest: str) -> list[Future[ReadResult]]:
-        """The DE reads and pushes this share on its own (its ``DecodeTask`` says "split"); the
-        futures resolve as its layers arrive (``deliver``) or its ``HitsLoaded`` cuts it."""
-        geo = self.w.geo
-        futures: list[Future[ReadResult]] = [Future() for _ in hashes]
-        sp = _Split(hashes, futures, first_block, geo.block_size * geo.num_layers)
-        with self.w._lock:
-            self.w._split[request_id] = sp
-            end = self.w._hits.pop(request_id, None)  # the DE's cut came first
-            if end is not None:
-                sp.cut(end // geo.block_size)
-        return futures
-
-
-class _Pull:
-    """Handle of one pulled layer: done when ``num_tokens`` tokens of it are in the staging slot."""
-
-    def __init__(self, w: PrefillWorker, rid: str, layer: int, num_tokens: int, de_id: int) -> None:
-        self.w, self.key, self.num_tokens, self.de_id = w, (rid, layer), num_tokens, de_id
-
-    def wait(self, timeout_s: float | None = None) -> None:
-        end = time.monotonic() + (timeout_s if timeout_s is not None else 1e9)
-        with self.w._cond:
-            while self.w._arrived.get(self.key, 0) < self.num_tokens:
-                left = end - time.monotonic()
-                if left <= 0 or not self.w._cond.wait(left):
-                    if self.w._arrived.get(self.key, 0) < self.num_tokens:
-                        raise TransferError(f"layer {self.key[1]} of {self.key[0]} from decode "
-                                            f"engine {self.de_id} did not arrive")  # fmt: skip
-            self.w._arrived.pop(self.key, None)
-
-
-def _when_all(futures: Sequence[Future[ReadResult]], fn: Callable[[], None]) -> None:
-    """Call ``fn`` once every future is done (on the thread finishing the last one)."""
-    left, lock = [len(futures)], threading.Lock()
-    if not futures:
-        fn()
-
-    def one(_: Future[ReadResult]) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            fn()
-
-    for f in futures:
-        f.add_done_callback(one)
 
 
 def _sampling(p: SamplingParams) -> EngineSampling:

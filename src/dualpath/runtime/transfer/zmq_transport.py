@@ -248,8 +248,9 @@ class ZmqTransport(Transport):
                     with self._lock:
                         addr = self._routes[dest]
                         resources = self._pending[seq][2] if seq in self._pending else []
+                    frames: list[memoryview] = []
                     if control:
-                        head, frames = _encoder.encode(CtlMsg(seq, self.address, dest, source, what)), []
+                        head = _encoder.encode(CtlMsg(seq, self.address, dest, source, list(what)))
                     else:
                         if self.limiter is not None:
                             self.limiter(sum(i.nbytes for i in what))
