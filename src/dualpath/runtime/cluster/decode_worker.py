@@ -8,8 +8,8 @@ then, read side "de": serves it to the PE layer by layer, each layer when the PE
 Blocks to the buffer, starts decoding on the PE's ``PrefillDone`` (the first token) and turns the
 engine's outputs into ``Tokens`` events. Control messages are ``runtime/transfer/control.py``'s.
 
-``deliver`` / ``control`` run on the transport's receive thread, reads complete on the I/O thread; both touch
-request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
+``deliver`` / ``control`` run on the transport's receive thread, reads complete on the I/O thread;
+both touch request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
 engine's main thread. Persists run on the writer thread; the last token event of a request is
 emitted there after them, so the next turn finds its blocks.
 """
@@ -106,6 +106,8 @@ class DecodeWorker(WorkerBase):
             return
         if end < read.hit_len:  # split: our share is cut
             self.transport.notify(pe, [HitsLoaded(key=rid, end_tokens=end)], source=me)
+        if end == a:
+            return
         for layer in range(self.geo.num_layers):  # split: our share -> PE buffer, a batch per layer
             items = self.engine.buffer.layer_items(rid, layer, a, end)
             self.transport.submit(pe, items, source=me)

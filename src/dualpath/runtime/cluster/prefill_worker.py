@@ -5,15 +5,17 @@ load overlapped on its loader thread, and streams every layer's new KV (and PE-p
 request's DE. This worker admits ``PrefillTask`` s, plans batches with the policy
 (``plan_prefill_batch`` over the engine's ready requests), sends the first token to the DE
 (``PrefillDone``) and reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
-engine as it is. Control messages to and from the DE are ``runtime/transfer/control.py``'s. Read paths:
+engine as it is. Control messages to and from the DE are ``runtime/transfer/control.py``'s. Read
+paths:
 
-- "pe": the engine's hit reads go through ``pe_remote.PeIO`` (this node's SNIC, ``pe-read``) into the PE buffer.
+- "pe": the engine's hit reads go through ``pe_remote.PeIO`` (this node's SNIC, ``pe-read``) into
+  the PE buffer.
 - "de": the DE reads the hits into its buffer and announces them (``HitsLoaded``); for each layer
   the engine pulls that layer's cached KV (``PullLayer`` to the DE, Layer Blocks back into the
   staging slot), so the PE never holds more than two layers of it.
 - "split": the PE reads its share as on "pe"; the DE pushes its share into the PE buffer layer by
-  layer (``pe_remote.RemoteDE.pushed_share``); those blocks count as read once all their layers arrived, and
-  a ``HitsLoaded`` cuts the share short when the DE missed a block.
+  layer (``pe_remote.RemoteDE.pushed_share``); those blocks count as read once all their layers
+  arrived, and a ``HitsLoaded`` cuts the share short when the DE missed a block.
 
 Thread model: ``deliver`` / ``control`` run on the transport's receive thread, reads complete on
 the I/O thread, pulls are awaited on the engine's loader thread; they share ``_lock``. ``step`` /

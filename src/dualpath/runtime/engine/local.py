@@ -166,7 +166,8 @@ class LocalPipeline:
         require(0 <= r.decode_engine < len(self.decode), "decode_engine", r.decode_engine,
                 f"must be in [0, {len(self.decode)})")  # fmt: skip
         de, bs = self.decode[r.decode_engine], self.geometry.block_size
-        matched = tuple(self.store.match_prefix(r.token_ids))[: self.geometry.max_hit_blocks(len(r.token_ids))]
+        matched = tuple(self.store.match_prefix(r.token_ids))
+        matched = matched[: self.geometry.max_hit_blocks(len(r.token_ids))]
         side, first = r.read_side, 0
         if side == "split":
             side, pe_len, _ = choose_read("split", len(matched) * bs, [0.0, 1.0], [0.0, 1.0], bs)

@@ -3,8 +3,8 @@
 Per layer ``i`` of a batch: the batch's cached KV of layer ``i`` is put in the device staging slot
 (PE read path: copied from the PE buffer, which the store reads filled with Full Blocks; DE read path:
 Layer Blocks pulled from the DE buffer through the transport; split: copied from the PE buffer, which
-holds the PE's share from the store and the DE's share pushed by the DE), the new tokens are computed, and their
-KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
+holds the PE's share from the store and the DE's share pushed by the DE), the new tokens are
+computed, and their KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
 ``overlap`` the load of layer ``i + 1`` runs on a helper thread while layer ``i`` computes.
 
 Driven step by step: ``add_request``, ``waiting()`` (what a ``BatchView`` needs), ``step(plan)``

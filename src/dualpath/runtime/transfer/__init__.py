@@ -16,6 +16,6 @@ from dualpath.runtime.transfer.control import Control, ControlSink, HitsLoaded, 
 from dualpath.runtime.transfer.inproc import InProcFabric, InProcTransport
 
 __all__ = [
-    "FULL_BLOCK", "Control", "ControlSink", "HitsLoaded", "PrefillDone", "PullLayer", "InProcFabric", "InProcTransport", "KVSink", "Payload", "TransferError",
-    "TransferHandle", "TransferItem", "Transport",
+    "FULL_BLOCK", "Control", "ControlSink", "HitsLoaded", "InProcFabric", "InProcTransport", "KVSink",
+    "Payload", "PrefillDone", "PullLayer", "TransferError", "TransferHandle", "TransferItem", "Transport",
 ]  # fmt: skip

@@ -4,6 +4,7 @@ Delivery calls the destination sink directly, so the cost of a hand-off is a Pyt
 sink's copy. ``asynchronous=False`` (default) delivers inside ``submit`` and returns a completed
 handle; ``asynchronous=True`` queues the batch to one progress thread per transport (FIFO, so items
 to one destination arrive in submit order) and the handle completes when the thread has delivered it.
+``notify`` hands control messages to the sink's ``control`` the same way, in the same FIFO.
 """
 
 from __future__ import annotations

@@ -5,16 +5,17 @@ Implements :class:`~dualpath.runtime.transfer.base.Transport`. Every transport b
 submit order), optionally waits on an emulated NIC (``limiter(nbytes)``, the traffic manager's CNIC),
 and sends one multipart message per submit: a msgspec header naming the items plus one frame per
 payload (zero-copy); a ``notify`` sends one ``CtlMsg`` whose header holds the typed control
-messages (``transfer/control.py``), in the same FIFO. A receive thread delivers the items into the sink bound to the destination
-endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
+messages (``transfer/control.py``), in the same FIFO. A receive thread delivers the items (or the
+control messages) into the sink bound to the destination endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
 means the payload sits in the destination sink. Endpoint names map to transport addresses through
 ``add_route`` (the cluster fills the table from the scheduler's peer list).
 
 Nothing received can stop the receive thread or make it wait on one peer: every header is
 decoded and validated field by field (``DataMsg`` / ``ItemMeta`` / ``CtlMsg`` and the control
 messages' constraints: counts >= 0, layers >= 0 (or ``FULL_BLOCK``), a ``tcp://`` or ``ipc://``
-``reply_to``, bounded strings, one payload frame per item of the stated size, none for control), a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting
-to a ``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
+``reply_to``, bounded strings, one payload frame per item of the stated size, none for control),
+a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting to a
+``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
 a peer cannot take is dropped and counted; its sender's handle times out) and at most
 ``MAX_ACK_PEERS`` ack sockets are kept (least recently used closed first).
 """
