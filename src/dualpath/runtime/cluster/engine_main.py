@@ -180,7 +180,8 @@ class _Reregister:
 
 
 class _Gate:
-    """The engine's transport sink: waits (on the receive thread) until the worker is built."""
+    """The engine's transport sink (KV and control messages): waits (on the receive thread) until
+    the worker is built."""
 
     def __init__(self) -> None:
         self._ready = threading.Event()
@@ -194,6 +195,11 @@ class _Gate:
         if not self._ready.wait(120.0):
             raise RuntimeError("engine worker not ready")
         self._sink.deliver(source, items)  # type: ignore[attr-defined]
+
+    def control(self, source: str, msgs: object) -> None:
+        if not self._ready.wait(120.0):
+            raise RuntimeError("engine worker not ready")
+        self._sink.control(source, msgs)  # type: ignore[attr-defined]
 
 
 def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:

@@ -121,7 +121,8 @@ class Reporter:
             s["tpot_s"].append((now - first) / (t.num_tokens - 1))
         return RequestStats(
             prompt_len=t.prompt_len, hit_len=t.hit_len, num_generated=t.num_tokens,
-            read_side=req.read_side, prefill_engine=req.pe, decode_engine=req.de,
+            read_side=req.assignment.read_side if req.assignment and req.info.cached_len else "none",
+            prefill_engine=req.pe, decode_engine=req.de,
             queue_s=(t.dispatch_s or now) - t.submit_s, ttft_s=ttft,
             ttst_s=None if t.second_s is None else t.second_s - t.submit_s, e2e_s=e2e)
 

@@ -21,7 +21,7 @@ from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
-    Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    Query, QueryReply, ReadPlan, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
     EngineLoading, Supervision,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
@@ -431,12 +431,12 @@ class SchedulerService:
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
         key = self.current[rid]
+        assert req.assignment is not None
+        read = ReadPlan.of(req.assignment)
         self._send(self.state.engines[req.de].identity, DecodeTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe))
         self._send(self.state.engines[req.pe].identity, PrefillTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de))
 
 
 def main() -> None:
