@@ -12,8 +12,9 @@ import random
 from functools import partial
 
 from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy.views import PrefillAssignment
 from dualpath.sim import calibration as cal
-from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
+from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster, Node
 from dualpath.sim.config import SimConfig
 from dualpath.sim.costs import CostCache, ForwardMemoPredictor
@@ -67,8 +68,12 @@ class Simulation:
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
             attention_predictor=forward,
             block_size=self.block_len, compute_quota_s=cal.COMPUTE_QUOTA_PER_FORWARD_S)
-        self.de_node_tok = {n.node_id: 0 for n in cluster.de_nodes}  # sum of DE tok_e per node
-        self.adapter = PolicyAdapter(self, make_scheduler(self.system.policy, sched_cfg))
+        self.adapter = PolicyAdapter(
+            self, make_scheduler(self.system.policy, sched_cfg),
+            engines=[(g.gpu_id, g.node_id, g.role) for g in cluster.gpus],
+            read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
+            de_hbm_tokens=de_kv, pe_hbm_tokens=None if self.layerwise else self.pe_kv_tokens)
+        self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.metrics = Metrics(self, config.out_dir)
         self.agents = agents
         self.agents_left = len(agents)
@@ -76,14 +81,6 @@ class Simulation:
         self._tick: Handle | None = None
         # PE units that skipped a request for lack of DE buffer
         self.starved_units: set[PrefillUnit] = set()
-        self._de_dirty: set[int] = set()
-        self._next_de = 0
-        self._next_pe = 0
-        self._pe_node_ids = [n.node_id for n in cluster.pe_nodes]
-        pe_nodes = cluster.pe_nodes  # PE fetch orders, one per rotation (see _on_tick)
-        self._pe_orders = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
-        self._pe_dirty: set[int] = set(self._pe_node_ids)
-        self._pe_all_dirty = False  # every PE node is dirty (set by assign_de, applied per tick)
         self.stopped_reason = ""
 
     def _prefill_tokens_per_s(self) -> float:
@@ -115,80 +112,47 @@ class Simulation:
             raise ConfigError("cluster", self.config.cluster.name,
                               f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
                               f"at most {self.max_de_tokens} (weights leave too little HBM)")
-        self.adapter.global_queue.append(req)
+        self.adapter.arrive(req)
         self._request_tick()
 
     # ------------------------------------------------------------------ scheduler fetches
-    def mark_de_dirty(self, node_id: int) -> None:
-        self._de_dirty.add(node_id)
+    def now(self) -> float:
+        return self.kernel.now_s
+
+    def request_tick(self) -> None:
+        """Fetch at the next multiple of the fetch interval (once, however often asked)."""
         self._request_tick()
 
     def _request_tick(self) -> None:
         if self._tick is None:
-            interval = cal.FETCH_INTERVAL_S
+            interval = self.fetch_interval_s
             t = (math.floor(self.kernel.now_s / interval) + 1) * interval
             self._tick = self.kernel.at(t, self._on_tick, PRIO_FETCH)
 
     def _on_tick(self) -> None:
         self._tick = None
-        adapter = self.adapter
-        nodes = self.cluster.nodes
-        de_nodes = self.cluster.de_nodes
-        if adapter.global_queue:  # phase 1 drains the global queue at the next group's fetch
-            node = de_nodes[self._next_de % len(de_nodes)]
-            self._next_de += 1
-            self._de_dirty.discard(node.node_id)
-            adapter.fetch_decode(node)
-        for node_id in sorted(self._de_dirty):
-            if adapter.private[node_id] and adapter.decode_may_assign(nodes[node_id]):
-                adapter.fetch_decode(nodes[node_id])
-        self._de_dirty.clear()
-        # Groups fetch on their own timers; rotating who goes first each tick stands in for that.
-        self._next_pe = (self._next_pe + 1) % len(self._pe_orders)
-        if not adapter.prefill_queue:  # every PE group's fetch would be skipped
-            return
-        pe_dirty = self._pe_dirty
-        if self._pe_all_dirty:
-            pe_dirty.update(self._pe_node_ids)
-            self._pe_all_dirty = False
-        for node in self._pe_orders[self._next_pe]:
-            if not adapter.prefill_queue:
-                break  # the rest stay dirty, as if visited with nothing to fetch
-            if node.node_id in pe_dirty:
-                pe_dirty.discard(node.node_id)
-                if not adapter.prefill_may_assign(node):
-                    continue
-                while (adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT
-                       and adapter.prefill_queue and adapter.prefill_may_assign(node)):
-                    pass  # the plan took the whole prefix: continue with the next one
+        self.adapter.tick()
+
+    def starved(self, st: PeState) -> None:
+        """PE ``st`` skipped a request for lack of DE buffer room: kick its unit when some frees."""
+        self.starved_units.add(st.unit)
 
     # ------------------------------------------------------------------ plan execution
     def assign_de(self, req: Req, gpu_id: int) -> None:
-        st = self.de_states[gpu_id]
         req.de_gpu = gpu_id
         req.t_de = self.kernel.now_s
-        st.seq += 1
-        st.tok += req.decode_len
-        st.reserved += req.decode_len
-        self.de_node_tok[st.node_id] = self.de_node_tok[st.node_id] + req.decode_len
-        self.adapter.de_changed(st.node_id, st.gpu_id)
-        self.adapter.enqueue_prefill(req, st.node_id)
-        self._pe_all_dirty = True  # a new request in the prefill queue: every PE group may fetch
 
-    def assign_pe(self, req: Req, gpu_id: int, pe_read_len: int, de_read_len: int,
-                  side: str) -> None:
-        st = self.pe_states[gpu_id]
-        req.pe_gpu = gpu_id
+    def assign_pe(self, req: Req, a: PrefillAssignment) -> None:
+        st = self.pe_states[a.engine_id]
+        pe_read_len, de_read_len = a.pe_read_len, a.de_read_len
+        req.pe_gpu = a.engine_id
         req.t_pe = self.kernel.now_s
-        req.pe_read_len, req.de_read_len, req.read_side = pe_read_len, de_read_len, side
-        assert pe_read_len + de_read_len == req.hit_len, (req.rid, pe_read_len, de_read_len)
-        st.seq += 1
-        st.tok += req.prompt_len
-        self.adapter.pe_changed(st.node_id, st.gpu_id)
+        req.pe_read_len, req.de_read_len, req.read_side = pe_read_len, de_read_len, a.read_side
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
         if self.free_io:
             req.t_alloc = req.t_read = self.kernel.now_s
+            self.adapter.read_done(req)  # free reads: done at once
             self._ready(req)
             return
         # Hit KV read on either side lands in that node's DRAM buffer (gated by its room; DE-side
@@ -201,8 +165,8 @@ class Simulation:
             return
         if de_read_len > 0:
             de_node = self.cluster.nodes[self.de_states[req.de_gpu].node_id]
-            self.storage.claim(de_node, req, de_read_len * self.bpt, de_read_len, self._claim_done,
-                               limit_frac=1.0 - cal.DE_OUTPUT_RESERVE)
+            self.storage.claim(de_node, req, de_read_len * self.bpt, de_read_len,
+                               self._de_read_done, limit_frac=1.0 - cal.DE_OUTPUT_RESERVE)
         if pe_read_len > 0:
             if not self.layerwise and cal.BASIC_READS_NEED_HBM:
                 st.hbm_gate.append(req)  # Basic: the read waits for PE HBM room (see calibration)
@@ -225,7 +189,15 @@ class Simulation:
     def _claim_pe_read(self, st: PeState, req: Req) -> None:
         """Queue ``req``'s PE-side hit read for buffer room on the PE's node (then read it)."""
         self.storage.claim(self.cluster.nodes[st.node_id], req, req.pe_read_len * self.bpt,
-                           req.pe_read_len, self._claim_done)
+                           req.pe_read_len, self._pe_read_done)
+
+    def _de_read_done(self, req: Req) -> None:
+        self.adapter.read_done(req, self.de_states[req.de_gpu].node_id)
+        self._claim_done(req)
+
+    def _pe_read_done(self, req: Req) -> None:
+        self.adapter.read_done(req, self.pe_states[req.pe_gpu].node_id)
+        self._claim_done(req)
 
     def _claim_done(self, req: Req) -> None:
         req.claims_left -= 1
@@ -256,15 +228,12 @@ class Simulation:
         """Last chunk computed: first token now; KV complete in the DE buffer at ``kv_at``."""
         now = self.kernel.now_s
         req.t_first = now
-        st.seq -= 1
-        st.tok -= req.prompt_len
+        self.adapter.prefill_done(req)
         if req.hbm_held:
             st.hbm_used -= req.prompt_len
             req.hbm_held = False
             self._pump_hbm(st)
-        self.adapter.pe_changed(st.node_id, st.gpu_id)
-        self._pe_dirty.add(st.node_id)
-        if self.adapter.prefill_queue:
+        if self.adapter.ledger.prefill_queue:
             self._request_tick()
         de = self.de_states[req.de_gpu]
         if self.free_io:
@@ -292,16 +261,12 @@ class Simulation:
         req.t_done = now
         if math.isnan(req.t_join):
             req.t_join = now
-        de.seq -= 1
-        de.tok -= req.decode_len
-        de.reserved -= req.decode_len
-        self.de_node_tok[de.node_id] = self.de_node_tok[de.node_id] - req.decode_len
-        self.adapter.de_changed(de.node_id, de.gpu_id)
+        self.adapter.finished(req)
         if not self.free_io:
             blocks = (req.decode_len // self.block_len) - (req.prompt_len // self.block_len)
             self.storage.write(self.cluster.nodes[de.node_id], blocks * self.block_len * self.bpt)
         self.metrics.request_done(req, de.unit.current_step_s())
-        self.mark_de_dirty(de.node_id)
+        self._request_tick()  # its DE group may fetch again
         self._issue(req.agent)  # zero tool latency: the next turn arrives now
 
     # ------------------------------------------------------------------ run

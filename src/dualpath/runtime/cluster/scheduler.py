@@ -212,7 +212,7 @@ class SchedulerService:
                                          kv_bytes_per_token=layout.kv_bytes_per_token,
                                          prefill_tokens_per_s=self.args.prefill_tokens_per_s,
                                          batching="tokens", block_size=msg.block_size)
-        self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
+        self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
         self.sched = make_scheduler(self.args.policy, cfg)
 
     def _configure(self, msg: Configure) -> QueryReply:
@@ -276,16 +276,12 @@ class SchedulerService:
         self.report.down.append(reason)
         self.report.deaths += 1
         print(f"scheduler: {reason}", flush=True)
-        for rid, req in list(self.state.requests.items()):
-            if eid not in (req.pe, req.de):
-                continue
+        for rid in self.state.ledger.requests_on(eid):
             if self.report.num_tokens(rid) > 0:
                 self._fail(rid, f"{reason}; request lost after it started streaming")
                 continue
             self._requeue(rid)
-        if e.role == "decode" and e.node_id not in self.state.groups("decode"):
-            self.state.global_queue[:0] = self.state.private_queues.pop(e.node_id, [])
-        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
+        self.state.engine_lost(eid)  # (a DE group left empty gives its queue back)
         if not self.state.groups(e.role):
             for rid in list(self.state.requests):
                 self._fail(rid, f"{reason}; no live {e.role} engine left")
@@ -296,13 +292,11 @@ class SchedulerService:
         for other in (req.pe, req.de):
             if other >= 0 and self.state.engines[other].alive:
                 self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
-        self.state.finish(rid)
+        self.state.requeue(rid)
         self.keys.pop(self.current.get(rid, ""), None)
         self.attempts[rid] = self.attempts.get(rid, 0) + 1
         self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
         self.keys[key] = rid
-        self.state.submit(req.info)
-        self.state.global_queue.insert(0, self.state.global_queue.pop())
 
     # ------------------------------------------------------------------ requests
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
@@ -397,26 +391,22 @@ class SchedulerService:
         self._check_engines(now)
         if self.sched is None:
             return
-        st = self.state
-        for node in st.groups("decode"):
-            if st.global_queue or st.private_queues.get(node):
-                st.apply_decode(node, self.sched.assign_decode(st.decode_view(node, now)))
-        for node in st.groups("prefill"):
-            if st.prefill_queue:
-                for rid in st.apply_prefill(node, self.sched.assign_prefill(st.prefill_view(node, now))):
-                    self._dispatch(rid, now)
+        for rid in self.state.fetch(self.sched, now):
+            self._dispatch(rid, now)
 
     def _dispatch(self, rid: str, now: float) -> None:
         req = self.state.requests[rid]
+        a = req.assignment
+        assert a is not None  # (placed by this tick's fetch)
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
         key = self.current[rid]
         self._send(self.state.engines[req.de].identity, DecodeTask(
             request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
+            pe_read_len=a.pe_read_len, de_read_len=a.de_read_len, prefill_engine=req.pe))
         self._send(self.state.engines[req.pe].identity, PrefillTask(
             request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
+            pe_read_len=a.pe_read_len, de_read_len=a.de_read_len, decode_engine=req.de))
 
 
 def main() -> None:
