@@ -1,12 +1,13 @@
 """Conformance as event sequences: recorded traces every driver must replay to the same plans.
 
 A :class:`Trace` is a small cluster (PE groups are nodes ``0..P-1``, DE groups the next ``D``;
-engine ids ``node * engines_per_group + rank``), a policy, a :class:`~dualpath.policy.fetch.FetchOrder`
+engine ids ``node * engines_per_group + rank``), a policy, a ``FetchOrder``, ``ViewBounds``
 and a list of :class:`Event` s: arrivals, fetch rounds (``tick``), reads done, prefills done,
 requests finished, engines lost (their requests are requeued in arrival order, then the engine
 leaves). ``plans`` are the ``(kind, node, plan)`` every applied plan of the recording, in order.
 A driver replays a trace through its own adapter (:class:`TraceDriver`) and must produce the same
-sequence (:func:`replay_traces`). Cases: ``cases/traces_v1.json`` (``python -m dualpath.policy.cases``).
+sequence (:func:`replay_traces`). Cases: ``cases/traces_v1.json``, recorded by
+``python -m dualpath.policy.cases``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from importlib import resources
 from typing import Any, Protocol
 
 from dualpath.core.errors import DualpathError
-from dualpath.policy.conformance import from_jsonable, register, same_plan, to_jsonable
 from dualpath.policy.config import SchedulerConfig
+from dualpath.policy.conformance import from_jsonable, register, same_plan, to_jsonable
 from dualpath.policy.fetch import FetchOrder
 from dualpath.policy.ledger import ViewBounds
 from dualpath.policy.views import DecodePlan, PrefillPlan, RequestInfo

@@ -1,9 +1,9 @@
 """The simulator's adapter to ``dualpath.policy``: the ledger, the fetch round, the batch offer.
 
 This is the ONLY place the simulator meets scheduling decisions; it decides nothing itself. The
-scheduling state (queues, loads, read queues, cursors) is a :class:`~dualpath.policy.ledger.Ledger`;
-fetches run in the shared :class:`~dualpath.policy.fetch.FetchOrder` (the simulator's is the default:
-50 ms, round-robin drain, PE rotation). Group ids are node ids (one group per node, spec section 3);
+scheduling state (queues, loads, read queues, cursors) is a ``policy.ledger.Ledger``; fetches run
+in the shared ``policy.fetch.FetchOrder`` (the simulator's is the default: 50 ms, round-robin
+drain, PE rotation). Group ids are node ids (one group per node, spec section 3);
 engine ids are GPU ids. The adapter maps ledger entries back to simulated requests and hands each
 applied plan to the simulation (:class:`SimSink`) to start its work.
 """

@@ -1,9 +1,9 @@
 """The scheduler service: one ROUTER socket for engines and clients, request state, policy calls.
 
 Each tick (every ``tick_s`` or after messages) it: marks engines dead after ``engine_timeout_s``
-without a message and re-dispatches or fails their requests; runs the decode fetch of every DE group
-(node) and the prefill fetch of every PE group through ``dualpath.policy``; sends DecodeTask then
-PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
+without a message and re-dispatches or fails their requests; runs one fetch round of the policy's
+ledger (``ClusterState.fetch``: DE groups, then PE groups, in ``policy.fetch.RUNTIME_ORDER``); sends
+DecodeTask then PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
 request's client with RequestStats on the last one.
 """
 
