@@ -84,6 +84,8 @@ def plan_batch(view: BatchView, config: SchedulerConfig, mode: str,
                limits: BatchLimits = NO_LIMITS) -> BatchPlan:
     """Dispatch on ``mode`` ("quota" or "tokens"); the plan honours ``limits.staging_tokens``."""
     plan = _plan(view, config, mode)
+    if limits.staging_tokens is None:
+        return plan
     kept = fit_staging(plan.entries, limits)
     if len(kept) == len(plan.entries):
         return plan

@@ -68,12 +68,14 @@ class Fetcher:
         self.sink = sink
         self.beta_tokens = beta_tokens
         self.fetches = 0
+        self._rotations: list[list[int]] = []
+        self._rotated: list[int] = []  # the PE group list the rotations were made from
 
     def fetch_decode(self, node_id: int, now_s: float) -> int:
         """One DE group's fetch; returns the number of requests assigned to its DEs."""
         plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
         self.fetches += 1
-        assigned = self.ledger.apply(node_id, plan)
+        assigned = self.ledger.apply_decode(node_id, plan)
         self.sink.decode_applied(node_id, plan, assigned)
         return len(assigned)
 
@@ -81,7 +83,7 @@ class Fetcher:
         """One PE group's fetch (strict leader fetch: this group only)."""
         plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
         self.fetches += 1
-        assigned = self.ledger.apply(node_id, plan)
+        assigned = self.ledger.apply_prefill(node_id, plan)
         self.sink.prefill_applied(node_id, plan, assigned)
         return len(assigned)
 
@@ -123,15 +125,17 @@ class Fetcher:
         pe_nodes = ledger.pe_nodes
         if pe_nodes:
             ledger.pe_turn = (ledger.pe_turn + 1) % len(pe_nodes)
-        if not ledger.prefill_queue:  # every PE group's fetch would be skipped
+        if not ledger.prefill_queue or not pe_nodes:  # every PE group's fetch would be skipped
             return
         dirty = ledger.pe_dirty
         if ledger.pe_all_dirty:
             dirty.update(pe_nodes)
             ledger.pe_all_dirty = False
-        k = ledger.pe_turn if order.rotate_pe else 0
+        if self._rotated is not pe_nodes:  # (membership changed: a new list)
+            self._rotated = pe_nodes
+            self._rotations = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
         limit = ledger.bounds.prefill_prefix
-        for node in pe_nodes[k:] + pe_nodes[:k]:
+        for node in self._rotations[ledger.pe_turn if order.rotate_pe else 0]:
             if not ledger.prefill_queue:
                 break  # the rest stay dirty, as if visited with nothing to fetch
             if order.dirty_only and node not in dirty:

@@ -77,7 +77,9 @@ class Ledger(LedgerViews):
                                     f"{PREFILL}")
             eng = self.engines.get(engine_id)
             if eng is None:
+                is_de = role == DECODE
                 self.engines[engine_id] = Engine(engine_id=engine_id, node_id=node_id, role=role,
+                                                 is_de=is_de, key=2 * node_id + is_de,
                                                  hbm_tokens=hbm_tokens)
             else:
                 eng.alive, eng.hbm_tokens = True, hbm_tokens
@@ -112,10 +114,10 @@ class Ledger(LedgerViews):
         """Carry out ``plan`` (from a view of group ``node_id``); returns the requests it
         assigned, in plan order (for a DecodePlan they now wait in the prefill queue)."""
         if isinstance(plan, DecodePlan):
-            return self._apply_decode(node_id, plan)
-        return self._apply_prefill(node_id, plan)
+            return self.apply_decode(node_id, plan)
+        return self.apply_prefill(node_id, plan)
 
-    def _apply_decode(self, node_id: int, plan: DecodePlan) -> list[Entry]:
+    def apply_decode(self, node_id: int, plan: DecodePlan) -> list[Entry]:
         self.de_rr[node_id] = plan.next_rr_cursor
         self.group_rr = plan.next_group_rr_cursor
         dirty = self._totals_dirty
@@ -147,7 +149,7 @@ class Ledger(LedgerViews):
             eng.num_tokens += n
             eng.reserved_tokens += n
             self.node_tok[eng.node_id] = self.node_tok[eng.node_id] + n
-            self._changed(DECODE, eng)
+            self._changed(eng)
             entry.de, entry.de_node, entry.where = a.engine_id, eng.node_id, IN_PREFILL
             entry.pending = PendingPrefill(request=entry.info, de_engine_id=a.engine_id,
                                            de_node_id=eng.node_id)
@@ -156,7 +158,7 @@ class Ledger(LedgerViews):
         self.pe_all_dirty = True
         return out
 
-    def _apply_prefill(self, node_id: int, plan: PrefillPlan) -> list[Entry]:
+    def apply_prefill(self, node_id: int, plan: PrefillPlan) -> list[Entry]:
         self.pe_rr[node_id] = plan.next_rr_cursor
         out: list[Entry] = []
         pq = self.prefill_queue
@@ -170,12 +172,18 @@ class Ledger(LedgerViews):
             eng = self.engines[a.engine_id]
             eng.num_seqs += 1
             eng.num_tokens += entry.prompt_len
-            self._changed(PREFILL, eng)
+            self._changed(eng)
             entry.pe, entry.assignment, entry.where = a.engine_id, a, PLACED
-            for node, n in ((eng.node_id, a.pe_read_len), (entry.de_node, a.de_read_len)):
-                if n:
-                    entry.reads[node] = entry.reads.get(node, 0) + n
-                    read_q[node] = read_q[node] + n
+            n = a.pe_read_len
+            if n:
+                node = eng.node_id
+                entry.reads[node] = n  # (a request is placed once: nothing pending yet)
+                read_q[node] = read_q[node] + n
+            n = a.de_read_len
+            if n:
+                node = entry.de_node
+                entry.reads[node] = entry.reads.get(node, 0) + n
+                read_q[node] = read_q[node] + n
             out.append(entry)
         return out
 
@@ -185,6 +193,11 @@ class Ledger(LedgerViews):
         finished: they leave that node's ``read_q``. Unknown requests are ignored (late reports)."""
         entry = self.requests.get(request_id)
         if entry is None or not entry.reads:
+            return
+        if node_id is not None and tokens is None:  # the common case: one side's read is done
+            n = entry.reads.pop(node_id, 0)
+            if n:
+                self.read_q[node_id] = max(self.read_q[node_id] - n, 0)
             return
         for node in [node_id] if node_id is not None else list(entry.reads):
             left = entry.reads.get(node)
@@ -229,7 +242,7 @@ class Ledger(LedgerViews):
             eng.num_tokens -= n
             eng.reserved_tokens -= n
             self.node_tok[eng.node_id] = self.node_tok[eng.node_id] - n
-            self._changed(DECODE, eng)
+            self._changed(eng)
             self.de_dirty.add(eng.node_id)
         for node, n in entry.reads.items():
             self.read_q[node] = max(self.read_q[node] - n, 0)
@@ -271,6 +284,6 @@ class Ledger(LedgerViews):
         eng = self.engines[entry.pe]
         eng.num_seqs -= 1
         eng.num_tokens -= entry.prompt_len
-        self._changed(PREFILL, eng)
+        self._changed(eng)
         self.pe_dirty.add(eng.node_id)
 

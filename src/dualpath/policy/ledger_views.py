@@ -60,6 +60,8 @@ class Engine:
     engine_id: int
     node_id: int
     role: str  # DECODE | PREFILL
+    is_de: bool = False  # role == DECODE
+    key: int = 0  # the group's cache key: 2 * node_id + is_de
     hbm_tokens: int = 0
     alive: bool = True
     num_seqs: int = 0
@@ -113,11 +115,12 @@ class LedgerViews:
         self.de_nodes: list[int] = []  # live groups, sorted (views and fetch order use these)
         self.pe_nodes: list[int] = []
         self.all_nodes: list[int] = []
-        self._members: dict[tuple[str, int], list[int]] = {}  # live engines, rank order
+        # group caches keyed by 2 * node_id + (1 for DEs): live engines in rank order, loads, ...
+        self._members: dict[int, list[int]] = {}
         self._rank: dict[int, int] = {}
-        self._groups: dict[tuple[str, int], GroupLoad] = {}
-        self._loads: dict[tuple[str, int], list[EngineLoad]] = {}
-        self._stale: dict[tuple[str, int], set[int]] = {}
+        self._groups: dict[int, GroupLoad] = {}
+        self._loads: dict[int, list[EngineLoad]] = {}
+        self._stale: dict[int, set[int]] = {}
         self._totals: list[GroupTotal | None] = []
         self._totals_pos: dict[int, int] = {}
         self._totals_dirty: set[int] = set()
@@ -125,15 +128,15 @@ class LedgerViews:
         self._reads: dict[int, NodeReadQueue] = {}
 
     def _membership(self) -> None:
-        members: dict[tuple[str, int], list[int]] = {}
+        members: dict[int, list[int]] = {}
         for eid in sorted(self.engines):
             e = self.engines[eid]
             if e.alive:
-                members.setdefault((e.role, e.node_id), []).append(eid)
+                members.setdefault(e.key, []).append(eid)
         self._members = members
         self._rank = {eid: i for ids in members.values() for i, eid in enumerate(ids)}
-        self.de_nodes = sorted(n for r, n in members if r == DECODE)
-        self.pe_nodes = sorted(n for r, n in members if r == PREFILL)
+        self.de_nodes = sorted(k // 2 for k in members if k % 2)
+        self.pe_nodes = sorted(k // 2 for k in members if not k % 2)
         self.all_nodes = sorted({e.node_id for e in self.engines.values()})
         self._groups.clear()
         self._loads.clear()
@@ -142,21 +145,24 @@ class LedgerViews:
         self._totals_pos = {n: i for i, n in enumerate(self.de_nodes)}
         self._totals_dirty = set(self.de_nodes)
 
-    def _changed(self, role: str, eng: Engine) -> None:
-        key = (role, eng.node_id)
+    def _changed(self, eng: Engine) -> None:
+        """``eng``'s numbers changed: its group's view (and, for a DE, the group total) is stale."""
+        key = eng.key
         self._groups.pop(key, None)
         stale = self._stale.get(key)
         if stale is None:
             self._stale[key] = {eng.engine_id}
         else:
             stale.add(eng.engine_id)
-        if role == DECODE:
+        if eng.is_de:
             self._totals_dirty.add(eng.node_id)
 
     # ------------------------------------------------------------------ views
     def group(self, role: str, node_id: int) -> GroupLoad:
         """The node's live engines of ``role`` (rank order) with their loads, cached."""
-        key = (role, node_id)
+        return self._group(2 * node_id + (role == DECODE), node_id)
+
+    def _group(self, key: int, node_id: int) -> GroupLoad:
         group = self._groups.get(key)
         if group is not None:
             return group
@@ -178,7 +184,7 @@ class LedgerViews:
 
     @staticmethod
     def _load(e: Engine) -> EngineLoad:
-        free = max(e.hbm_tokens - e.reserved_tokens, 0) if e.role == DECODE else 0
+        free = max(e.hbm_tokens - e.reserved_tokens, 0) if e.is_de else 0
         return EngineLoad(engine_id=e.engine_id, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
                           free_hbm_tokens=free)
 
@@ -201,7 +207,7 @@ class LedgerViews:
 
     def decode_view(self, node_id: int, now_s: float) -> DecodeFetchView:
         totals = self.group_totals()
-        group = self.group(DECODE, node_id)
+        group = self._group(2 * node_id + 1, node_id)
         return DecodeFetchView(
             now_s=now_s, group=group,
             private_queue=self._private_prefix(self.private[node_id], group),
@@ -252,8 +258,8 @@ class LedgerViews:
                                         n, self.read_tokens_per_s))
                 reads[n] = obj
             out.append(obj)
-        groups = (tuple([self.group(PREFILL, n) for n in self.pe_nodes]) if central
-                  else (self.group(PREFILL, node_id),))
+        groups = (tuple([self._group(2 * n, n) for n in self.pe_nodes]) if central
+                  else (self._group(2 * node_id, node_id),))
         return PrefillFetchView(now_s=now_s, groups=groups, queue=tuple(prefix),
                                 read_queues=tuple(out), rr_cursor=self.pe_rr.get(node_id, 0))
 
@@ -265,7 +271,7 @@ class LedgerViews:
         """Free HBM tokens of the group's live DEs, rank order (no view built)."""
         engines = self.engines
         out: list[int] = []
-        for g in self._members.get((DECODE, node_id), ()):
+        for g in self._members.get(2 * node_id + 1, ()):
             e = engines[g]
             out.append(max(e.hbm_tokens - e.reserved_tokens, 0))
         return out
@@ -273,4 +279,4 @@ class LedgerViews:
     def pe_tokens(self, node_id: int) -> list[int]:
         """``tok_e`` of the group's live PEs, rank order (no view built)."""
         engines = self.engines
-        return [engines[g].num_tokens for g in self._members.get((PREFILL, node_id), ())]
+        return [engines[g].num_tokens for g in self._members.get(2 * node_id, ())]
