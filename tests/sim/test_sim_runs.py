@@ -4,7 +4,10 @@ import pytest
 
 from dualpath.sim.compiled import is_compiled
 from dualpath.sim.config import SYSTEMS, SimConfig, get_system
-from dualpath.sim.harness.runner import run_one, run_systems
+from dualpath.policy.fetch import FetchOrder
+from dualpath.policy.ledger import Ledger, ViewBounds
+from dualpath.sim.driver import Simulation
+from dualpath.sim.harness.runner import make_agents, run_one, run_systems
 
 # These tests watch a run by patching methods of simulator classes, which a mypyc build compiles
 # into native classes (tests/sim/test_compiled_build.py runs this folder against that build).
@@ -41,21 +44,29 @@ def test_deterministic_by_seed(make_cluster, make_trajectories) -> None:
         assert a[key] == b[key]
 
 
-def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, monkeypatch) -> None:
-    import dualpath.sim.adapter as adapter
+def _run(cfg: SimConfig, trajs, order: FetchOrder | None = None,
+         bounds: ViewBounds | None = None) -> dict:
+    """One run with the adapter's fetch order / view bounds replaced (speed knobs under test)."""
+    sim = Simulation(cfg, make_agents(trajs))
+    if order is not None:
+        sim.adapter.fetcher.order = order
+    if bounds is not None:
+        sim.adapter.ledger.bounds = bounds
+    return sim.run()
 
+
+def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories) -> None:
     trajs = make_trajectories(120, turns=6, first=8192, append=250, gen=24)
     cfg = SimConfig(system=get_system("dualpath"), cluster=make_cluster(1, 1))
-    with_elision = run_one(cfg, trajs)
-    monkeypatch.setattr(adapter, "FETCH_ELISION", False)
-    without = run_one(cfg, trajs)
+    with_elision = _run(cfg, trajs)
+    without = _run(cfg, trajs, order=FetchOrder(elide=False))
     assert with_elision["jct_s"] == without["jct_s"]
     assert with_elision["bytes"] == without["bytes"]
     # bounded queue prefixes in PE views (refetched when fully taken) give the same plans too
-    monkeypatch.setattr("dualpath.sim.driver.VIEW_LIMIT", 2)
-    monkeypatch.setattr(adapter, "VIEW_LIMIT", 2)
-    tiny = run_one(cfg, trajs)
+    tiny = _run(cfg, trajs, order=FetchOrder(elide=False), bounds=ViewBounds(prefill_prefix=2))
     assert tiny["jct_s"] == without["jct_s"] and tiny["bytes"] == without["bytes"]
+    whole = _run(cfg, trajs, bounds=ViewBounds(prefill_prefix=None))
+    assert whole["jct_s"] == without["jct_s"] and whole["bytes"] == without["bytes"]
 
 
 @patches_methods
@@ -63,25 +74,21 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories, 
 def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_trajectories,
                                                           monkeypatch, system) -> None:
     """DE views carry the private queue only up to the first request past the group's free HBM
-    (sim/adapter.py BOUND_PRIVATE_VIEW). 600 agents with ~60K contexts overfill the DE HBM of
-    DS 660B 2P4D, so most DE fetches see a queue that is cut (checked below)."""
-    import dualpath.sim.adapter as adapter
-
+    (policy/ledger.py ViewBounds.bound_private). 600 agents with ~60K contexts overfill the DE HBM
+    of DS 660B 2P4D, so most DE fetches see a queue that is cut (checked below)."""
     trajs = make_trajectories(600, turns=3, first=60000, append=400, gen=2000)
     cfg = SimConfig(system=get_system(system), cluster=make_cluster(2, 4, model="deepseek-v3.2"))
-    monkeypatch.setattr(adapter, "_PRIVATE_FULL", 0)
     cuts = []
-    prefix = adapter.PolicyAdapter._private_prefix
+    prefix = Ledger._private_prefix
 
     def counted(self, queue, group):
         out = prefix(self, queue, group)
         cuts.append(len(out) < len(queue))
         return out
 
-    monkeypatch.setattr(adapter.PolicyAdapter, "_private_prefix", counted)
-    bounded = run_one(cfg, trajs)
+    monkeypatch.setattr(Ledger, "_private_prefix", counted)
+    bounded = _run(cfg, trajs, bounds=ViewBounds(private_full=0))
     assert sum(cuts) > len(cuts) // 2
-    monkeypatch.setattr(adapter, "BOUND_PRIVATE_VIEW", False)
-    full = run_one(cfg, trajs)
+    full = _run(cfg, trajs, bounds=ViewBounds(bound_private=False))
     for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
         assert bounded[key] == full[key], key

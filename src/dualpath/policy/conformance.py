@@ -40,6 +40,12 @@ _TYPES: dict[str, type] = {
 }
 
 
+def register(*classes: type) -> None:
+    """Make more frozen dataclasses (de)serialisable by :func:`to_jsonable` (traces use it)."""
+    for cls in classes:
+        _TYPES[cls.__name__] = cls
+
+
 def to_jsonable(obj: Any) -> Any:
     """Policy dataclasses -> plain JSON values (``{"type": name, field: value...}``)."""
     if is_dataclass(obj) and not isinstance(obj, type):

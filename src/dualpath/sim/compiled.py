@@ -12,7 +12,8 @@ import importlib
 import os
 
 MODULES: tuple[str, ...] = (
-    "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.metrics",
+    "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.fetch",
+    "dualpath.policy.ledger", "dualpath.policy.ledger_views", "dualpath.policy.metrics",
     "dualpath.policy.prefill", "dualpath.policy.scheduler", "dualpath.policy.views",
     "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
     "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.load_path",

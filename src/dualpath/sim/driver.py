@@ -5,17 +5,21 @@ arrival -> global queue -> DE fetch (HBM reserved) -> prefill queue -> PE fetch 
 DRAM-buffer claims + storage reads -> PE iterations -> KV in DE buffer -> DE HBM -> decode -> next turn.
 
 How the KV moves (and what it costs) is the system's load path (``sim/load_path.py``), chosen from
-``SystemSpec.load_path``; the constants come from ``config.calibration``.
+``SystemSpec.load_path``; the constants come from ``config.calibration``. The scheduling state is
+the policy's ledger behind ``sim/adapter.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from functools import partial
 
 from dualpath.policy import SchedulerConfig, make_scheduler
-from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
+from dualpath.policy.fetch import SIM_ORDER
+from dualpath.policy.views import PrefillAssignment
+from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster
 from dualpath.sim.config import SimConfig
 from dualpath.sim.costs import CostCache, ForwardMemoPredictor
@@ -57,13 +61,12 @@ class Simulation:
                           if g.role == "pe"}
         self.de_states = {g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus
                           if g.role == "de"}
-        # PE units that skipped a request for lack of DE buffer
+        # PE units that skipped a request for lack of DE buffer (the load path kicks them)
         self.starved_units: set[PrefillUnit] = set()
         self.load: LoadPath = load_path_class(self.system.load_path)(
             kernel=self.kernel, cluster=cluster, storage=self.storage, costs=self.costs,
             block_len=self.block_len, de_output_reserve=cal.de_output_reserve, ready=self._ready,
-            starved=self.starved_units)
-        self._fetch_interval_s = cal.fetch_interval_s
+            read_done=self._read_done, starved=self.starved_units)
         # = policy.ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=...), compiled
         forward = ForwardMemoPredictor(self.costs.predictor, model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
@@ -71,8 +74,14 @@ class Simulation:
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
             attention_predictor=forward,
             block_size=self.block_len, compute_quota_s=cal.compute_quota_per_forward_s)
-        self.de_node_tok = {n.node_id: 0 for n in cluster.de_nodes}  # sum of DE tok_e per node
-        self.adapter = PolicyAdapter(self, make_scheduler(self.system.policy, sched_cfg))
+        self.adapter = PolicyAdapter(
+            self, make_scheduler(self.system.policy, sched_cfg),
+            engines=[(g.gpu_id, g.node_id, g.role) for g in cluster.gpus],
+            read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
+            de_hbm_tokens=de_kv,
+            pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
+            order=dataclasses.replace(SIM_ORDER, interval_s=cal.fetch_interval_s))
+        self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.prefill_units = [PrefillUnit([self.pe_states[g] for g in u], kernel=self.kernel,
                                           costs=self.costs, load=self.load,
                                           plan_batch=self.adapter.plan_batch,
@@ -90,14 +99,6 @@ class Simulation:
         self.agents_left = len(agents)
         self.rng = random.Random(config.seed)
         self._tick: Handle | None = None
-        self._de_dirty: set[int] = set()
-        self._next_de = 0
-        self._next_pe = 0
-        self._pe_node_ids = [n.node_id for n in cluster.pe_nodes]
-        pe_nodes = cluster.pe_nodes  # PE fetch orders, one per rotation (see _on_tick)
-        self._pe_orders = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
-        self._pe_dirty: set[int] = set(self._pe_node_ids)
-        self._pe_all_dirty = False  # every PE node is dirty (set by assign_de, applied per tick)
 
     def _prefill_tokens_per_s(self) -> float:
         """Prompt tokens/s one PE handles at the paper's workload shape (beta = 5 s of it)."""
@@ -128,79 +129,56 @@ class Simulation:
             raise ConfigError("cluster", self.config.cluster.name,
                               f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
                               f"at most {self.max_de_tokens} (weights leave too little HBM)")
-        self.adapter.global_queue.append(req)
+        self.adapter.arrive(req)
         self._request_tick()
 
     # ------------------------------------------------------------------ scheduler fetches
-    def mark_de_dirty(self, node_id: int) -> None:
-        self._de_dirty.add(node_id)
+    def now(self) -> float:
+        return self.kernel.now_s
+
+    def request_tick(self) -> None:
+        """Fetch at the next multiple of the fetch interval (once, however often asked)."""
         self._request_tick()
 
     def _request_tick(self) -> None:
         if self._tick is None:
-            interval = self._fetch_interval_s
+            interval = self.fetch_interval_s
             t = (math.floor(self.kernel.now_s / interval) + 1) * interval
             self._tick = self.kernel.at(t, self._on_tick, PRIO_FETCH)
 
     def _on_tick(self) -> None:
         self._tick = None
-        adapter = self.adapter
-        nodes = self.cluster.nodes
-        de_nodes = self.cluster.de_nodes
-        if adapter.global_queue:  # phase 1 drains the global queue at the next group's fetch
-            node = de_nodes[self._next_de % len(de_nodes)]
-            self._next_de += 1
-            self._de_dirty.discard(node.node_id)
-            adapter.fetch_decode(node)
-        for node_id in sorted(self._de_dirty):
-            if adapter.private[node_id] and adapter.decode_may_assign(nodes[node_id]):
-                adapter.fetch_decode(nodes[node_id])
-        self._de_dirty.clear()
-        # Groups fetch on their own timers; rotating who goes first each tick stands in for that.
-        self._next_pe = (self._next_pe + 1) % len(self._pe_orders)
-        if not adapter.prefill_queue:  # every PE group's fetch would be skipped
-            return
-        pe_dirty = self._pe_dirty
-        if self._pe_all_dirty:
-            pe_dirty.update(self._pe_node_ids)
-            self._pe_all_dirty = False
-        for node in self._pe_orders[self._next_pe]:
-            if not adapter.prefill_queue:
-                break  # the rest stay dirty, as if visited with nothing to fetch
-            if node.node_id in pe_dirty:
-                pe_dirty.discard(node.node_id)
-                if not adapter.prefill_may_assign(node):
-                    continue
-                while (adapter.fetch_prefill(nodes[node.node_id]) >= VIEW_LIMIT
-                       and adapter.prefill_queue and adapter.prefill_may_assign(node)):
-                    pass  # the plan took the whole prefix: continue with the next one
+        self.adapter.tick()
+
+    def starved(self, st: PeState) -> None:
+        """PE ``st`` skipped a request for lack of DE buffer room: kick its unit when some frees."""
+        self.starved_units.add(st.unit)
 
     # ------------------------------------------------------------------ plan execution
     def assign_de(self, req: Req, gpu_id: int) -> None:
-        st = self.de_states[gpu_id]
         req.de_gpu = gpu_id
         req.t_de = self.kernel.now_s
-        st.seq += 1
-        st.tok += req.decode_len
-        st.reserved += req.decode_len
-        self.de_node_tok[st.node_id] = self.de_node_tok[st.node_id] + req.decode_len
-        self.adapter.de_changed(st.node_id, st.gpu_id)
-        self.adapter.enqueue_prefill(req, st.node_id)
-        self._pe_all_dirty = True  # a new request in the prefill queue: every PE group may fetch
 
-    def assign_pe(self, req: Req, gpu_id: int, pe_read_len: int, de_read_len: int,
-                  side: str) -> None:
-        st = self.pe_states[gpu_id]
-        req.pe_gpu = gpu_id
+    def assign_pe(self, req: Req, a: PrefillAssignment) -> None:
+        st = self.pe_states[a.engine_id]
+        pe_read_len, de_read_len = a.pe_read_len, a.de_read_len
+        req.pe_gpu = a.engine_id
         req.t_pe = self.kernel.now_s
-        req.pe_read_len, req.de_read_len, req.read_side = pe_read_len, de_read_len, side
-        assert pe_read_len + de_read_len == req.hit_len, (req.rid, pe_read_len, de_read_len)
-        st.seq += 1
-        st.tok += req.prompt_len
-        self.adapter.pe_changed(st.node_id, st.gpu_id)
+        req.pe_read_len, req.de_read_len, req.read_side = pe_read_len, de_read_len, a.read_side
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
         self.load.start_reads(req, st.node_id)
+
+    def _read_done(self, req: Req, node_id: int | None) -> None:
+        """One side's hit read of ``req`` is in DRAM (``node_id`` None: free I/O, no read)."""
+        self.adapter.read_done(req, node_id)
+
+    def claim_output(self, req: Req) -> bool:
+        """Room in the DE buffer for the KV the PE will send (PE-read hits + misses)."""
+        return self.load.claim_output(req)
+
+    def unclaim_output(self, req: Req) -> None:
+        self.load.unclaim_output(req)
 
     def _ready(self, req: Req) -> None:
         req.is_ready = True
@@ -213,11 +191,8 @@ class Simulation:
         """Last chunk computed: first token now; KV complete in the DE buffer at ``kv_at``."""
         now = self.kernel.now_s
         req.t_first = now
-        st.seq -= 1
-        st.tok -= req.prompt_len
-        self.adapter.pe_changed(st.node_id, st.gpu_id)
-        self._pe_dirty.add(st.node_id)
-        if self.adapter.prefill_queue:
+        self.adapter.prefill_done(req)
+        if self.adapter.ledger.prefill_queue:
             self._request_tick()
         self.load.deliver(req, st.node_id, self.de_states[req.de_gpu], kv_at)
 
@@ -226,14 +201,10 @@ class Simulation:
         req.t_done = now
         if math.isnan(req.t_join):
             req.t_join = now
-        de.seq -= 1
-        de.tok -= req.decode_len
-        de.reserved -= req.decode_len
-        self.de_node_tok[de.node_id] = self.de_node_tok[de.node_id] - req.decode_len
-        self.adapter.de_changed(de.node_id, de.gpu_id)
+        self.adapter.finished(req)
         self.load.persist_decode(req, de)
         self.metrics.request_done(req, de.unit.current_step_s())
-        self.mark_de_dirty(de.node_id)
+        self._request_tick()  # its DE group may fetch again
         self._issue(req.agent)  # zero tool latency: the next turn arrives now
 
     # ------------------------------------------------------------------ run

@@ -52,6 +52,7 @@ class LoadPath:
 
     def __init__(self, *, kernel: Kernel, cluster: Cluster, storage: Storage, costs: CostCache,
                  block_len: int, de_output_reserve: float, ready: Callable[[Req], None],
+                 read_done: Callable[[Req, int | None], None],
                  starved: set[PrefillUnit]) -> None:
         self.kernel = kernel
         self.nodes: list[Node] = cluster.nodes
@@ -62,6 +63,7 @@ class LoadPath:
         self.block_len = block_len
         self.de_read_limit = 1.0 - de_output_reserve  # DE-side reads leave the output's share
         self.ready = ready
+        self.read_done = read_done  # one side's read is in DRAM: (req, that node; None = no read)
         self.starved = starved  # PE units that skipped a request for lack of DE buffer room
         # EP all-to-all bytes per token of a decode step (none without link costs)
         self.de_model_bytes_per_token: float = costs.de_model_bytes(1) if self.moves_kv else 0.0
@@ -80,11 +82,19 @@ class LoadPath:
         bpt = self.bpt
         if de_read_len > 0:
             de_node = self.nodes[self.gpus[req.de_gpu].node_id]
-            self.storage.claim(de_node, req, de_read_len * bpt, de_read_len, self._claim_done,
+            self.storage.claim(de_node, req, de_read_len * bpt, de_read_len, self._de_read_done,
                                limit_frac=self.de_read_limit)
         if pe_read_len > 0:
             self.storage.claim(self.nodes[pe_node_id], req, pe_read_len * bpt, pe_read_len,
-                               self._claim_done)
+                               self._pe_read_done)
+
+    def _de_read_done(self, req: Req) -> None:
+        self.read_done(req, self.gpus[req.de_gpu].node_id)
+        self._claim_done(req)
+
+    def _pe_read_done(self, req: Req) -> None:
+        self.read_done(req, self.gpus[req.pe_gpu].node_id)
+        self._claim_done(req)
 
     def _claim_done(self, req: Req) -> None:
         req.claims_left -= 1
@@ -207,6 +217,7 @@ class FreeIO(LoadPath):
 
     def start_reads(self, req: Req, pe_node_id: int) -> None:
         req.t_alloc = req.t_read = self.kernel.now_s
+        self.read_done(req, None)  # free reads: done at once
         self.ready(req)
 
     def claim_output(self, req: Req) -> bool:

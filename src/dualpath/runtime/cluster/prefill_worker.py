@@ -33,6 +33,7 @@ from dualpath.core.errors import ConfigError
 from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
 from dualpath.policy import views as pv
+from dualpath.policy.batch import BatchLimits
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
@@ -71,6 +72,8 @@ class PrefillWorker(WorkerBase):
         self._arrived: dict[tuple[str, int], int] = {}  # pulled tokens per (request, layer)
         self._connected: set[str] = set()  # DE endpoints registered with the engine
         self._solo: set[str] = set()  # requests of a failed batch: each runs alone next
+        # the room this engine reports to the batch planner: one staging slot per layer's batch
+        self.limits = BatchLimits(staging_tokens=STAGING_TOKENS, block_size=geo.block_size)
 
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:
@@ -189,7 +192,7 @@ class PrefillWorker(WorkerBase):
             return False
         view = pv.BatchView(now_s=time.monotonic(), engine_id=self.engine_id, waiting=tuple(ready))
         try:
-            entries = self._isolate(self._fit(self.scheduler.plan_prefill_batch(view).entries))
+            entries = self._isolate(list(self.scheduler.plan_prefill_batch(view, self.limits).entries))
         except Exception as exc:  # noqa: BLE001 - the plan over these requests failed: fail them
             for i, item in enumerate(ready):
                 self.fail_task(item.request_id, "its batch could not be planned (see the engine log)",
@@ -217,17 +220,6 @@ class PrefillWorker(WorkerBase):
                                      event="prefill_done", hit_len=out.hit_tokens))
         self._admit_waiting()
         return True
-
-    def _fit(self, entries: Sequence[pv.BatchEntry]) -> list[pv.BatchEntry]:
-        """The plan's leading entries whose staging rows (cached + chunk, block-padded) fit a slot."""
-        out: list[pv.BatchEntry] = []
-        used = 0
-        for e in entries:
-            used += self.geo.block_size * -(-(e.cached_len + e.chunk_len) // self.geo.block_size)
-            if out and used > STAGING_TOKENS:
-                break
-            out.append(e)
-        return out
 
     def _isolate(self, entries: list[pv.BatchEntry]) -> list[pv.BatchEntry]:
         """A request that was in a failed batch runs alone (so a second failure is its own)."""

@@ -1,9 +1,9 @@
 """The scheduler service: one ROUTER socket for engines and clients, request state, policy calls.
 
 Each tick (every ``tick_s`` or after messages) it: marks engines dead after ``engine_timeout_s``
-without a message and re-dispatches or fails their requests; runs the decode fetch of every DE group
-(node) and the prefill fetch of every PE group through ``dualpath.policy``; sends DecodeTask then
-PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
+without a message and re-dispatches or fails their requests; runs one fetch round of the policy's
+ledger (``ClusterState.fetch``: DE groups, then PE groups, in ``policy.fetch.RUNTIME_ORDER``); sends
+DecodeTask then PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
 request's client with RequestStats on the last one.
 """
 
@@ -221,7 +221,7 @@ class SchedulerService:
                                          kv_bytes_per_token=layout.kv_bytes_per_token,
                                          prefill_tokens_per_s=self.args.prefill_tokens_per_s,
                                          batching="tokens", block_size=msg.block_size)
-        self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
+        self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
         self.sched = make_scheduler(self.args.policy, cfg)
 
     def _configure(self, msg: Configure) -> QueryReply:
@@ -291,11 +291,12 @@ class SchedulerService:
         self.report.deaths += 1
         self.supervision.died(eid)
         print(f"scheduler: {reason}", flush=True)
-        for rid, req in list(self.state.requests.items()):
-            if eid not in (req.pe, req.de):
-                continue
+        keep: set[str] = set()
+        for rid in self.state.ledger.requests_on(eid):
+            req = self.state.requests[rid]
             streamed = self.report.num_tokens(rid) > 0
             if streamed and eid != req.de:
+                keep.add(rid)  # a dead PE leaves a request already streaming from its DE alone
                 continue
             if streamed:
                 self._fail(rid, f"{reason}; request lost after it started streaming")
@@ -304,9 +305,7 @@ class SchedulerService:
             else:
                 self.supervision.retried += 1
                 self._requeue(rid)
-        if e.role == "decode" and e.node_id not in self.state.groups("decode"):
-            self.state.global_queue[:0] = self.state.private_queues.pop(e.node_id, [])
-        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
+        self.state.engine_lost(eid, frozenset(keep))  # (an emptied DE group gives its queue back)
         self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
         self._broadcast_peers()
 
@@ -315,13 +314,11 @@ class SchedulerService:
         for other in (req.pe, req.de):
             if other >= 0 and self.state.engines[other].alive:
                 self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
-        self.state.finish(rid)
+        self.state.requeue(rid)
         self.keys.pop(self.current.get(rid, ""), None)
         self.attempts[rid] = self.attempts.get(rid, 0) + 1
         self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
         self.keys[key] = rid
-        self.state.submit(req.info)
-        self.state.global_queue.insert(0, self.state.global_queue.pop())
 
     # ------------------------------------------------------------------ requests
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
@@ -417,17 +414,13 @@ class SchedulerService:
         self.supervision.orphans(now)
         if self.sched is None:
             return
-        st = self.state
-        for node in st.groups("decode"):
-            if st.global_queue or st.private_queues.get(node):
-                st.apply_decode(node, self.sched.assign_decode(st.decode_view(node, now)))
-        for node in st.groups("prefill"):
-            if st.prefill_queue:
-                for rid in st.apply_prefill(node, self.sched.assign_prefill(st.prefill_view(node, now))):
-                    self._dispatch(rid, now)
+        for rid in self.state.fetch(self.sched, now):
+            self._dispatch(rid, now)
 
     def _dispatch(self, rid: str, now: float) -> None:
         req = self.state.requests[rid]
+        a = req.assignment
+        assert a is not None  # (placed by this tick's fetch)
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
         key = self.current[rid]
