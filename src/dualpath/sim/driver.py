@@ -33,7 +33,7 @@ class Simulation:
         self.free_io: bool = config.system.free_io  # (the system is frozen: hot paths read these)
         self.layerwise: bool = config.system.layerwise
         self.kernel = Kernel()
-        self.cluster = cluster = Cluster(config.cluster)
+        self.cluster = cluster = Cluster(config.cluster, config.snic_directions)
         model = cluster.model
         self.bpt: int = model.kv_bytes_per_token
         self.block_len: int = config.block_len
