@@ -28,7 +28,7 @@ import time
 
 from dualpath.runtime.cluster.agents import closed_loop, metrics_delta, run_system, scaled_agents
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
 from dualpath.runtime.cluster.demo import SYSTEMS
 from dualpath.runtime.cluster.local import LocalCluster
 
@@ -87,8 +87,9 @@ def main() -> None:
     model = "tiny" if args.tiny else "smollm2-135m"
     agents = scaled_agents(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)
     cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"), model=model,
-                        num_prefill_engines=1, num_decode_engines=2, snic_gbps=100.0,
-                        transport=args.transport, engine_timeout_s=60.0)
+                        num_prefill_engines=1, num_decode_engines=2, transport=args.transport,
+                        traffic=TrafficConfig(snic_gbps=100.0),
+                        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0))
     t0 = time.monotonic()
     try:
         with LocalCluster(cfg) as cluster:

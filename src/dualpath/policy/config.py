@@ -21,6 +21,7 @@ BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
 PAPER_SNIC_BYTES_PER_S = 50e9
 PAPER_KV_BYTES_PER_TOKEN = 40_016
 PAPER_PREFILL_TOKENS_PER_S = 121_000.0
+COMPUTE_QUOTA_S = 0.3  # the paper's 300 ms compute quota per PE batch (one forward pass)
 READ_WINDOW_S = 3.0  # alpha: tokens a node reads in 3 s
 PREFILL_WINDOW_S = 5.0  # beta: tokens one GPU prefills in 5 s
 
@@ -86,7 +87,7 @@ class SchedulerConfig:
 
     alpha_tokens: int = _DEFAULT_ALPHA
     beta_tokens: int = _DEFAULT_BETA
-    compute_quota_s: float = 0.3
+    compute_quota_s: float = COMPUTE_QUOTA_S
     hbm_slack: float = 1.05
     block_size: int = 64
     batching: str | None = None

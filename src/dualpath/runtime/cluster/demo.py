@@ -18,7 +18,7 @@ import msgspec
 from dualpath.core.errors import require
 from dualpath.runtime.cluster.agents import run_system, scaled_agents
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
 from dualpath.runtime.cluster.local import LocalCluster
 
 SYSTEMS: dict[str, tuple[str, bool]] = {  # name -> (policy, read_free)
@@ -74,8 +74,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> 
 
 def _run(cfg: DemoConfig, kv_dir: str, say: Callable[[str], None]) -> dict[str, object]:
     ccfg = ClusterConfig(kv_dir=kv_dir, model=cfg.model, num_prefill_engines=cfg.num_prefill_engines,
-                         num_decode_engines=cfg.num_decode_engines, snic_gbps=cfg.snic,
-                         cnic_gbps=cfg.cnic_gbps, transport=cfg.transport, engine_timeout_s=30.0)
+                         num_decode_engines=cfg.num_decode_engines, transport=cfg.transport,
+                         traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
+                         scheduler=SchedulerServiceConfig(engine_timeout_s=30.0))
     agents = scaled_agents(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
                            scale=cfg.scale, seed=cfg.seed)
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
