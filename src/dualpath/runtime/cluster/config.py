@@ -179,3 +179,77 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def num_nodes(self) -> int:
         return self.node_of(self.num_engines - 1) + 1
+
+
+class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduler process: the cluster's config (``scheduler``, ``traffic`` sections, policy,
+    KV store) plus what only this process has. It binds ``tcp://<cluster.host>:<scheduler_port>``."""
+
+    cluster: ClusterConfig
+    port_file: str = ""  # if set, the bound address is written here
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+
+    @property
+    def bind(self) -> str:
+        return f"tcp://{self.cluster.host}:{self.cluster.scheduler_port}"
+
+
+class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine process: the cluster's config (``engine``, ``traffic`` sections, model, policy,
+    transport, KV store; ``cluster.host`` is the address peers reach this engine's transport at)
+    plus what only this process has (``dualpath engine`` flags map onto these)."""
+
+    cluster: ClusterConfig
+    scheduler: str  # "tcp://host:port"
+    role: str
+    node_id: int
+    engine_id: int = -1
+    cluster_id: str = "default"
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+
+
+# ``dualpath demo``: system name -> (policy, read_free).
+DEMO_SYSTEMS: dict[str, tuple[str, bool]] = {
+    "basic": ("basic", False),
+    "dualpath": ("dualpath", False),
+    "oracle": ("dualpath", True),
+    "rr-shorter-queue": ("rr-shorter-queue", False),
+    "always-de": ("always-de", False),
+    "dualpath-split": ("dualpath-split", False),
+}
+# Demo storage-NIC caps (Gbit/s) per model so that reading a turn's cached context takes a few
+# times longer than computing its append on a 2-core CPU (KV: SmolLM2 46 KB/token fp32, tiny 2 KB).
+DEMO_SNIC_GBPS: dict[str, float] = {DEFAULT_RUNTIME_MODEL: 0.1, "tiny": 0.01}
+
+
+class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``dualpath demo`` (runtime/cluster/demo.py): the same agents under each system on one local
+    cluster. ``snic_gbps`` None: ``DEMO_SNIC_GBPS`` of the model."""
+
+    model: str = DEFAULT_RUNTIME_MODEL
+    systems: tuple[str, ...] = ("basic", "dualpath", "oracle")
+    num_prefill_engines: int = 1
+    num_decode_engines: int = 2
+    num_agents: int = 6
+    max_turns: int = 6
+    scale: float = 1 / 16
+    max_len: int = 2048
+    snic_gbps: float | None = None
+    cnic_gbps: float | None = None
+    transport: str = "zmq"
+    kv_dir: str = ""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for s in self.systems:
+            lookup(DEMO_SYSTEMS, s, "system")
+        require(self.num_agents >= 1, "num_agents", self.num_agents, "must be >= 1")
+        require(self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
+        require(0 < self.scale <= 1, "scale", self.scale, "must be in (0, 1]")
+        lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
+
+    @property
+    def snic(self) -> float:
+        return self.snic_gbps if self.snic_gbps is not None else DEMO_SNIC_GBPS.get(self.model, 0.1)

@@ -18,7 +18,7 @@ import msgspec
 import torch
 import zmq
 
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import EngineArgs
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Reset,
@@ -30,21 +30,6 @@ from dualpath.runtime.transfer.drops import DropCounter
 
 if TYPE_CHECKING:
     from dualpath.policy import SchedulerConfig
-
-
-class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
-    """One engine process: the cluster's config (``engine``, ``traffic`` sections, model, policy,
-    transport, KV store; ``cluster.host`` is the address peers reach this engine's transport at)
-    plus what only this process has (``dualpath engine`` flags map onto these)."""
-
-    cluster: ClusterConfig
-    scheduler: str  # "tcp://host:port"
-    role: str
-    node_id: int
-    engine_id: int = -1
-    cluster_id: str = "default"
-    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
-    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 def _capacity(args: EngineArgs) -> int | None | str:

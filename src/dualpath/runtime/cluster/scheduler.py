@@ -19,7 +19,7 @@ from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import SchedulerArgs
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
     Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
@@ -33,20 +33,6 @@ from dualpath.runtime.transfer.drops import DropCounter
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
-
-
-class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
-    """The scheduler process: the cluster's config (``scheduler``, ``traffic`` sections, policy,
-    KV store) plus what only this process has. It binds ``tcp://<cluster.host>:<scheduler_port>``."""
-
-    cluster: ClusterConfig
-    port_file: str = ""  # if set, the bound address is written here
-    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
-    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
-
-    @property
-    def bind(self) -> str:
-        return f"tcp://{self.cluster.host}:{self.cluster.scheduler_port}"
 
 
 def _seeded(params: SamplingParams) -> SamplingParams:
