@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from dualpath.core.errors import ConfigError
+from dualpath.policy import config as _policy_config
 
 # --- scheduling cadence --------------------------------------------------------------------------
 # Engine groups fetch work periodically (spec section 3). The paper gives no period; 50 ms is about
@@ -75,7 +76,7 @@ DECODE_STEP_OVERHEAD_S = 0.0
 # layer), and iterations would grow to tens of seconds; read per FORWARD (all layers) it yields
 # ~0.5 s iterations of a handful of requests, which is what the paper's TTFTs imply. The policy's
 # quota is per forward; the simulator gives it policy.ForwardAttentionPredictor (all layers).
-COMPUTE_QUOTA_PER_FORWARD_S = 0.3
+COMPUTE_QUOTA_PER_FORWARD_S = _policy_config.COMPUTE_QUOTA_S
 
 # --- Basic (no layerwise prefill) ----------------------------------------------------------------
 # Basic keeps a whole prompt's KV (all layers) in PE HBM, loads it before computing and sends it

@@ -39,7 +39,6 @@ from dualpath.runtime.cluster.kvio import (
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import PrefillConfig, PrefillEngine, PrefillRequest
-from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import ReadResult, chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferError, TransferItem, Transport
@@ -88,7 +87,7 @@ class PrefillWorker(WorkerBase):
             self._connected.add(de)
         req = PrefillRequest(request_id=rid, token_ids=tuple(task.prompt_token_ids), decode_endpoint=de,
                              read_side="de" if pure_de else "pe", hit_hashes=hashes,
-                             sampling=_sampling(task.params))  # fmt: skip
+                             sampling=task.params)  # fmt: skip
         self._pe_io.expect(rid, task.pe_read_len // bs, task.de_read_len // bs if not pure_de else 0)
         if not self.engine.add_request(req):
             self._pe_io.expect(None, 0, 0)
@@ -368,7 +367,3 @@ class _Pull:
                                             f"engine {self.de_id} did not arrive")  # fmt: skip
             self.w._arrived.pop(self.key, None)
 
-
-def _sampling(p: SamplingParams) -> EngineSampling:
-    return EngineSampling(temperature=p.temperature, top_p=p.top_p, seed=p.seed or 0,
-                          max_new_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids))
