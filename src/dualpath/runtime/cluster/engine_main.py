@@ -39,11 +39,12 @@ def _capacity(args: EngineArgs) -> int | None | str:
 def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
     from dualpath.runtime.model import load_decoder
 
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.cluster.engine.dtype]
+    eng = args.cluster.engine
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[eng.dtype]
     decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
     eos = getattr(ckpt.hf_config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return (decoder, Geometry.of(decoder, args.cluster.engine.block_size), eos, ckpt.config.vocab_size,
+    return (decoder, Geometry.of(decoder, eng.block_size), eos, ckpt.config.vocab_size,
             ckpt.config.max_position_embeddings)
 
 
@@ -57,16 +58,18 @@ def run_engine(args: EngineArgs) -> None:
     decoder, geo, eos, vocab, max_ctx = _model(args)
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
-    store = BlockStore(args.cluster.kv_dir, layout, _capacity(args), file_mode=args.cluster.kv_file_mode)
+    cluster = args.cluster
+    hbm_tokens = cluster.engine.decode_hbm_tokens if args.role == "decode" else 0
+    store = BlockStore(cluster.kv_dir, layout, _capacity(args), file_mode=cluster.kv_file_mode)
     keys = load_keys(args.key_file)
     ctx = zmq.Context()
     sock = _dealer(ctx, args.scheduler, keys)
     traffic = _traffic(args, max(args.engine_id, 0))
-    transport = make_transport(args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys)
+    transport = make_transport(cluster.transport, host=cluster.host, limiter=traffic.kv_send, keys=keys)
     sock.send(encode(EngineHello(
         engine_id=args.engine_id, role=args.role, node_id=args.node_id,
         data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
-        hbm_tokens=args.cluster.engine.decode_hbm_tokens if args.role == "decode" else 0, model_name=args.cluster.model,
+        hbm_tokens=hbm_tokens, model_name=cluster.model,
         num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
         block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)))
     welcome = decode(sock.recv())
@@ -90,11 +93,11 @@ def run_engine(args: EngineArgs) -> None:
     if args.role == "prefill":
         from dualpath.runtime.cluster.prefill_worker import PrefillWorker
 
-        worker = PrefillWorker(scheduler=make_scheduler(args.cluster.policy, sched_cfg), **common)  # type: ignore[arg-type]
+        worker = PrefillWorker(scheduler=make_scheduler(cluster.policy, sched_cfg), **common)  # type: ignore[arg-type]
     else:
         from dualpath.runtime.cluster.decode_worker import DecodeWorker
 
-        worker = DecodeWorker(eos_token_id=eos, hbm_tokens=args.cluster.engine.decode_hbm_tokens, **common)  # type: ignore[arg-type]
+        worker = DecodeWorker(eos_token_id=eos, hbm_tokens=hbm_tokens, **common)  # type: ignore[arg-type]
     gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
     stop = threading.Event()
@@ -155,16 +158,17 @@ def _sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
     from dualpath.policy import SchedulerConfig
     from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor
 
+    eng = args.cluster.engine
     fixed = None
-    if args.cluster.engine.attention_s_per_gflop > 0:
-        fixed = fixed_predictor(decoder, seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
-                                intercept_s=args.cluster.engine.attention_intercept_s)
+    if eng.attention_s_per_gflop > 0:
+        fixed = fixed_predictor(decoder, seconds_per_gflop=eng.attention_s_per_gflop,  # type: ignore[arg-type]
+                                intercept_s=eng.attention_intercept_s)
     pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
     print(f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
           f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
-          f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms", flush=True)
-    return SchedulerConfig(compute_quota_s=args.cluster.engine.compute_quota_s, attention_predictor=pred,
-                           max_batch_tokens=args.cluster.engine.max_batch_tokens, block_size=args.cluster.engine.block_size)
+          f"quota {eng.compute_quota_s * 1e3:.0f} ms", flush=True)
+    return SchedulerConfig(compute_quota_s=eng.compute_quota_s, attention_predictor=pred,
+                           max_batch_tokens=eng.max_batch_tokens, block_size=eng.block_size)
 
 
 def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:

@@ -60,8 +60,9 @@ class Reporter:
         if n + msg.params.max_tokens > limit:
             return "too_long", (f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
                                 f"exceeds the model's context of {limit} tokens")
-        if len(self.timing) >= svc.args.cluster.scheduler.max_queued_requests:
-            return "queue_full", f"{len(self.timing)} requests in flight (max {svc.args.cluster.scheduler.max_queued_requests})"
+        limit_queued = svc.args.cluster.scheduler.max_queued_requests
+        if len(self.timing) >= limit_queued:
+            return "queue_full", f"{len(self.timing)} requests in flight (max {limit_queued})"
         if msg.request_id in self.timing:
             return "bad_request", f"request id {msg.request_id!r} is already in flight"
         return None

@@ -5,9 +5,9 @@ A limiter models a link as a single server, the KV lane of the project's one lin
 (:mod:`dualpath.core.links`): each transfer of n bytes is reserved a slot of ``n / rate`` seconds
 after the link's previous reservation (with up to ``burst_bytes`` of credit after idle time: the
 transfer counts as ready that much earlier); the caller does its real I/O and then waits until the
-slot's finish time, so real I/O time overlaps the emulated transfer. ``TokenBucket`` is shared by threads of one process;
-``SharedTokenBucket`` by every process that opens the same state file (engines of one emulated node).
-Both use ``time.monotonic`` (system-wide on Linux), so processes agree on the clock.
+slot's finish time, so real I/O time overlaps the emulated transfer. ``TokenBucket`` is shared by
+threads of one process; ``SharedTokenBucket`` by every process that opens the same state file
+(engines of one emulated node). Both use ``time.monotonic`` (system-wide on Linux), so processes agree on the clock.
 """
 
 from __future__ import annotations
