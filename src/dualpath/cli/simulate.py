@@ -115,7 +115,6 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb),
                                   snic_gbps=snic_gbps)
-    sim_kw = {"snic_directions": snic_directions}
     started = time.perf_counter()
     err = Console(stderr=True)
     from dualpath.sim import calibration, compiled
@@ -157,7 +156,8 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
 
                 bar.update(f"online {name} aps={ordered[0]:g}")
                 sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
-                                       cost_model=cost_model, progress=step, **sim_kw)
+                                       cost_model=cost_model, progress=step,
+                                       snic_directions=snic_directions)
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
     else:
@@ -170,7 +170,7 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
             for name in systems:
                 bar.update(f"simulating {name} ({len(trajs)} agents)")
                 cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
-                                cost_model=cost_model, out_dir=out, **sim_kw)
+                                cost_model=cost_model, out_dir=out, snic_directions=snic_directions)
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0
                 res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None
