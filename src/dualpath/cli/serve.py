@@ -4,7 +4,7 @@ cluster)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -36,7 +36,7 @@ _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
 
-def _cluster_option(name: str, text: str) -> object:
+def _cluster_option(name: str, text: str) -> Any:
     return typer.Option(default_of(ClusterConfig, name), help=text)
 
 
@@ -157,7 +157,7 @@ def engine(
         print_json({"role": role, "scheduler": addr, "stopped": True})
 
 
-def _demo_option(name: str, text: str) -> object:
+def _demo_option(name: str, text: str) -> Any:
     return typer.Option(default_of(DemoConfig, name), help=text)
 
 
