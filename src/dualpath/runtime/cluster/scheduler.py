@@ -10,6 +10,7 @@ request's client with RequestStats on the last one.
 from __future__ import annotations
 
 import secrets
+import tempfile
 import time
 
 import msgspec
@@ -217,9 +218,15 @@ class SchedulerService:
         if self._measured_read_bytes_per_s is None:
             from dualpath.runtime.kvstore.bandwidth import measure_read_bytes_per_s
 
-            self._measured_read_bytes_per_s = measure_read_bytes_per_s(self.args.cluster.kv_dir)
-            print(f"scheduler: no SNIC cap or storage_read_gbps; alpha from the store's measured "
-                  f"read rate, {self._measured_read_bytes_per_s / 1e9:.2f} GB/s", flush=True)
+            where = self.args.cluster.kv_dir
+            try:
+                rate = measure_read_bytes_per_s(where)
+            except OSError as exc:  # e.g. a full KV directory: the machine's temp directory
+                where = f"{tempfile.gettempdir()} ({where}: {exc.strerror})"
+                rate = measure_read_bytes_per_s(tempfile.gettempdir())
+            self._measured_read_bytes_per_s = rate
+            print(f"scheduler: no SNIC cap or storage_read_gbps; alpha from the read rate measured "
+                  f"in {where}, {rate / 1e9:.2f} GB/s", flush=True)
         self.read_rate_source = "measured"
         return self._measured_read_bytes_per_s
 

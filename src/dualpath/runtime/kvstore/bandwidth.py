@@ -45,26 +45,33 @@ def _book(free_s: float, now_s: float, nbytes: int, rate: float, burst_s: float)
     return book([free_s, 0.0], now_s - burst_s, nbytes / rate, "kv")
 
 
-def measure_read_bytes_per_s(root: str | Path, nbytes: int = 32 << 20, chunk_bytes: int = 1 << 20,
+def measure_read_bytes_per_s(root: str | Path, nbytes: int = 16 << 20, chunk_bytes: int = 1 << 20,
                              repeats: int = 3) -> float:
-    """Bytes/s this machine reads a just-written file of ``nbytes`` under ``root`` in
-    ``chunk_bytes`` preads (best of ``repeats``; the page cache included, as for the store's own
-    reads of fresh blocks). Writes and removes one scratch file; raises OSError if it cannot."""
-    require(nbytes >= chunk_bytes > 0, "nbytes", nbytes, f"must be >= chunk_bytes ({chunk_bytes})")
+    """Bytes/s this machine reads a just-written file under ``root`` in ``chunk_bytes`` preads
+    (best of ``repeats``; the page cache included, as for the store's own reads of fresh blocks).
+    The file is ``nbytes`` or a tenth of the free space there, whichever is smaller (at least one
+    4 KiB page); it is removed before returning. Raises OSError if it cannot be written."""
+    require(nbytes >= 4096, "nbytes", nbytes, "must be >= 4096")
+    st = os.statvfs(root)
+    nbytes = max(4096, min(nbytes, st.f_bavail * st.f_frsize // 10))
+    chunk_bytes = max(4096, min(chunk_bytes, nbytes))
+    nbytes -= nbytes % chunk_bytes
     path = Path(root) / f".read-rate-{os.getpid()}.tmp"
     block = os.urandom(chunk_bytes)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        for off in range(0, nbytes, chunk_bytes):
-            os.pwrite(fd, block, off)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
             for off in range(0, nbytes, chunk_bytes):
-                os.pread(fd, chunk_bytes, off)
-            best = min(best, time.perf_counter() - t0)
+                os.pwrite(fd, block, off)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for off in range(0, nbytes, chunk_bytes):
+                    os.pread(fd, chunk_bytes, off)
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
         path.unlink(missing_ok=True)
     return nbytes / max(best, 1e-9)
 
