@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from dualpath.policy import ForwardAttentionPredictor
 from dualpath.sim.costs import CostCache, ForwardMemoPredictor
-from dualpath.sim.experiments import make_cluster
+from dualpath.sim.harness.experiments import make_cluster
 
 _cluster = make_cluster("deepseek-v3.2", "2p4d")
 _costs = CostCache(_cluster.model_spec, _cluster.node_spec.gpu_spec, name="roofline", pe_ep_size=16,

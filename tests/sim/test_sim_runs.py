@@ -4,7 +4,7 @@ import pytest
 
 from dualpath.sim.compiled import is_compiled
 from dualpath.sim.config import SYSTEMS, SimConfig, get_system
-from dualpath.sim.runner import run_one, run_systems
+from dualpath.sim.harness.runner import run_one, run_systems
 
 # These tests watch a run by patching methods of simulator classes, which a mypyc build compiles
 # into native classes (tests/sim/test_compiled_build.py runs this folder against that build).
@@ -85,71 +85,3 @@ def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_tr
     full = run_one(cfg, trajs)
     for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
         assert bounded[key] == full[key], key
-
-
-@patches_methods
-def test_basic_reads_wait_for_pe_hbm_room(make_cluster, make_trajectories, monkeypatch) -> None:
-    """With calibration.BASIC_READS_NEED_HBM (off by default), Basic starts a PE read only when the
-    PE's HBM holds the whole prompt: past the KV room only a lone request is held, reads did
-    wait, every hold is given back, and layerwise prefill (same policy) is faster."""
-    from dualpath.sim.driver import Simulation
-
-    monkeypatch.setattr("dualpath.sim.calibration.BASIC_READS_NEED_HBM", True)
-    room = 40_000  # a PE KV room of about two of these prompts, so the gate binds
-    sims: list[Simulation] = []
-    seen = {"waited": 0, "checks": 0}
-    real_init, pump = Simulation.__init__, Simulation._pump_hbm
-
-    def init(self, *a, **k):  # type: ignore[no-untyped-def]
-        real_init(self, *a, **k)
-        self.pe_kv_tokens = room
-        sims.append(self)
-
-    def watch(self, st):  # type: ignore[no-untyped-def]
-        pump(self, st)
-        held = sum(1 for r in st.queue if r.hbm_held)
-        assert st.hbm_used <= room or held == 1, (st.hbm_used, held)
-        seen["waited"] += bool(st.hbm_gate)
-        seen["checks"] += 1
-
-    monkeypatch.setattr(Simulation, "__init__", init)
-    monkeypatch.setattr(Simulation, "_pump_hbm", watch)
-    trajs = make_trajectories(160, turns=8, first=16384, append=200, gen=16)
-    res = run_systems(["basic", "layerwise"], make_cluster(1, 2), trajs)
-    basic = sims[0]
-    assert seen["checks"] > 0 and seen["waited"] > 0
-    assert all(st.hbm_used == 0 and not st.hbm_gate for st in basic.pe_states.values())
-    assert res["basic"]["agents_finished"] == 160
-    assert res["layerwise"]["jct_s"] < res["basic"]["jct_s"]
-
-
-@patches_methods
-def test_basic_run_cut_short_with_reads_waiting_for_hbm_keeps_invariants(make_cluster,
-                                                                         make_trajectories,
-                                                                         monkeypatch) -> None:
-    """An online Basic run stopped while PE reads still wait for HBM room: those reads are not
-    counted as read (the storage-bytes invariant holds) and some really were waiting."""
-    from dualpath.sim.driver import Simulation
-    from dualpath.sim.metrics import check_invariants
-
-    monkeypatch.setattr("dualpath.sim.calibration.BASIC_READS_NEED_HBM", True)
-    sims: list[Simulation] = []
-    real_init = Simulation.__init__
-    checked: list[int] = []
-
-    def init(self, *a, **k):  # type: ignore[no-untyped-def]
-        real_init(self, *a, **k)
-        self.pe_kv_tokens = 20_000
-        sims.append(self)
-
-    def check(sim):  # type: ignore[no-untyped-def]
-        checked.append(sum(len(st.hbm_gate) for st in sim.pe_states.values()))
-        check_invariants(sim)
-
-    monkeypatch.setattr(Simulation, "__init__", init)
-    monkeypatch.setattr("dualpath.sim.metrics.check_invariants", check)
-    trajs = make_trajectories(1000, turns=8, first=16384, append=200, gen=16)
-    cfg = SimConfig(system=get_system("basic"), cluster=make_cluster(1, 2), aps=20.0, horizon_s=300.0,
-                    max_sim_s=30.0)
-    run_one(cfg, trajs)
-    assert checked and checked[0] > 0

@@ -6,7 +6,7 @@ from dualpath.policy.views import EngineLoad, GroupLoad, GroupTotal
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
 from dualpath.sim.kernel import PRIO_COMPLETE, PRIO_FETCH, Kernel
-from dualpath.sim.runner import make_agents
+from dualpath.sim.harness.runner import make_agents
 
 
 def test_call_at_shares_order_with_at_and_counts_events() -> None:

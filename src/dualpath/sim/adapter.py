@@ -294,14 +294,14 @@ class PolicyAdapter:
         room taken for their output; Basic: whole prompts fitting PE HBM) in assignment order."""
         ready: list[Req] = []
         sim = self.sim
-        basic = not sim.layerwise
+        basic = sim.load.whole_prompt_in_hbm
         room = sim.pe_kv_tokens if basic else 0
         claimed: list[Req] = []
         for req in st.queue:
             if not req.is_ready:
                 continue
             if not req.out_claimed:  # ready = reads done and DE-buffer room for the output
-                if not sim.claim_output(req):
+                if not sim.load.claim_output(req):
                     sim.starved_units.add(st.unit)
                     continue
                 req.out_claimed = True
@@ -331,7 +331,7 @@ class PolicyAdapter:
         for req in claimed:  # give back room taken for requests the plan did not pick
             if id(req) not in picked:
                 req.out_claimed = False
-                sim.unclaim_output(req)
+                sim.load.unclaim_output(req)
         return out
 
 

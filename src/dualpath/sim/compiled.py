@@ -15,8 +15,8 @@ MODULES: tuple[str, ...] = (
     "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.metrics",
     "dualpath.policy.prefill", "dualpath.policy.scheduler", "dualpath.policy.views",
     "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
-    "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.metrics",
-    "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
+    "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.load_path",
+    "dualpath.sim.metrics", "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
 )
 
 

@@ -39,7 +39,8 @@ class _FakeSim:
     def __init__(self, now_s: float, de_groups=(), pe_groups=(), read_queues=()) -> None:
         self.kernel = SimpleNamespace(now_s=now_s)
         self.bpt = 1
-        self.layerwise, self.free_io = True, False  # as Simulation keeps them
+        self.load = self  # the adapter asks sim.load: a layerwise path with room for all output
+        self.whole_prompt_in_hbm = False
         self.starved_units: set = set()
         ids = sorted({g.node_id for g in (*de_groups, *pe_groups)}
                      | {q.node_id for q in read_queues})

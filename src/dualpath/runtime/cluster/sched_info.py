@@ -122,7 +122,8 @@ class Reporter:
             s["tpot_s"].append((now - first) / (t.num_tokens - 1))
         return RequestStats(
             prompt_len=t.prompt_len, hit_len=t.hit_len, num_generated=t.num_tokens,
-            read_side=req.read_side, prefill_engine=req.pe, decode_engine=req.de,
+            read_side=req.assignment.read_side if req.assignment and req.info.cached_len else "none",
+            prefill_engine=req.pe, decode_engine=req.de,
             queue_s=(t.dispatch_s or now) - t.submit_s, ttft_s=ttft,
             ttst_s=None if t.second_s is None else t.second_s - t.submit_s, e2e_s=e2e)
 
@@ -160,7 +161,9 @@ class Reporter:
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
                              num_waiting=len(self.timing) - running, num_running=running,
-                             policy=self.svc.args.cluster.policy, down=tuple(self.down))
+                             policy=self.svc.args.cluster.policy, down=tuple(self.down),
+                             unavailable=self.svc.supervision.items(),
+                             restarts=self.svc.supervision.restarts())
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
@@ -198,7 +201,9 @@ class Reporter:
             store_write_errors=write_errors,
             messages_dropped=merge(self.svc.drops.snapshot(),
                                    *(hb.dropped for hb in self.heartbeats.values())),
-            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()))
+            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()),
+            process_restarts=self.svc.supervision.restarts(),
+            requests_retried=self.svc.supervision.retried)
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Store counters summed over the engines' last heartbeats and the scheduler's own store."""

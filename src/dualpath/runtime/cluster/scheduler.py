@@ -23,10 +23,12 @@ from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.config import SchedulerArgs
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
-    Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    Query, QueryReply, ReadPlan, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    EngineLoading, Supervision,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
+from dualpath.runtime.cluster.supervisor_view import MAX_RETRIES, SupervisionView
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
@@ -66,6 +68,7 @@ class SchedulerService:
         self.clients: dict[str, bytes] = {}
         self.prompts: dict[str, tuple[list[int], SamplingParams]] = {}
         self.report = Reporter(self)
+        self.supervision = SupervisionView(self)
         # Engines see a key per dispatch attempt (rid, then rid#1, ... after re-dispatch), so late
         # messages or KV of an attempt that lost an engine never mix with the next attempt.
         self.keys: dict[str, str] = {}  # engine-facing key -> client request id
@@ -135,8 +138,8 @@ class SchedulerService:
         elif isinstance(msg, Tokens):
             self._tokens(ident, msg, now)
         elif isinstance(msg, Heartbeat):
-            if msg.engine_id not in self.state.engines:
-                self.drops.drop("control", "unknown_engine", f"heartbeat of engine {msg.engine_id}")
+            if msg.engine_id not in self.state.engines:  # (it registered with an earlier scheduler)
+                self.supervision.unknown_heartbeat(ident, msg, now)
                 return
             self.report.heartbeat(msg, now)
         elif isinstance(msg, Progress):
@@ -149,6 +152,10 @@ class SchedulerService:
             self._hello(ident, msg, now)
         elif isinstance(msg, Configure):
             self._to_client(ident, self._configure(msg))
+        elif isinstance(msg, EngineLoading):
+            self.supervision.on_loading(msg, now)
+        elif isinstance(msg, Supervision):
+            self.supervision.on_report(msg, now)
         else:  # scheduler -> engine/client messages never come this way
             self.drops.drop("control", "unexpected", type(msg).__name__)
 
@@ -174,12 +181,14 @@ class SchedulerService:
             self.drops.drop("control", cause, why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
             return
+        self.supervision.on_hello(msg)  # the same engine restarted: its old self dies first
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
             eid = max(self.state.engines, default=-1) + 1
         self.state.add_engine(EngineState(engine_id=eid, role=msg.role, node_id=msg.node_id,
                                           hbm_tokens=msg.hbm_tokens, last_seen_s=now,
                                           data_addr=msg.data_addr, identity=ident))
+        self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
         leader = min(e.engine_id for e in self.state.groups(msg.role)[msg.node_id])
@@ -277,36 +286,46 @@ class SchedulerService:
         """A heartbeat came from an engine declared dead (it was stalled, not gone): its requests
         were already re-dispatched or failed, so it is told to drop what it holds, then serves again."""
         e = self.state.engines[eid]
+        if self.supervision.is_lost(eid):  # a late heartbeat of a process that exited
+            return
         gone_s = now - e.last_seen_s
         self._send(e.identity, Reset(reason=f"declared dead after {gone_s:.1f} s without heartbeat"))
         e.alive, e.last_seen_s = True, now
         self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
         self.report.revivals += 1
+        self.supervision.revived(eid)
         self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
                                 f"back in service, emptied")
         print(f"scheduler: {self.report.down[-1]}", flush=True)
         self._broadcast_peers()
 
     def engine_died(self, eid: int, reason: str) -> None:
-        """Mark ``eid`` dead; requests without tokens go back to the queue, others fail."""
+        """Mark ``eid`` dead. Its requests that streamed nothing yet go back to the queue once
+        (a second loss fails them); one streaming from it fails; one streaming from a healthy DE
+        after a dead PE's prefill is not touched (its state lives on that DE)."""
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
         self.report.deaths += 1
+        self.supervision.died(eid)
         print(f"scheduler: {reason}", flush=True)
         for rid, req in list(self.state.requests.items()):
             if eid not in (req.pe, req.de):
                 continue
-            if self.report.num_tokens(rid) > 0:
-                self._fail(rid, f"{reason}; request lost after it started streaming")
+            streamed = self.report.num_tokens(rid) > 0
+            if streamed and eid != req.de:
                 continue
-            self._requeue(rid)
+            if streamed:
+                self._fail(rid, f"{reason}; request lost after it started streaming")
+            elif self.attempts.get(rid, 0) >= MAX_RETRIES:
+                self._fail(rid, f"{reason}; request lost again after a retry")
+            else:
+                self.supervision.retried += 1
+                self._requeue(rid)
         if e.role == "decode" and e.node_id not in self.state.groups("decode"):
             self.state.global_queue[:0] = self.state.private_queues.pop(e.node_id, [])
         e.num_seqs = e.num_tokens = e.reserved_tokens = 0
-        if not self.state.groups(e.role):
-            for rid in list(self.state.requests):
-                self._fail(rid, f"{reason}; no live {e.role} engine left")
+        self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
         self._broadcast_peers()
 
     def _requeue(self, rid: str) -> None:
@@ -413,6 +432,7 @@ class SchedulerService:
     # ------------------------------------------------------------------ scheduling
     def tick(self, now: float) -> None:
         self._check_engines(now)
+        self.supervision.orphans(now)
         if self.sched is None:
             return
         st = self.state
@@ -429,12 +449,12 @@ class SchedulerService:
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
         key = self.current[rid]
+        assert req.assignment is not None
+        read = ReadPlan.of(req.assignment)
         self._send(self.state.engines[req.de].identity, DecodeTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe))
         self._send(self.state.engines[req.pe].identity, PrefillTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de))
 
 
 def main() -> None:

@@ -33,9 +33,7 @@ class ReqState:
     info: pv.RequestInfo
     de: int = -1
     pe: int = -1
-    read_side: str = "none"
-    pe_read_len: int = 0
-    de_read_len: int = 0
+    assignment: pv.PrefillAssignment | None = None  # the policy's, once its PE is chosen
     pe_done: bool = False
     reads_pending: dict[int, int] = field(default_factory=dict)  # node -> tokens not yet read
 
@@ -141,10 +139,7 @@ class ClusterState:
             assert self.prefill_queue and self.prefill_queue[0] == a.request_id
             self.prefill_queue.pop(0)
             req, e = self.requests[a.request_id], self.engines[a.engine_id]
-            req.pe, req.read_side = a.engine_id, a.read_side
-            req.pe_read_len, req.de_read_len = a.pe_read_len, a.de_read_len
-            if req.info.cached_len == 0:
-                req.read_side = "none"
+            req.pe, req.assignment = a.engine_id, a
             e.num_seqs += 1
             e.num_tokens += req.info.prompt_len
             for node, n in ((e.node_id, a.pe_read_len), (self.engines[req.de].node_id, a.de_read_len)):
