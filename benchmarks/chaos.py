@@ -164,13 +164,14 @@ def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dualpath.runtime.cluster.config import ClusterConfig
+    from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig, SchedulerServiceConfig
     from dualpath.runtime.cluster.local import LocalCluster
     from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
 
     cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-chaos-kv-"), model="tiny",
                         num_prefill_engines=args.prefill, num_decode_engines=args.decode,
-                        attention_s_per_gflop=0.05, heartbeat_s=0.2, engine_timeout_s=5.0)
+                        engine=EngineConfig(attention_s_per_gflop=0.05, heartbeat_s=0.2),
+                        scheduler=SchedulerServiceConfig(engine_timeout_s=5.0))
     out, stop = Outcomes(), threading.Event()
     with LocalCluster(cfg, auth=True, standby=not args.no_standby) as cluster:
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),

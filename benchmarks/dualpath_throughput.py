@@ -29,7 +29,7 @@ import time
 from dualpath.bench.agents import scaled_turns
 from dualpath.runtime.cluster.agents import AgentPlan, closed_loop, metrics_delta, run_system
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
 from dualpath.runtime.cluster.demo import SYSTEMS
 from dualpath.runtime.cluster.local import LocalCluster
 
@@ -89,8 +89,9 @@ def main() -> None:
     agents = [AgentPlan(agent_id=a, turns=t) for a, t in
               scaled_turns(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)]
     cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"), model=model,
-                        num_prefill_engines=1, num_decode_engines=2, snic_gbps=100.0,
-                        transport=args.transport, engine_timeout_s=60.0)
+                        num_prefill_engines=1, num_decode_engines=2, transport=args.transport,
+                        traffic=TrafficConfig(snic_gbps=100.0),
+                        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0))
     t0 = time.monotonic()
     try:
         with LocalCluster(cfg) as cluster:

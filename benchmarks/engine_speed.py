@@ -62,7 +62,7 @@ class Engines:
             rid = f"r{self.n}"
             self.n += 1
             assert self.de.reserve(rid, len(p))
-            sampling = SamplingParams(max_new_tokens=gen)
+            sampling = SamplingParams(max_tokens=gen)
             assert self.pe.add_request(PrefillRequest(request_id=rid, token_ids=tuple(p), decode_endpoint="de0",
                                                       sampling=sampling))  # fmt: skip
             rids.append(rid)
@@ -107,7 +107,7 @@ def _ours_decode(eng: Engines, prompts: list[list[int]], steps: int) -> tuple[fl
     rids = eng.admit(prompts, gen=steps + 1)
     first = eng.step(rids, 0, len(prompts[0]))
     for r, p in zip(rids, prompts, strict=True):
-        assert eng.de.add_request(r, p, first[r], SamplingParams(max_new_tokens=steps + 1))
+        assert eng.de.add_request(r, p, first[r], SamplingParams(max_tokens=steps + 1))
     toks: dict[str, list[int]] = {r: [first[r]] for r in rids}
     t = time.perf_counter()
     for _ in range(steps):

@@ -135,6 +135,46 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         con.print(line, style="dim", highlight=False, markup=False)
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of field ``name`` of a dataclass or msgspec Struct ``cls`` (the CLI reads its
+    defaults here instead of retyping them). Raises KeyError for a field without a default."""
+    fields = getattr(cls, "__dataclass_fields__", None)
+    if fields is not None:
+        import dataclasses
+
+        field = fields[name]
+        if field.default is not dataclasses.MISSING:
+            return field.default
+        if field.default_factory is not dataclasses.MISSING:
+            return field.default_factory()
+        raise KeyError(f"{cls.__name__}.{name} has no default")
+    import msgspec
+
+    for info in msgspec.structs.fields(cls):
+        if info.name == name:
+            if info.default is not msgspec.NODEFAULT:
+                return info.default
+            if info.default_factory is not msgspec.NODEFAULT:
+                return info.default_factory()
+            raise KeyError(f"{cls.__name__}.{name} has no default")
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def choices_help(text: str, names: Iterable[str]) -> str:
+    """Option help ending in the registry's names: ``"Policy: basic, dualpath, ..."``."""
+    return f"{text}: {', '.join(names)}."
+
+
+def check_choice(kind: str, value: str, names: Iterable[str]) -> str:
+    """``value`` if it is one of ``names``, else UnknownNameError (one ``error:`` line, exit 2)."""
+    from dualpath.core.errors import UnknownNameError
+
+    names = tuple(names)
+    if value not in names:
+        raise UnknownNameError(kind, value, names)
+    return value
+
+
 # The real system's libraries (pyproject's serve extra; isal is optional, zlib is the fallback).
 SERVE_MODULES = ("torch", "transformers", "tokenizers", "gguf", "safetensors", "fastapi", "uvicorn",
                  "zmq", "prometheus_client")

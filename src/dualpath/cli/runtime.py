@@ -7,6 +7,7 @@ import typer
 from rich.console import Console
 
 from dualpath.cli._common import print_json, print_table, require_serve_extra
+from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 
 def register(app: typer.Typer) -> None:
@@ -15,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    model: str = typer.Option("smollm2-135m", help="Model name, Hugging Face folder or .gguf file."),
+    model: str = typer.Option(DEFAULT_RUNTIME_MODEL, help="Model name, Hugging Face folder or .gguf file."),
     turns: int = typer.Option(3, help="Conversation turns per path."),
     paths: str = typer.Option("pe,de,mixed", help="Comma-separated: pe, de, mixed."),
     block_size: int = typer.Option(16, help="KV block size in tokens."),

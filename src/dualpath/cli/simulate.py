@@ -9,9 +9,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from dualpath.cli._common import choices_help, default_of
+from dualpath.core.links import SNIC_DIRECTIONS
+from dualpath.cost.factory import COST_MODEL_NAMES
+from dualpath.sim.config import SYSTEMS, SimConfig
+from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
+from dualpath.spec.hardware import NODES
+
 if TYPE_CHECKING:
     from dualpath.sim.calibration import Calibration
 
+_DEFAULT = get_cluster(DEFAULT_SIM_CLUSTER)
+_DEFAULT_SYSTEMS = "basic,dualpath,oracle"
 SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
 
@@ -22,11 +31,21 @@ def register(app: typer.Typer) -> None:
     @sim.callback()
     def simulate(
         ctx: typer.Context,
-        model: str = typer.Option("deepseek-v3.2", help="Model name (see `dualpath models`)."),
-        pd: str = typer.Option("2p4d", help="Prefill/decode nodes, e.g. 2p4d, 48p96d."),
+        model: str = typer.Option(_DEFAULT.model, help="Model name (see `dualpath models`)."),
+        pd: str = typer.Option(f"{_DEFAULT.num_prefill_nodes}p{_DEFAULT.num_decode_nodes}d",
+                               help="Prefill/decode nodes, e.g. 2p4d, 48p96d."),
+        node: str = typer.Option(_DEFAULT.node, help=choices_help("Node preset (spec.hardware)",
+                                                                  NODES)),
+        snic_gbps: float = typer.Option(None, help="Each storage NIC's rate in Gbit/s instead of "
+                                        "the node preset's."),
+        snic_directions: str = typer.Option(
+            default_of(SimConfig, "snic_directions"),
+            help=choices_help("SNIC model: one link for reads and persists (shared) or one per "
+                              "direction (duplex)", SNIC_DIRECTIONS)),
         maxlen: str = typer.Option("64k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."),
         agents: int = typer.Option(64, help="Number of agents (offline)."),
-        system: str = typer.Option("basic,dualpath,oracle", help="Comma list of systems."),
+        system: str = typer.Option(_DEFAULT_SYSTEMS,
+                                   help=choices_help("Comma list of systems", SYSTEMS)),
         online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
         aps: str = typer.Option("0.1:0.5:0.05", help="Online rates lo:hi:step or a comma list."),
         horizon: float = typer.Option(3600.0, help="Online: seconds of arrivals per rate."),
@@ -34,8 +53,10 @@ def register(app: typer.Typer) -> None:
         append_scale: float = typer.Option(1.0, help="Scale every append length."),
         gen_scale: float = typer.Option(1.0, help="Scale every generation length."),
         dram_buffer_gb: float = typer.Option(None, help="DRAM buffer per node (default per model)."),
-        cost_model: str = typer.Option("roofline", help="Cost model: roofline or calibrated."),
-        seed: int = typer.Option(0, help="Seed for the workload and arrivals."),
+        cost_model: str = typer.Option(default_of(SimConfig, "cost_model"),
+                                       help=choices_help("Cost model", COST_MODEL_NAMES)),
+        seed: int = typer.Option(default_of(SimConfig, "seed"),
+                                 help="Seed for the workload and arrivals."),
         out: str = typer.Option(None, help="Folder for per-request CSV records and results."),
         calibrate: list[str] = typer.Option(
             None, help="Override a calibration constant for this run, NAME=VALUE (repeatable; "
@@ -50,7 +71,8 @@ def register(app: typer.Typer) -> None:
                 online=online, aps=aps, horizon=horizon, trace=trace,
                 append_scale=append_scale, gen_scale=gen_scale,
                 dram_buffer_gb=dram_buffer_gb, cost_model=cost_model, seed=seed, out=out,
-                json_out=json_out, calibration=DEFAULT_CALIBRATION.with_overrides(calibrate or []))
+                json_out=json_out, calibration=DEFAULT_CALIBRATION.with_overrides(calibrate or []),
+                node=node, snic_gbps=snic_gbps, snic_directions=snic_directions)
 
     @sim.command("figures")
     def figures(
@@ -75,10 +97,14 @@ def register(app: typer.Typer) -> None:
 def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, online: bool,
             aps: str, horizon: float, trace: str | None, append_scale: float, gen_scale: float,
             dram_buffer_gb: float | None, cost_model: str, seed: int, out: str | None,
-            json_out: bool, calibration: Calibration) -> None:
+            json_out: bool, calibration: Calibration, node: str = _DEFAULT.node,
+            snic_gbps: float | None = None,
+            snic_directions: str = default_of(SimConfig, "snic_directions")) -> None:
+    import dataclasses
+
     from rich.console import Console
 
-    from dualpath.cli._common import print_json
+    from dualpath.cli._common import check_choice, print_json
     from dualpath.cli.progress import Progress
     from dualpath.core.units import parse_tokens
     from dualpath.sim.config import get_system
@@ -88,7 +114,11 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     systems = [s.strip() for s in system.split(",") if s.strip()]
     for name in systems:
         get_system(name)  # fail early with the choices
-    cluster = make_cluster(model, pd, dram_buffer_gb=dram_buffer_gb)
+    check_choice("cost model", cost_model, COST_MODEL_NAMES)
+    check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
+    check_choice("node", node, NODES)
+    cluster = dataclasses.replace(make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb),
+                                  snic_gbps=snic_gbps)
     started = time.perf_counter()
     err = Console(stderr=True)
     from dualpath.sim import compiled
@@ -104,6 +134,13 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
                     "calibration": calibration.as_constants(),
                     "calibration_overrides": calibration.overrides(),
                     "compiled": not build["pure"]}
+    # (present only when asked for, so the default runs' JSON stays as it was)
+    if node != _DEFAULT.node:
+        result["node"] = node
+    if snic_gbps is not None:
+        result["snic_gbps"] = snic_gbps
+    if snic_directions != default_of(SimConfig, "snic_directions"):
+        result["snic_directions"] = snic_directions
     if online:
         from dualpath.sim.harness.online import capacity_sweep, parse_aps
 
@@ -124,12 +161,10 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
                 bar.update(f"online {name} aps={ordered[0]:g}")
                 sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
                                        cost_model=cost_model, calibration=calibration,
-                                       progress=step)
+                                       progress=step, snic_directions=snic_directions)
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
     else:
-        from dualpath.sim.config import SimConfig
-
         trajs = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=agents,
                                                seed=seed, trace=trace, append_scale=append_scale,
                                                gen_scale=gen_scale))
@@ -139,7 +174,8 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
             for name in systems:
                 bar.update(f"simulating {name} ({len(trajs)} agents)")
                 cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
-                                cost_model=cost_model, out_dir=out, calibration=calibration)
+                                cost_model=cost_model, out_dir=out, calibration=calibration,
+                                snic_directions=snic_directions)
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0
                 res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None

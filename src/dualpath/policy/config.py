@@ -11,16 +11,20 @@ from typing import Any, Protocol
 
 from dualpath.core.errors import require
 from dualpath.policy.predictor import AttentionTimePredictor
+from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
 
 BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
 
-# Defaults for the paper's setting (used only when the caller does not derive its own):
-# the paper's node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores 40,016 KV bytes per token
-# (656 B x 61 layers, spec section 1); a PE prefilled about 121k prompt tokens/s in the paper's
-# offline DualPath run (2,048 agents x 157 turns / 5,429 s / 16 PEs x 32,721 mean context tokens).
-PAPER_SNIC_BYTES_PER_S = 50e9
-PAPER_KV_BYTES_PER_TOKEN = 40_016
+# Defaults for the paper's setting (used only when the caller does not derive its own), read from
+# the paper's cluster preset: its node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores
+# 40,016 KV bytes per token (656 B x 61 layers, spec section 1); a PE prefilled about 121k prompt
+# tokens/s in the paper's offline DualPath run (2,048 agents x 157 turns / 5,429 s / 16 PEs x
+# 32,721 mean context tokens).
+_PAPER = get_cluster(DEFAULT_SIM_CLUSTER)
+PAPER_SNIC_BYTES_PER_S = _PAPER.node_spec.snic_bytes_per_s
+PAPER_KV_BYTES_PER_TOKEN = _PAPER.model_spec.kv_bytes_per_token
 PAPER_PREFILL_TOKENS_PER_S = 121_000.0
+COMPUTE_QUOTA_S = 0.3  # the paper's 300 ms compute quota per PE batch (one forward pass)
 READ_WINDOW_S = 3.0  # alpha: tokens a node reads in 3 s
 PREFILL_WINDOW_S = 5.0  # beta: tokens one GPU prefills in 5 s
 
@@ -86,7 +90,7 @@ class SchedulerConfig:
 
     alpha_tokens: int = _DEFAULT_ALPHA
     beta_tokens: int = _DEFAULT_BETA
-    compute_quota_s: float = 0.3
+    compute_quota_s: float = COMPUTE_QUOTA_S
     hbm_slack: float = 1.05
     block_size: int = 64
     batching: str | None = None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dualpath.core.errors import ConfigError
+from dualpath.policy.config import COMPUTE_QUOTA_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +91,7 @@ class Calibration:
     # DS 660B layer), and iterations would grow to tens of seconds; read per FORWARD (all layers) it
     # yields ~0.5 s iterations of a handful of requests, which is what the paper's TTFTs imply. The
     # policy's quota is per forward; the simulator gives it a forward (all-layer) predictor.
-    compute_quota_per_forward_s: float = 0.3
+    compute_quota_per_forward_s: float = COMPUTE_QUOTA_S  # (policy.config: the one 300 ms)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -25,14 +25,17 @@ if TYPE_CHECKING:
 
 
 class Node:
-    __slots__ = ("node_id", "role", "snic", "dram", "buffer_bytes", "buffer_used", "read_q",
-                 "gpus", "snic_read_bytes", "snic_write_bytes")
+    __slots__ = ("node_id", "role", "snic", "snic_tx", "dram", "buffer_bytes", "buffer_used",
+                 "read_q", "gpus", "snic_read_bytes", "snic_write_bytes")
 
     def __init__(self, node_id: int, role: str, snic_bytes_per_s: float, dram_bytes_per_s: float,
-                 buffer_bytes: float) -> None:
+                 buffer_bytes: float, snic_directions: str = "shared") -> None:
         self.node_id = node_id
         self.role = role  # "pe" | "de"
-        self.snic = Link(f"n{node_id}.snic", "snic", snic_bytes_per_s)
+        self.snic = Link(f"n{node_id}.snic", "snic", snic_bytes_per_s)  # reads (storage -> node)
+        # persists (node -> storage): the same link ("shared") or the SNIC's other direction
+        self.snic_tx = (self.snic if snic_directions == "shared"
+                        else Link(f"n{node_id}.snic_tx", "snic", snic_bytes_per_s))
         self.dram = Link(f"n{node_id}.dram", "dram", dram_bytes_per_s)
         self.buffer_bytes = buffer_bytes
         self.buffer_used = 0.0
@@ -81,7 +84,8 @@ class Cluster:
     """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP).
     ``cal`` gives the storage efficiency, usable HBM and EP group sizes."""
 
-    def __init__(self, preset, cal: Calibration) -> None:  # preset: spec.clusters.ClusterPreset
+    def __init__(self, preset, cal: Calibration, snic_directions: str = "shared") -> None:
+        # preset: spec.clusters.ClusterPreset; snic_directions: dualpath.core.links.SNIC_DIRECTIONS
         node_spec = preset.node_spec
         self.preset = preset
         self.model = preset.model_spec
@@ -99,7 +103,8 @@ class Cluster:
         self.gpus: list[Gpu] = []
         for node_id in range(self.num_prefill_nodes + self.num_decode_nodes):
             role = "pe" if node_id < self.num_prefill_nodes else "de"
-            node = Node(node_id, role, snic, node_spec.dram_bytes_per_s, buffer_bytes)
+            node = Node(node_id, role, snic, node_spec.dram_bytes_per_s, buffer_bytes,
+                        snic_directions)
             self.nodes.append(node)
         for node in self.nodes:  # PE GPUs first (PE nodes come first), then DE GPUs
             for _ in range(self.num_gpus_per_node):
@@ -128,7 +133,8 @@ class Cluster:
     def links(self) -> list[Link]:
         out: list[Link] = []
         for node in self.nodes:
-            out += [node.snic, node.dram]
+            out += [node.snic, node.dram] if node.snic_tx is node.snic else [
+                node.snic, node.snic_tx, node.dram]
         for gpu in self.gpus:
             out += [gpu.tx, gpu.rx]
         return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
+from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
@@ -62,7 +63,10 @@ class SimConfig:
     offline (every agent starts at 0), else Poisson agent arrivals per second (online).
     ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
     (None: not written). ``cost_model``: ``dualpath.cost`` name. ``calibration``: the
-    simulator's constants (``sim/calibration.py``).
+    simulator's constants (``sim/calibration.py``). ``snic_directions``
+    (``dualpath.core.links.SNIC_DIRECTIONS``): "shared" (default, the published numbers) books a
+    node's storage reads and persists on one SNIC link; "duplex" gives persists the SNIC's other
+    direction, as the runtime's emulated NICs do by default.
     """
 
     system: SystemSpec
@@ -76,8 +80,11 @@ class SimConfig:
     out_dir: str | None = None
     max_sim_s: float = 1e7
     calibration: Calibration = DEFAULT_CALIBRATION
+    snic_directions: str = "shared"
 
     def __post_init__(self) -> None:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
         require(self.horizon_s > 0, "horizon_s", self.horizon_s, "must be > 0")
         require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1")
+        require(self.snic_directions in SNIC_DIRECTIONS, "snic_directions", self.snic_directions,
+                f"choices: {', '.join(SNIC_DIRECTIONS)}")

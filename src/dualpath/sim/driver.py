@@ -38,7 +38,7 @@ class Simulation:
         self.system = config.system
         cal = config.calibration
         self.kernel = Kernel()
-        self.cluster = cluster = Cluster(config.cluster, cal)
+        self.cluster = cluster = Cluster(config.cluster, cal, config.snic_directions)
         model = cluster.model
         self.bpt: int = model.kv_bytes_per_token
         self.block_len: int = config.block_len

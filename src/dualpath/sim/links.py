@@ -1,4 +1,7 @@
-"""Links as FIFO queue servers, one per link and direction.
+"""Links as FIFO queue servers, one per link and direction: the project's one link model
+(:mod:`dualpath.core.links`, shared with the runtime's emulated NICs), written out inline here
+because these are the simulator's hottest lines; ``tests/core/test_links.py`` holds every booking
+equal to :func:`dualpath.core.links.book`.
 
 A :class:`Link` serves byte transfers in submission order at its bandwidth: a transfer that becomes
 ready at ``t`` starts at ``max(t, free_at_s)``. A transfer across several links (a path step of spec
@@ -9,6 +12,9 @@ numerous and similar (the aggregate rate is the same; only the order within a li
 
 Model traffic (EP all-to-all) uses the high-priority lane of a CNIC: :meth:`Link.preempt` takes
 its bytes first, pushing queued KV transfers later, so KV only gets the idle rest (spec section 7).
+(``free_at_s`` is the model's ``free_s``; the model's ``ctl_free_s`` only times the model traffic
+itself, which the simulator never waits on, so it is not kept.) A node's storage NIC is one link
+for reads and persists, or one per direction (``SimConfig.snic_directions``).
 
 Every link counts its bytes and busy seconds; ``busy_s <= elapsed`` is the "no link above 100%"
 invariant, true by construction and re-checked at the end of a run.

@@ -112,5 +112,5 @@ class Storage:
         """Persist ``nbytes`` of full blocks from this node (DRAM -> SNIC -> storage)."""
         if nbytes <= 0:
             return
-        transfer2(node.dram, node.snic, nbytes, self.kernel.now_s)
+        transfer2(node.dram, node.snic_tx, nbytes, self.kernel.now_s)
         node.snic_write_bytes += nbytes

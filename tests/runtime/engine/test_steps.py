@@ -69,19 +69,19 @@ def test_decode_persists_every_full_block_and_admission_is_bounded(tiny_llama: t
     ids = tuple(random_tokens(torch.Generator().manual_seed(21), 21))
     with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path), block_size=8, num_cache_blocks=6)) as pipe:
         out = pipe.generate([GenRequest(request_id="r", token_ids=ids,
-                                        sampling=SamplingParams(max_new_tokens=20))])["r"]  # fmt: skip
+                                        sampling=SamplingParams(max_tokens=20))])["r"]  # fmt: skip
         assert len(out.tokens) == 20
         context = list(ids) + list(out.tokens[:-1])  # 40 tokens have KV: 5 full blocks
         assert all(pipe.store.contains(h) for h in chain_hashes(context, 8))
         assert pipe.store.stats().num_blocks == 5
         with pytest.raises(ConfigError, match="num_cache_blocks"):  # 21 + 40 tokens need 8 > 6 blocks
-            pipe.generate([GenRequest(request_id="s", token_ids=ids, sampling=SamplingParams(max_new_tokens=40))])
+            pipe.generate([GenRequest(request_id="s", token_ids=ids, sampling=SamplingParams(max_tokens=40))])
 
 
 def test_stop_token_and_sampled_decode_are_reproducible(tiny_llama: tuple[Decoder, Any], tmp_path: Path) -> None:
     dec, _ = tiny_llama
     ids = tuple(random_tokens(torch.Generator().manual_seed(22), 12))
-    hot = SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_new_tokens=10)
+    hot = SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=10)
     runs = []
     for i in range(2):
         with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path / f"kv{i}"), block_size=8)) as pipe:
@@ -89,7 +89,7 @@ def test_stop_token_and_sampled_decode_are_reproducible(tiny_llama: tuple[Decode
     assert runs[0] == runs[1] and len(runs[0]) == 10
     with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path / "kv2"), block_size=8)) as pipe:
         greedy_first = pipe.generate([GenRequest(request_id="g", token_ids=ids)])["g"].tokens[0]
-        stop = SamplingParams(max_new_tokens=10, stop_token_ids=(greedy_first,))
+        stop = SamplingParams(max_tokens=10, stop_token_ids=(greedy_first,))
         out = pipe.generate([GenRequest(request_id="s", token_ids=ids, sampling=stop)])["s"]
     assert out.tokens == (greedy_first,)
 

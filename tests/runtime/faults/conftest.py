@@ -12,7 +12,7 @@ import httpx
 import pytest
 import zmq
 
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig
 from dualpath.runtime.cluster.local import LocalCluster
 from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
 
@@ -71,7 +71,8 @@ class Rig:
 @pytest.fixture(scope="package")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=1, heartbeat_s=0.1)
+                        num_prefill_engines=1, num_decode_engines=1,
+                        engine=EngineConfig(heartbeat_s=0.1))
     with LocalCluster(cfg, auth=True) as cluster:
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
                          ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))

@@ -170,7 +170,7 @@ def test_engine_hello_with_a_bad_role_fails_no_in_flight_request(rig) -> None:
     t.start()
     time.sleep(0.3)
     _to_scheduler(rig, _foo_hello())
-    time.sleep(rig.cluster.config.engine_timeout_s + 1.5)
+    time.sleep(rig.cluster.config.scheduler.engine_timeout_s + 1.5)
     stop.set()
     t.join(180)
     assert len(statuses) >= 2 and set(statuses) == {200}, statuses

@@ -25,7 +25,7 @@ import pytest
 
 from dualpath.runtime.cluster.api import ClusterHealth, SamplingParams, TokenEvent
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig, SchedulerServiceConfig
 from dualpath.runtime.cluster.local import LocalCluster
 from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
 
@@ -80,8 +80,9 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=2, heartbeat_s=0.1,
-                        engine_timeout_s=3.0, attention_s_per_gflop=0.05)
+                        num_prefill_engines=1, num_decode_engines=2,
+                        engine=EngineConfig(heartbeat_s=0.1, attention_s_per_gflop=0.05),
+                        scheduler=SchedulerServiceConfig(engine_timeout_s=3.0))
     with LocalCluster(cfg, auth=True, standby=True) as cluster:  # (as dualpath serve runs it)
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
                          ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
@@ -242,10 +243,9 @@ def test_a_loading_engine_is_reported_loading_and_never_declared_dead(rig: Rig) 
 
     deaths = rig.metric("dualpath_engine_deaths_total")
     cfg = rig.cluster.config
-    args = EngineArgs(scheduler=rig.cluster.address, role="prefill", node_id=9, engine_id=-1,
-                      model=str(tiny_model_dir(rig.cluster.run_dir)), kv_dir=cfg.kv_dir,
-                      heartbeat_s=0.1, key_file=str(rig.cluster.key_file),
-                      cluster_id=rig.cluster.cluster_id)
+    args = EngineArgs(cluster=msgspec.structs.replace(cfg, model=str(tiny_model_dir(rig.cluster.run_dir))),
+                      scheduler=rig.cluster.address, role="prefill", node_id=9, engine_id=-1,
+                      key_file=str(rig.cluster.key_file), cluster_id=rig.cluster.cluster_id)
     proc = subprocess.Popen([sys.executable, "-m", "dualpath.runtime.cluster.engine_main",
                              msgspec.json.encode(args).decode()],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -16,7 +16,7 @@ import torch
 
 from dualpath.runtime.cluster.api import MetricsSnapshot, SamplingParams, TokenEvent
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, EngineConfig
 from dualpath.runtime.cluster.local import LocalCluster
 from dualpath.runtime.kvstore import BlockLayout, BlockStore, chain_hashes
 from dualpath.runtime.kvstore.blockfile import header_bytes_for
@@ -94,7 +94,7 @@ def _tokens(events: list[TokenEvent]) -> list[int]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     kv = tmp_path_factory.mktemp("kv")
     cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=1,
-                        heartbeat_s=0.1)
+                        engine=EngineConfig(heartbeat_s=0.1))
     with LocalCluster(cfg) as c:
         yield c
 
@@ -187,7 +187,7 @@ def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path, fill_disk: Call
     free space at start): LRU leaves are evicted before the disk fills, no write fails."""
     kv = tmpfs / "kv"
     cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=1,
-                        heartbeat_s=0.1)
+                        engine=EngineConfig(heartbeat_s=0.1))
     rng = random.Random(4)
     with LocalCluster(cfg) as c:
         fill_disk(tmpfs / "filler")

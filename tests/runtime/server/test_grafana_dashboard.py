@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
 from dualpath.runtime.cluster.local import LocalCluster
 from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
 
@@ -77,8 +77,9 @@ def test_dashboard_is_grafana_json_over_prometheus() -> None:
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """Sample name -> label names, from /metrics of a server over a real cluster after traffic."""
     cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=1, snic_gbps=1.0,
-                        engine_timeout_s=60.0)  # a loaded 2-core machine stalls engines for seconds
+                        num_prefill_engines=1, num_decode_engines=1,
+                        traffic=TrafficConfig(snic_gbps=1.0),
+                        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0))  # a loaded 2-core machine stalls engines for seconds
     with LocalCluster(cfg) as cluster:
         app = create_app(cluster.address, CharTokenizer(vocab_size=512),
                          ServerConfig(model_name="tiny", cluster_query_timeout_s=60.0))

@@ -17,7 +17,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
-    """How to generate. ``max_tokens`` is the number of tokens to generate (>= 1).
+    """How to generate. ``max_tokens`` is the number of tokens to generate (>= 1). The one sampling
+    type: clients, the scheduler, the workers and the engines (``runtime.engine``) all take it.
 
     ``temperature`` 0 is greedy (deterministic); ``ignore_eos`` forces exactly ``max_tokens`` tokens
     (agent replay: the paper forces generation lengths). ``stop_token_ids`` end generation early

@@ -1,13 +1,116 @@
-"""ClusterConfig: one frozen, validated description of a cluster (no I/O on construction)."""
+"""ClusterConfig: one frozen, validated description of a cluster (no I/O on construction).
+
+It composes the three configs the processes read, each knob and its default defined once, here:
+:class:`SchedulerServiceConfig` (the scheduler service), :class:`EngineConfig` (every engine) and
+:class:`TrafficConfig` (the emulated NICs). The process arguments (``SchedulerArgs``,
+``EngineArgs``) carry these sections whole, with no renamed or re-unitted copies.
+"""
 
 from __future__ import annotations
 
 import msgspec
 
 from dualpath.core.errors import require
+from dualpath.core.links import SNIC_DIRECTIONS
+from dualpath.core.registry import lookup
+from dualpath.policy.config import COMPUTE_QUOTA_S
+from dualpath.policy.scheduler import POLICIES
+from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
 from dualpath.runtime.kvstore.limits import check_file_mode
+from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
-TRANSPORTS: tuple[str, ...] = ("zmq", "shm", "mooncake", "nixl")
+DEFAULT_POLICY = "dualpath"
+# Prompt tokens/s one PE is assumed to prefill when none is configured (beta = 5 s of it). Cached
+# tokens dominate prompts in agentic turns and cost little compute, hence the generous values.
+PREFILL_TOKENS_PER_S: dict[str, float] = {"tiny": 200_000.0}
+PREFILL_TOKENS_PER_S_OTHER = 20_000.0
+
+
+class TrafficConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The emulated NICs (``traffic.py``; the link model of ``dualpath.core.links``).
+
+    ``snic_gbps`` caps each node's storage NIC (per direction when ``snic_directions`` is
+    "duplex": reads in, persists out; one link for both when "shared"); ``cnic_gbps`` each
+    engine's compute NIC (KV between engines); None = uncapped. ``read_free`` bypasses
+    storage-read and PD-transfer costs (the paper's Oracle).
+    """
+
+    snic_gbps: float | None = None
+    cnic_gbps: float | None = None
+    snic_directions: str = "duplex"
+    read_free: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("snic_gbps", "cnic_gbps"):
+            val = getattr(self, key)
+            require(val is None or val > 0, key, val, "must be > 0 (or omitted for no cap)")
+        require(self.snic_directions in SNIC_DIRECTIONS, "snic_directions", self.snic_directions,
+                f"choices: {', '.join(SNIC_DIRECTIONS)}")
+
+
+class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduler service's knobs.
+
+    ``prefill_tokens_per_s``: the PE prefill rate behind beta (None: ``PREFILL_TOKENS_PER_S`` of
+    the model). ``storage_read_gbps``: a node's storage read rate behind alpha when the SNIC is
+    uncapped (None: the scheduler measures the store's read rate at start; a capped SNIC's rate
+    is its cap). ``engine_timeout_s``: silence after which an engine counts as dead.
+    """
+
+    prefill_tokens_per_s: float | None = None
+    storage_read_gbps: float | None = None
+    max_queued_requests: int = 256
+    engine_timeout_s: float = 5.0
+    tick_s: float = 0.002
+
+    def __post_init__(self) -> None:
+        for key in ("prefill_tokens_per_s", "storage_read_gbps"):
+            val = getattr(self, key)
+            require(val is None or val > 0, key, val, "must be > 0 (or omitted)")
+        require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests,
+                "must be >= 1")
+        require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
+        require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
+
+    def beta_rate(self, model: str) -> float:
+        """Prompt tokens/s one PE is assumed to prefill (policy beta = 5 s of it)."""
+        if self.prefill_tokens_per_s is not None:
+            return self.prefill_tokens_per_s
+        return PREFILL_TOKENS_PER_S.get(model, PREFILL_TOKENS_PER_S_OTHER)
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Every engine's knobs.
+
+    ``compute_quota_s`` caps a PE batch's predicted attention time per forward pass under the
+    dualpath policies' quota batching (the paper's 300 ms; on a 1-thread CPU SmolLM2 this packs
+    two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
+    predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
+    ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
+    ``decode_hbm_tokens``: KV tokens a DE holds; ``heartbeat_s``: load report period.
+    """
+
+    block_size: int = 64
+    dtype: str = "float32"
+    decode_hbm_tokens: int = 65536
+    compute_quota_s: float = COMPUTE_QUOTA_S
+    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
+    attention_intercept_s: float = 0.0
+    max_batch_tokens: int = 2048
+    heartbeat_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        require(self.block_size >= 1, "block_size", self.block_size, "must be >= 1")
+        require(self.dtype in DTYPES, "dtype", self.dtype, f"choices: {', '.join(DTYPES)}")
+        require(self.decode_hbm_tokens >= self.block_size, "decode_hbm_tokens",
+                self.decode_hbm_tokens, "must hold at least one block")
+        require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
+        require(self.attention_s_per_gflop >= 0, "attention_s_per_gflop", self.attention_s_per_gflop,
+                "must be >= 0 (0 = measure at start)")
+        require(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s,
+                "must be >= 0")
+        require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, "must be >= 1")
+        require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
 
 
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -15,49 +118,34 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     Engines are numbered: prefill engines 0..P-1, then decode engines P..P+D-1. Each emulated node
     holds ``engines_per_node`` engines of one role (one engine group per node, rank 0 leads); nodes
-    are numbered prefill first. ``snic_gbps`` caps each node's storage NIC in each direction
-    (full duplex: reads in, persists out), ``cnic_gbps`` each engine's compute NIC (KV between engines); None = uncapped.
-    ``read_free`` bypasses storage-read and PD-transfer costs (the paper's Oracle).
-    ``model`` is a name from dualpath.spec ("smollm2-135m") or "tiny" (a small random model).
-    ``compute_quota_ms`` caps a PE batch's predicted attention time per forward pass under the
-    dualpath policies' quota batching (the paper's 300 ms; on a 1-thread CPU SmolLM2 this packs
-    two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
-    predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
-    ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
-    ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's free space at start;
-    each of the D decode engines, the writers, bounds its index at 1/D of it); ``kv_file_mode``
-    sets the block files' permission bits (0600; 0640 for a group sharing the directory).
+    are numbered prefill first. ``model`` is a name from dualpath.spec ("smollm2-135m") or "tiny"
+    (a small random model); ``policy`` a key of ``dualpath.policy.POLICIES``; ``transport`` one of
+    ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
+    free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
+    it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
+    the directory). ``scheduler``, ``engine``, ``traffic``: the sections above.
     """
 
     kv_dir: str
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_RUNTIME_MODEL
+    policy: str = DEFAULT_POLICY
     num_prefill_engines: int = 1
     num_decode_engines: int = 2
     engines_per_node: int = 1
-    policy: str = "dualpath"
-    snic_gbps: float | None = None
-    cnic_gbps: float | None = None
-    read_free: bool = False
     transport: str = "zmq"
     host: str = "127.0.0.1"
     scheduler_port: int = 0
-    max_queued_requests: int = 256
-    decode_hbm_tokens: int = 65536
-    block_size: int = 64
-    dtype: str = "float32"
-    compute_quota_ms: float = 300.0
-    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
-    attention_intercept_s: float = 0.0
-    max_batch_tokens: int = 2048
-    prefill_tokens_per_s: float = 0.0  # beta = 5 s of this (0: a per-model default)
-    heartbeat_s: float = 0.2
-    engine_timeout_s: float = 5.0
     seed: int = 0
     kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
+    scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
+    engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
+    traffic: TrafficConfig = msgspec.field(default_factory=TrafficConfig)
 
     def __post_init__(self) -> None:
         require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")
+        require(self.model != "", "model", self.model, "must name a model")
+        lookup(POLICIES, self.policy, "policy")
         require(self.kv_capacity_gb is None or self.kv_capacity_gb > 0, "kv_capacity_gb",
                 self.kv_capacity_gb, "must be > 0 (or omitted: 90% of the free space at start)")
         check_file_mode(self.kv_file_mode)
@@ -66,34 +154,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines,
                 "must be >= 1")
         require(self.engines_per_node >= 1, "engines_per_node", self.engines_per_node, "must be >= 1")
-        for key in ("snic_gbps", "cnic_gbps"):
-            val = getattr(self, key)
-            require(val is None or val > 0, key, val, "must be > 0 (or omitted for no cap)")
-        require(self.transport in TRANSPORTS, "transport", self.transport,
-                f"choices: {', '.join(TRANSPORTS)}")
+        lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
         require(0 <= self.scheduler_port < 65536, "scheduler_port", self.scheduler_port,
                 "must be a TCP port (0 = any free port)")
-        require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests,
-                "must be >= 1")
-        require(self.decode_hbm_tokens >= self.block_size, "decode_hbm_tokens",
-                self.decode_hbm_tokens, "must hold at least one block")
-        require(self.compute_quota_ms > 0, "compute_quota_ms", self.compute_quota_ms, "must be > 0")
-        require(self.attention_s_per_gflop >= 0, "attention_s_per_gflop", self.attention_s_per_gflop,
-                "must be >= 0 (0 = measure at start)")
-        require(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s,
-                "must be >= 0")
-        require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, "must be >= 1")
-        require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
-        require(self.engine_timeout_s > 2 * self.heartbeat_s, "engine_timeout_s",
-                self.engine_timeout_s, "must exceed two heartbeats")
-
-    @property
-    def beta_rate(self) -> float:
-        """Prompt tokens/s one PE is assumed to prefill (policy beta = 5 s of it). Cached tokens
-        dominate prompts in agentic turns and cost little compute, hence the generous defaults."""
-        if self.prefill_tokens_per_s > 0:
-            return self.prefill_tokens_per_s
-        return 200_000.0 if self.model == "tiny" else 20_000.0
+        require(self.scheduler.engine_timeout_s > 2 * self.engine.heartbeat_s,
+                "scheduler.engine_timeout_s", self.scheduler.engine_timeout_s,
+                f"must exceed two heartbeats (engine.heartbeat_s = {self.engine.heartbeat_s})")
 
     @property
     def num_engines(self) -> int:
@@ -113,3 +179,77 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def num_nodes(self) -> int:
         return self.node_of(self.num_engines - 1) + 1
+
+
+class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduler process: the cluster's config (``scheduler``, ``traffic`` sections, policy,
+    KV store) plus what only this process has. It binds ``tcp://<cluster.host>:<scheduler_port>``."""
+
+    cluster: ClusterConfig
+    port_file: str = ""  # if set, the bound address is written here
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+
+    @property
+    def bind(self) -> str:
+        return f"tcp://{self.cluster.host}:{self.cluster.scheduler_port}"
+
+
+class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine process: the cluster's config (``engine``, ``traffic`` sections, model, policy,
+    transport, KV store; ``cluster.host`` is the address peers reach this engine's transport at)
+    plus what only this process has (``dualpath engine`` flags map onto these)."""
+
+    cluster: ClusterConfig
+    scheduler: str  # "tcp://host:port"
+    role: str
+    node_id: int
+    engine_id: int = -1
+    cluster_id: str = "default"
+    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
+    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+
+
+# ``dualpath demo``: system name -> (policy, read_free).
+DEMO_SYSTEMS: dict[str, tuple[str, bool]] = {
+    "basic": ("basic", False),
+    "dualpath": ("dualpath", False),
+    "oracle": ("dualpath", True),
+    "rr-shorter-queue": ("rr-shorter-queue", False),
+    "always-de": ("always-de", False),
+    "dualpath-split": ("dualpath-split", False),
+}
+# Demo storage-NIC caps (Gbit/s) per model so that reading a turn's cached context takes a few
+# times longer than computing its append on a 2-core CPU (KV: SmolLM2 46 KB/token fp32, tiny 2 KB).
+DEMO_SNIC_GBPS: dict[str, float] = {DEFAULT_RUNTIME_MODEL: 0.1, "tiny": 0.01}
+
+
+class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``dualpath demo`` (runtime/cluster/demo.py): the same agents under each system on one local
+    cluster. ``snic_gbps`` None: ``DEMO_SNIC_GBPS`` of the model."""
+
+    model: str = DEFAULT_RUNTIME_MODEL
+    systems: tuple[str, ...] = ("basic", "dualpath", "oracle")
+    num_prefill_engines: int = 1
+    num_decode_engines: int = 2
+    num_agents: int = 6
+    max_turns: int = 6
+    scale: float = 1 / 16
+    max_len: int = 2048
+    snic_gbps: float | None = None
+    cnic_gbps: float | None = None
+    transport: str = "zmq"
+    kv_dir: str = ""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for s in self.systems:
+            lookup(DEMO_SYSTEMS, s, "system")
+        require(self.num_agents >= 1, "num_agents", self.num_agents, "must be >= 1")
+        require(self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
+        require(0 < self.scale <= 1, "scale", self.scale, "must be in (0, 1]")
+        lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
+
+    @property
+    def snic(self) -> float:
+        return self.snic_gbps if self.snic_gbps is not None else DEMO_SNIC_GBPS.get(self.model, 0.1)

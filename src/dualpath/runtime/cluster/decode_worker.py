@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from dualpath.core.errors import ConfigError
 from dualpath.core.units import GiB
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
@@ -25,7 +27,6 @@ from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import DecodeConfig, DecodeEngine, DecodeOutput
-from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferItem, Transport
@@ -195,7 +196,7 @@ class DecodeWorker(WorkerBase):
                 continue
             with self._lock:
                 self._reserved.discard(rid)
-            done = params.max_new_tokens == 1 or tok in params.stop_token_ids
+            done = params.max_tokens == 1 or tok in params.stop_token_ids
             self._emit(rid, tok, done, events)
         outs = self._decode_step()
         for out in outs:
@@ -227,10 +228,12 @@ class DecodeWorker(WorkerBase):
         for rid in gone:
             self.engine.abort(rid)
 
-    def _sampling(self, p: SamplingParams) -> EngineSampling:
-        stops = tuple(p.stop_token_ids) + (() if p.ignore_eos or self.eos is None else (self.eos,))
-        return EngineSampling(temperature=p.temperature, top_p=p.top_p, seed=p.seed or 0,
-                              max_new_tokens=p.max_tokens, stop_token_ids=stops)
+    def _sampling(self, p: SamplingParams) -> SamplingParams:
+        """``p`` with the EOS token among its stop tokens unless ``ignore_eos`` (the engine
+        stops on stop tokens only)."""
+        if p.ignore_eos or self.eos is None:
+            return p
+        return msgspec.structs.replace(p, stop_token_ids=tuple(p.stop_token_ids) + (self.eos,))
 
     def _emit(self, rid: str, tok: int, finished: bool, events: list[TokenEvent]) -> None:
         """Record generated token ``tok``; the last one is sent after the request's persists."""

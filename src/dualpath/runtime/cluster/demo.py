@@ -15,51 +15,12 @@ from collections.abc import Callable
 
 import msgspec
 
-from dualpath.core.errors import require
 from dualpath.runtime.cluster.agents import AgentPlan, run_system
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.config import (
+    DEMO_SYSTEMS as SYSTEMS, ClusterConfig, DemoConfig, SchedulerServiceConfig, TrafficConfig,
+)
 from dualpath.runtime.cluster.local import LocalCluster
-
-SYSTEMS: dict[str, tuple[str, bool]] = {  # name -> (policy, read_free)
-    "basic": ("basic", False),
-    "dualpath": ("dualpath", False),
-    "oracle": ("dualpath", True),
-    "rr-shorter-queue": ("rr-shorter-queue", False),
-    "always-de": ("always-de", False),
-    "dualpath-split": ("dualpath-split", False),
-}
-# Default storage-NIC caps (Gbit/s) per model so that reading a turn's cached context takes a few
-# times longer than computing its append on a 2-core CPU (KV: SmolLM2 46 KB/token fp32, tiny 2 KB).
-DEFAULT_SNIC_GBPS = {"smollm2-135m": 0.1, "tiny": 0.01}
-
-
-class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
-    model: str = "smollm2-135m"
-    systems: tuple[str, ...] = ("basic", "dualpath", "oracle")
-    num_prefill_engines: int = 1
-    num_decode_engines: int = 2
-    num_agents: int = 6
-    max_turns: int = 6
-    scale: float = 1 / 16
-    max_len: int = 2048
-    snic_gbps: float | None = None  # None: DEFAULT_SNIC_GBPS[model]
-    cnic_gbps: float | None = None
-    transport: str = "zmq"
-    kv_dir: str = ""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for s in self.systems:
-            require(s in SYSTEMS, "system", s, f"choices: {', '.join(SYSTEMS)}")
-        require(self.num_agents >= 1, "num_agents", self.num_agents, "must be >= 1")
-        require(self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
-        require(0 < self.scale <= 1, "scale", self.scale, "must be in (0, 1]")
-
-    @property
-    def snic(self) -> float:
-        return self.snic_gbps if self.snic_gbps is not None else DEFAULT_SNIC_GBPS.get(self.model, 0.1)
-
 
 def run_demo(cfg: DemoConfig, turns: list[tuple[str, tuple[tuple[int, int], ...]]],
              progress: Callable[[str], None] | None = None) -> dict[str, object]:
@@ -79,8 +40,9 @@ def run_demo(cfg: DemoConfig, turns: list[tuple[str, tuple[tuple[int, int], ...]
 def _run(cfg: DemoConfig, agents: list[AgentPlan], kv_dir: str,
          say: Callable[[str], None]) -> dict[str, object]:
     ccfg = ClusterConfig(kv_dir=kv_dir, model=cfg.model, num_prefill_engines=cfg.num_prefill_engines,
-                         num_decode_engines=cfg.num_decode_engines, snic_gbps=cfg.snic,
-                         cnic_gbps=cfg.cnic_gbps, transport=cfg.transport, engine_timeout_s=30.0)
+                         num_decode_engines=cfg.num_decode_engines, transport=cfg.transport,
+                         traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
+                         scheduler=SchedulerServiceConfig(engine_timeout_s=30.0))
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
     rows: dict[str, dict[str, object]] = {}
     with LocalCluster(ccfg) as cluster:

@@ -72,7 +72,7 @@ class Beat(threading.Thread):
                 self._incoming(sock)
                 if time.monotonic() < next_s:
                     continue
-                next_s = time.monotonic() + self.args.heartbeat_s
+                next_s = time.monotonic() + self.args.cluster.engine.heartbeat_s
                 sock.send(encode(self._beat(parts)))
         finally:
             sock.close(0)

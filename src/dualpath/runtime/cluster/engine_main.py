@@ -20,7 +20,7 @@ import msgspec
 import torch
 import zmq
 
-from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.runtime.cluster.config import EngineArgs
 from dualpath.runtime.cluster.engine_beat import Beat, dealer
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
@@ -35,35 +35,6 @@ if TYPE_CHECKING:
     from dualpath.policy import SchedulerConfig
 
 
-class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything an engine process needs (``dualpath engine`` flags map onto these)."""
-
-    scheduler: str  # "tcp://host:port"
-    role: str
-    node_id: int
-    engine_id: int = -1
-    model: str = "smollm2-135m"
-    kv_dir: str
-    transport: str = "zmq"
-    host: str = "127.0.0.1"
-    policy: str = "dualpath"
-    snic_gbps: float | None = None
-    cnic_gbps: float | None = None
-    read_free: bool = False
-    cluster_id: str = "default"
-    block_size: int = 64
-    dtype: str = "float32"
-    hbm_tokens: int = 65536
-    max_batch_tokens: int = 2048  # token budget of the baselines' "tokens" batching
-    compute_quota_s: float = 0.3  # dualpath*'s "quota" batching: predicted attention s per forward
-    attention_s_per_gflop: float = 0.0  # > 0: this fixed predictor line instead of profiling
-    attention_intercept_s: float = 0.0  # (with attention_s_per_gflop) per forward pass
-    heartbeat_s: float = 0.2
-    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
-    kv_file_mode: int = 0o600
-    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
-
-
 def _capacity(args: EngineArgs) -> int | None | str:
     return "auto" if args.kv_capacity_bytes is None else args.kv_capacity_bytes
 
@@ -71,11 +42,11 @@ def _capacity(args: EngineArgs) -> int | None | str:
 def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
     from dualpath.runtime.model import load_decoder
 
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    decoder, ckpt = load_decoder(args.model, device="cpu", dtype=dtype)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.cluster.engine.dtype]
+    decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
     eos = getattr(ckpt.hf_config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return (decoder, Geometry.of(decoder, args.block_size), eos, ckpt.config.vocab_size,
+    return (decoder, Geometry.of(decoder, args.cluster.engine.block_size), eos, ckpt.config.vocab_size,
             ckpt.config.max_position_embeddings)
 
 
@@ -106,16 +77,14 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     decoder, geo, eos, vocab, max_ctx = loaded or _model(args)
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
-    store = BlockStore(args.kv_dir, layout, _capacity(args), file_mode=args.kv_file_mode)
+    store = BlockStore(args.cluster.kv_dir, layout, _capacity(args), file_mode=args.cluster.kv_file_mode)
     sock = dealer(ctx, args.scheduler, keys)
-    traffic = TrafficManager(engine_id=max(args.engine_id, 0), node_id=args.node_id,
-                             snic_gbps=args.snic_gbps, cnic_gbps=args.cnic_gbps,
-                             shared_dir=links_dir(args.cluster_id), read_free=args.read_free)
-    transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send, keys=keys)
+    traffic = _traffic(args, max(args.engine_id, 0))
+    transport = make_transport(args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys)
     hello = EngineHello(
         engine_id=args.engine_id, role=args.role, node_id=args.node_id,  # type: ignore[arg-type]
         data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
-        hbm_tokens=args.hbm_tokens if args.role == "decode" else 0, model_name=args.model,
+        hbm_tokens=args.cluster.engine.decode_hbm_tokens if args.role == "decode" else 0, model_name=args.cluster.model,
         num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
         block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)
     sock.send(encode(hello))
@@ -131,9 +100,7 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     gate = _Gate()  # KV may come as soon as the scheduler knows us: hold it until the worker exists
     transport.bind(f"e{eid}", gate)
     traffic.close()
-    traffic = TrafficManager(engine_id=eid, node_id=args.node_id, snic_gbps=args.snic_gbps,
-                             cnic_gbps=args.cnic_gbps, shared_dir=links_dir(args.cluster_id),
-                             read_free=args.read_free)
+    traffic = _traffic(args, eid)
     transport.limiter = traffic.kv_send  # type: ignore[attr-defined]
     outbox, io = Outbox(), BlockIO(store, geo, traffic)
     common = dict(engine_id=eid, node_id=args.node_id, decoder=decoder, geo=geo, blockio=io,
@@ -142,11 +109,11 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     if args.role == "prefill":
         from dualpath.runtime.cluster.prefill_worker import PrefillWorker
 
-        worker = PrefillWorker(scheduler=make_scheduler(args.policy, sched_cfg), **common)  # type: ignore[arg-type]
+        worker = PrefillWorker(scheduler=make_scheduler(args.cluster.policy, sched_cfg), **common)  # type: ignore[arg-type]
     else:
         from dualpath.runtime.cluster.decode_worker import DecodeWorker
 
-        worker = DecodeWorker(eos_token_id=eos, hbm_tokens=args.hbm_tokens, **common)  # type: ignore[arg-type]
+        worker = DecodeWorker(eos_token_id=eos, hbm_tokens=args.cluster.engine.decode_hbm_tokens, **common)  # type: ignore[arg-type]
     gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
     beat.attach(eid, worker, io, traffic)
@@ -177,6 +144,13 @@ class _Reregister:
               "restarted); dropping every task and registering again", flush=True)
         worker.reset()  # type: ignore[attr-defined]
         sock.send(encode(self.hello))
+
+
+def _traffic(args: EngineArgs, engine_id: int) -> TrafficManager:
+    t = args.cluster.traffic
+    return TrafficManager(engine_id=engine_id, node_id=args.node_id, snic_gbps=t.snic_gbps,
+                          cnic_gbps=t.cnic_gbps, shared_dir=links_dir(args.cluster_id),
+                          read_free=t.read_free, snic_directions=t.snic_directions)
 
 
 class _Gate:
@@ -220,15 +194,15 @@ def _sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
     from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor
 
     fixed = None
-    if args.attention_s_per_gflop > 0:
-        fixed = fixed_predictor(decoder, seconds_per_gflop=args.attention_s_per_gflop,  # type: ignore[arg-type]
-                                intercept_s=args.attention_intercept_s)
+    if args.cluster.engine.attention_s_per_gflop > 0:
+        fixed = fixed_predictor(decoder, seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
+                                intercept_s=args.cluster.engine.attention_intercept_s)
     pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
     print(f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
           f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
-          f"quota {args.compute_quota_s * 1e3:.0f} ms", flush=True)
-    return SchedulerConfig(compute_quota_s=args.compute_quota_s, attention_predictor=pred,
-                           max_batch_tokens=args.max_batch_tokens, block_size=args.block_size)
+          f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms", flush=True)
+    return SchedulerConfig(compute_quota_s=args.cluster.engine.compute_quota_s, attention_predictor=pred,
+                           max_batch_tokens=args.cluster.engine.max_batch_tokens, block_size=args.cluster.engine.block_size)
 
 
 def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
@@ -236,8 +210,7 @@ def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
 
     traffic.read_free = msg.read_free
     if msg.snic_gbps is not None:
-        traffic.snic.rate_bytes_per_s = gbps_to_bytes_per_s(msg.snic_gbps)
-        traffic.snic_tx.rate_bytes_per_s = traffic.snic.rate_bytes_per_s
+        traffic.set_snic_gbps(msg.snic_gbps)
     if hasattr(worker, "scheduler"):  # same knobs (and fitted predictor), the new policy's mode
         worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)
 
@@ -325,7 +298,7 @@ def standby(template: EngineArgs) -> None:
 
     torch.set_num_threads(1)
     loaded = _model(template)
-    print(f"standby (pid {os.getpid()}): {template.model} loaded; waiting for an assignment", flush=True)
+    print(f"standby (pid {os.getpid()}): {template.cluster.model} loaded; waiting for an assignment", flush=True)
     line = sys.stdin.readline()
     if not line.strip():
         return
@@ -335,7 +308,8 @@ def standby(template: EngineArgs) -> None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
-    same = (args.model, args.dtype, args.block_size) == (template.model, template.dtype, template.block_size)
+    a, t = args.cluster, template.cluster
+    same = (a.model, a.engine.dtype, a.engine.block_size) == (t.model, t.engine.dtype, t.engine.block_size)
     print(f"standby (pid {os.getpid()}): becoming engine {args.engine_id} ({args.role})", flush=True)
     run_engine(args, loaded if same else None)
 

@@ -130,16 +130,12 @@ class LocalCluster:
             resolve_model(cfg.model)
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
         cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
-        store = dict(kv_capacity_bytes=cap, kv_file_mode=cfg.kv_file_mode)
-        writer = dict(store, kv_capacity_bytes=cap // cfg.num_decode_engines)  # DEs persist
-        model = str(tiny_model_dir(self.run_dir)) if cfg.model == "tiny" else cfg.model
+        writer_cap = cap // cfg.num_decode_engines  # DEs persist: each bounds its index at 1/D
+        engine_cfg = (msgspec.structs.replace(cfg, model=str(tiny_model_dir(self.run_dir)))
+                      if cfg.model == "tiny" else cfg)
         port_file = self.run_dir / "scheduler.addr"
-        sargs = SchedulerArgs(
-            bind=f"tcp://{cfg.host}:{cfg.scheduler_port}", kv_dir=cfg.kv_dir, policy=cfg.policy,
-            snic_gbps=cfg.snic_gbps, max_queued_requests=cfg.max_queued_requests,
-            prefill_tokens_per_s=cfg.beta_rate,
-            engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file),
-            key_file=str(self.key_file or ""), **store)
+        sargs = SchedulerArgs(cluster=cfg, port_file=str(port_file), kv_capacity_bytes=cap,
+                              key_file=str(self.key_file or ""))
         self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -148,20 +144,15 @@ class LocalCluster:
                 raise DualpathError(f"scheduler did not start; see {self.run_dir / 'scheduler.log'}")
             time.sleep(0.05)
         self.address = port_file.read_text().strip()
+        bound = msgspec.structs.replace(cfg, scheduler_port=int(self.address.rsplit(":", 1)[1]))
         self._spawn_args["scheduler"] = ("dualpath.runtime.cluster.scheduler",  # (a restart: same address)
-                                         msgspec.structs.replace(sargs, bind=self.address), "scheduler.log")
+                                         msgspec.structs.replace(sargs, cluster=bound), "scheduler.log")
         for eid in range(cfg.num_engines):
             self.engine_procs[eid] = self._spawn("dualpath.runtime.cluster.engine_main", EngineArgs(
-                scheduler=self.address, role=cfg.role_of(eid), node_id=cfg.node_of(eid), engine_id=eid,
-                model=model, kv_dir=cfg.kv_dir, transport=cfg.transport, host=cfg.host,
-                policy=cfg.policy, snic_gbps=cfg.snic_gbps, cnic_gbps=cfg.cnic_gbps,
-                read_free=cfg.read_free, cluster_id=self.cluster_id, block_size=cfg.block_size,
-                dtype=cfg.dtype, hbm_tokens=cfg.decode_hbm_tokens, heartbeat_s=cfg.heartbeat_s,
-                compute_quota_s=cfg.compute_quota_ms / 1e3, max_batch_tokens=cfg.max_batch_tokens,
-                attention_s_per_gflop=cfg.attention_s_per_gflop,
-                attention_intercept_s=cfg.attention_intercept_s, key_file=str(self.key_file or ""),
-                **(writer if cfg.role_of(eid) == "decode" else store)),  # type: ignore[arg-type]
-                f"engine{eid}.log", name=f"engine{eid}")
+                cluster=engine_cfg, scheduler=self.address, role=cfg.role_of(eid),
+                node_id=cfg.node_of(eid), engine_id=eid, cluster_id=self.cluster_id,
+                kv_capacity_bytes=writer_cap if cfg.role_of(eid) == "decode" else cap,
+                key_file=str(self.key_file or "")), f"engine{eid}.log", name=f"engine{eid}")
         LocalCluster._running.add(self)
         self.wait_ready()
         if self.supervise:

@@ -40,7 +40,6 @@ from dualpath.runtime.cluster.messages import PrefillTask, Progress
 from dualpath.runtime.cluster.pe_remote import PeIO, RemoteDE, Split, when_all
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import PrefillConfig, PrefillEngine, PrefillRequest
-from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferError, TransferItem, Transport
@@ -90,7 +89,7 @@ class PrefillWorker(WorkerBase):
             self.engine.connect(de, RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
             self._connected.add(de)
         req = PrefillRequest(request_id=rid, token_ids=tuple(task.prompt_token_ids), decode_endpoint=de,
-                             read_side=read.side, hit_hashes=hashes, sampling=_sampling(task.params),
+                             read_side=read.side, hit_hashes=hashes, sampling=task.params,
                              split_block=read.pe_read_len // bs if read.side == "split" else 0)
         if not self.engine.add_request(req):
             return False
@@ -257,6 +256,3 @@ class PrefillWorker(WorkerBase):
         self._waiting.insert(0, rid)
 
 
-def _sampling(p: SamplingParams) -> EngineSampling:
-    return EngineSampling(temperature=p.temperature, top_p=p.top_p, seed=p.seed or 0,
-                          max_new_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids))

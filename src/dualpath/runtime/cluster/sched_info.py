@@ -61,8 +61,9 @@ class Reporter:
         if n + msg.params.max_tokens > limit:
             return "too_long", (f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
                                 f"exceeds the model's context of {limit} tokens")
-        if len(self.timing) >= svc.args.max_queued_requests:
-            return "queue_full", f"{len(self.timing)} requests in flight (max {svc.args.max_queued_requests})"
+        limit_queued = svc.args.cluster.scheduler.max_queued_requests
+        if len(self.timing) >= limit_queued:
+            return "queue_full", f"{len(self.timing)} requests in flight (max {limit_queued})"
         if msg.request_id in self.timing:
             return "bad_request", f"request id {msg.request_id!r} is already in flight"
         return None
@@ -162,7 +163,7 @@ class Reporter:
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
                              num_waiting=len(self.timing) - running, num_running=running,
-                             policy=self.svc.args.policy, down=tuple(self.down),
+                             policy=self.svc.args.cluster.policy, down=tuple(self.down),
                              unavailable=self.svc.supervision.items(),
                              restarts=self.svc.supervision.restarts())
 
@@ -170,7 +171,7 @@ class Reporter:
         h = self.svc.hello
         return ClusterInfo(model_name=h.model_name if h else "", max_context_len=h.max_context_len if h else 0,
                            vocab_size=h.vocab_size if h else 0, eos_token_id=h.eos_token_id if h else None,
-                           max_queued_requests=self.svc.args.max_queued_requests,
+                           max_queued_requests=self.svc.args.cluster.scheduler.max_queued_requests,
                            block_size=h.block_size if h else 64)
 
     def metrics(self) -> MetricsSnapshot:

@@ -10,6 +10,7 @@ request's client with RequestStats on the last one.
 from __future__ import annotations
 
 import secrets
+import tempfile
 import time
 
 import msgspec
@@ -19,6 +20,7 @@ from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
+from dualpath.runtime.cluster.config import SchedulerArgs
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
     Query, QueryReply, ReadPlan, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
@@ -34,21 +36,6 @@ from dualpath.runtime.transfer.drops import DropCounter
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
-
-
-class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
-    bind: str  # "tcp://127.0.0.1:5557" (port 0 = any)
-    kv_dir: str
-    policy: str = "dualpath"
-    snic_gbps: float | None = None
-    prefill_tokens_per_s: float = 4000.0
-    max_queued_requests: int = 256
-    engine_timeout_s: float = 5.0
-    tick_s: float = 0.002
-    port_file: str = ""  # if set, the bound address is written here
-    kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
-    kv_file_mode: int = 0o600
-    key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
 
 
 def _seeded(params: SamplingParams) -> SamplingParams:
@@ -90,13 +77,15 @@ class SchedulerService:
         self.running = True
         self._last_check_s = float("inf")  # no stall before the first tick
         self.drops = DropCounter("scheduler")
+        self._measured_read_bytes_per_s: float | None = None
+        self.read_rate_source = ""
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while self.running:
-            self.run_once(poller, int(self.args.tick_s * 1000) or 1)
+            self.run_once(poller, int(self.args.cluster.scheduler.tick_s * 1000) or 1)
         self.close()
 
     def run_once(self, poller: zmq.Poller, timeout_ms: int, now: float | None = None) -> None:
@@ -212,17 +201,43 @@ class SchedulerService:
         self.hello = msg
         layout = BlockLayout(num_layers=msg.num_layers, block_size=msg.block_size,
                              kv_bytes_per_token_layer=msg.kv_bytes_per_token_layer)
-        cap = self.args.kv_capacity_bytes
+        cap, cluster = self.args.kv_capacity_bytes, self.args.cluster
         if self.store is None or self.store.layout != layout:  # (kept across Configure)
-            self.store = BlockStore(self.args.kv_dir, layout, "auto" if cap is None else cap,
-                                    file_mode=self.args.kv_file_mode)
-        snic = gbps_to_bytes_per_s(self.args.snic_gbps) if self.args.snic_gbps else 50e9
+            self.store = BlockStore(cluster.kv_dir, layout, "auto" if cap is None else cap,
+                                    file_mode=cluster.kv_file_mode)
+        snic = self._read_bytes_per_s()
         cfg = SchedulerConfig.from_rates(snic_bytes_per_s=snic,
                                          kv_bytes_per_token=layout.kv_bytes_per_token,
-                                         prefill_tokens_per_s=self.args.prefill_tokens_per_s,
+                                         prefill_tokens_per_s=cluster.scheduler.beta_rate(cluster.model),
                                          batching="tokens", block_size=msg.block_size)
         self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
-        self.sched = make_scheduler(self.args.policy, cfg)
+        self.sched = make_scheduler(cluster.policy, cfg)
+
+    def _read_bytes_per_s(self) -> float:
+        """A node's storage read rate behind alpha: the SNIC cap, else the configured
+        ``storage_read_gbps``, else the store's read rate measured once (``read_rate_source``
+        says which; the scheduler's info reports it)."""
+        traffic, sched = self.args.cluster.traffic, self.args.cluster.scheduler
+        if traffic.snic_gbps is not None:
+            self.read_rate_source = "snic cap"
+            return gbps_to_bytes_per_s(traffic.snic_gbps)
+        if sched.storage_read_gbps is not None:
+            self.read_rate_source = "configured"
+            return gbps_to_bytes_per_s(sched.storage_read_gbps)
+        if self._measured_read_bytes_per_s is None:
+            from dualpath.runtime.kvstore.bandwidth import measure_read_bytes_per_s
+
+            where = self.args.cluster.kv_dir
+            try:
+                rate = measure_read_bytes_per_s(where)
+            except OSError as exc:  # e.g. a full KV directory: the machine's temp directory
+                where = f"{tempfile.gettempdir()} ({where}: {exc.strerror})"
+                rate = measure_read_bytes_per_s(tempfile.gettempdir())
+            self._measured_read_bytes_per_s = rate
+            print(f"scheduler: no SNIC cap or storage_read_gbps; alpha from the read rate measured "
+                  f"in {where}, {rate / 1e9:.2f} GB/s", flush=True)
+        self.read_rate_source = "measured"
+        return self._measured_read_bytes_per_s
 
     def _configure(self, msg: Configure) -> QueryReply:
         from dualpath.core.errors import DualpathError
@@ -232,8 +247,11 @@ class SchedulerService:
         if self.hello is None:
             return QueryReply(query_id=msg.query_id, error="no engine registered yet")
         try:
-            snic = self.args.snic_gbps if msg.snic_gbps is None else msg.snic_gbps
-            self.args = msgspec.structs.replace(self.args, policy=msg.policy, snic_gbps=snic)
+            c = self.args.cluster
+            snic = c.traffic.snic_gbps if msg.snic_gbps is None else msg.snic_gbps
+            c = msgspec.structs.replace(c, policy=msg.policy, traffic=msgspec.structs.replace(
+                c.traffic, snic_gbps=snic, read_free=msg.read_free))
+            self.args = msgspec.structs.replace(self.args, cluster=c)
             self._setup(self.hello)
         except DualpathError as exc:
             return QueryReply(query_id=msg.query_id, error=str(exc))
@@ -260,7 +278,7 @@ class SchedulerService:
             for e in self.state.engines.values():
                 e.last_seen_s += stalled
         for e in list(self.state.engines.values()):
-            if e.alive and now - e.last_seen_s > self.args.engine_timeout_s:
+            if e.alive and now - e.last_seen_s > self.args.cluster.scheduler.engine_timeout_s:
                 self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding "
                                               f"(no heartbeat for {now - e.last_seen_s:.1f} s)")
 

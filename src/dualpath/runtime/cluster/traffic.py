@@ -1,12 +1,11 @@
 """Emulated NICs and the per-engine traffic manager.
 
-A :class:`Link` is a FIFO link of ``rate`` bytes/s with two lanes and a virtual clock. The clock lives
-in a 16-byte file (in /dev/shm when it exists) guarded by ``flock``, so every process that opens the
-same link name shares it: the engines of one emulated node share their storage NIC. Model/control
-traffic (lane "ctl") is served ahead of KV traffic (lane "kv"): a ctl transfer starts once earlier
-ctl transfers are done, and pushes every later KV transfer back by its own duration, so KV only gets
-what is left (the paper's two virtual lanes, section 7). ``rate`` None = uncapped (count only).
-Clocks are ``time.monotonic()`` (system-wide on Linux).
+A :class:`Link` is one direction of a NIC of ``rate`` bytes/s: the project's one link model
+(:mod:`dualpath.core.links`, shared with the simulator: FIFO, a priority "ctl" lane for model/control
+traffic ahead of the "kv" lane). Its two clocks live in a 16-byte file (in /dev/shm when it exists)
+guarded by ``flock``, so every process that opens the same link name shares them: the engines of
+one emulated node share their storage NIC. ``rate`` None = uncapped (count only). Clocks are
+``time.monotonic()`` (system-wide on Linux).
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 from dualpath.core.errors import require
+from dualpath.core.links import LANES, SNIC_DIRECTIONS, book
 from dualpath.core.units import gbps_to_bytes_per_s
 
-LANES = ("ctl", "kv")
 PATHS = ("pe-read", "de-read", "pd-transfer", "persist")
 _STATE = struct.Struct("<dd")  # (t_free_all, t_free_ctl)
 
@@ -75,25 +74,13 @@ class Link:
             dur = nbytes / self.rate_bytes_per_s
             t -= self.slack_s  # idle time a late-waking caller may still claim (see class doc)
             if self._map is None:
-                return self._book(self._local, t, dur, lane)
+                return book(self._local, t, dur, lane)
             assert self._fd is not None
             with _flock(self._fd):
                 state = list(_STATE.unpack_from(self._map, 0))
-                end = self._book(state, t, dur, lane)
+                end = book(state, t, dur, lane)
                 _STATE.pack_into(self._map, 0, *state)
             return end
-
-    @staticmethod
-    def _book(state: list[float], now: float, dur: float, lane: str) -> float:
-        t_all, t_ctl = state
-        if lane == "ctl":
-            end = max(now, t_ctl) + dur
-            state[1] = end
-            state[0] = max(t_all, now) + dur  # KV yields the link for the ctl bytes
-        else:
-            end = max(now, t_all, t_ctl) + dur
-            state[0] = end
-        return end
 
     def transmit(self, nbytes: int, lane: str = "kv") -> float:
         """Reserve, then sleep until the transfer would have completed; return seconds waited."""
@@ -127,18 +114,23 @@ class _flock:
 class TrafficManager:
     """One per engine: its node's storage NIC (shared with the node's other engines) and its own
     compute NIC. Calls block the calling thread for the emulated transfer time (run them on I/O
-    threads). ``read_free`` (Oracle) makes storage reads and PD transfers free but still counted."""
+    threads). ``read_free`` (Oracle) makes storage reads and PD transfers free but still counted.
+    ``snic_directions`` (``dualpath.core.links.SNIC_DIRECTIONS``): "duplex" (default) sends persists
+    through the SNIC's other direction, so they neither queue behind nor delay this node's storage
+    reads; "shared" books reads and persists on one link (the simulator's default)."""
 
     def __init__(self, *, engine_id: int, node_id: int, snic_gbps: float | None,
-                 cnic_gbps: float | None, shared_dir: Path | None, read_free: bool = False) -> None:
+                 cnic_gbps: float | None, shared_dir: Path | None, read_free: bool = False,
+                 snic_directions: str = "duplex") -> None:
+        require(snic_directions in SNIC_DIRECTIONS, "snic_directions", snic_directions,
+                f"choices: {', '.join(SNIC_DIRECTIONS)}")
         self.engine_id = engine_id
         self.node_id = node_id
         self.read_free = read_free
         rate = (lambda g: None if g is None else gbps_to_bytes_per_s(g))
         self.snic = Link(f"node{node_id}/snic", rate(snic_gbps), shared_dir, slack_s=0.02)
-        # Persists leave through the SNIC's other direction (NICs are full duplex): they do not
-        # queue behind, or delay, this node's storage reads.
-        self.snic_tx = Link(f"node{node_id}/snic-tx", rate(snic_gbps), shared_dir, slack_s=0.02)
+        self.snic_tx = (self.snic if snic_directions == "shared" else
+                        Link(f"node{node_id}/snic-tx", rate(snic_gbps), shared_dir, slack_s=0.02))
         self.cnic = Link(f"engine{engine_id}/cnic", rate(cnic_gbps), shared_dir, slack_s=0.02)
         self.bytes_by_path: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -195,7 +187,14 @@ class TrafficManager:
                 self.cnic.name: int(sum(self.cnic.bytes_by_lane.values()))}
         return paths, nics
 
+    def set_snic_gbps(self, snic_gbps: float | None) -> None:
+        """Re-cap this node's storage NIC (both directions; None = uncapped)."""
+        rate = None if snic_gbps is None else gbps_to_bytes_per_s(snic_gbps)
+        self.snic.rate_bytes_per_s = rate
+        self.snic_tx.rate_bytes_per_s = rate
+
     def close(self) -> None:
         self.snic.close()
-        self.snic_tx.close()
+        if self.snic_tx is not self.snic:
+            self.snic_tx.close()
         self.cnic.close()

@@ -21,6 +21,7 @@ from dualpath.core.errors import require
 from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, LocalPipeline
 from dualpath.runtime.engine.types import KVGeometry, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
+from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 PATHS = ("pe", "de", "split", "mixed")
 _MESSAGES = (
@@ -36,7 +37,7 @@ _OTHER = ("Write a haiku about the sea.", "Now one about mountains.", "And one a
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckConfig:
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_RUNTIME_MODEL
     turns: int = 3
     paths: tuple[str, ...] = PATHS
     block_size: int = 16
@@ -132,7 +133,7 @@ def _run_path(
             for turn in range(cfg.turns):
                 reqs = [GenRequest(request_id=f"{k}{turn}", token_ids=tuple(ctx[k]),
                                    read_side=_side(path, k, turn), decode_engine=i,  # type: ignore[arg-type]
-                                   sampling=SamplingParams(max_new_tokens=cfg.gen_len))
+                                   sampling=SamplingParams(max_tokens=cfg.gen_len))
                         for i, k in enumerate(convs)]  # fmt: skip
                 outs = pipe.generate(reqs)
                 for req in reqs:

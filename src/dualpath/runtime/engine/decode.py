@@ -160,7 +160,7 @@ class DecodeEngine:
         """Move the (complete) prompt KV from the DE buffer into the paged cache and start decoding.
 
         Returns False (nothing changed) if the cache lacks blocks for prompt + generation."""
-        ids = self.cache.allocate(len(prompt) + sampling.max_new_tokens)
+        ids = self.cache.allocate(len(prompt) + sampling.max_tokens)
         if ids is None:
             return False
         blocks = self.buffer.blocks(request_id)
@@ -170,7 +170,7 @@ class DecodeEngine:
         self._reads.pop(request_id, None)
         st = _Running(request_id, [*prompt, first_token], ids, sampling)
         self._persist_full_blocks(st)
-        if sampling.max_new_tokens == 1 or first_token in sampling.stop_token_ids:
+        if sampling.max_tokens == 1 or first_token in sampling.stop_token_ids:
             self._release(st)
         else:
             self._running[request_id] = st
@@ -210,7 +210,7 @@ class DecodeEngine:
             st.ctx_len += 1
             st.num_generated += 1
             self._persist_full_blocks(st)
-            done = st.num_generated >= st.sampling.max_new_tokens or tok in st.sampling.stop_token_ids
+            done = st.num_generated >= st.sampling.max_tokens or tok in st.sampling.stop_token_ids
             outs.append(DecodeOutput(request_id=st.rid, token=tok, logits=logits[j], finished=done))
             if done:
                 del self._running[st.rid]

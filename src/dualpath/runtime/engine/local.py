@@ -20,6 +20,7 @@ import torch
 from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import MiB
 from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, make_scheduler
+from dualpath.policy.config import COMPUTE_QUOTA_S
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
@@ -54,7 +55,7 @@ class LocalConfig:
     async_transfer: bool = False  # in-process transport with a progress thread
     policy: str = "dualpath"
     batching: str | None = None  # None: the policy's default mode
-    compute_quota_s: float = 0.3
+    compute_quota_s: float = COMPUTE_QUOTA_S
     attention_predictor: AttentionTimePredictor | None = None  # None: measured (cached per model)
 
     def __post_init__(self) -> None:

@@ -51,5 +51,5 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, step: int) -> int
     total = float(probs.sum())
     if not (total > 0.0 and torch.isfinite(probs).all()):
         return greedy_token(logits)
-    gen = torch.Generator(device="cpu").manual_seed(generator_seed(params.seed, step))
+    gen = torch.Generator(device="cpu").manual_seed(generator_seed(params.seed or 0, step))
     return int(torch.multinomial(probs.cpu(), 1, generator=gen).item())

@@ -1,4 +1,5 @@
-"""Boundary types of the engines: KV geometry, sampling parameters, requests and outputs."""
+"""Boundary types of the engines: KV geometry, requests and outputs (sampling parameters are the
+cluster API's ``SamplingParams``, re-exported here)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from dualpath.core.errors import require
 from dualpath.policy.views import READ_SIDES, ReadSide
+from dualpath.runtime.cluster.api import SamplingParams  # the one sampling type (engines and API)
 from dualpath.runtime.kvstore import BlockLayout, ReadResult, loadable_hit_blocks
 from dualpath.runtime.model.config import DecoderConfig
 from dualpath.runtime.transfer import TransferHandle
@@ -66,22 +68,6 @@ class KVGeometry:
     def max_hit_blocks(self, prompt_len: int) -> int:
         """Whole cached blocks a prompt may load (``kvstore.loadable_hit_blocks``)."""
         return loadable_hit_blocks(prompt_len, self.block_size)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SamplingParams:
-    """``temperature`` 0 is greedy; otherwise softmax sampling with nucleus ``top_p``, seeded."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 16
-    stop_token_ids: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        require(self.temperature >= 0.0, "temperature", self.temperature, "must be >= 0")
-        require(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]")
-        require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,11 +1,13 @@
-"""Bandwidth caps that let one machine emulate a storage NIC (SNIC).
+"""Bandwidth caps that let one machine emulate a storage NIC (SNIC), and a measure of the store's
+own read rate (what the scheduler's alpha assumes when no SNIC cap is set).
 
-A limiter models a link as a single server: each transfer of n bytes is reserved a slot of
-``n / rate`` seconds after the link's previous reservation (with up to ``burst_bytes`` of credit
-after idle time); the caller does its real I/O and then waits until the slot's finish time, so real
-I/O time overlaps the emulated transfer. ``TokenBucket`` is shared by threads of one process;
-``SharedTokenBucket`` by every process that opens the same state file (engines of one emulated node).
-Both use ``time.monotonic`` (system-wide on Linux), so processes agree on the clock.
+A limiter models a link as a single server, the KV lane of the project's one link model
+(:mod:`dualpath.core.links`): each transfer of n bytes is reserved a slot of ``n / rate`` seconds
+after the link's previous reservation (with up to ``burst_bytes`` of credit after idle time: the
+transfer counts as ready that much earlier); the caller does its real I/O and then waits until the
+slot's finish time, so real I/O time overlaps the emulated transfer. ``TokenBucket`` is shared by
+threads of one process; ``SharedTokenBucket`` by every process that opens the same state file
+(engines of one emulated node). Both use ``time.monotonic`` (system-wide on Linux), so processes agree on the clock.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dualpath.core.errors import require
+from dualpath.core.links import book
 
 _STATE = struct.Struct("<d")
 
@@ -39,7 +42,38 @@ def wait_until(finish_s: float) -> None:
 
 
 def _book(free_s: float, now_s: float, nbytes: int, rate: float, burst_s: float) -> float:
-    return max(free_s, now_s - burst_s) + nbytes / rate
+    return book([free_s, 0.0], now_s - burst_s, nbytes / rate, "kv")
+
+
+def measure_read_bytes_per_s(root: str | Path, nbytes: int = 16 << 20, chunk_bytes: int = 1 << 20,
+                             repeats: int = 3) -> float:
+    """Bytes/s this machine reads a just-written file under ``root`` in ``chunk_bytes`` preads
+    (best of ``repeats``; the page cache included, as for the store's own reads of fresh blocks).
+    The file is ``nbytes`` or a tenth of the free space there, whichever is smaller (at least one
+    4 KiB page); it is removed before returning. Raises OSError if it cannot be written."""
+    require(nbytes >= 4096, "nbytes", nbytes, "must be >= 4096")
+    st = os.statvfs(root)
+    nbytes = max(4096, min(nbytes, st.f_bavail * st.f_frsize // 10))
+    chunk_bytes = max(4096, min(chunk_bytes, nbytes))
+    nbytes -= nbytes % chunk_bytes
+    path = Path(root) / f".read-rate-{os.getpid()}.tmp"
+    block = os.urandom(chunk_bytes)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for off in range(0, nbytes, chunk_bytes):
+                os.pwrite(fd, block, off)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for off in range(0, nbytes, chunk_bytes):
+                    os.pread(fd, chunk_bytes, off)
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+    finally:
+        path.unlink(missing_ok=True)
+    return nbytes / max(best, 1e-9)
 
 
 class TokenBucket:

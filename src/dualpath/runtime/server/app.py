@@ -27,7 +27,7 @@ from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
-from dualpath.runtime.server.protocol import GenRequest, parse_request
+from dualpath.runtime.server.protocol import ApiRequest, parse_request
 from dualpath.runtime.server.responses import SSE_DONE, ResponseBuilder, sse
 from dualpath.runtime.server.schema import CHAT_SCHEMA, COMPLETION_SCHEMA, request_body
 from dualpath.runtime.server.tokenizer import Tokenizer
@@ -216,7 +216,7 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
         return await handle("chat", request)
 
 
-async def _collect(state: _State, req: GenRequest, first: Piece,
+async def _collect(state: _State, req: ApiRequest, first: Piece,
                    pieces: AsyncIterator[Piece], timing: Timing) -> JSONResponse:
     out = ResponseBuilder(req)
     texts, ids, last = [first.text], list(first.token_ids), first
@@ -234,7 +234,7 @@ async def _collect(state: _State, req: GenRequest, first: Piece,
     return JSONResponse(out.full("".join(texts), ids, last.finish_reason))
 
 
-async def _stream(state: _State, req: GenRequest, first: Piece, pieces: AsyncIterator[Piece],
+async def _stream(state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece],
                   timing: Timing) -> AsyncIterator[str]:
     out = ResponseBuilder(req)
     num_ids, last = 0, first

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualpath.runtime.cluster.api import ClusterError, RequestStats
-from dualpath.runtime.server.protocol import GenRequest
+from dualpath.runtime.server.protocol import ApiRequest
 from dualpath.runtime.server.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
@@ -66,7 +66,7 @@ class _StopMatcher:
         return out, False
 
 
-async def run_generation(client: Any, req: GenRequest, tok: Tokenizer, timing: Timing,
+async def run_generation(client: Any, req: ApiRequest, tok: Tokenizer, timing: Timing,
                          token_timeout_s: float) -> AsyncIterator[Piece]:
     """Yield one Piece per token of ``req``; the last one has ``finish_reason`` set."""
     detok = IncrementalDetokenizer(tok, req.prompt_ids)

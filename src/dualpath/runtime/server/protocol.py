@@ -1,4 +1,4 @@
-"""Parse and validate OpenAI request bodies into one ``GenRequest`` (no I/O).
+"""Parse and validate OpenAI request bodies into one ``ApiRequest`` (no I/O).
 
 Every refusal is an ``APIError`` (400/404) naming the field and quoting the value. Extensions for
 agent replay (vLLM-style extra body fields): ``ignore_eos``, ``min_tokens`` (0 or == max_tokens,
@@ -29,7 +29,7 @@ _UNSUPPORTED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None, ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GenRequest:
+class ApiRequest:
     """A validated request: ``kind`` "chat" or "completion"; ``stop`` are text stop strings."""
 
     kind: str
@@ -185,7 +185,7 @@ def _sampling(body: dict[str, Any], max_tokens: int, info: ClusterInfo) -> Sampl
 
 
 def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, served: str,
-                  default_max_tokens: int) -> GenRequest:
+                  default_max_tokens: int) -> ApiRequest:
     """Validate ``body`` of a chat ("chat") or text ("completion") request against the cluster."""
     if not isinstance(body, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}")
@@ -207,7 +207,7 @@ def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, serve
         raise APIError(400, f"this model's maximum context length is {limit} tokens; the request "
                        f"has {len(prompt)} prompt tokens + {key}={max_tokens} = "
                        f"{len(prompt) + max_tokens}", param=key, code="context_length_exceeded")
-    return GenRequest(kind=kind, model=model, prompt_ids=prompt,
+    return ApiRequest(kind=kind, model=model, prompt_ids=prompt,
                       params=_sampling(body, max_tokens, info), stream=stream,
                       include_usage=include_usage, stop=_stop(body),
                       return_token_ids=_bool(body, "return_token_ids", False))

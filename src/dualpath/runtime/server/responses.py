@@ -7,13 +7,13 @@ import time
 import uuid
 from typing import Any
 
-from dualpath.runtime.server.protocol import GenRequest
+from dualpath.runtime.server.protocol import ApiRequest
 
 
 class ResponseBuilder:
     """Builds the answer objects of one request (one id and creation time for all its chunks)."""
 
-    def __init__(self, req: GenRequest) -> None:
+    def __init__(self, req: ApiRequest) -> None:
         self.req = req
         chat = req.kind == "chat"
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -16,10 +16,11 @@ from dualpath.core.errors import ConfigError
 from dualpath.runtime.server.app import create_app
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.tokenizer import Tokenizer, load_tokenizer
+from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 
 def run_server(cluster_address: str, host: str = "127.0.0.1", port: int = 8000, *,
-               model: str = "smollm2-135m", tokenizer: Tokenizer | None = None,
+               model: str = DEFAULT_RUNTIME_MODEL, tokenizer: Tokenizer | None = None,
                api_key: str | None = None, served_model_name: str | None = None,
                log_level: str = "warning", cluster_key_file: str | None = None) -> None:
     """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dualpath.core.errors import ConfigError, UnknownNameError
+from dualpath.runtime.choices import TRANSPORT_NAMES
 from dualpath.runtime.transfer.base import Transport
 
-TRANSPORT_NAMES: tuple[str, ...] = ("zmq", "shm", "mooncake", "nixl")
+__all__ = ["TRANSPORT_NAMES", "make_transport"]
 _OPTIONAL = {"mooncake": ("mooncake", "pip install mooncake-transfer-engine"),
              "nixl": ("nixl", "pip install nixl")}
 
