@@ -17,6 +17,7 @@ from dualpath.policy.predictor import (
     ForwardAttentionPredictor,
     LinearAttentionPredictor,
     causal_kv_sum,
+    is_attention_predictor,
 )
 from dualpath.policy.scheduler import (
     POLICIES,
@@ -51,6 +52,7 @@ __all__ = [
     "POLICY_NAMES",
     "AttentionFlops",
     "AttentionTimePredictor",
+    "is_attention_predictor",
     "ForwardAttentionPredictor",
     "BatchEntry",
     "BatchItem",

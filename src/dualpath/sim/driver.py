@@ -11,12 +11,12 @@ import math
 import random
 from functools import partial
 
-from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
 from dualpath.sim import calibration as cal
 from dualpath.sim.adapter import VIEW_LIMIT, PolicyAdapter
 from dualpath.sim.cluster import Cluster, Node
 from dualpath.sim.config import SimConfig
-from dualpath.sim.costs import CostCache, ForwardMemoPredictor
+from dualpath.sim.costs import CostCache
 from dualpath.sim.decode import DecodeUnit, DeState
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Handle, Kernel
 from dualpath.sim.links import transfer3
@@ -60,8 +60,7 @@ class Simulation:
                               for u in cluster.prefill_units]
         self.decode_units = [DecodeUnit(self, [self.de_states[g] for g in u])
                              for u in cluster.decode_units]
-        # = policy.ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=...), compiled
-        forward = ForwardMemoPredictor(self.costs.predictor, model.num_layers)
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
