@@ -26,7 +26,8 @@ import shutil
 import tempfile
 import time
 
-from dualpath.runtime.cluster.agents import closed_loop, metrics_delta, run_system, scaled_agents
+from dualpath.bench.agents import scaled_turns
+from dualpath.runtime.cluster.agents import AgentPlan, closed_loop, metrics_delta, run_system
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.cluster.config import ClusterConfig
 from dualpath.runtime.cluster.demo import SYSTEMS
@@ -85,7 +86,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     model = "tiny" if args.tiny else "smollm2-135m"
-    agents = scaled_agents(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)
+    agents = [AgentPlan(agent_id=a, turns=t) for a, t in
+              scaled_turns(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)]
     cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"), model=model,
                         num_prefill_engines=1, num_decode_engines=2, snic_gbps=100.0,
                         transport=args.transport, engine_timeout_s=60.0)

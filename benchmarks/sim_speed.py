@@ -28,8 +28,8 @@ VIDUR_REQ_PER_S = 140.0
 
 
 def _run(pd: str, agents: int, systems: list[str]) -> dict:
-    from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
-    from dualpath.sim.runner import run_systems
+    from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, make_trajectories
+    from dualpath.sim.harness.runner import run_systems
 
     trajs = make_trajectories(WorkloadSpec(maxlen=65536, num_agents=agents, seed=0))
     start, cpu0 = time.perf_counter(), time.process_time()

@@ -1,9 +1,18 @@
-"""Keeps the dependency rules of docs/architecture (shared/docs/architecture.md) true.
+"""Keeps the dependency rules of docs/architecture (shared/docs/architecture.md) and docs/ true.
 
-policy/cost/analysis import only core and spec; spec/core import nothing of ours beyond core;
-no heavy runtime library (torch, fastapi, zmq, uvicorn, asyncio servers) outside runtime/ and bench/;
-nothing imports the CLI; the serve extra's libraries (pyproject ``serve``) only under runtime/, so the
+policy/cost/analysis import only core and spec; spec imports only core, workload only core
+(docs/workload.md), core nothing of ours; the simulator's model (``sim/`` outside ``sim/harness/``)
+imports core, spec, policy and cost, never workload, the harness, runtime, planner or bench; the
+harness (``sim/harness/``: experiments, runs, figures) may add workload and the model; runtime
+imports core, spec and policy (never workload: agent replay is bench's); planner imports cost and
+the sim model. No heavy runtime library (torch, fastapi, zmq, uvicorn, asyncio servers) outside
+runtime/ and bench/; policy reads no clock and runs no threads or processes, and the sim model reads
+no wall clock (its kernel is the clock); nothing imports the CLI; no relative imports (the rules
+read absolute names); the serve extra's libraries (pyproject ``serve``) only under runtime/, so the
 base install runs every other command; bench/ may use httpx (a base dependency) and nothing heavier.
+Inside the sim model, the units (prefill, decode, cluster, storage, metrics, load path, ...) never
+import the driver: they get narrow collaborators, so the only import circle left is the
+driver <-> policy adapter pair.
 """
 
 from __future__ import annotations
@@ -19,19 +28,29 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "dualpath"
 HEAVY = {"torch", "fastapi", "zmq", "uvicorn", "starlette", "asyncio", "transformers", "httpx"}
 
-# package -> dualpath subpackages it may import (besides itself)
+# area -> dualpath areas it may import (besides itself); an area is a top-level package, except that
+# sim/harness/ ("sim.harness") is apart from the model (the rest of sim/, "sim")
 ALLOWED = {
     "core": set(),
     "spec": {"core"},
     "policy": {"core", "spec"},
     "cost": {"core", "spec"},
     "analysis": {"core", "spec"},
-    "workload": {"core", "spec"},
-    "sim": {"core", "spec", "policy", "cost", "workload", "analysis"},
-    "planner": {"core", "spec", "cost", "sim", "analysis", "workload"},
-    "runtime": {"core", "spec", "policy", "cost", "workload", "analysis"},
-    "bench": {"core", "spec", "workload", "analysis"},
+    "workload": {"core"},
+    "sim": {"core", "spec", "policy", "cost"},
+    "sim.harness": {"core", "spec", "policy", "cost", "workload", "sim"},
+    "planner": {"core", "spec", "cost", "sim", "workload"},
+    "runtime": {"core", "spec", "policy"},
+    "bench": {"core", "spec", "workload"},
+    # engine integrations (vLLM connector) reuse the runtime's store; only they may import vllm
+    "integrations": {"core", "spec", "policy", "cost", "runtime"},
 }
+# standard-library modules a pure area never imports: clocks, threads, processes, sockets
+IMPURE = {"time", "datetime", "asyncio", "threading", "multiprocessing", "concurrent", "socket",
+          "select", "selectors", "signal", "subprocess"}
+NO_STDLIB = {"policy": IMPURE | {"os"}, "sim": {"time", "datetime", "asyncio", "threading", "socket"}}
+# sim model modules that may import the driver (the policy adapter's back-pointer: ledger work)
+SIM_DRIVER_IMPORTERS = {"adapter.py", "driver.py"}
 LIGHT = {"core", "spec", "policy", "cost", "analysis", "workload", "sim", "planner"}
 # pyproject's serve extra, by import name (pyzmq -> zmq, prometheus-client -> prometheus_client)
 SERVE_EXTRA = {"torch", "transformers", "fastapi", "uvicorn", "starlette", "zmq",
@@ -52,12 +71,17 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
+def _area(parts: tuple[str, ...] | list[str]) -> str:
+    """The area of a module path below ``dualpath`` (``("sim", "harness", "x.py")`` -> "sim.harness")."""
+    if len(parts) > 2 and parts[0] == "sim" and parts[1] == "harness":
+        return "sim.harness"
+    return parts[0] if len(parts) > 1 else ""
+
+
 def _modules() -> list[tuple[str, Path]]:
     out = []
     for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC)
-        top = rel.parts[0] if len(rel.parts) > 1 else ""
-        out.append((top, path))
+        out.append((_area(path.relative_to(SRC).parts), path))
     return out
 
 
@@ -66,16 +90,29 @@ def test_dependency_rules(top: str, path: Path) -> None:
     for name in _imports(path):
         parts = name.split(".")
         if parts[0] == "dualpath" and len(parts) > 1:
-            assert parts[1] != "cli" or top == "cli", f"{path} imports the CLI ({name})"
-            if top in ALLOWED and parts[1] != top:
-                assert parts[1] in ALLOWED[top], f"{path}: {top}/ may not import dualpath.{parts[1]}"
+            area = _area([*parts[1:], ""])
+            assert area != "cli" or top == "cli", f"{path} imports the CLI ({name})"
+            if top in ALLOWED and area != top:
+                assert area in ALLOWED[top], f"{path}: {top} may not import dualpath.{area}"
         if top in LIGHT:
             assert parts[0] not in HEAVY, f"{path}: {top}/ may not import {parts[0]}"
+        assert parts[0] not in NO_STDLIB.get(top, set()), f"{path}: {top} may not import {name}"
+        if top == "sim" and path.name not in SIM_DRIVER_IMPORTERS:
+            assert name != "dualpath.sim.driver", f"{path}: a sim unit imports the driver"
+
+
+@pytest.mark.parametrize("top,path", _modules(), ids=lambda v: str(v))
+def test_no_relative_imports(top: str, path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import (use dualpath.…)"
 
 
 def test_rules_cover_every_package() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages - {"cli"} <= set(ALLOWED), packages - set(ALLOWED)
+    sim_packages = {p.name for p in (SRC / "sim").iterdir() if (p / "__init__.py").exists()}
+    assert sim_packages == {"harness"}, sim_packages  # a new sim subpackage needs its own rule
 
 
 def _imports_anywhere(path: Path) -> list[tuple[int, str]]:
@@ -89,7 +126,7 @@ def _imports_anywhere(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-@pytest.mark.parametrize("top,path", [m for m in _modules() if m[0] != "runtime"],
+@pytest.mark.parametrize("top,path", [m for m in _modules() if m[0] not in ("runtime", "integrations")],
                          ids=lambda v: str(v))
 def test_serve_extra_only_under_runtime(top: str, path: Path) -> None:
     """A base install (no serve extra) can import every module outside runtime/, whenever it
@@ -119,3 +156,22 @@ def test_serve_extra_matches_pyproject() -> None:
              for n in _requirement_names(project["optional-dependencies"]["serve"])}
     assert serve == SERVE_EXTRA - {"starlette"}, serve ^ (SERVE_EXTRA - {"starlette"})
     assert _requirement_names(project["dependencies"]) == BASE
+
+
+@pytest.mark.parametrize("top,path", _modules(), ids=lambda v: str(v))
+def test_vllm_only_under_integrations_vllm(top: str, path: Path) -> None:
+    """vLLM (the ``dualpath[vllm]`` extra, a second venv) is imported only by the connector's
+    modules under integrations/vllm/, never by the package's ``__init__`` there."""
+    rel = path.relative_to(SRC).parts
+    may = rel[:2] == ("integrations", "vllm") and rel[-1] != "__init__.py"
+    for lineno, name in _imports_anywhere(path):
+        if name.split(".")[0] == "vllm":
+            assert may, f"{path}:{lineno}: imports {name} (only integrations/vllm/ modules may)"
+
+
+def test_base_import_does_not_import_vllm() -> None:
+    import subprocess
+
+    code = ("import sys, dualpath, dualpath.integrations.vllm, dualpath.integrations.vllm.plan, "
+            "dualpath.integrations.vllm.settings; sys.exit('vllm' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

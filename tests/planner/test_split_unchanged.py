@@ -94,8 +94,8 @@ def test_stage_terms_add_to_model_totals(name: str) -> None:
 
 def test_small_simulation_json_identical() -> None:
     from dualpath.sim.config import SimConfig, get_system
-    from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
-    from dualpath.sim.runner import run_one
+    from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, make_trajectories
+    from dualpath.sim.harness.runner import run_one
 
     cluster = make_cluster("deepseek-v3.2", "2p4d", dram_buffer_gb=None)
     trajs = make_trajectories(WorkloadSpec(maxlen=65536, num_agents=REFERENCE["sim_agents"]))

@@ -133,3 +133,28 @@ def test_quota_evens_attention_time_across_a_group() -> None:
                                                  for v in views]])
     assert by_mode["quota"] < 1.02
     assert by_mode["tokens"] > by_mode["quota"] + 0.05
+
+
+def test_staging_limit_keeps_the_leading_entries_that_fit() -> None:
+    from dualpath.policy.batch import BatchLimits, batch_candidates, fit_staging
+
+    view = BatchView(now_s=0.0, engine_id=0, waiting=tuple(
+        BatchItem(request_id=f"r{i}", cached_len=60, new_len=10) for i in range(5)))
+    sched = make_scheduler("basic", SchedulerConfig(max_batch_tokens=1000))
+    full = sched.plan_prefill_batch(view)
+    limits = BatchLimits(staging_tokens=200, block_size=64)  # each entry pads to 128 rows
+    cut = sched.plan_prefill_batch(view, limits)
+    assert len(full.entries) == 5 and [e.request_id for e in cut.entries] == ["r0"]
+    assert fit_staging(full.entries, BatchLimits(staging_tokens=1, block_size=64)) == full.entries[:1]
+    assert fit_staging(full.entries, BatchLimits(staging_tokens=640, block_size=64)) == full.entries
+    # the batch offer: refused requests are skipped, the HBM cut stops it, max_items caps it
+    sizes = {"a": 50, "b": 30, "c": 40, "d": 10}
+    ok = {"a": True, "b": False, "c": True, "d": True}
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
+                            BatchLimits(hbm_tokens=100)) == ["a", "c", "d"]
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
+                            BatchLimits(hbm_tokens=60)) == ["a"]
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
+                            BatchLimits(hbm_tokens=10)) == ["a"]  # the first always enters
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
+                            BatchLimits(max_items=2)) == ["a", "c"]

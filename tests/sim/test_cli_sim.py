@@ -43,16 +43,17 @@ def test_unknown_system_fails_with_choices() -> None:
 
 
 def test_calibrate_overrides_one_run_and_is_recorded() -> None:
-    from dualpath.sim import calibration
+    from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
     base = _json(["simulate", "--agents", "8", "--system", "basic", "--json"])
     slow = _json(["simulate", "--agents", "8", "--system", "basic", "--json",
-                  "--calibrate", "storage_efficiency=0.1", "--calibrate", "BASIC_READS_NEED_HBM=true"])
+                  "--calibrate", "storage_efficiency=0.1", "--calibrate", "decode_time_scale=3"])
     assert base["calibration_overrides"] == {}
-    assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "BASIC_READS_NEED_HBM": True}
+    assert base["calibration"] == DEFAULT_CALIBRATION.as_constants()
+    assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "DECODE_TIME_SCALE": 3.0}
     assert slow["calibration"]["STORAGE_EFFICIENCY"] == 0.1
     assert slow["systems"]["basic"]["jct_s"] > base["systems"]["basic"]["jct_s"]
-    assert calibration.STORAGE_EFFICIENCY == calibration.CONSTANTS["STORAGE_EFFICIENCY"]  # restored
+    assert DEFAULT_CALIBRATION.storage_efficiency == 0.5  # the default itself is never changed
 
 
 def test_calibrate_rejects_unknown_names_and_bad_values() -> None:

@@ -25,8 +25,8 @@ RUN = """
 import json, sys
 from dualpath.sim.compiled import is_compiled
 from dualpath.sim.config import SYSTEMS
-from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
-from dualpath.sim.runner import run_systems
+from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, make_trajectories
+from dualpath.sim.harness.runner import run_systems
 trajs = make_trajectories(WorkloadSpec(maxlen=65536, num_agents=48, seed=1))
 res = run_systems(sorted(SYSTEMS), make_cluster("deepseek-v3.2", "2p4d"), trajs)
 res.update({"ds-27b " + k: v for k, v in run_systems(["basic", "dualpath"], make_cluster("ds-27b", "1p1d"), trajs[:16]).items()})

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from dualpath.sim.figures import make_figures
+from dualpath.sim.harness.figures import make_figures
 
 
 def test_pd_ratio_figure_writes_png_and_csv(tmp_path, monkeypatch) -> None:
-    import dualpath.sim.figures as figures
+    import dualpath.sim.harness.figures as figures
 
     monkeypatch.setattr(figures, "QUICK_AGENTS", 6)
     index = make_figures(str(tmp_path), quick=True, only=["pd_ratio"])

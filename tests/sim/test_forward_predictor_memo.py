@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from dualpath.policy import ForwardAttentionPredictor
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
-from dualpath.sim.experiments import make_cluster
+from dualpath.sim.harness.experiments import make_cluster
 
 _cluster = make_cluster("deepseek-v3.2", "2p4d")
 _sim = Simulation(SimConfig(cluster=_cluster, system=get_system("dualpath")), [])

@@ -6,7 +6,7 @@ from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
 from dualpath.sim.kernel import PRIO_COMPLETE, PRIO_FETCH, Kernel, SimulationError
 from dualpath.sim.links import Link, check_utilisation, transfer
-from dualpath.sim.runner import make_agents
+from dualpath.sim.harness.runner import make_agents
 
 
 def test_kernel_orders_by_time_priority_then_sequence() -> None:

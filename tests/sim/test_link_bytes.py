@@ -6,7 +6,7 @@ import pytest
 
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
-from dualpath.sim.runner import make_agents
+from dualpath.sim.harness.runner import make_agents
 
 
 def _run(system: str, make_cluster, make_trajectories):

@@ -31,13 +31,23 @@ KV_PER_LAYER = {
     "llama-4-maverick": 2 * 8 * 128 * 1,
     "glm-4.6": 2 * 8 * 128 * 1,
     "smollm2-135m": 2 * 3 * 64 * 2,
+    "deepseek-r1": 656,
+    "qwen3-32b": 2 * 8 * 128 * 1,
+    "qwen3-235b-a22b-fp8": 2 * 4 * 128 * 1,
+    "llama-3.1-8b": 2 * 8 * 128 * 1,
+    "llama-3.1-70b": 2 * 8 * 128 * 1,
+    "qwen3-8b": 2 * 8 * 128 * 1,
+    "qwen3-30b-a3b": 2 * 4 * 128 * 1,
+    "gpt-oss-20b": 2 * 8 * 64 * 1,
     "deepseek-v4-pro": 448 + 64 * 2,  # one compressed entry
     "deepseek-v4-flash": 576,
 }
 LAYERS = {"deepseek-v3.2": 61, "deepseek-v3": 61, "ds-27b": 30, "qwen2.5-32b": 64,
           "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "llama-3.1-405b": 126, "llama-4-scout": 48,
           "llama-4-maverick": 48, "glm-4.6": 92, "smollm2-135m": 30,
-          "deepseek-v4-pro": 61, "deepseek-v4-flash": 43}
+          "deepseek-v4-pro": 61, "deepseek-v4-flash": 43, "deepseek-r1": 61, "qwen3-32b": 64,
+          "qwen3-235b-a22b-fp8": 94, "llama-3.1-8b": 32, "llama-3.1-70b": 80,
+          "qwen3-8b": 36, "qwen3-30b-a3b": 48, "gpt-oss-20b": 24}
 
 
 def test_table_has_every_required_model() -> None:
@@ -66,7 +76,7 @@ def test_shape_params_match_published(name: str) -> None:
     assert shape_total_params(m) == pytest.approx(m.total_params, rel=0.02)
     # gpt-oss publishes active params without the input embedding (5.1B)
     active = shape_active_params(m)
-    if name == "gpt-oss-120b":
+    if name in ("gpt-oss-120b", "gpt-oss-20b"):
         active -= m.vocab_size * m.hidden_size
     assert active == pytest.approx(m.active_params, rel=0.06)
 
@@ -158,3 +168,20 @@ def test_prefill_flops_grow_with_context() -> None:
     for m in MODELS.values():
         assert m.prefill_flops(0, 64) < m.prefill_flops(8192, 64) <= m.prefill_flops(65536, 64)
         assert m.prefill_flops(100, 0) == 0.0
+
+
+@pytest.mark.parametrize(("hf_id", "name"), [("Qwen/Qwen3-32B", "qwen3-32b"),
+                                             ("qwen/qwen3-235b-a22b-fp8", "qwen3-235b-a22b-fp8"),
+                                             ("/models/meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+                                             ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+                                             ("openai/gpt-oss-120b", "gpt-oss-120b"),
+                                             ("nvidia/Qwen3-32B-FP4", "qwen3-32b"),
+                                             ("RedHat/Llama-3.1-8B-Instruct-FP8-dynamic",
+                                              "llama-3.1-8b")])
+def test_hugging_face_ids_are_aliases(hf_id: str, name: str) -> None:
+    assert get_model(hf_id).name == name
+
+
+def test_unknown_hf_id_lists_choices() -> None:
+    with pytest.raises(UnknownNameError, match="qwen3-32b"):
+        get_model("acme/NoSuchModel-7B")

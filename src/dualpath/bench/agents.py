@@ -23,6 +23,8 @@ from dualpath.workload import (
     generate_trajectories,
     iter_turn_requests,
     load_trace,
+    scale_turns,
+    truncate,
 )
 
 # Smallest calibrated MaxLen bucket of the synthetic generator. Shorter runs are made from it and
@@ -83,6 +85,19 @@ def build_agents(cfg: BenchConfig, context_len: int) -> list[Agent]:
         agents.append(Agent(index=i, agent_id=traj.traj_id, start_s=start,
                             turns=tuple(iter_turn_requests(traj))))
     return agents
+
+
+def scaled_turns(num_agents: int, *, max_len: int, max_turns: int, scale: float,
+                 seed: int = 0) -> list[tuple[str, tuple[tuple[int, int], ...]]]:
+    """``(agent id, ((append_len, gen_len), ...))`` of ``num_agents`` synthetic 32K trajectories
+    (paper Table 2 statistics) with every append and generation scaled by ``scale``, cut at
+    ``max_turns`` turns and ``max_len`` tokens: the agents of ``dualpath demo`` and
+    ``benchmarks/dualpath_throughput.py``."""
+    out = []
+    for t in generate_trajectories("32k", num_agents, seed=seed):
+        t = truncate(scale_turns(t, scale, scale), max_len)
+        out.append((t.traj_id, tuple((x.append_len, x.gen_len) for x in t.turns[:max_turns])))
+    return out
 
 
 class TokenSource:

@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "dualpath.cli.runtime",
     "dualpath.cli.serve",
     "dualpath.cli.bench",
+    "dualpath.cli.model",
 )
 
 

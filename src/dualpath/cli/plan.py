@@ -1,6 +1,7 @@
 """``dualpath plan ...``: closed-form analysis (P/D range, cache-compute ratio, working set, trend).
 
-The disaggregation planner, ``dualpath plan disagg``, lives in cli/plan_disagg.py.
+The disaggregation planner, ``dualpath plan disagg``, lives in cli/plan_disagg.py; ``dualpath plan
+latency`` (TTFT / TPOT of a deployment) in cli/plan_latency.py.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ def trend_cmd(json_out: JsonOpt = False) -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``plan`` sub-app (with ``plan disagg``, cli/plan_disagg.py) to the top-level app."""
     from dualpath.cli.plan_disagg import disagg_app
+    from dualpath.cli.plan_latency import register as register_latency
 
     plan_app.add_typer(disagg_app, name="disagg")
+    register_latency(plan_app)
     app.add_typer(plan_app, name="plan")

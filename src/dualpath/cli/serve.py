@@ -70,7 +70,7 @@ def serve(
 
         resolve_model(model)
     tokenizer = preflight(host, port, model, api_key or None)
-    cluster = LocalCluster(cfg, auth=True)  # control and data planes: CURVE, keys made now
+    cluster = LocalCluster(cfg, auth=True, standby=True)  # CURVE planes; a warm spare engine
     try:
         from dualpath.cli.progress import Progress
 
@@ -157,6 +157,7 @@ def demo(
     require_serve_extra("demo")
     from dualpath.cli.demo_tables import print_demo
     from dualpath.cli.progress import Progress
+    from dualpath.bench.agents import scaled_turns
     from dualpath.runtime.cluster.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),
@@ -169,7 +170,9 @@ def demo(
         bar.update(f"dualpath demo: {msg}", completed=steps[0])
 
     with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
-        result = run_demo(cfg, progress=said)
+        plans = scaled_turns(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
+                             scale=cfg.scale, seed=cfg.seed)
+        result = run_demo(cfg, plans, progress=said)
         bar.update(completed=len(cfg.systems) + 1)
     if json_out:
         print_json(result)

@@ -46,7 +46,7 @@ def print_offline(result: dict[str, Any], model: str, pd_label: str, maxlen: str
 def print_online(result: dict[str, Any], model: str, pd_label: str,
                  out: Console | None = None) -> None:
     """Capacity per system and the latencies at that rate."""
-    from dualpath.sim.online import TPOT_SLO_S, TTFT_SLO_S
+    from dualpath.sim.harness.online import TPOT_SLO_S, TTFT_SLO_S
 
     rows = [(n, r["capacity_aps"], _last(r, "ttft_mean_s"), _last(r, "ttst_mean_s"),
              _ms(_last(r, "tpot_mean_s"))) for n, r in result["systems"].items()]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from dualpath.sim.calibration import Calibration
 
 SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
@@ -40,14 +44,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
-        from dualpath.sim import calibration
+        from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
-        with calibration.overridden(calibration.parse_overrides(calibrate or [])):
-            run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system,
-                    online=online, aps=aps, horizon=horizon, trace=trace,
-                    append_scale=append_scale, gen_scale=gen_scale,
-                    dram_buffer_gb=dram_buffer_gb, cost_model=cost_model, seed=seed, out=out,
-                    json_out=json_out)
+        run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system,
+                online=online, aps=aps, horizon=horizon, trace=trace,
+                append_scale=append_scale, gen_scale=gen_scale,
+                dram_buffer_gb=dram_buffer_gb, cost_model=cost_model, seed=seed, out=out,
+                json_out=json_out, calibration=DEFAULT_CALIBRATION.with_overrides(calibrate or []))
 
     @sim.command("figures")
     def figures(
@@ -57,7 +60,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Regenerate the paper's figures (offline grid, P/D, scaling, online, ablation, ...)."""
         from dualpath.cli._common import print_json
-        from dualpath.sim.figures import make_figures
+        from dualpath.sim.harness.figures import make_figures
 
         index = make_figures(out, quick=quick)
         if json_out:
@@ -72,15 +75,15 @@ def register(app: typer.Typer) -> None:
 def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, online: bool,
             aps: str, horizon: float, trace: str | None, append_scale: float, gen_scale: float,
             dram_buffer_gb: float | None, cost_model: str, seed: int, out: str | None,
-            json_out: bool) -> None:
+            json_out: bool, calibration: Calibration) -> None:
     from rich.console import Console
 
     from dualpath.cli._common import print_json
     from dualpath.cli.progress import Progress
     from dualpath.core.units import parse_tokens
     from dualpath.sim.config import get_system
-    from dualpath.sim.experiments import WorkloadSpec, make_cluster, make_trajectories
-    from dualpath.sim.runner import run_one
+    from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, make_trajectories
+    from dualpath.sim.harness.runner import run_one
 
     systems = [s.strip() for s in system.split(",") if s.strip()]
     for name in systems:
@@ -88,7 +91,7 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     cluster = make_cluster(model, pd, dram_buffer_gb=dram_buffer_gb)
     started = time.perf_counter()
     err = Console(stderr=True)
-    from dualpath.sim import calibration, compiled
+    from dualpath.sim import compiled
 
     build = compiled.status()
     if build["pure"] and not online and agents * len(systems) >= 4096:
@@ -96,12 +99,12 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     if build["stale"]:
         err.print(f"[yellow]warning: compiled modules older than their source (rebuild with "
                   f"DUALPATH_COMPILE=1, or delete the .so files): {', '.join(build['stale'])}")
-    overrides = {k: v for k, v in calibration.current().items() if v != calibration.CONSTANTS[k]}
     result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {},
-                    "calibration": calibration.current(), "calibration_overrides": overrides,
+                    "calibration": calibration.as_constants(),
+                    "calibration_overrides": calibration.overrides(),
                     "compiled": not build["pure"]}
     if online:
-        from dualpath.sim.online import capacity_sweep, parse_aps
+        from dualpath.sim.harness.online import capacity_sweep, parse_aps
 
         rates = parse_aps(aps)
         base = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=500,
@@ -119,7 +122,8 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
 
                 bar.update(f"online {name} aps={ordered[0]:g}")
                 sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
-                                       cost_model=cost_model, progress=step)
+                                       cost_model=cost_model, calibration=calibration,
+                                       progress=step)
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
     else:
@@ -134,7 +138,7 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
             for name in systems:
                 bar.update(f"simulating {name} ({len(trajs)} agents)")
                 cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
-                                cost_model=cost_model, out_dir=out)
+                                cost_model=cost_model, out_dir=out, calibration=calibration)
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0
                 res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None

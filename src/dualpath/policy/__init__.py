@@ -1,10 +1,14 @@
 """dualpath.policy: the DualPath scheduler as pure decisions (spec section 8).
 
-Drivers (the simulator, the runtime) build a frozen view from their own state, call a
-:class:`Scheduler` made by :func:`make_scheduler`, and carry out the frozen plan. See docs/policy.md.
+Drivers (the simulator, the runtime) keep their scheduling state in a :class:`Ledger`, read
+frozen views from it, call a :class:`Scheduler` made by :func:`make_scheduler` in the shared
+:class:`FetchOrder`, and apply the frozen plans back. See docs/policy.md.
 """
 
+from dualpath.policy.batch import BatchLimits
 from dualpath.policy.config import SchedulerConfig, derive_thresholds
+from dualpath.policy.fetch import RUNTIME_ORDER, SIM_ORDER, Fetcher, FetchOrder
+from dualpath.policy.ledger import Ledger, ViewBounds
 from dualpath.policy.metrics import (
     attention_time_balance,
     bubble_fraction,
@@ -50,6 +54,13 @@ from dualpath.policy.views import (
 __all__ = [
     "POLICIES",
     "POLICY_NAMES",
+    "RUNTIME_ORDER",
+    "SIM_ORDER",
+    "BatchLimits",
+    "FetchOrder",
+    "Fetcher",
+    "Ledger",
+    "ViewBounds",
     "AttentionFlops",
     "AttentionTimePredictor",
     "is_attention_predictor",

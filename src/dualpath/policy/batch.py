@@ -8,14 +8,93 @@ gets at least one token (so a PE never stalls on a request too large for the quo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
 from dualpath.core.errors import ConfigError, DualpathError
 from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.predictor import AttentionTimePredictor
 from dualpath.policy.views import BatchEntry, BatchItem, BatchPlan, BatchView
 
+T = TypeVar("T")
 
-def plan_batch(view: BatchView, config: SchedulerConfig, mode: str) -> BatchPlan:
-    """Dispatch on ``mode`` ("quota" or "tokens")."""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchLimits:
+    """What a PE reports about its own room; batch formation honours it.
+
+    ``hbm_tokens``: the whole prompts (``cached + new``) of the requests offered to one batch must
+    fit the PE's HBM (Basic: no layerwise offload); the first always enters. ``max_items``: at most
+    this many requests are offered. Both cut the offer (:func:`batch_candidates`).
+    ``staging_tokens``: each entry's ``cached + chunk`` rows, padded to whole ``block_size``
+    blocks, summed over the batch, must fit the engine's staging slot; the plan keeps its leading
+    entries that fit (the first always). None = no such limit.
+    """
+
+    hbm_tokens: int | None = None
+    max_items: int | None = None
+    staging_tokens: int | None = None
+    block_size: int = 1
+
+
+NO_LIMITS = BatchLimits()
+
+
+def batch_candidates(queue: Iterable[T], admit: Callable[[T], bool],
+                     prompt_len: Callable[[T], int], limits: BatchLimits) -> list[T]:
+    """The requests a PE offers to its next batch, in assignment order. ``admit(req)`` is the
+    driver's gate (reads done, and room taken in the DE buffer for the KV the PE will send): a
+    request it refuses is skipped, not waited for, so the ones behind it may go. The offer stops
+    at the first admitted request whose whole prompt no longer fits ``limits.hbm_tokens`` (after
+    ``admit`` took its room: the driver gives back room of requests the plan does not pick) and
+    after ``limits.max_items`` requests."""
+    out: list[T] = []
+    room = limits.hbm_tokens
+    cap = limits.max_items
+    for req in queue:
+        if not admit(req):
+            continue
+        if room is not None:
+            need = prompt_len(req)
+            if out and need > room:
+                break
+            room -= need
+        out.append(req)
+        if cap is not None and len(out) >= cap:
+            break
+    return out
+
+
+def fit_staging(entries: tuple[BatchEntry, ...], limits: BatchLimits) -> tuple[BatchEntry, ...]:
+    """The leading entries whose block-padded ``cached + chunk`` rows fit ``staging_tokens``."""
+    cap = limits.staging_tokens
+    if cap is None:
+        return entries
+    bs = limits.block_size
+    used = 0
+    for i, e in enumerate(entries):
+        used += bs * -(-(e.cached_len + e.chunk_len) // bs)
+        if i and used > cap:
+            return entries[:i]
+    return entries
+
+
+def plan_batch(view: BatchView, config: SchedulerConfig, mode: str,
+               limits: BatchLimits = NO_LIMITS) -> BatchPlan:
+    """Dispatch on ``mode`` ("quota" or "tokens"); the plan honours ``limits.staging_tokens``."""
+    plan = _plan(view, config, mode)
+    if limits.staging_tokens is None:
+        return plan
+    kept = fit_staging(plan.entries, limits)
+    if len(kept) == len(plan.entries):
+        return plan
+    pred = config.attention_predictor
+    flops = sum(pred.attention_flops(e.cached_len, e.chunk_len) for e in kept) if pred else 0.0
+    return BatchPlan(entries=kept, attention_s=pred.predict_s(flops) if pred else 0.0)
+
+
+def _plan(view: BatchView, config: SchedulerConfig, mode: str) -> BatchPlan:
     for item in view.waiting:
         if item.new_len <= 0 or item.cached_len < 0:
             raise DualpathError(

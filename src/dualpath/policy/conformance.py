@@ -42,6 +42,12 @@ _TYPES: dict[str, type] = {
 }
 
 
+def register(*classes: type) -> None:
+    """Make more frozen dataclasses (de)serialisable by :func:`to_jsonable` (traces use it)."""
+    for cls in classes:
+        _TYPES[cls.__name__] = cls
+
+
 def to_jsonable(obj: Any) -> Any:
     """Policy records (views, plans: ``msgspec.Struct``; configs: dataclasses) -> plain JSON values
     (``{"type": name, field: value...}``)."""

@@ -64,6 +64,16 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
     return out, view.group_rr_cursor
 
 
+def may_assign_decode(free_hbm: list[int], head_decode_len: int) -> bool:
+    """Fetch elision for a DE group whose fetch has an empty global queue: every DE choice stops
+    at a private-queue head that fits no DE, so False (the plan is certainly empty, cursors
+    unchanged) when no entry of ``free_hbm`` holds ``head_decode_len``."""
+    for free in free_hbm:
+        if free >= head_decode_len:
+            return True
+    return False
+
+
 def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str) -> DecodePlan:
     """Phase 1 then phase 2 for the fetching group; see the module docstring."""
     if de_choice not in DE_CHOICES:

@@ -101,6 +101,15 @@ def choose_read(
     return side, pe_len, de_len
 
 
+def may_assign_prefill(tokens: list[int], beta_tokens: int) -> bool:
+    """Fetch elision for a PE group: no PE choice ever picks an engine over ``beta`` (class C1),
+    so False (the plan is certainly empty, cursors unchanged) when every ``tok_e`` is over it."""
+    for tok in tokens:
+        if tok <= beta_tokens:
+            return True
+    return False
+
+
 def assign_prefill(
     view: PrefillFetchView, config: SchedulerConfig, pe_choice: str, read_choice: str
 ) -> PrefillPlan:

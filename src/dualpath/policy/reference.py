@@ -1,18 +1,21 @@
-"""ReferenceDriver: the smallest driver that follows docs/policy.md's calling order.
+"""ReferenceDriver: the smallest driver over the policy's ledger and fetch order.
 
-It keeps the state a real driver keeps (queues, engine loads, read queues, cursors), builds views,
-calls a Scheduler and applies the plans. It has no time model and no bandwidth model: reads drain
-and decodes finish only when the caller says so. Used to record conformance cases, by the speed
-benchmark, and as a worked example for the simulator and runtime drivers. Mutable, single-threaded.
+It keeps no scheduling state of its own: queues, engine loads, read queues and cursors are a
+:class:`~dualpath.policy.ledger.Ledger`; it builds views from it, calls a Scheduler and applies
+the plans back. It has no time model and no bandwidth model: reads drain and decodes finish only
+when the caller says so; a PE's waiting batch items are its own (engine-local) list. Used to
+record conformance cases and traces, by the speed benchmark, and as a worked example for the
+simulator and runtime drivers. Mutable, single-threaded.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from dualpath.core.errors import require
-from dualpath.policy.scheduler import Scheduler
+from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
+from dualpath.policy.ledger import DECODE, PREFILL, UNBOUNDED, Entry, Ledger, ViewBounds
+from dualpath.policy.scheduler import PolicyScheduler, Scheduler
 from dualpath.policy.views import (
     BatchItem,
     BatchPlan,
@@ -20,10 +23,6 @@ from dualpath.policy.views import (
     DecodeFetchView,
     DecodePlan,
     EngineLoad,
-    GroupLoad,
-    GroupTotal,
-    NodeReadQueue,
-    PendingPrefill,
     PrefillFetchView,
     PrefillPlan,
     RequestInfo,
@@ -33,21 +32,11 @@ View = DecodeFetchView | PrefillFetchView | BatchView
 Plan = DecodePlan | PrefillPlan | BatchPlan
 
 
-@dataclass(slots=True)
-class _Engine:
-    engine_id: int
-    num_seqs: int = 0
-    num_tokens: int = 0
-    free_hbm_tokens: int = 0
-
-    def load(self) -> EngineLoad:
-        return EngineLoad(engine_id=self.engine_id, num_seqs=self.num_seqs,
-                          num_tokens=self.num_tokens, free_hbm_tokens=self.free_hbm_tokens)
-
-
 class ReferenceDriver:
     """PE groups are nodes ``0..num_pe_groups-1``, DE groups the nodes after them; engine ids are
-    ``node * engines_per_group + rank``. ``log`` collects ``(kind, view, plan)`` when recording."""
+    ``node * engines_per_group + rank``. ``log`` collects ``(kind, view, plan)`` of explicit
+    fetches when recording; ``applied`` collects ``(kind, node, plan)`` of every applied plan.
+    It is a ``policy.traces.TraceDriver`` too (arrive, tick, read_done, ..., plans)."""
 
     def __init__(
         self,
@@ -59,6 +48,8 @@ class ReferenceDriver:
         de_hbm_tokens: int = 1_000_000,
         read_tokens_per_s: float = 1.0,
         record: bool = False,
+        order: FetchOrder = SIM_ORDER,
+        bounds: ViewBounds = UNBOUNDED,
     ) -> None:
         require(num_pe_groups > 0, "num_pe_groups", num_pe_groups, "must be > 0")
         require(num_de_groups > 0, "num_de_groups", num_de_groups, "must be > 0")
@@ -66,84 +57,52 @@ class ReferenceDriver:
         self.scheduler = scheduler
         self.pe_nodes = list(range(num_pe_groups))
         self.de_nodes = list(range(num_pe_groups, num_pe_groups + num_de_groups))
-        self.engines: dict[int, list[_Engine]] = {
-            node: [_Engine(engine_id=node * engines_per_group + r,
-                           free_hbm_tokens=de_hbm_tokens if node in self.de_nodes else 0)
-                   for r in range(engines_per_group)]
-            for node in self.pe_nodes + self.de_nodes
-        }
-        self.by_id = {e.engine_id: (n, e) for n, es in self.engines.items() for e in es}
-        self.read_q = {n: 0 for n in self.pe_nodes + self.de_nodes}
+        self.ledger = Ledger(read_tokens_per_s=read_tokens_per_s, bounds=bounds)
+        self.ledger.add_engines([
+            (node * engines_per_group + r, node, DECODE if node >= num_pe_groups else PREFILL,
+             de_hbm_tokens if node >= num_pe_groups else 0)
+            for node in self.pe_nodes + self.de_nodes for r in range(engines_per_group)])
+        beta = scheduler.config.beta_tokens if isinstance(scheduler, PolicyScheduler) else None
+        self.fetcher = Fetcher(self.ledger, scheduler, order, self, beta_tokens=beta)
         self.read_total = {n: 0 for n in self.pe_nodes + self.de_nodes}  # tokens ever read
-        self.read_rate = read_tokens_per_s
-        self.global_queue: list[RequestInfo] = []
-        self.private: dict[int, deque[RequestInfo]] = {n: deque() for n in self.de_nodes}
-        self.private_tokens = {n: 0 for n in self.de_nodes}
-        self.prefill_queue: deque[PendingPrefill] = deque()
+        self._reading: dict[int, deque[str]] = {n: deque() for n in self.read_total}
         self.waiting: dict[int, list[BatchItem]] = {}
-        self.requests: dict[str, tuple[RequestInfo, int, int]] = {}  # id -> (req, de, pe)
-        self.rr = {n: 0 for n in self.pe_nodes + self.de_nodes}
-        self.group_rr = 0
         self.record = record
         self.log: list[tuple[str, View, Plan]] = []
+        self.applied: list[tuple[str, int, DecodePlan | PrefillPlan]] = []
         self.num_assigned = 0
         self.prefilled: deque[str] = deque()  # prefill done, decoding (finish_decode frees them)
+
+    @property
+    def engines(self) -> dict[int, list[EngineLoad]]:
+        """Each node's engines with their current loads (rank order)."""
+        ledger = self.ledger
+        return {n: list(ledger.group(DECODE if n in ledger.private else PREFILL, n).engines)
+                for n in self.pe_nodes + self.de_nodes}
+
+    @property
+    def read_q(self) -> dict[int, int]:
+        return self.ledger.read_q
 
     # ------------------------------------------------------------------ arrivals and fetches
 
     def arrive(self, req: RequestInfo) -> None:
-        self.global_queue.append(req)
-
-    def _group(self, node: int) -> GroupLoad:
-        return GroupLoad(group_id=node, node_id=node,
-                         engines=tuple(e.load() for e in self.engines[node]))
+        self.ledger.arrive(req)
 
     def decode_view(self, node: int, now_s: float) -> DecodeFetchView:
-        totals = tuple(
-            GroupTotal(group_id=n, num_tokens=sum(e.num_tokens for e in self.engines[n])
-                       + self.private_tokens[n])
-            for n in self.de_nodes
-        )
-        return DecodeFetchView(now_s=now_s, group=self._group(node),
-                               private_queue=tuple(self.private[node]),
-                               global_queue=tuple(self.global_queue), group_totals=totals,
-                               rr_cursor=self.rr[node], group_rr_cursor=self.group_rr)
+        return self.ledger.decode_view(node, now_s)
 
     def de_fetch(self, node: int, now_s: float = 0.0) -> DecodePlan:
         view = self.decode_view(node, now_s)
         plan = self.scheduler.assign_decode(view)
-        for req, routing in zip(view.global_queue, plan.routings, strict=True):
-            self.private[routing.group_id].append(req)
-            self.private_tokens[routing.group_id] += req.decode_len
-        self.global_queue.clear()
-        queue = self.private[node]
-        for a in plan.assignments:
-            req = queue.popleft()
-            require(req.request_id == a.request_id, "assignment", a, "not the queue head")
-            self.private_tokens[node] -= req.decode_len
-            _, de = self.by_id[a.engine_id]
-            de.num_seqs += 1
-            de.num_tokens += req.decode_len
-            de.free_hbm_tokens -= req.decode_len
-            self.requests[req.request_id] = (req, a.engine_id, -1)
-            self.prefill_queue.append(
-                PendingPrefill(request=req, de_engine_id=a.engine_id, de_node_id=node))
-        self.rr[node], self.group_rr = plan.next_rr_cursor, plan.next_group_rr_cursor
-        self.num_assigned += len(plan.assignments)
+        self.decode_applied(node, plan, self.ledger.apply(node, plan))
         self._log("decode", view, plan)
         return plan
 
     def prefill_view(
         self, node: int, now_s: float, window: int | None = None, central: bool = False
     ) -> PrefillFetchView:
-        queue = tuple(self.prefill_queue) if window is None else tuple(
-            self.prefill_queue[i] for i in range(min(window, len(self.prefill_queue))))
-        reads = tuple(NodeReadQueue(node_id=n, read_queue_tokens=q,
-                                    read_tokens_per_s=self.read_rate)
-                      for n, q in self.read_q.items())
-        groups = tuple(self._group(n) for n in self.pe_nodes) if central else (self._group(node),)
-        return PrefillFetchView(now_s=now_s, groups=groups, queue=queue,
-                                read_queues=reads, rr_cursor=self.rr[node])
+        return self.ledger.prefill_view(node, now_s, window=window, central=central)
 
     def pe_fetch(
         self, node: int, now_s: float = 0.0, window: int | None = None, central: bool = False
@@ -153,25 +112,30 @@ class ReferenceDriver:
         offers every PE group as a candidate (central-scheduler mode), not just ``node``'s."""
         view = self.prefill_view(node, now_s, window, central)
         plan = self.scheduler.assign_prefill(view)
-        for a in plan.assignments:
-            pending = self.prefill_queue.popleft()
-            req = pending.request
-            require(req.request_id == a.request_id, "assignment", a, "not the queue head")
-            pe_node, pe = self.by_id[a.engine_id]
-            pe.num_seqs += 1
-            pe.num_tokens += req.prompt_len
-            self.read_q[pe_node] += a.pe_read_len
-            self.read_q[pending.de_node_id] += a.de_read_len
-            self.read_total[pe_node] += a.pe_read_len
-            self.read_total[pending.de_node_id] += a.de_read_len
-            self.requests[req.request_id] = (req, pending.de_engine_id, a.engine_id)
-            self.waiting.setdefault(a.engine_id, []).append(
-                BatchItem(request_id=req.request_id, cached_len=req.cached_len,
-                          new_len=req.new_len))
-        self.rr[node] = plan.next_rr_cursor
-        self.num_assigned += len(plan.assignments)
+        self.prefill_applied(node, plan, self.ledger.apply(node, plan))
         self._log("prefill", view, plan)
         return plan
+
+    def tick(self, now_s: float = 0.0) -> None:
+        """One fetch round in the driver's fetch order (``policy.fetch``)."""
+        self.fetcher.round(now_s)
+
+    # ------------------------------------------------------------------ FetchSink
+    def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None:
+        self.num_assigned += len(assigned)
+        self.applied.append(("decode", node_id, plan))
+
+    def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None:
+        for entry in assigned:
+            for node, n in entry.reads.items():
+                self.read_total[node] += n
+                self._reading[node].append(entry.info.request_id)
+            info = entry.info
+            self.waiting.setdefault(entry.pe, []).append(
+                BatchItem(request_id=info.request_id, cached_len=info.cached_len,
+                          new_len=info.new_len))
+        self.num_assigned += len(assigned)
+        self.applied.append(("prefill", node_id, plan))
 
     # ------------------------------------------------------------------ progress
 
@@ -184,7 +148,6 @@ class ReferenceDriver:
         plan = self.scheduler.plan_prefill_batch(view)
         done = {e.request_id: e for e in plan.entries}
         left: list[BatchItem] = []
-        _, pe = self.by_id[engine_id]
         for item in items:
             entry = done.get(item.request_id)
             if entry is None:
@@ -194,24 +157,57 @@ class ReferenceDriver:
                                       cached_len=item.cached_len + entry.chunk_len,
                                       new_len=item.new_len - entry.chunk_len))
             else:
-                pe.num_seqs -= 1
-                pe.num_tokens -= self.requests[item.request_id][0].prompt_len
+                self.ledger.on_prefill_done(item.request_id)
                 self.prefilled.append(item.request_id)
         self.waiting[engine_id] = left
         self._log("batch", view, plan)
         return plan
 
     def drain_reads(self, tokens_per_node: int) -> None:
-        for node in self.read_q:
-            self.read_q[node] = max(0, self.read_q[node] - tokens_per_node)
+        """Every node reads ``tokens_per_node`` more tokens, oldest reads first."""
+        ledger = self.ledger
+        for node, queue in self._reading.items():
+            left = tokens_per_node
+            while left > 0 and queue:
+                entry = ledger.requests.get(queue[0])
+                pending = entry.reads.get(node, 0) if entry is not None else 0
+                n = min(left, pending)
+                if n:
+                    ledger.on_read_done(queue[0], node, n)
+                    left -= n
+                if n == pending:
+                    queue.popleft()
 
     def finish_decode(self, request_id: str) -> None:
         """The request finished decoding: free its DE's HBM and load."""
-        req, de_id, _ = self.requests.pop(request_id)
-        _, de = self.by_id[de_id]
-        de.num_seqs -= 1
-        de.num_tokens -= req.decode_len
-        de.free_hbm_tokens += req.decode_len
+        self.ledger.on_finished(request_id)
+
+    # ------------------------------------------------------------------ TraceDriver
+    def read_done(self, request_id: str, node_id: int) -> None:
+        self.ledger.on_read_done(request_id, node_id)
+
+    def prefill_done(self, request_id: str) -> None:
+        self.ledger.on_prefill_done(request_id)
+        entry = self.ledger.requests.get(request_id)
+        if entry is not None and entry.pe >= 0:
+            self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ())
+                                      if i.request_id != request_id]
+
+    def finished(self, request_id: str) -> None:
+        self.ledger.on_finished(request_id)
+
+    def engine_lost(self, engine_id: int) -> None:
+        """Its requests start again at the head of the global queue, then it leaves."""
+        for rid in self.ledger.requests_on(engine_id):
+            entry = self.ledger.requests[rid]
+            if entry.pe >= 0:
+                self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ())
+                                          if i.request_id != rid]
+            self.ledger.on_finished(rid, requeue=True)
+        self.ledger.on_engine_lost(engine_id)
+
+    def plans(self) -> list[tuple[str, int, DecodePlan | PrefillPlan]]:
+        return self.applied
 
     def _log(self, kind: str, view: View, plan: Plan) -> None:
         if self.record:

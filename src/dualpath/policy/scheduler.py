@@ -11,7 +11,7 @@ from typing import Protocol
 
 from dualpath.core.errors import require
 from dualpath.core.registry import lookup
-from dualpath.policy.batch import plan_batch
+from dualpath.policy.batch import NO_LIMITS, BatchLimits, plan_batch
 from dualpath.policy.config import BATCHING_MODES, SchedulerConfig
 from dualpath.policy.decode import DE_CHOICES, assign_decode
 from dualpath.policy.prefill import PE_CHOICES, READ_CHOICES, assign_prefill
@@ -40,8 +40,9 @@ class Scheduler(Protocol):
         """A PE fetch: assign PEs and read sides to a FIFO prefix of the prefill queue."""
         ...
 
-    def plan_prefill_batch(self, view: BatchView) -> BatchPlan:
-        """One PE iteration: which waiting requests (and how many tokens of each) to compute."""
+    def plan_prefill_batch(self, view: BatchView, limits: BatchLimits = NO_LIMITS) -> BatchPlan:
+        """One PE iteration: which waiting requests (and how many tokens of each) to compute,
+        within the room the engine reports (``limits``)."""
         ...
 
 
@@ -111,8 +112,8 @@ class PolicyScheduler:
     def assign_prefill(self, view: PrefillFetchView) -> PrefillPlan:
         return assign_prefill(view, self.config, self.spec.pe_choice, self.spec.read_choice)
 
-    def plan_prefill_batch(self, view: BatchView) -> BatchPlan:
-        return plan_batch(view, self.config, self.batching)
+    def plan_prefill_batch(self, view: BatchView, limits: BatchLimits = NO_LIMITS) -> BatchPlan:
+        return plan_batch(view, self.config, self.batching, limits)
 
 
 def make_scheduler(name: str, config: SchedulerConfig | None = None) -> PolicyScheduler:

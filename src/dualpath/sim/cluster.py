@@ -2,7 +2,8 @@
 
 Node ids: prefill nodes ``0..P-1``, then decode nodes ``P..P+D-1``. GPU (= engine) ids: the PE
 GPUs node by node, then the DE GPUs. Per node: one SNIC link (reads and writes share it; the s SNICs
-of a node are pooled), one DRAM link (half duplex: every byte in or out), a bounded DRAM buffer.
+of a node are pooled), one DRAM link (half duplex: every byte in or out), a bounded DRAM buffer
+(its claim queue is storage.py's).
 Per GPU: its CNIC as two links, ``tx`` (the NIC reads host or device memory: sends, loopback source)
 and ``rx`` (the NIC writes memory: receives, loopback destination). Local host<->device copies go
 through the CNIC loopback (spec section 7), so they appear on both ``tx`` and ``rx`` of that GPU.
@@ -14,20 +15,18 @@ of its GPUs (TP all-reduces over NVLink are not modelled). EP models always have
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dualpath.sim import calibration as cal
 from dualpath.sim.links import Link
 
 if TYPE_CHECKING:
-    from dualpath.sim.storage import Claim
+    from dualpath.sim.calibration import Calibration
 
 
 class Node:
     __slots__ = ("node_id", "role", "snic", "dram", "buffer_bytes", "buffer_used", "read_q",
-                 "gate", "gpus", "snic_read_bytes", "snic_write_bytes")
+                 "gpus", "snic_read_bytes", "snic_write_bytes")
 
     def __init__(self, node_id: int, role: str, snic_bytes_per_s: float, dram_bytes_per_s: float,
                  buffer_bytes: float) -> None:
@@ -38,7 +37,6 @@ class Node:
         self.buffer_bytes = buffer_bytes
         self.buffer_used = 0.0
         self.read_q = 0  # tokens queued to read from storage (the paper's read_q)
-        self.gate: deque[Claim] = deque()  # FIFO of buffer claims waiting for room (storage.py)
         self.gpus: list[int] = []
         self.snic_read_bytes = 0.0
         self.snic_write_bytes = 0.0
@@ -55,15 +53,15 @@ class Gpu:
         self.rx = Link(f"g{gpu_id}.cnic_rx", "cnic_rx", cnic_bytes_per_s)
 
 
-def tp_degree(model, gpu, num_gpus_per_node: int) -> int:
+def tp_degree(model, gpu, num_gpus_per_node: int, cal: Calibration) -> int:
     """Smallest TP degree (a power of two dividing the node's GPUs) whose usable HBM holds the
-    weights plus ``calibration.MIN_KV_TOKENS_PER_ENGINE`` tokens of KV; the node's GPU count if none."""
+    weights plus ``cal.min_kv_tokens_per_engine`` tokens of KV; the node's GPU count if none."""
     from dualpath.cost import weight_bytes_per_gpu
 
-    need = weight_bytes_per_gpu(model, ep_size=1) + cal.MIN_KV_TOKENS_PER_ENGINE * model.kv_bytes_per_token
+    need = weight_bytes_per_gpu(model, ep_size=1) + cal.min_kv_tokens_per_engine * model.kv_bytes_per_token
     tp = 1
     while tp < num_gpus_per_node:
-        if num_gpus_per_node % tp == 0 and tp * gpu.hbm_gb * 1e9 * cal.HBM_USABLE_FRACTION >= need:
+        if num_gpus_per_node % tp == 0 and tp * gpu.hbm_gb * 1e9 * cal.hbm_usable_fraction >= need:
             return tp
         tp *= 2
     return num_gpus_per_node
@@ -80,21 +78,22 @@ def engine_gpu_spec(gpu, tp: int):
 
 
 class Cluster:
-    """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP)."""
+    """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP).
+    ``cal`` gives the storage efficiency, usable HBM and EP group sizes."""
 
-    def __init__(self, preset) -> None:  # preset: dualpath.spec.clusters.ClusterPreset
+    def __init__(self, preset, cal: Calibration) -> None:  # preset: spec.clusters.ClusterPreset
         node_spec = preset.node_spec
         self.preset = preset
         self.model = preset.model_spec
         self.node_spec = node_spec
         is_ep = preset.parallelism == "ep_dp" and self.model.is_moe
-        self.tp_size = 1 if is_ep else tp_degree(self.model, node_spec.gpu_spec, node_spec.num_gpus)
+        self.tp_size = 1 if is_ep else tp_degree(self.model, node_spec.gpu_spec, node_spec.num_gpus, cal)
         self.gpu_spec = engine_gpu_spec(node_spec.gpu_spec, self.tp_size)  # of one engine
         self.num_gpus_per_node = node_spec.num_gpus // self.tp_size  # engines per node
         cnic = node_spec.cnic_bytes_per_s * self.tp_size
         self.num_prefill_nodes = preset.num_prefill_nodes
         self.num_decode_nodes = preset.num_decode_nodes
-        snic = node_spec.snic_bytes_per_s * cal.STORAGE_EFFICIENCY
+        snic = node_spec.snic_bytes_per_s * cal.storage_efficiency
         buffer_bytes = preset.dram_buffer_gb * 1e9
         self.nodes: list[Node] = []
         self.gpus: list[Gpu] = []
@@ -109,8 +108,8 @@ class Cluster:
                 self.gpus.append(gpu)
         self.pe_nodes = self.nodes[: self.num_prefill_nodes]
         self.de_nodes = self.nodes[self.num_prefill_nodes:]
-        self.prefill_units = self._units(self.pe_nodes, cal.PREFILL_EP_NODES if is_ep else 0)
-        self.decode_units = self._units(self.de_nodes, cal.DECODE_EP_NODES if is_ep else 0)
+        self.prefill_units = self._units(self.pe_nodes, cal.prefill_ep_nodes if is_ep else 0)
+        self.decode_units = self._units(self.de_nodes, cal.decode_ep_nodes if is_ep else 0)
 
     def _units(self, nodes: list[Node], ep_nodes: int) -> list[list[int]]:
         """Lockstep GPU sets: EP groups of ``ep_nodes`` nodes, or one GPU each (``ep_nodes`` 0)."""

@@ -27,11 +27,12 @@ import importlib
 import os
 
 MODULES: tuple[str, ...] = (
-    "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.metrics",
+    "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.fetch",
+    "dualpath.policy.ledger", "dualpath.policy.ledger_views", "dualpath.policy.metrics",
     "dualpath.policy.prefill", "dualpath.policy.scheduler",
     "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
-    "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.metrics",
-    "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
+    "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.load_path",
+    "dualpath.sim.metrics", "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
 )
 
 

@@ -1,7 +1,8 @@
 """Simulator configuration: which systems exist and one frozen config per run.
 
-A *system* (spec section 9 plus the ablation) is a policy name from ``dualpath.policy`` plus two
-mechanism switches: layerwise prefill and free I/O (Oracle). The decisions stay in the policy.
+A *system* (spec section 9 plus the ablation) is a policy name from ``dualpath.policy`` plus a
+load path from ``sim/load_path.py`` (layerwise, Basic's whole prompt, Oracle's free I/O): the
+mechanism. The decisions stay in the policy.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
 from dualpath.core.registry import lookup
+from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 if TYPE_CHECKING:
     from dualpath.spec.clusters import ClusterPreset
@@ -18,26 +20,31 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
-    """``policy``: scheduler name in ``dualpath.policy``; ``layerwise``: per-layer KV load overlapped
-    with compute (False = Basic's whole-prompt KV in PE HBM); ``free_io``: storage reads, host-device
-    copies and PD transfers take zero time (Oracle)."""
+    """``policy``: scheduler name in ``dualpath.policy``; ``load_path``: a name in
+    ``sim.load_path.LOAD_PATHS``: ``layerwise`` (per-layer KV load overlapped with compute),
+    ``whole-prompt`` (Basic's whole-prompt KV in PE HBM), ``free-io`` (storage reads, host-device
+    copies and PD transfers take zero time: Oracle)."""
 
     name: str
     policy: str
-    layerwise: bool
-    free_io: bool = False
+    load_path: str = "layerwise"
+
+    def __post_init__(self) -> None:
+        from dualpath.sim.load_path import load_path_class
+
+        load_path_class(self.load_path)  # an unknown name fails here, with the choices
 
 
 SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
-        SystemSpec(name="basic", policy="basic", layerwise=False),
-        SystemSpec(name="layerwise", policy="basic", layerwise=True),
-        SystemSpec(name="dualpath-rr", policy="rr-shorter-queue", layerwise=True),
-        SystemSpec(name="dualpath-rr-random", policy="rr-random-side", layerwise=True),
-        SystemSpec(name="dualpath", policy="dualpath", layerwise=True),
-        SystemSpec(name="dualpath-split", policy="dualpath-split", layerwise=True),
-        SystemSpec(name="oracle", policy="dualpath", layerwise=True, free_io=True),
+        SystemSpec(name="basic", policy="basic", load_path="whole-prompt"),
+        SystemSpec(name="layerwise", policy="basic"),
+        SystemSpec(name="dualpath-rr", policy="rr-shorter-queue"),
+        SystemSpec(name="dualpath-rr-random", policy="rr-random-side"),
+        SystemSpec(name="dualpath", policy="dualpath"),
+        SystemSpec(name="dualpath-split", policy="dualpath-split"),
+        SystemSpec(name="oracle", policy="dualpath", load_path="free-io"),
     )
 }
 
@@ -54,7 +61,8 @@ class SimConfig:
     parallelism). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
     offline (every agent starts at 0), else Poisson agent arrivals per second (online).
     ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
-    (None: not written). ``cost_model``: ``dualpath.cost`` name.
+    (None: not written). ``cost_model``: ``dualpath.cost`` name. ``calibration``: the
+    simulator's constants (``sim/calibration.py``).
     """
 
     system: SystemSpec
@@ -67,6 +75,7 @@ class SimConfig:
     block_len: int = 64
     out_dir: str | None = None
     max_sim_s: float = 1e7
+    calibration: Calibration = DEFAULT_CALIBRATION
 
     def __post_init__(self) -> None:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")

@@ -4,7 +4,7 @@ A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention f
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
 (GEMMs, MoE, norms) from ``prefill_layer_times_s`` of a zero-context batch with the same number of
 new tokens, memoised per 16-token bucket. A decode step is memoised per (batch size, mean context
-bucketed to 1,024 tokens). Calibration multipliers (sim/calibration.py) apply here.
+bucketed to 1,024 tokens). The run's calibration multipliers (sim/calibration.py) apply here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from dualpath.cost import make_cost_model, model_traffic_bytes
-from dualpath.sim import calibration as cal
+from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 _TOKEN_BUCKET: Final = 16
 _CTX_BUCKET: Final = 1024
@@ -46,8 +46,12 @@ class MemoAttentionPredictor:
 
 class CostCache:
     def __init__(self, model: Any, gpu: Any, *, name: str, pe_ep_size: int, de_ep_size: int,
-                 num_gpus_per_node: int) -> None:
+                 num_gpus_per_node: int, cal: Calibration = DEFAULT_CALIBRATION) -> None:
         self.model = model
+        self._prefill_scale = cal.prefill_time_scale
+        self._prefill_overhead_s = cal.prefill_iter_overhead_s
+        self._decode_scale = cal.decode_time_scale
+        self._decode_overhead_s = cal.decode_step_overhead_s
         self.num_layers: int = model.num_layers
         self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size,
                                        num_gpus_per_node=num_gpus_per_node)
@@ -82,8 +86,8 @@ class CostCache:
 
     def iteration_s(self, layer_s: float) -> float:
         """Whole-iteration time from the (group-synchronised) per-layer time."""
-        return (layer_s * self.num_layers * cal.PREFILL_TIME_SCALE
-                + cal.PREFILL_ITER_OVERHEAD_S)
+        return (layer_s * self.num_layers * self._prefill_scale
+                + self._prefill_overhead_s)
 
     def decode_step_s(self, batch_size: int, ctx_sum: float) -> float:
         """Seconds of one decode step of one GPU holding ``batch_size`` requests."""
@@ -94,8 +98,8 @@ class CostCache:
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = (self.de_cost.decode_step_time_s(self.model, lens) * cal.DECODE_TIME_SCALE
-                     + cal.DECODE_STEP_OVERHEAD_S)
+            value = (self.de_cost.decode_step_time_s(self.model, lens) * self._decode_scale
+                     + self._decode_overhead_s)
             self._decode[key] = value
         return value
 

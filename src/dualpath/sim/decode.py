@@ -12,17 +12,22 @@ EP models: every decode step sends each GPU's batch through the MoE all-to-all o
 high-priority lane (``CostCache.de_model_bytes``, both directions), so KV transfers to and from a DE
 only get the idle rest. The bytes of the steps a GPU ran with an unchanged batch are put on its
 links when that batch changes (and at the end of the run), starting where that stretch began.
+
+A unit's collaborators are narrow: the kernel, the cost cache, its GPUs' links, the all-to-all bytes
+per token (0 without link costs: the load path says) and the driver's ``on_done``.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dualpath.sim.kernel import PRIO_COMPLETE, Handle
+from dualpath.sim.kernel import PRIO_COMPLETE, Handle, Kernel
 
 if TYPE_CHECKING:
-    from dualpath.sim.driver import Simulation
+    from dualpath.sim.cluster import Gpu
+    from dualpath.sim.costs import CostCache
     from dualpath.sim.request import Req
 
 
@@ -51,11 +56,15 @@ class DeState:
 
 
 class DecodeUnit:
-    def __init__(self, sim: Simulation, states: list[DeState]) -> None:
-        self.sim = sim
-        self.kernel = sim.kernel
-        self.costs = sim.costs
+    def __init__(self, states: list[DeState], *, kernel: Kernel, costs: CostCache, gpus: list[Gpu],
+                 model_bytes_per_token: float, on_done: Callable[[Req, DeState], None]) -> None:
+        """``gpus``: the engines of ``states``, in order; ``on_done(req, st)``: ``req`` produced
+        its last token on ``st``."""
+        self.kernel = kernel
+        self.costs = costs
+        self.on_done = on_done
         self.states = states
+        self._by_gpu = {st.gpu_id: st for st in states}
         for slot, st in enumerate(states):
             st.unit = self
             st.slot = slot
@@ -67,18 +76,14 @@ class DecodeUnit:
         self.heap: list[tuple[float, int, Req]] = []
         self.seq = 0
         self.handle: Handle | None = None
-        self.busy_s = 0.0  # time with a non-empty batch
-        self.steps = 0.0
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
-        self.model_bytes_per_token = 0.0 if sim.free_io else sim.costs.de_model_bytes(1)
-        self.gpus = [sim.cluster.gpus[st.gpu_id] for st in states]
+        self.model_bytes_per_token = model_bytes_per_token
+        self.gpus = gpus
 
     def _advance(self) -> None:
         now = self.kernel.now_s
         if self.step_s > 0.0 and self.heap:
-            dt = now - self.last_t
-            self.counter += dt / self.step_s
-            self.busy_s += dt
+            self.counter += (now - self.last_t) / self.step_s
         self.last_t = now
 
     def _set_step(self, st: DeState, step_s: float) -> None:
@@ -123,7 +128,7 @@ class DecodeUnit:
         self._advance()
         steps = req.gen_len - 1
         if steps <= 0:
-            self.sim.decode_done(req, st)
+            self.on_done(req, st)
             return
         req.target = self.counter + steps
         self.seq += 1
@@ -143,13 +148,13 @@ class DecodeUnit:
         touched: set[DeState] = set()
         while heap and heap[0][0] <= limit:
             _t, _s, req = heapq.heappop(heap)
-            st = self.sim.de_states[req.de_gpu]
+            st = self._by_gpu[req.de_gpu]
             if st not in touched:
                 self.flush_model_traffic(st)
             st.batch -= 1
             st.ctx_sum -= req.prompt_len + req.gen_len / 2
             touched.add(st)
-            self.sim.decode_done(req, st)
+            self.on_done(req, st)
         for st in touched:
             self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0)
             if not st.batch:

@@ -2,7 +2,9 @@
 
 Memory stays bounded for offline runs: each finished request is written as one CSV row (when an
 output folder is given) and folded into running sums; only online runs keep per-request latency
-arrays (for percentiles), which are short because online runs are short.
+arrays (for percentiles), which are short because online runs are short. Online runs also stop
+early (``Kernel.stop``) once the mean TTFT of the last ``STOP_WINDOW`` requests exceeds
+``stop_ttft_s`` (the paper's stopping rule); ``stopped_reason`` says so.
 """
 
 from __future__ import annotations
@@ -10,23 +12,49 @@ from __future__ import annotations
 import math
 import os
 from array import array
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Final, Protocol
 
 from dualpath.sim.links import check_utilisation
+from dualpath.sim.prefill import EARLY_ITERATIONS
 
 if TYPE_CHECKING:
-    from dualpath.sim.driver import Simulation
+    from dualpath.sim.cluster import Cluster
+    from dualpath.sim.config import SimConfig
+    from dualpath.sim.kernel import Kernel
+    from dualpath.sim.load_path import LoadPath
+    from dualpath.sim.prefill import PrefillUnit
     from dualpath.sim.request import Agent, Req
+    from dualpath.sim.storage import Storage
 
 FIELDS = ("rid", "agent", "turn", "prompt_len", "hit_len", "gen_len", "de_gpu", "pe_gpu",
           "read_side", "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join",
           "t_done")
 BREAKDOWN = ("queueing", "allocation", "reading", "prefill")
+STOP_WINDOW: Final = 1000  # requests in the online stopping rule's mean TTFT
+
+
+class RunState(Protocol):
+    """What :meth:`Metrics.finish` reads of a finished run (``Simulation`` has all of it)."""
+
+    config: SimConfig
+    kernel: Kernel
+    cluster: Cluster
+    storage: Storage
+    load: LoadPath
+    prefill_units: list[PrefillUnit]
+    agents: list[Agent]
+    agents_left: int
+    bpt: int
 
 
 class Metrics:
-    def __init__(self, sim: Simulation, out_dir: str | None) -> None:
-        self.sim = sim
+    def __init__(self, out_dir: str | None, *, system_name: str, keep_latency: bool,
+                 stop_ttft_s: float | None, kernel: Kernel) -> None:
+        """``keep_latency``: keep per-request arrays (online runs); ``stop_ttft_s``: the stopping
+        rule's SLO (None: never stop); ``kernel`` is stopped when the rule fires."""
+        self.kernel = kernel
+        self.system_name = system_name
+        self.stopped_reason = ""
         self.num_requests = 0
         self.hit_tokens = 0
         # running sums (floats, added in request order) and counts; see the sums/counts properties
@@ -39,19 +67,19 @@ class Metrics:
         self._prefill_sum = 0.0
         self._ttft_n = 0
         self._ttst_n = 0  # = the tpot count
-        self.keep = sim.config.aps is not None
+        self.keep = keep_latency
         self.ttft = array("d")
         self.ttst = array("d")
         self.tpot = array("d")
         self.t_arrive = array("d")
         self._window: list[float] = []
         self._window_sum = 0.0
-        self.stop_ttft_s: float | None = sim.config.ttft_stop_s
+        self.stop_ttft_s: float | None = stop_ttft_s
         self.agent_jct = array("d")
         self._file: IO[str] | None = None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
-            path = os.path.join(out_dir, f"requests_{sim.system.name}.csv")
+            path = os.path.join(out_dir, f"requests_{system_name}.csv")
             self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in finish)
             self._file.write(",".join(FIELDS) + "\n")
 
@@ -96,8 +124,6 @@ class Metrics:
 
     def _stop_rule(self, ttft: float) -> None:
         """Online stopping rule: stop once the mean TTFT of the last STOP_WINDOW requests > SLO."""
-        from dualpath.sim.online import STOP_WINDOW
-
         window = self._window
         window.append(ttft)
         self._window_sum += ttft
@@ -105,19 +131,18 @@ class Metrics:
             self._window_sum -= window.pop(0)
         stop_s = self.stop_ttft_s
         if len(window) == STOP_WINDOW and stop_s is not None and self._window_sum / STOP_WINDOW > stop_s:
-            self.sim.stopped_reason = "ttft"
-            self.sim.kernel.stop()
+            self.stopped_reason = "ttft"
+            self.kernel.stop()
 
     def agent_done(self, agent: Agent) -> None:
         self.agent_jct.append(agent.t_end - agent.t_start)
 
-    def finish(self) -> dict:
+    def finish(self, sim: RunState) -> dict:
         """Close the record file, check invariants (raise on violation) and summarise the run."""
         if self._file is not None:
             self._file.close()
             self._file = None
-        sim = self.sim
-        check_invariants(sim)
+        check_invariants(sim, self)
         sums, counts = self.sums, self.counts
         n = max(counts["ttft"], 1)
         cluster = sim.cluster
@@ -126,7 +151,7 @@ class Metrics:
         attn_n = sum(u.attn_ratio_n for u in sim.prefill_units)
         end = max((a.t_end for a in sim.agents if not math.isnan(a.t_end)), default=0.0)
         return {
-            "system": sim.system.name,
+            "system": self.system_name,
             "jct_s": end,
             "mean_agent_jct_s": (sum(self.agent_jct) / len(self.agent_jct)
                                  if self.agent_jct else None),
@@ -144,35 +169,32 @@ class Metrics:
             "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
             "events": sim.kernel.events,
             "sim_time_s": sim.kernel.now_s,
-            "stopped": sim.stopped_reason or None,
+            "stopped": self.stopped_reason or None,
             **({"latency": {"t_arrive": list(self.t_arrive), "ttft": list(self.ttft),
                             "ttst": list(self.ttst), "tpot": list(self.tpot)}}
                if self.keep else {}),
         }
 
 
-def check_invariants(sim: Simulation) -> None:
+def check_invariants(sim: RunState, metrics: Metrics) -> None:
     """Fail loudly: bytes read == hit tokens x KV bytes/token; oracle has no I/O; every agent
     finished (offline runs that were not stopped); no link above 100% (in check_utilisation)."""
-    # reads still waiting for buffer room (or, Basic, PE HBM room) when a run is cut short
-    # (online) are not read yet
-    queued = sum(c.read_tokens for node in sim.cluster.nodes for c in node.gate)
-    queued += sum(r.pe_read_len for st in sim.pe_states.values() for r in st.hbm_gate)
-    expected = 0.0 if sim.free_io else (sim.metrics.hit_tokens - queued) * sim.bpt
+    # reads still waiting for buffer room when a run is cut short (online) are not read yet
+    queued = sim.storage.queued_read_tokens()
+    moves_kv = sim.load.moves_kv
+    expected = (metrics.hit_tokens - queued) * sim.bpt if moves_kv else 0.0
     read = sim.storage.bytes_read
     if abs(read - expected) > 1e-6 * max(expected, 1.0):
         raise AssertionError(f"bytes read {read:.6g} != hit tokens x KV bytes {expected:.6g}")
-    if sim.free_io:
+    if not moves_kv:
         busy = sum(link.kv_bytes for link in sim.cluster.links())
         if busy > 0:
             raise AssertionError(f"oracle moved {busy:.3g} KV bytes over links")
-    if sim.config.aps is None and not sim.stopped_reason and sim.agents_left:
+    if sim.config.aps is None and not metrics.stopped_reason and sim.agents_left:
         raise AssertionError(f"{sim.agents_left} agents did not finish")
 
 
-def _early_attn(sim: Simulation) -> float:
-    from dualpath.sim.prefill import EARLY_ITERATIONS
-
+def _early_attn(sim: RunState) -> float:
     total = sum(u.attn_early_sum for u in sim.prefill_units)
     count = sum(min(u.attn_ratio_n, EARLY_ITERATIONS) for u in sim.prefill_units)
     return total / count if count else 1.0

@@ -1,27 +1,23 @@
-"""Prefill engines: iterations of compute-quota batches, with layerwise KV load or Basic's.
+"""Prefill engines: iterations of compute-quota batches; the KV load is the run's load path.
 
 A prefill *unit* is a set of PE GPUs that iterate in lockstep (an EP group with attention DP: the
 GPUs synchronise before every MoE stage, so a layer takes the slowest GPU's attention + other time;
-one GPU for DP models). Each GPU's batch comes from ``dualpath.policy`` via the adapter.
-
-Layerwise (spec section 4): per layer, the hit KV of the batch streams into PE HBM from the PE buffer
-(steps 3-4, CNIC loopback) or from the DE buffer over RDMA (DE path steps 3-5), overlapped with
-compute; the layer's KV streams to the DE buffer (PE path: hit + miss, steps 5-7; DE path: miss
-only). The iteration ends at max(compute, transfers + one layer of pipeline fill).
-Basic: the whole prompt KV of the batch must sit in PE HBM (batch limited by free HBM), is loaded
-before compute, and is sent to the DE buffer after it.
+one GPU for DP models). Each GPU's batch comes from ``dualpath.policy`` (``plan_batch``, the
+adapter's). How the batch's KV moves, and so when the iteration ends and when each chunk's KV is in
+the DE buffer, is the load path's (``sim/load_path.py``: layerwise, Basic's whole prompt, free).
+A unit's collaborators are narrow: the kernel, the cost cache, the batch planner, the load path's
+two timing methods and the driver's ``on_done``.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
 
-from dualpath.sim.kernel import PRIO_COMPLETE
-from dualpath.sim.links import transfer3
+from dualpath.sim.kernel import PRIO_COMPLETE, Kernel
 
 if TYPE_CHECKING:
-    from dualpath.sim.driver import Simulation
+    from dualpath.sim.costs import CostCache
     from dualpath.sim.request import Req
 
 # Attention balance "early in the run" (the paper's 1.06): the first iterations, when every PE is
@@ -30,7 +26,7 @@ EARLY_ITERATIONS: Final = 100
 
 
 class PeState:
-    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready", "hbm_gate", "hbm_used")
+    __slots__ = ("gpu_id", "node_id", "tok", "seq", "queue", "unit", "num_ready")
 
     unit: PrefillUnit  # the PrefillUnit it iterates in (set by the unit)
 
@@ -40,21 +36,37 @@ class PeState:
         self.tok = 0
         self.seq = 0
         self.queue: list[Req] = []  # assigned, prefill unfinished, in assignment order
-        self.hbm_gate: deque[Req] = deque()  # Basic: requests whose PE read waits for HBM room
-        self.hbm_used = 0  # Basic: prompt tokens of KV held in this PE's HBM
         self.num_ready = 0  # requests in ``queue`` whose reads are done (is_ready)
 
 
+Entries = list[tuple["Req", int, int]]  # (request, cached_len, chunk_len) of one GPU's batch
+
+
+class PrefillTiming(Protocol):
+    """What a unit needs of the load path (``LoadPath`` satisfies it)."""
+
+    def iteration_end(self, batches: list[tuple[PeState, Entries]], now: float,
+                      compute_s: float) -> tuple[float, float]: ...
+
+    def chunk_sent_at(self, st: PeState, req: Req, chunk: int, now: float,
+                      kv_at: float) -> float: ...
+
+
 class PrefillUnit:
-    def __init__(self, sim: Simulation, states: list[PeState]) -> None:
-        self.sim = sim
-        self.kernel = sim.kernel
+    def __init__(self, states: list[PeState], *, kernel: Kernel, costs: CostCache,
+                 load: PrefillTiming, plan_batch: Callable[[PeState], Entries],
+                 on_done: Callable[[Req, PeState, float], None]) -> None:
+        """``plan_batch(st)``: the GPU's next batch (may be empty); ``on_done(req, st, kv_at)``:
+        ``req``'s last chunk is computed and its KV complete in the DE buffer at ``kv_at``."""
+        self.kernel = kernel
+        self.costs = costs
+        self.load = load
+        self.plan_batch = plan_batch
+        self.on_done = on_done
         self.states = states
         for st in states:
             st.unit = self
         self.busy = False
-        self.iterations = 0
-        self.busy_s = 0.0
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
         self.attn_early_sum = 0.0
@@ -66,16 +78,15 @@ class PrefillUnit:
             self.kernel.call_at(self.kernel.now_s, self._iterate)
 
     def _iterate(self) -> None:
-        sim = self.sim
-        costs = sim.costs
-        batches: list[tuple[PeState, list[tuple[Req, int, int]]]] = []
+        costs = self.costs
+        batches: list[tuple[PeState, Entries]] = []
         attn: list[float] = []
         layer_s = 0.0
-        adapter = sim.adapter
+        plan_batch = self.plan_batch
         for st in self.states:
             if not st.num_ready:  # nothing ready: the batch view would be empty
                 continue
-            entries = adapter.plan_batch(st)
+            entries = plan_batch(st)
             if not entries:
                 continue
             a = costs.attention_layer_s([(c, n) for _r, c, n in entries])
@@ -94,70 +105,18 @@ class PrefillUnit:
                 self.attn_early_sum += ratio
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
-        if sim.free_io:
-            end = now + compute_s
-            kv_at = end
-        elif sim.layerwise:
-            xfer_end = self._transfers(batches, now, True)
-            end = max(now + compute_s, xfer_end + compute_s / costs.num_layers)
-            kv_at = end
-        else:
-            load_end = self._transfers(batches, now, False)
-            end = max(now, load_end) + compute_s
-            kv_at = -1.0  # sends start after compute (see _finish)
-        self.iterations += 1
-        self.busy_s += end - now
+        end, kv_at = self.load.iteration_end(batches, now, compute_s)
         self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
 
-    def _transfers(self, batches: list[tuple[PeState, list[tuple[Req, int, int]]]], now: float,
-                   with_sends: bool) -> float:
-        """Reserve loads (and, layerwise, sends) of every entry; return when the last ends."""
-        sim = self.sim
-        gpus = sim.cluster.gpus
-        nodes = sim.cluster.nodes
-        bpt = sim.bpt
-        last = now
-        for st, entries in batches:
-            pe_gpu = gpus[st.gpu_id]
-            pe_node = nodes[st.node_id]
-            tokens = sum(n for _r, _c, n in entries)
-            pe_gpu.tx.preempt(sim.costs.pe_model_bytes(tokens), now)
-            pe_gpu.rx.preempt(sim.costs.pe_model_bytes(tokens), now)
-            for req, cached, chunk in entries:
-                de_gpu = gpus[req.de_gpu]
-                de_node = nodes[de_gpu.node_id]
-                pe_part = min(cached, req.pe_read_len)
-                de_part = cached - pe_part
-                if pe_part:
-                    last = max(last, transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx,
-                                               pe_part * bpt, now))
-                if de_part:
-                    last = max(last, transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx,
-                                               de_part * bpt, now))
-                if with_sends:
-                    send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    last = max(last, transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram,
-                                               send * bpt, now))
-        return last
-
-    def _finish(self, batches: list[tuple[PeState, list[tuple[Req, int, int]]]],
-                kv_at: float) -> None:
-        sim = self.sim
+    def _finish(self, batches: list[tuple[PeState, Entries]], kv_at: float) -> None:
         now = self.kernel.now_s
-        gpus = sim.cluster.gpus
-        nodes = sim.cluster.nodes
+        load = self.load
         for st, entries in batches:
-            pe_gpu = gpus[st.gpu_id]
             for req, _cached, chunk in entries:
-                send_at = kv_at
-                if kv_at < 0:  # Basic: send this chunk's KV (and PE-read hits) after compute
-                    de_gpu = gpus[req.de_gpu]
-                    send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    send_at = transfer3(pe_gpu.tx, de_gpu.rx, nodes[de_gpu.node_id].dram,
-                                        send * sim.bpt, now)
+                send_at = load.chunk_sent_at(st, req, chunk, now, kv_at)
                 req.done_new += chunk
                 if req.done_new >= req.miss_len:
                     st.queue.remove(req)
                     st.num_ready -= 1
-                    sim.prefill_done(req, st, max(send_at, now))
+                    self.on_done(req, st, max(send_at, now))
         self._iterate()

@@ -21,7 +21,7 @@ class Req:
     __slots__ = (
         "rid", "agent", "turn", "prompt_len", "gen_len", "hit_len", "miss_len", "info",
         "de_gpu", "pe_gpu", "pe_read_len", "de_read_len", "read_side", "done_new", "claims_left",
-        "out_claimed", "is_ready", "target", "pending", "hbm_held",
+        "out_claimed", "is_ready", "target", "pending",
         "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join", "t_done",
     )
 
@@ -44,7 +44,6 @@ class Req:
         self.done_new = 0  # prompt tokens computed so far (chunked prefill)
         self.claims_left = 0
         self.out_claimed = False
-        self.hbm_held = False
         self.is_ready = False
         self.target = 0.0  # decode: step count at which the last token is produced
         self.pending: PendingPrefill | None = None  # built once, when it enters the prefill queue

@@ -10,6 +10,7 @@ tokens of claims queued or reading, as the scheduler sees it. Writes (decode per
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -37,15 +38,16 @@ class Claim:
 
 
 class Storage:
-    """Per-node buffer gates and storage traffic. ``bytes_read`` is checked against hit tokens."""
+    """Per-node buffer gates (``gates[node_id]``: the FIFO of claims waiting for room) and storage
+    traffic. ``bytes_read`` is checked against hit tokens."""
 
     def __init__(self, kernel: Kernel, nodes: list[Node], kv_bytes_per_token: int) -> None:
         self.kernel = kernel
         self.nodes = nodes
         self.bpt = kv_bytes_per_token
         self.bytes_read = 0.0
-        self.bytes_written = 0.0
-        self.peak_buffer = [0.0] * len(nodes)  # (each node's claim FIFO is its own ``gate``)
+        self.peak_buffer = [0.0] * len(nodes)
+        self.gates: list[deque[Claim]] = [deque() for _ in nodes]
 
     def claim(self, node: Node, req: Req, nbytes: float, read_tokens: int,
               on_done: Callable[[Req], None], on_admit: Callable[[Req], None] | None = None,
@@ -54,8 +56,9 @@ class Storage:
         ``on_done(req)`` once its read is in DRAM (at admission if there is nothing to read).
         ``limit_frac``: admit only while the buffer stays under this fraction of its size."""
         node.read_q += read_tokens
-        node.gate.append(Claim(req, nbytes, read_tokens, on_admit, on_done, limit_frac))
-        if len(node.gate) == 1:
+        gate = self.gates[node.node_id]
+        gate.append(Claim(req, nbytes, read_tokens, on_admit, on_done, limit_frac))
+        if len(gate) == 1:
             self._pump(node)
 
     def try_reserve(self, node: Node, nbytes: float) -> bool:
@@ -71,11 +74,11 @@ class Storage:
         node.buffer_used -= nbytes
         if node.buffer_used < 1e-6:
             node.buffer_used = 0.0
-        if node.gate:
+        if self.gates[node.node_id]:
             self._pump(node)
 
     def _pump(self, node: Node) -> None:
-        gate = node.gate
+        gate = self.gates[node.node_id]
         cap = node.buffer_bytes
         while gate:
             claim = gate[0]
@@ -101,10 +104,13 @@ class Storage:
         node.read_q -= claim.read_tokens
         claim.on_done(claim.req)
 
+    def queued_read_tokens(self) -> int:
+        """Hit tokens of claims still waiting for buffer room (not read yet)."""
+        return sum(c.read_tokens for gate in self.gates for c in gate)
+
     def write(self, node: Node, nbytes: float) -> None:
         """Persist ``nbytes`` of full blocks from this node (DRAM -> SNIC -> storage)."""
         if nbytes <= 0:
             return
         transfer2(node.dram, node.snic, nbytes, self.kernel.now_s)
         node.snic_write_bytes += nbytes
-        self.bytes_written += nbytes

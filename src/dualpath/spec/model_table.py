@@ -68,6 +68,66 @@ _ENTRIES = (
         window_len=128, full_attention_every=2, kv_dtype_bytes=1, weight_dtype_bytes=0.56,
         total_params=116_800_000_000, active_params=5_100_000_000,
     ),
+    ModelSpec(  # deepseek-ai/DeepSeek-R1 config.json: the DeepSeek-V3 architecture (same shapes,
+        # FP8 block-scaled weights), 671B main model + 14B MTP layer, 37B active.
+        name="deepseek-r1", source=_HF.format("deepseek-ai/DeepSeek-R1"),
+        total_params=671_000_000_000, active_params=37_000_000_000, **_DS_V3_SHAPE,  # type: ignore[arg-type]
+    ),
+    ModelSpec(  # Qwen/Qwen3-32B config.json: 64 layers, GQA 64/8 x 128, MLP 25600. 32.8B params.
+        name="qwen3-32b", source=_HF.format("Qwen/Qwen3-32B"),
+        num_layers=64, hidden_size=5120, vocab_size=151936, attention_kind="gqa", num_heads=64,
+        num_kv_heads=8, head_dim=128, intermediate_size=25600, rope_theta=1_000_000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=32_800_000_000, active_params=32_800_000_000,
+    ),
+    ModelSpec(  # Qwen/Qwen3-235B-A22B-FP8 config.json: Qwen3-235B-A22B with block-scaled FP8
+        # weights (weight_block_size 128 x 128); shapes as the BF16 release.
+        name="qwen3-235b-a22b-fp8", source=_HF.format("Qwen/Qwen3-235B-A22B-FP8"),
+        num_layers=94, hidden_size=4096, vocab_size=151936, attention_kind="gqa", num_heads=64,
+        num_kv_heads=4, head_dim=128, intermediate_size=12288, num_routed_experts=128,
+        num_active_experts=8, moe_intermediate_size=1536, rope_theta=1_000_000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=1,
+        total_params=235_000_000_000, active_params=22_000_000_000,
+    ),
+    ModelSpec(  # Qwen/Qwen3-8B config.json: 36 layers, GQA 32/8 x 128, MLP 12288. 8.2B params.
+        name="qwen3-8b", source=_HF.format("Qwen/Qwen3-8B"),
+        num_layers=36, hidden_size=4096, vocab_size=151936, attention_kind="gqa", num_heads=32,
+        num_kv_heads=8, head_dim=128, intermediate_size=12288, rope_theta=1_000_000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=8_190_000_000, active_params=8_190_000_000,
+    ),
+    ModelSpec(  # Qwen/Qwen3-30B-A3B config.json: 48 layers, GQA 32/4 x 128, every layer MoE with
+        # 128 experts of 768, 8 active, no shared expert. 30.5B total, 3.3B active.
+        name="qwen3-30b-a3b", source=_HF.format("Qwen/Qwen3-30B-A3B"),
+        num_layers=48, hidden_size=2048, vocab_size=151936, attention_kind="gqa", num_heads=32,
+        num_kv_heads=4, head_dim=128, intermediate_size=6144, num_routed_experts=128,
+        num_active_experts=8, moe_intermediate_size=768, rope_theta=1_000_000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=30_500_000_000, active_params=3_300_000_000,
+    ),
+    ModelSpec(  # openai/gpt-oss-20b config.json: as gpt-oss-120b with 24 layers and 32 experts
+        # (4 active), MXFP4 experts. 20.9B / 3.6B active.
+        name="gpt-oss-20b", source=_HF.format("openai/gpt-oss-20b"),
+        num_layers=24, hidden_size=2880, vocab_size=201088, attention_kind="gqa", num_heads=64,
+        num_kv_heads=8, head_dim=64, intermediate_size=2880, num_routed_experts=32,
+        num_active_experts=4, moe_intermediate_size=2880, rope_theta=150000.0,
+        window_len=128, full_attention_every=2, kv_dtype_bytes=1, weight_dtype_bytes=0.6,
+        total_params=20_900_000_000, active_params=3_600_000_000,
+    ),
+    ModelSpec(  # meta-llama/Llama-3.1-8B-Instruct config.json; dense, GQA 32/8. 8.03B params.
+        name="llama-3.1-8b", source=_HF.format("meta-llama/Llama-3.1-8B-Instruct"),
+        num_layers=32, hidden_size=4096, vocab_size=128256, attention_kind="gqa", num_heads=32,
+        num_kv_heads=8, head_dim=128, intermediate_size=14336, rope_theta=500000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=8_030_000_000, active_params=8_030_000_000,
+    ),
+    ModelSpec(  # meta-llama/Llama-3.1-70B-Instruct config.json; dense, GQA 64/8. 70.6B params.
+        name="llama-3.1-70b", source=_HF.format("meta-llama/Llama-3.1-70B-Instruct"),
+        num_layers=80, hidden_size=8192, vocab_size=128256, attention_kind="gqa", num_heads=64,
+        num_kv_heads=8, head_dim=128, intermediate_size=28672, rope_theta=500000.0,
+        kv_dtype_bytes=1, weight_dtype_bytes=2,
+        total_params=70_600_000_000, active_params=70_600_000_000,
+    ),
     ModelSpec(  # meta-llama/Llama-3.1-405B config.json; dense, GQA 128/8.
         name="llama-3.1-405b", source=_HF.format("meta-llama/Llama-3.1-405B"),
         num_layers=126, hidden_size=16384, vocab_size=128256, attention_kind="gqa", num_heads=128,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dualpath.core.registry import lookup
+from dualpath.spec.model_aliases import resolve_model_name
 from dualpath.spec.model_spec import ATTENTION_KINDS, ModelSpec
 from dualpath.spec.model_table import MODELS
 from dualpath.spec.params import (
@@ -23,5 +24,6 @@ __all__ = [
 
 
 def get_model(name: str) -> ModelSpec:
-    """Return the model called ``name``; :class:`UnknownNameError` lists the choices."""
-    return lookup(MODELS, name, "model")
+    """Return the model called ``name`` (or its Hugging Face id, spec/model_aliases.py);
+    :class:`UnknownNameError` lists the choices."""
+    return lookup(MODELS, name if name in MODELS else resolve_model_name(name), "model")

@@ -1,5 +1,5 @@
 """The cluster's decode worker on runtime/engine's DecodeEngine, in one process: prompt KV Layer
-Blocks (some arriving before the task) and the PE's first-token marker in, greedy tokens equal to a
+Blocks (some arriving before the task) and the PE's ``PrefillDone`` (the first token) in, greedy tokens equal to a
 full forward out, every full block persisted, the paged cache and the DE buffer empty afterwards."""
 
 from __future__ import annotations
@@ -7,19 +7,18 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.decode_worker import DecodeWorker
-from dualpath.runtime.cluster.kvio import DONE_LAYER, BlockIO, Geometry, Outbox
-from dualpath.runtime.cluster.messages import DecodeTask, Tokens
+from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
+from dualpath.runtime.cluster.messages import DecodeTask, ReadPlan, Tokens
 from dualpath.runtime.cluster.traffic import TrafficManager
 from dualpath.runtime.kvstore import BlockStore, chain_hashes
 from dualpath.runtime.model import Decoder, Span, load_decoder
 from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
-from dualpath.runtime.transfer import TransferItem
+from dualpath.runtime.transfer import PrefillDone, TransferItem
 from dualpath.runtime.transfer.inproc import InProcFabric, InProcTransport
 
 torch.set_num_threads(1)
@@ -31,8 +30,12 @@ def decoder(tmp_path_factory: pytest.TempPathFactory) -> Decoder:
     return load_decoder(str(path), device="cpu")[0]
 
 
-def _prefill_items(dec: Decoder, rid: str, prompt: list[int], bs: int) -> list[TransferItem]:
-    """What a PE sends: each layer's prompt KV as one span item, then the first-token marker."""
+NO_HITS = ReadPlan(side="pe", pe_read_len=0, de_read_len=0)
+
+
+def _prefill_items(dec: Decoder, rid: str, prompt: list[int], bs: int
+                   ) -> tuple[list[TransferItem], PrefillDone]:
+    """What a PE sends: each layer's prompt KV as one span item, then ``PrefillDone``."""
     with torch.inference_mode():
         spans = [Span(0, len(prompt))]
         h, rope = dec.embed(prompt), dec.rope(dec.positions(spans))
@@ -42,8 +45,7 @@ def _prefill_items(dec: Decoder, rid: str, prompt: list[int], bs: int) -> list[T
             items.append(TransferItem(key=rid, block_index=0, layer=layer, num_tokens=len(prompt),
                                       payload=kv.clone()))
         first = int(torch.argmax(dec.final(h[-1:])[0]).item())
-    marker = np.array([first], dtype=np.int64).tobytes()
-    return [*items, TransferItem(key=rid, block_index=-1, layer=DONE_LAYER, num_tokens=1, payload=marker)]
+    return items, PrefillDone(key=rid, first_token=first)
 
 
 def _reference(dec: Decoder, prompt: list[int], n: int) -> list[int]:
@@ -71,13 +73,17 @@ def test_decode_worker_runs_the_paged_engine(decoder: Decoder, tmp_path: Path) -
     prompts = {f"r{i}": torch.randint(3, 200, (40 + 13 * i,), generator=gen_rng).tolist()
                for i in range(2)}
     params = SamplingParams(max_tokens=gen, ignore_eos=True)
-    tasks = {rid: DecodeTask(request_id=rid, prompt_token_ids=p, hit_len=0, pe_read_len=0,
-                             de_read_len=0, prefill_engine=0, params=params)
+    tasks = {rid: DecodeTask(request_id=rid, prompt_token_ids=p, read=NO_HITS, prefill_engine=0,
+                             params=params)
              for rid, p in prompts.items()}  # fmt: skip
-    worker.deliver("e0", _prefill_items(decoder, "r0", prompts["r0"], bs))  # before its task
+    items, done = _prefill_items(decoder, "r0", prompts["r0"], bs)
+    transport.submit("e1", items)  # before its task (held, KV first, then PrefillDone)
+    transport.notify("e1", [done])
     worker.add(tasks["r0"])
     worker.add(tasks["r1"])
-    worker.deliver("e0", _prefill_items(decoder, "r1", prompts["r1"], bs))
+    items, done = _prefill_items(decoder, "r1", prompts["r1"], bs)
+    transport.submit("e1", items)
+    transport.notify("e1", [done])
     tokens: dict[str, list[int]] = {rid: [] for rid in prompts}
     finished: set[str] = set()
     for _ in range(200):

@@ -22,6 +22,7 @@ from dualpath.runtime.cluster.traffic import TrafficManager
 from dualpath.runtime.kvstore import BlockStore
 from dualpath.runtime.model import Decoder, load_decoder
 from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
+from dualpath.runtime.transfer import PrefillDone
 from dualpath.runtime.transfer.inproc import InProcFabric, InProcTransport
 
 torch.set_num_threads(1)
@@ -36,6 +37,7 @@ def _sibling(name: str):  # tests run with --import-mode=importlib: load the hel
 
 
 _prefill_items = _sibling("test_decode_worker")._prefill_items
+NO_HITS = _sibling("test_decode_worker").NO_HITS
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +61,13 @@ class _Rig:
         self.transport.bind("e1", self.worker)
 
     def start(self, rid: str, prompt: list[int], first_token: int | None = None) -> None:
-        self.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, hit_len=0, pe_read_len=0,
-                                   de_read_len=0, prefill_engine=0,
-                                   params=SamplingParams(max_tokens=5, ignore_eos=True)))
-        items = _prefill_items(self.dec, rid, prompt, self.bs)
+        self.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS,
+                                   prefill_engine=0, params=SamplingParams(max_tokens=5, ignore_eos=True)))
+        items, done = _prefill_items(self.dec, rid, prompt, self.bs)
         if first_token is not None:
-            import dataclasses
-
-            import numpy as np
-
-            items[-1] = dataclasses.replace(items[-1], payload=np.array([first_token], dtype=np.int64).tobytes())
-        self.worker.deliver("e0", items)
+            done = PrefillDone(key=rid, first_token=first_token)
+        self.transport.submit("e1", items)
+        self.transport.notify("e1", [done])
 
     def run(self, steps: int = 30) -> tuple[dict[str, list[int]], dict[str, str]]:
         tokens: dict[str, list[int]] = {}
@@ -168,10 +166,10 @@ def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(rig
     pe.engine.step = poisoned_step  # type: ignore[method-assign]
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     for rid, prompt in (("bad", list(range(3, 40))), ("good", list(range(5, 50)))):
-        rig.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, hit_len=0, pe_read_len=0,
-                                  de_read_len=0, prefill_engine=0, params=params))
-        pe.add(PrefillTask(request_id=rid, prompt_token_ids=prompt, hit_len=0, pe_read_len=0,
-                           de_read_len=0, decode_engine=1, params=params))
+        rig.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS,
+                                  prefill_engine=0, params=params))
+        pe.add(PrefillTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS, decode_engine=1,
+                           params=params))
     for _ in range(10):
         pe.step()
     failed = {m.request_id: m.error for m in pe_out.drain() if isinstance(m, Progress) and m.event == "failed"}

@@ -13,7 +13,8 @@ from dualpath.runtime.model import Decoder
 from .conftest import random_tokens, run_conversation
 
 
-@pytest.mark.parametrize(("side", "overlap"), [("pe", True), ("de", True), ("pe", False), ("de", False)])
+@pytest.mark.parametrize(("side", "overlap"), [("pe", True), ("de", True), ("split", True), ("pe", False),
+                                               ("de", False), ("split", False)])
 def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str, overlap: bool) -> None:
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(11)
@@ -24,6 +25,37 @@ def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, si
     hits = [h["a-t" + str(t)].hit_tokens for t, h in enumerate(hist)]
     # turn 0 misses; later turns hit every whole block of the previous context with KV (45+5, 50+6+11+5)
     assert hits == [0, 48, 64]
+    # split: 3 hit blocks -> PE 2 (half up) + DE 1; 4 -> 2 + 2 (the policy's split of two idle queues)
+    assert [h["a-t" + str(t)].read_side for t, h in enumerate(hist)] == [side if side != "split" else "pe",
+                                                                          side, side]
+
+
+@pytest.mark.parametrize("async_transfer", [False, True])
+def test_split_reads_both_sides_and_a_de_miss_cuts_its_share(tiny_llama: tuple[Decoder, Any], kv_dir: str,
+                                                             async_transfer: bool) -> None:
+    """Split: the PE reads the first hit blocks, the DE reads the rest and pushes every layer of
+    them into the PE buffer; a block missing from the DE's share cuts the hits there (recomputed),
+    and the outputs stay exact."""
+    from dualpath.runtime.kvstore import chain_hashes
+    from dualpath.runtime.kvstore.files import block_path
+
+    dec, hf = tiny_llama
+    gen = torch.Generator().manual_seed(15)
+    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, async_transfer=async_transfer)
+    prompt = random_tokens(gen, 70)
+    with LocalPipeline(dec, cfg) as pipe:
+        first = run_conversation(pipe, hf, prompts={"a": prompt}, gen=gen, num_turns=1,
+                                 sides=lambda k, t: "split")[0]["a-t0"]  # fmt: skip
+        context = prompt + list(first.tokens)
+        follow = context + random_tokens(gen, 9)
+        out = run_conversation(pipe, hf, prompts={"a": follow}, gen=gen, num_turns=1,
+                               sides=lambda k, t: "split")[0]["a-t0"]  # fmt: skip
+        assert out.read_side == "split" and out.hit_tokens == 64  # 4 blocks: PE 2 + DE 2
+        hashes = chain_hashes(follow[:80], 16)  # the same prompt again now hits 5 blocks: PE 3 + DE 2
+        block_path(pipe.store.root, hashes[4]).unlink()  # the DE's second block goes missing
+        again = run_conversation(pipe, hf, prompts={"a": follow}, gen=gen, num_turns=1,
+                                 sides=lambda k, t: "split")[0]["a-t0"]  # fmt: skip
+        assert again.read_side == "split" and again.hit_tokens == 64  # PE 3 + the DE's first
 
 
 @pytest.mark.parametrize("async_transfer", [False, True])

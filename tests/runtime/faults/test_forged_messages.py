@@ -15,7 +15,8 @@ import zmq
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.messages import EngineHello, Heartbeat, Progress, Query, Submit, encode
-from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
+from dualpath.runtime.transfer import HitsLoaded
+from dualpath.runtime.transfer.zmq_transport import CtlMsg, DataMsg, ItemMeta
 
 DROPPED = "dualpath_messages_dropped_total"
 
@@ -91,6 +92,25 @@ def _foo_hello() -> bytes:
     ("DataMsg whose frames do not match its items", lambda r: _to_data_port(
         r, "decode", msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0",
                                                      [ItemMeta("k", 0, 0, 1, 0, 64)])), b"short"),
+     "data", "bad_frames"),
+    ("KV item with a marker layer (-2) to the DE data port", lambda r: _to_data_port(
+        r, "decode", msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0",
+                                                     [ItemMeta("k", -1, -2, 1, 0, 8)])), b"\0" * 8),
+     "data", "invalid"),
+    ("control message with a negative first token to the DE", lambda r: _to_data_port(
+        r, "decode", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e1", "e0",
+                                             [{"t": "PrefillDone", "key": "k", "first_token": -1}]])),
+     "data", "invalid"),
+    ("PullLayer with start > stop to the DE", lambda r: _to_data_port(
+        r, "decode", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e1", "e0",
+                                             [{"t": "PullLayer", "key": "k", "layer": 0, "start": 9,
+                                               "stop": 3}]])), "data", "invalid"),
+    ("unknown control message kind to the PE", lambda r: _to_data_port(
+        r, "prefill", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e0", "e1",
+                                              [{"t": "Reset", "key": "k"}]])), "data", "invalid"),
+    ("control message with payload frames to the PE", lambda r: _to_data_port(
+        r, "prefill", msgspec.msgpack.encode(CtlMsg(1, "tcp://127.0.0.1:9", "e0", "e1",
+                                                    [HitsLoaded(key="k", end_tokens=0)])), b"extra"),
      "data", "bad_frames"),
 ], ids=lambda v: v if isinstance(v, str) and " " in v else None)
 def test_forged_message_is_dropped_and_counted(rig, label: str, send, plane: str, cause: str) -> None:

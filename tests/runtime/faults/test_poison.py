@@ -10,7 +10,6 @@ import time
 
 import httpx
 import msgspec
-import numpy as np
 import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
@@ -18,8 +17,8 @@ from hypothesis import strategies as st
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.client import ClusterClient
-from dualpath.runtime.cluster.kvio import DONE_LAYER
-from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
+from dualpath.runtime.transfer import PrefillDone
+from dualpath.runtime.transfer.zmq_transport import CtlMsg
 
 # (label, extra body fields or raw JSON body, status) -- before this change: 503 (engine killed)
 # for the first three, then 503 for every later request; 500 for the last three.
@@ -87,16 +86,15 @@ def test_values_the_wire_cannot_carry_are_refused_by_the_scheduler(rig) -> None:
 
 
 def test_a_request_failing_inside_an_engine_fails_alone(rig) -> None:
-    """A forged first-token marker (token id 10**9, out of the vocabulary) waits at the DE for its
+    """A forged ``PrefillDone`` (first token 10**9, out of the vocabulary) waits at the DE for its
     request; when that request arrives the DE fails it alone: an error event to its client, its
     buffers released, and the next requests (one concurrent) are served by the same engines."""
     before = rig.metric("dualpath_engine_request_failures_total")
     push = rig.sock(zmq.PUSH, rig.data_addr("decode"))  # an insider with the key
-    payload = np.array([10**9], dtype=np.int64).tobytes()
-    head = msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:1", "e1", "e0",
-                                          [ItemMeta("victim", -1, DONE_LAYER, 1, 0, len(payload))]))
-    push.send_multipart([head, payload])
-    time.sleep(0.5)  # (the marker is held as an orphan until its task comes)
+    head = msgspec.msgpack.encode(CtlMsg(1, "tcp://127.0.0.1:1", "e1", "e0",
+                                         [PrefillDone(key="victim", first_token=10**9)]))
+    push.send(head)
+    time.sleep(0.5)  # (it is held as an orphan until its task comes)
     push.close(0)
 
     async def both() -> tuple[list, list]:

@@ -96,3 +96,33 @@ def test_wait_times_out_when_never_delivered() -> None:
     block.set()
     h.wait(5.0)
     tx.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_control_messages_keep_the_fifo_and_need_a_control_sink(asynchronous: bool) -> None:
+    from dualpath.runtime.transfer import PrefillDone, PullLayer
+
+    class Both:
+        def __init__(self) -> None:
+            self.log: list[object] = []
+
+        def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
+            self.log.extend(it.block_index for it in items)
+
+        def control(self, source: str, msgs: Sequence[object]) -> None:
+            self.log.extend(msgs)
+
+    fabric = InProcFabric()
+    t = fabric.transport(asynchronous=asynchronous)
+    sink = Both()
+    t.bind("de0", sink)
+    t.bind("kv-only", RecordingSink())
+    pull, done = PullLayer(key="r1", layer=0, start=0, stop=4), PrefillDone(key="r1", first_token=7)
+    hs = [t.submit("de0", [_item(0, b"a")]), t.notify("de0", [pull]), t.submit("de0", [_item(1, b"b")]),
+          t.notify("de0", [done])]
+    for h in hs:
+        h.wait(5)
+    assert sink.log == [0, pull, 1, done]
+    with pytest.raises(TransferError, match="takes no control messages"):
+        t.notify("kv-only", [done]).wait(5)
+    t.close()

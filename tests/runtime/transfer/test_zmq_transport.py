@@ -6,7 +6,9 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from dualpath.runtime.transfer.auth import ClusterKeys
 from dualpath.runtime.transfer.base import TransferError, TransferItem
+from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone, PullLayer
 from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 
 
@@ -109,3 +111,80 @@ def test_factory_names() -> None:
         make_transport("carrier-pigeon")
     with pytest.raises(ConfigError, match="nixl"):
         make_transport("nixl")
+
+
+class CollectControl(Collect):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[object] = []  # items and control messages, in arrival order
+
+    def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
+        super().deliver(source, items)
+        self.log.extend(it.layer for it in items)
+
+    def control(self, source: str, msgs: Sequence[Control]) -> None:
+        self.log.extend(msgs)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_control_messages_arrive_typed_after_the_kv_sent_before_them(keyed: bool) -> None:
+    """``notify`` shares the FIFO of ``submit``; the receiver gets the typed Structs back (over
+    CURVE too); a control message to a sink without ``control`` fails its handle, counted."""
+    keys = ClusterKeys.generate() if keyed else None
+    a, b = ZmqTransport(keys=keys), ZmqTransport(keys=keys)
+    try:
+        sink = CollectControl()
+        b.bind("de0", sink)
+        b.bind("plain", Collect())
+        a.add_route("de0", b.address)
+        a.add_route("plain", b.address)
+        sent: list[object] = []
+        handles = []
+        for i in range(20):
+            handles.append(a.submit("de0", [TransferItem(key="r", block_index=0, layer=i % 3, num_tokens=1,
+                                                         payload=b"x" * 16)]))
+            sent.append(i % 3)
+            msg = [PullLayer(key="r", layer=i, start=0, stop=i), HitsLoaded(key="r", end_tokens=64 * i),
+                   PrefillDone(key="r", first_token=i)][i % 3]
+            handles.append(a.notify("de0", [msg], source="pe0"))
+            sent.append(msg)
+        for h in handles:
+            h.wait(10)
+        assert sink.log == sent and all(h.error is None for h in handles)
+        refused = a.notify("plain", [PrefillDone(key="r", first_token=1)])
+        with pytest.raises(TransferError, match="takes no control messages"):
+            refused.wait(10)
+        assert b.drops.snapshot().get("data/no_control_sink") == 1
+        with pytest.raises(TransferError, match="control messages"):
+            a.notify("de0", [])
+    finally:
+        a.close()
+        b.close()
+
+
+def test_marker_layers_and_bad_control_fields_are_dropped_at_decode() -> None:
+    import msgspec
+    import zmq
+
+    from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
+
+    b = ZmqTransport()
+    try:
+        sink = CollectControl()
+        b.bind("de0", sink)
+        push = b.ctx.socket(zmq.PUSH)
+        push.connect(b.address)
+        push.send_multipart([msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "de0", "x",
+                                                            [ItemMeta("k", -1, -3, 1, 0, 4)])), b"abcd"])
+        push.send(msgspec.msgpack.encode(["c", 2, "tcp://127.0.0.1:9", "de0", "x",
+                                          [{"t": "HitsLoaded", "key": "", "end_tokens": 3}]]))
+        push.send(msgspec.msgpack.encode(["c", 3, "tcp://127.0.0.1:9", "de0", "x",
+                                          [{"t": "PullLayer", "key": "k", "layer": -1, "start": 0, "stop": 1}]]))
+        for _ in range(200):
+            if b.drops.snapshot().get("data/invalid", 0) >= 3:
+                break
+            threading.Event().wait(0.02)
+        push.close(0)
+        assert b.drops.snapshot().get("data/invalid") == 3 and sink.log == []
+    finally:
+        b.close()

@@ -1,6 +1,7 @@
 """Agent replay against a cluster through ClusterClient (used by ``dualpath demo`` and the
 throughput benchmark): every agent runs its turns back to back (offline JCT, zero tool latency);
-turn i+1's prompt is turn i's prompt + generated tokens + a fresh append (spec section 9)."""
+turn i+1's prompt is turn i's prompt + generated tokens + a fresh append (spec section 9). The
+turns come from the caller (``dualpath.bench.agents.scaled_turns``): runtime never imports workload."""
 
 from __future__ import annotations
 
@@ -19,20 +20,6 @@ class AgentPlan:
 
     agent_id: str
     turns: tuple[tuple[int, int], ...]
-
-
-def scaled_agents(num_agents: int, *, max_len: int, max_turns: int, scale: float,
-                  seed: int = 0) -> list[AgentPlan]:
-    """Synthetic 32K trajectories (dualpath.workload, paper Table 2 statistics) with every
-    append and generation scaled by ``scale``, cut at ``max_turns`` turns and ``max_len`` tokens."""
-    from dualpath.workload import generate_trajectories, scale_turns, truncate
-
-    out = []
-    for t in generate_trajectories("32k", num_agents, seed=seed):
-        t = truncate(scale_turns(t, scale, scale), max_len)
-        turns = tuple((x.append_len, x.gen_len) for x in t.turns[:max_turns])
-        out.append(AgentPlan(agent_id=t.traj_id, turns=turns))
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -97,8 +97,18 @@ class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     data_addr: str = ""  # the engine's transport address (its data plane)
 
 
+class DownItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A process not serving now: ``state`` "dead" (declared dead or exited), "restarting" (the
+    supervisor restarts it) or "loading" (started, not registered yet); since ``since_unix_s``."""
+
+    what: str  # e.g. "decode engine 2"
+    state: Literal["dead", "restarting", "loading"]
+    since_unix_s: float
+
+
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """``ok`` is True when at least one prefill and one decode engine are alive."""
+    """``ok`` is True when at least one prefill and one decode engine are alive; ``unavailable``
+    lists what is down now (non-empty while ok: degraded); ``down`` is the history of losses."""
 
     ok: bool
     engines: tuple[EngineHealth, ...]
@@ -106,6 +116,8 @@ class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
     num_running: int
     policy: str
     down: tuple[str, ...] = ()
+    unavailable: tuple[DownItem, ...] = ()
+    restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> processes restarted
 
 
 class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,6 +163,8 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     store_write_errors: dict[str, int] = msgspec.field(default_factory=dict)  # cause -> count
     messages_dropped: dict[str, int] = msgspec.field(default_factory=dict)  # "plane/cause" -> n
     engine_request_failures: int = 0  # requests an engine failed alone (others served on)
+    process_restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> restarts (supervisor)
+    requests_retried: int = 0  # requests re-dispatched once after their engine was lost
 
 
 class ClusterError(DualpathError):

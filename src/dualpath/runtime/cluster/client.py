@@ -3,17 +3,24 @@
 One DEALER socket to the scheduler's ROUTER; a background task routes incoming messages to one
 asyncio.Queue per request (token events) or per query (health / metrics / info). Use from one event
 loop; ``async with ClusterClient(addr) as c`` connects and closes.
+
+A monitor of the socket sees the connection to the scheduler drop (its process died): every open
+stream ends at once with an error event, every pending query raises ClusterUnavailableError, and
+so do new requests and queries until the connection is back (a restarted scheduler); nothing
+waits for a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from dualpath.runtime.cluster.api import (
     ClusterError,
@@ -55,6 +62,10 @@ class ClusterClient:
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self._recv_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._monitor: zmq.asyncio.Socket | None = None
+        self.lost_since_s: float | None = None  # monotonic time the connection dropped (None: up)
+        self.lost_reason = ""
         self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
@@ -68,22 +79,58 @@ class ClusterClient:
             self._sock.setsockopt(zmq.LINGER, 0)
             if self.keys is not None:
                 self.keys.client(self._sock)
+            self._monitor = self._sock.get_monitor_socket(  # type: ignore[assignment]
+                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
             self._sock.connect(self.address)
-            self._recv_task = asyncio.get_running_loop().create_task(self._recv_loop())
+            loop = asyncio.get_running_loop()
+            self._recv_task = loop.create_task(self._recv_loop())
+            self._watch_task = loop.create_task(self._watch())
         return self
 
     async def close(self) -> None:
-        if self._recv_task is not None:
-            self._recv_task.cancel()
-            try:
-                await self._recv_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        for task in (self._recv_task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
         if self._sock is not None:
+            if self._monitor is not None:
+                self._sock.disable_monitor()
+                self._monitor.close(0)
             self._sock.close(0)
         if self._ctx is not None:
             self._ctx.term()
-        self._sock = self._ctx = self._recv_task = None
+        self._sock = self._ctx = self._recv_task = self._watch_task = self._monitor = None
+
+    async def _watch(self) -> None:
+        """Connection events: a drop ends every stream and query now; a (re)connection, after the
+        CURVE handshake when authenticated, makes the client usable again."""
+        assert self._monitor is not None
+        up = zmq.EVENT_HANDSHAKE_SUCCEEDED if self.keys is not None else zmq.EVENT_CONNECTED
+        while True:
+            event = parse_monitor_message(await self._monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                self._lost(f"lost the connection to the scheduler at {self.address}")
+            elif event in (up, zmq.EVENT_HANDSHAKE_SUCCEEDED):
+                self.lost_since_s, self.lost_reason = None, ""
+
+    def _lost(self, reason: str) -> None:
+        if self.lost_since_s is None:
+            self.lost_since_s, self.lost_reason = time.monotonic(), reason
+        for rid, q in self._streams.items():
+            q.put_nowait(TokenEvent(request_id=rid, index=0, token_id=-1, finish_reason="error",
+                                    error=reason))
+        queries, self._queries = self._queries, {}
+        for fut in queries.values():
+            if not fut.done():
+                fut.set_exception(ClusterUnavailableError(reason))
+
+    def _check_up(self) -> None:
+        if self.lost_since_s is not None:
+            raise ClusterUnavailableError(
+                f"{self.lost_reason} {time.monotonic() - self.lost_since_s:.1f} s ago")
 
     async def __aenter__(self) -> ClusterClient:
         return await self.connect()
@@ -130,6 +177,7 @@ class ClusterClient:
         started arrives as a last event with ``finish_reason == "error"``. Closing the iterator
         early (e.g. the HTTP client went away) aborts the request in the cluster.
         """
+        self._check_up()
         rid = request_id or uuid.uuid4().hex
         queue: asyncio.Queue[TokenEvent | Rejected] = asyncio.Queue()
         self._streams[rid] = queue
@@ -160,6 +208,7 @@ class ClusterClient:
                     pass
 
     async def _query(self, what: str, msg: object = None) -> QueryReply:
+        self._check_up()
         qid = next(self._query_ids)
         fut: asyncio.Future[QueryReply] = asyncio.get_running_loop().create_future()
         self._queries[qid] = fut

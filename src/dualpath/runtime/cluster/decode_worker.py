@@ -1,14 +1,15 @@
 """Decode engine worker: the cluster's adapter around ``runtime/engine``'s ``DecodeEngine``.
 
 The engine owns the DE buffer (each request's prompt KV while it is prefilled) and the paged decode
-cache; this worker reserves buffer slots per ``DecodeTask``, reads the request's DE-path share of the
-hit KV into them (through this node's SNIC) and serves it to the PE layer by layer (each layer when
-the PE asks for it with a ``PULL_LAYER`` marker; a split request's share is pushed), hands the PE's
-Layer Blocks to the buffer, starts decoding on the PE's ``DONE_LAYER`` marker (the first token) and
-turns the engine's outputs into ``Tokens`` events.
+cache; this worker reserves buffer slots per ``DecodeTask``, reads the DE share of the request's
+hit KV (its ``ReadPlan``) into them through this node's SNIC and announces it (``HitsLoaded``);
+then, read side "de": serves it to the PE layer by layer, each layer when the PE asks for it
+(``PullLayer``); "split": pushes every layer of it into the PE buffer. It hands the PE's Layer
+Blocks to the buffer, starts decoding on the PE's ``PrefillDone`` (the first token) and turns the
+engine's outputs into ``Tokens`` events. Control messages are ``runtime/transfer/control.py``'s.
 
-``deliver`` runs on the transport's receive thread, reads complete on the I/O thread; both touch
-request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
+``deliver`` / ``control`` run on the transport's receive thread, reads complete on the I/O thread;
+both touch request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
 engine's main thread. Persists run on the writer thread; the last token event of a request is
 emitted there after them, so the next turn finds its blocks.
 """
@@ -17,14 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from dualpath.core.errors import ConfigError
 from dualpath.core.units import GiB
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
-from dualpath.runtime.cluster.kvio import (
-    DONE_LAYER, PULL_LAYER, READY_LAYER, BlockIO, Geometry, Outbox,
-)  # fmt: skip
+from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import DecodeConfig, DecodeEngine, DecodeOutput
@@ -32,6 +29,7 @@ from dualpath.runtime.engine import SamplingParams as EngineSampling
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferItem, Transport
+from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone, PullLayer
 
 SLACK_BLOCKS = 64  # cache/buffer blocks beyond hbm_tokens: per-request rounding to whole blocks
 MAX_CACHE_BYTES = 2 * GiB  # paged cache bound on this host (SmolLM2 fp32: ~45K tokens)
@@ -54,8 +52,8 @@ class DecodeWorker(WorkerBase):
             buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
             num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1))))
         self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)
-        self._reading: set[str] = set()  # rids whose DE-path reads are in flight
-        self._new: list[tuple[str, int]] = []  # (rid, first token) from PE markers
+        self._reading: set[str] = set()  # rids whose DE-share reads are in flight
+        self._new: list[tuple[str, int]] = []  # (rid, first token) from the PEs' PrefillDone
         self._blocked: list[tuple[str, int]] = []  # first token came, paged cache had no room yet
         self._generated: dict[str, int] = {}
         self.vocab_size: int = decoder.config.vocab_size
@@ -70,14 +68,18 @@ class DecodeWorker(WorkerBase):
             return False
         with self._lock:
             self._reserved.add(rid)
-            self._deliver_locked(self._orphans.take(rid))
-        if task.de_read_len:
+            for held in self._orphans.take(rid):  # in arrival order: KV, then PrefillDone
+                if isinstance(held, TransferItem):
+                    self._deliver_locked([held])
+                else:
+                    self._control_locked([held])
+        if task.read.de_read_len:
             self._read_hits(task)
         return True
 
     def _read_hits(self, task: DecodeTask) -> None:
         bs, rid = self.geo.block_size, task.request_id
-        first, num = task.pe_read_len // bs, task.de_read_len // bs
+        first, num = task.read.pe_read_len // bs, task.read.de_read_len // bs
         hashes = chain_hashes(task.prompt_token_ids[: (first + num) * bs], bs)[first:]
         outs = self.engine.buffer.blocks(rid).arrays[first:first + num]
         with self._lock:
@@ -97,17 +99,18 @@ class DecodeWorker(WorkerBase):
             self._fail(rid, f"decode engine {self.engine_id} read failed: {err}")
             return
         self.outbox.put_express(Progress(request_id=rid, engine_id=self.engine_id, event="read_done"))
-        pe, a, b = f"e{task.prefill_engine}", task.pe_read_len, task.pe_read_len + task.de_read_len
-        end = a + num_read * self.geo.block_size  # a miss (vanished or corrupt block) ends the hits
-        if a == 0 or end < b:  # DE read path: the PE pulls each layer when it computes it; split:
-            ready = TransferItem(key=rid, block_index=-1, layer=READY_LAYER, num_tokens=1,
-                                 payload=np.array([end], dtype=np.int64).tobytes())
-            self.transport.submit(pe, [ready], source=f"e{self.engine_id}")  # (its share is cut)
-        if a == 0 or end == a:
+        pe, read, me = f"e{task.prefill_engine}", task.read, f"e{self.engine_id}"
+        a, end = read.pe_read_len, read.pe_read_len + num_read * self.geo.block_size  # a miss
+        if read.side == "de":  # (vanished or corrupt block) ends the hits there
+            self.transport.notify(pe, [HitsLoaded(key=rid, end_tokens=end)], source=me)  # the PE pulls
+            return
+        if end < read.hit_len:  # split: our share is cut
+            self.transport.notify(pe, [HitsLoaded(key=rid, end_tokens=end)], source=me)
+        if end == a:
             return
         for layer in range(self.geo.num_layers):  # split: our share -> PE buffer, a batch per layer
             items = self.engine.buffer.layer_items(rid, layer, a, end)
-            self.transport.submit(pe, items, source=f"e{self.engine_id}")
+            self.transport.submit(pe, items, source=me)
 
     def _fail(self, rid: str, error: str) -> None:
         with self._lock:
@@ -124,28 +127,39 @@ class DecodeWorker(WorkerBase):
                 return  # the read's completion frees the slots
         self.engine.abort(rid)
 
+    def control(self, source: str, msgs: Sequence[Control]) -> None:
+        """From the PE: ``PullLayer`` (it computes that layer next: send its cached KV) and
+        ``PrefillDone`` (all prompt KV is here; the first token)."""
+        with self._lock:
+            self._control_locked(msgs)
+
+    def _control_locked(self, msgs: Sequence[Control]) -> None:
+        for m in msgs:
+            if isinstance(m, PullLayer):
+                if m.key in self._reserved and m.key in self._tasks:
+                    if m.layer >= self.geo.num_layers:  # (refused in the sender's ack)
+                        raise ValueError(f"{m.key}: layer {m.layer} pulled, the model has "
+                                         f"{self.geo.num_layers}")
+                    pe = f"e{self._tasks[m.key].prefill_engine}"
+                    self.transport.submit(pe, self.engine.buffer.layer_items(m.key, m.layer, m.start, m.stop),
+                                          source=f"e{self.engine_id}")
+            elif not isinstance(m, PrefillDone):
+                raise ValueError(f"{m.key}: a decode engine takes no {type(m).__name__}")
+            elif m.key in self._reserved:
+                self._new.append((m.key, m.first_token))  # (its range is checked in step)
+            elif m.key not in self._generated:  # before its task (a duplicate after it: dropped)
+                self._orphans.hold(m)
+
     def deliver(self, source: str, items: Sequence[TransferItem]) -> None:
-        """Prompt KV Layer Blocks from the PE, then its DONE_LAYER marker with the first token."""
+        """Prompt KV Layer Blocks from the PE (into the buffer)."""
         with self._lock:
             self._deliver_locked(items)
 
     def _deliver_locked(self, items: Sequence[TransferItem]) -> None:
         for it in items:
-            if it.layer == PULL_LAYER:  # the PE computes this layer next: send its cached KV
-                if it.key in self._reserved and it.key in self._tasks:
-                    ask = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
-                    layer, start, stop = ask.tolist()
-                    pe = f"e{self._tasks[it.key].prefill_engine}"
-                    self.transport.submit(pe, self.engine.buffer.layer_items(it.key, layer, start, stop),
-                                          source=f"e{self.engine_id}")
-                continue
             if it.key not in self._reserved:
                 if it.key not in self._generated:  # (late items of a started request: dropped)
                     self._orphans.hold(it)
-                continue
-            if it.layer == DONE_LAYER:
-                tok = np.frombuffer(it.payload, dtype=np.int64)  # type: ignore[arg-type]
-                self._new.append((it.key, int(tok[0]) if tok.size == 1 else -1))  # (checked in step)
                 continue
             try:
                 self.engine.buffer.deliver("", [it])

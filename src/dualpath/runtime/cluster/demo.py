@@ -16,7 +16,7 @@ from collections.abc import Callable
 import msgspec
 
 from dualpath.core.errors import require
-from dualpath.runtime.cluster.agents import run_system, scaled_agents
+from dualpath.runtime.cluster.agents import AgentPlan, run_system
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.cluster.config import ClusterConfig
 from dualpath.runtime.cluster.local import LocalCluster
@@ -61,23 +61,26 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.snic_gbps if self.snic_gbps is not None else DEFAULT_SNIC_GBPS.get(self.model, 0.1)
 
 
-def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> dict[str, object]:
-    """Start the cluster, run every system, return {"config", "systems": {name: row}, "ratios"}."""
+def run_demo(cfg: DemoConfig, turns: list[tuple[str, tuple[tuple[int, int], ...]]],
+             progress: Callable[[str], None] | None = None) -> dict[str, object]:
+    """Start the cluster, run every system with the agents ``turns`` (``(agent id, ((append_len,
+    gen_len), ...))``, e.g. ``bench.agents.scaled_turns`` of cfg's sizes), return {"config",
+    "systems": {name: row}, "ratios"}."""
     say = progress or (lambda _msg: None)
     kv_dir = cfg.kv_dir or tempfile.mkdtemp(prefix="dualpath-demo-kv-")
+    agents = [AgentPlan(agent_id=agent_id, turns=t) for agent_id, t in turns]
     try:
-        return _run(cfg, kv_dir, say)
+        return _run(cfg, agents, kv_dir, say)
     finally:
         if not cfg.kv_dir:
             shutil.rmtree(kv_dir, ignore_errors=True)
 
 
-def _run(cfg: DemoConfig, kv_dir: str, say: Callable[[str], None]) -> dict[str, object]:
+def _run(cfg: DemoConfig, agents: list[AgentPlan], kv_dir: str,
+         say: Callable[[str], None]) -> dict[str, object]:
     ccfg = ClusterConfig(kv_dir=kv_dir, model=cfg.model, num_prefill_engines=cfg.num_prefill_engines,
                          num_decode_engines=cfg.num_decode_engines, snic_gbps=cfg.snic,
                          cnic_gbps=cfg.cnic_gbps, transport=cfg.transport, engine_timeout_s=30.0)
-    agents = scaled_agents(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
-                           scale=cfg.scale, seed=cfg.seed)
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
     rows: dict[str, dict[str, object]] = {}
     with LocalCluster(ccfg) as cluster:

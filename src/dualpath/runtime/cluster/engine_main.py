@@ -1,15 +1,17 @@
 """One engine process (prefill or decode): loads the model, opens the shared KV store, binds its
 transport endpoint ``e<engine_id>``, registers with the scheduler and runs its main loop.
 
-The main thread owns the scheduler socket and the compute; a heartbeat thread (own socket) reports
-load, read queue and byte counters every ``heartbeat_s`` even while a long batch runs.
+The main thread owns the scheduler socket and the compute; a heartbeat thread (own socket,
+runtime/cluster/engine_beat.py) runs from process start: it reports the engine as loading until it
+registers, then load, read queue and byte counters every ``heartbeat_s`` even while a long batch
+runs. When a restarted scheduler does not know the engine, the engine drops its tasks and registers
+again with the same id (the scheduler rebuilds its state from these registrations).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -19,9 +21,10 @@ import torch
 import zmq
 
 from dualpath.core.units import gbps_to_bytes_per_s
+from dualpath.runtime.cluster.engine_beat import Beat, dealer
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Reset,
+    DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Peers, PrefillTask, Reset,
     Shutdown, Welcome, decode, encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
@@ -76,30 +79,46 @@ def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
             ckpt.config.max_position_embeddings)
 
 
-def run_engine(args: EngineArgs) -> None:
-    """Run until the scheduler sends Shutdown or goes away for good."""
+Loaded = tuple[object, Geometry, "int | None", int, int]  # what _model returns
+
+
+def run_engine(args: EngineArgs, loaded: Loaded | None = None) -> None:
+    """Run until the scheduler sends Shutdown (an engine the scheduler forgot registers again).
+    ``loaded``: the model as ``_model(args)`` returns it, loaded already (a standby)."""
     torch.set_num_threads(1)
+    keys = load_keys(args.key_file)
+    ctx = zmq.Context()
+    beat = Beat(ctx, args, keys)  # "loading" from now on, heartbeats once registered
+    beat.start()
+    try:
+        _run(args, ctx, keys, beat, loaded)
+    finally:
+        beat.close()
+        ctx.term()
+
+
+def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat,
+         loaded: Loaded | None) -> None:
     from dualpath.policy import make_scheduler
     from dualpath.runtime.kvstore import BlockStore
     from dualpath.runtime.transfer.factory import make_transport
 
-    decoder, geo, eos, vocab, max_ctx = _model(args)
+    decoder, geo, eos, vocab, max_ctx = loaded or _model(args)
     sched_cfg = _sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
     store = BlockStore(args.kv_dir, layout, _capacity(args), file_mode=args.kv_file_mode)
-    keys = load_keys(args.key_file)
-    ctx = zmq.Context()
-    sock = _dealer(ctx, args.scheduler, keys)
+    sock = dealer(ctx, args.scheduler, keys)
     traffic = TrafficManager(engine_id=max(args.engine_id, 0), node_id=args.node_id,
                              snic_gbps=args.snic_gbps, cnic_gbps=args.cnic_gbps,
                              shared_dir=links_dir(args.cluster_id), read_free=args.read_free)
     transport = make_transport(args.transport, host=args.host, limiter=traffic.kv_send, keys=keys)
-    sock.send(encode(EngineHello(
-        engine_id=args.engine_id, role=args.role, node_id=args.node_id,
+    hello = EngineHello(
+        engine_id=args.engine_id, role=args.role, node_id=args.node_id,  # type: ignore[arg-type]
         data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
         hbm_tokens=args.hbm_tokens if args.role == "decode" else 0, model_name=args.model,
         num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
-        block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)))
+        block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)
+    sock.send(encode(hello))
     welcome = decode(sock.recv())
     if isinstance(welcome, Shutdown):
         raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
@@ -130,25 +149,39 @@ def run_engine(args: EngineArgs) -> None:
         worker = DecodeWorker(eos_token_id=eos, hbm_tokens=args.hbm_tokens, **common)  # type: ignore[arg-type]
     gate.open(worker)
     _set_peers(transport, welcome.peers, eid)
-    stop = threading.Event()
-    hb = threading.Thread(target=_heartbeats, args=(ctx, args, eid, worker, io, traffic, stop, keys),
-                          daemon=True)
-    hb.start()
+    beat.attach(eid, worker, io, traffic)
+    again = _Reregister(beat.reregister, msgspec.structs.replace(hello, engine_id=eid))
     try:
-        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic), drops)
+        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic), drops,
+              again)
     finally:
-        stop.set()
-        outbox.wake.set()
-        hb.join(2)
+        beat.close()
         io.close()
         transport.close()
         traffic.close()
         sock.close(0)
-        ctx.term()
+
+
+class _Reregister:
+    """Registering again with a scheduler that lost this engine (it restarted): drop every task,
+    send the hello (same id); the Welcome (or a refusal) comes back through the main loop."""
+
+    def __init__(self, flag: threading.Event, hello: EngineHello) -> None:
+        self.flag, self.hello = flag, hello
+
+    def __call__(self, sock: zmq.Socket, worker: object) -> None:
+        if not self.flag.is_set():
+            return
+        self.flag.clear()
+        print(f"engine {self.hello.engine_id}: the scheduler does not know this engine (it "
+              "restarted); dropping every task and registering again", flush=True)
+        worker.reset()  # type: ignore[attr-defined]
+        sock.send(encode(self.hello))
 
 
 class _Gate:
-    """The engine's transport sink: waits (on the receive thread) until the worker is built."""
+    """The engine's transport sink (KV and control messages): waits (on the receive thread) until
+    the worker is built."""
 
     def __init__(self) -> None:
         self._ready = threading.Event()
@@ -162,6 +195,11 @@ class _Gate:
         if not self._ready.wait(120.0):
             raise RuntimeError("engine worker not ready")
         self._sink.deliver(source, items)  # type: ignore[attr-defined]
+
+    def control(self, source: str, msgs: object) -> None:
+        if not self._ready.wait(120.0):
+            raise RuntimeError("engine worker not ready")
+        self._sink.control(source, msgs)  # type: ignore[attr-defined]
 
 
 def _set_peers(transport: object, peers: dict[int, str], me: int) -> None:
@@ -208,7 +246,8 @@ MAX_STEP_FAILURES = 5  # consecutive steps raising out of the worker: the engine
 
 
 def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int,
-          configure: Callable[[Configure], None], drops: DropCounter) -> None:
+          configure: Callable[[Configure], None], drops: DropCounter,
+          again: Callable[[zmq.Socket, object], None] = lambda s, w: None) -> None:
     """Serve until Shutdown. A message that does not decode, or whose handling raises, is dropped
     and counted (a task whose handling raises is failed alone); the workers isolate per-request
     failures in their steps. Only ``MAX_STEP_FAILURES`` steps in a row raising out of the worker
@@ -217,6 +256,7 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
     poller.register(sock, zmq.POLLIN)
     step_failures = 0
     while True:
+        again(sock, worker)
         busy = worker.has_work()  # type: ignore[attr-defined]
         for s, _ in poller.poll(0 if busy else 2):
             while True:
@@ -231,6 +271,10 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                                else "undecodable", str(exc))
                     continue
                 if isinstance(msg, Shutdown):
+                    print(f"engine {eid}: stopped by the scheduler ({msg.reason})", flush=True)
+                    return
+                if isinstance(msg, Welcome) and msg.engine_id != eid:  # (registered again)
+                    print(f"engine {eid}: registered again as {msg.engine_id}; exiting", flush=True)
                     return
                 try:
                     _handle(msg, worker, transport, eid, configure, drops)
@@ -263,7 +307,7 @@ def _handle(msg: object, worker: object, transport: object, eid: int,
     elif isinstance(msg, Reset):
         print(f"engine {eid}: reset by the scheduler ({msg.reason})", flush=True)
         worker.reset()  # type: ignore[attr-defined]
-    elif isinstance(msg, Peers):
+    elif isinstance(msg, (Peers, Welcome)):  # (a Welcome: registered again with a new scheduler)
         _set_peers(transport, msg.peers, eid)
     elif isinstance(msg, Configure):
         configure(msg)
@@ -271,47 +315,39 @@ def _handle(msg: object, worker: object, transport: object, eid: int,
         drops.drop("control", "unexpected", type(msg).__name__)
 
 
-def _dealer(ctx: zmq.Context, address: str, keys: ClusterKeys | None) -> zmq.Socket:
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    if keys is not None:
-        keys.client(sock)
-    sock.connect(address)
-    return sock
+def standby(template: EngineArgs) -> None:
+    """A warm spare engine process (``LocalCluster(standby=True)``): imports and loads the model of
+    ``template`` now, then waits for the engine it is to become: one JSON line on stdin,
+    ``[EngineArgs, log path]`` (same model, dtype and block size; its output goes to that log from
+    then on), and runs it; an empty line or EOF ends it. A restart through a standby skips the
+    process start, the imports and the model load."""
+    import sys
 
-
-def _heartbeats(ctx: zmq.Context, args: EngineArgs, eid: int, worker: object, io: BlockIO,
-                traffic: TrafficManager, stop: threading.Event, keys: ClusterKeys | None) -> None:
-    sock = _dealer(ctx, args.scheduler, keys)
-    outbox: Outbox = worker.outbox  # type: ignore[attr-defined]
-    transport_drops: DropCounter = worker.transport.drops  # type: ignore[attr-defined]
-    next_s = time.monotonic() + args.heartbeat_s
-    try:
-        while not stop.is_set():
-            outbox.wake.wait(max(next_s - time.monotonic(), 0.0))
-            for msg in outbox.drain_express():
-                sock.send(encode(msg))  # type: ignore[arg-type]
-            if time.monotonic() < next_s:
-                continue
-            next_s = time.monotonic() + args.heartbeat_s
-            seqs, toks = worker.load()  # type: ignore[attr-defined]
-            paths, nics = traffic.snapshot()
-            st = io.store.stats()
-            sock.send(encode(Heartbeat(engine_id=eid, num_seqs=seqs, num_tokens=toks,
-                                       read_queue_tokens=io.read_queue_tokens,
-                                       bytes_by_path=paths, bytes_by_nic=nics,
-                                       store_counts=st.health_counts(),
-                                       store_write_errors=st.write_errors,
-                                       dropped=transport_drops.snapshot(),
-                                       failed_requests=worker.num_failed_requests)))  # type: ignore[attr-defined]
-    finally:
-        sock.close(0)
+    torch.set_num_threads(1)
+    loaded = _model(template)
+    print(f"standby (pid {os.getpid()}): {template.model} loaded; waiting for an assignment", flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return
+    args, log = msgspec.json.decode(line.encode(), type=tuple[EngineArgs, str])
+    if log:
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    same = (args.model, args.dtype, args.block_size) == (template.model, template.dtype, template.block_size)
+    print(f"standby (pid {os.getpid()}): becoming engine {args.engine_id} ({args.role})", flush=True)
+    run_engine(args, loaded if same else None)
 
 
 def main() -> None:
-    """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``."""
+    """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``, or
+    ``... --standby '<EngineArgs as JSON>'`` (see ``standby``)."""
     import sys
 
+    if sys.argv[1] == "--standby":
+        standby(msgspec.json.decode(sys.argv[2].encode(), type=EngineArgs))
+        return
     run_engine(msgspec.json.decode(sys.argv[1].encode(), type=EngineArgs))
 
 

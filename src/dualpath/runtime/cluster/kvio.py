@@ -1,6 +1,5 @@
 """Shared pieces of the engine workers: model geometry, block reads/writes through the traffic
-manager (the engines' I/O), the marker layers of engine-to-engine items, and the engine's outbox of
-messages to the scheduler."""
+manager (the engines' I/O), and the engine's outbox of messages to the scheduler."""
 
 from __future__ import annotations
 
@@ -16,10 +15,6 @@ import torch
 from dualpath.runtime.cluster.traffic import TrafficManager
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 from dualpath.runtime.model import Decoder
-
-DONE_LAYER = -2  # TransferItem.layer of the PE's "prefill finished" marker (payload: first token)
-PULL_LAYER = -3  # PE -> DE: "send tokens [start, stop) of layer L" (payload int64 [L, start, stop])
-READY_LAYER = -4  # DE -> PE: DE-read-path hits are in the DE buffer (payload int64 [hit tokens])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

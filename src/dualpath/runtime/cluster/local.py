@@ -3,6 +3,8 @@
 ``with LocalCluster(cfg) as cluster:`` spawns ``python -m dualpath.runtime.cluster.scheduler`` and one
 ``python -m dualpath.runtime.cluster.engine_main`` per engine (logs under ``cluster.run_dir``), waits
 until every engine has registered, and on exit stops them all and removes shared-memory clocks.
+With ``supervise`` (the default) a ``Supervisor`` thread (runtime/cluster/supervisor.py) restarts
+any of them that dies, with backoff; ``restarts`` counts them per role.
 """
 
 from __future__ import annotations
@@ -28,19 +30,28 @@ from dualpath.runtime.cluster.config import ClusterConfig
 from dualpath.runtime.cluster.engine_main import EngineArgs
 from dualpath.runtime.cluster.messages import Query, QueryReply, decode, encode
 from dualpath.runtime.cluster.scheduler import SchedulerArgs
+from dualpath.runtime.cluster.supervisor import Supervisor
 from dualpath.runtime.cluster.traffic import links_dir
 from dualpath.runtime.kvstore.limits import capacity_from_gb
 from dualpath.runtime.transfer.auth import ClusterKeys
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGTERM when the process that started it dies (no orphans)."""
+def _load_prctl() -> object:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_PRCTL = _load_prctl()  # loaded here, not in the forked child (the supervisor thread forks too)
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM when the process that started it dies (no orphans)."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # type: ignore[operator]  # PR_SET_PDEATHSIG
 
 
 def tiny_model_dir(root: Path) -> Path:
@@ -58,9 +69,12 @@ class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
     def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0,
-                 auth: bool = False) -> None:
+                 auth: bool = False, supervise: bool = True, standby: bool = False) -> None:
         """``auth``: CURVE-authenticate the control and data planes with keys made now (written
-        0600 to ``key_file`` in the run directory; clients need ``keys``)."""
+        0600 to ``key_file`` in the run directory; clients need ``keys``). ``supervise``: restart
+        any process that dies (after start; a failure during start raises). ``standby``: keep one
+        warm spare engine process (model loaded) that a restarted engine becomes at once (one
+        process more, one model copy more in memory)."""
         self.config = config
         self.startup_timeout_s = startup_timeout_s
         self.cluster_id = uuid.uuid4().hex[:12]
@@ -71,13 +85,42 @@ class LocalCluster:
         self.address = ""
         self.scheduler_proc: subprocess.Popen[bytes] | None = None
         self.engine_procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.supervise = supervise
+        self.supervisor: Supervisor | None = None
+        self._spawn_args: dict[str, tuple[str, msgspec.Struct, str]] = {}  # name -> how to start it
+        self.standby = standby
+        self._standby: subprocess.Popen[bytes] | None = None
+        self._standbys = 0
 
-    def _spawn(self, module: str, args: msgspec.Struct, log: str) -> subprocess.Popen[bytes]:
-        out = open(self.run_dir / log, "wb")
+    def _spawn(self, module: str, args: msgspec.Struct, log: str, name: str = "",
+               flags: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        if name:
+            self._spawn_args[name] = (module, args, log)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-        return subprocess.Popen([sys.executable, "-m", module, msgspec.json.encode(args).decode()],
-                                stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent)
+        with open(self.run_dir / log, "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", module, *flags, msgspec.json.encode(args).decode()],
+                                    stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.PIPE if flags else subprocess.DEVNULL,
+                                    preexec_fn=_die_with_parent)
+
+    def _new_standby(self) -> None:
+        """Start the warm spare (its template: engine 0's arguments; same model for all)."""
+        module, args, _ = self._spawn_args["engine0"]
+        self._standbys += 1
+        self._standby = self._spawn(module, args, f"standby{self._standbys}.log", flags=("--standby",))
+
+    def _take_standby(self, name: str) -> subprocess.Popen[bytes] | None:
+        """Hand engine ``name``'s arguments to the spare (then start the next one); None if none."""
+        proc, self._standby = self._standby, None
+        if proc is None or proc.poll() is not None or proc.stdin is None:
+            return None
+        _, args, log = self._spawn_args[name]
+        try:
+            proc.stdin.write(msgspec.json.encode([args, str(self.run_dir / log)]) + b"\n")
+            proc.stdin.close()
+        except OSError:
+            return None
+        return proc
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -91,12 +134,13 @@ class LocalCluster:
         writer = dict(store, kv_capacity_bytes=cap // cfg.num_decode_engines)  # DEs persist
         model = str(tiny_model_dir(self.run_dir)) if cfg.model == "tiny" else cfg.model
         port_file = self.run_dir / "scheduler.addr"
-        self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", SchedulerArgs(
+        sargs = SchedulerArgs(
             bind=f"tcp://{cfg.host}:{cfg.scheduler_port}", kv_dir=cfg.kv_dir, policy=cfg.policy,
             snic_gbps=cfg.snic_gbps, max_queued_requests=cfg.max_queued_requests,
             prefill_tokens_per_s=cfg.beta_rate,
             engine_timeout_s=cfg.engine_timeout_s, port_file=str(port_file),
-            key_file=str(self.key_file or ""), **store), "scheduler.log")
+            key_file=str(self.key_file or ""), **store)
+        self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():
             self._check_alive("scheduler", self.scheduler_proc)
@@ -104,6 +148,8 @@ class LocalCluster:
                 raise DualpathError(f"scheduler did not start; see {self.run_dir / 'scheduler.log'}")
             time.sleep(0.05)
         self.address = port_file.read_text().strip()
+        self._spawn_args["scheduler"] = ("dualpath.runtime.cluster.scheduler",  # (a restart: same address)
+                                         msgspec.structs.replace(sargs, bind=self.address), "scheduler.log")
         for eid in range(cfg.num_engines):
             self.engine_procs[eid] = self._spawn("dualpath.runtime.cluster.engine_main", EngineArgs(
                 scheduler=self.address, role=cfg.role_of(eid), node_id=cfg.node_of(eid), engine_id=eid,
@@ -115,10 +161,47 @@ class LocalCluster:
                 attention_s_per_gflop=cfg.attention_s_per_gflop,
                 attention_intercept_s=cfg.attention_intercept_s, key_file=str(self.key_file or ""),
                 **(writer if cfg.role_of(eid) == "decode" else store)),  # type: ignore[arg-type]
-                f"engine{eid}.log")
+                f"engine{eid}.log", name=f"engine{eid}")
         LocalCluster._running.add(self)
         self.wait_ready()
+        if self.supervise:
+            if self.standby:
+                self._new_standby()
+            self.supervisor = Supervisor(self)
+            self.supervisor.start()
         return self
+
+    def proc(self, name: str) -> subprocess.Popen[bytes]:
+        """The current process of ``name`` ("scheduler" or "engine<id>")."""
+        if name == "scheduler":
+            assert self.scheduler_proc is not None
+            return self.scheduler_proc
+        return self.engine_procs[int(name.removeprefix("engine"))]
+
+    def respawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with the arguments it first had (the scheduler on the same
+        address; an engine under the same id); its log is appended to."""
+        proc = self._take_standby(name) if self.standby and name != "scheduler" else None
+        if proc is not None:
+            self._new_standby()
+        else:
+            proc = self._spawn(*self._spawn_args[name])
+        if name == "scheduler":
+            self.scheduler_proc = proc
+        else:
+            self.engine_procs[int(name.removeprefix("engine"))] = proc
+        return proc
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """Processes the supervisor restarted, per role ("scheduler", "prefill", "decode")."""
+        return dict(self.supervisor.restarts) if self.supervisor is not None else {}
+
+    def signal(self, name: str, sig: int) -> int:
+        """Send ``sig`` to the process of ``name`` (fault tests, the chaos benchmark); its pid."""
+        proc = self.proc(name)
+        proc.send_signal(sig)
+        return proc.pid
 
     @classmethod
     def running(cls) -> list[LocalCluster]:
@@ -143,12 +226,14 @@ class LocalCluster:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise DualpathError(f"{name} exited with code {proc.returncode}; log {log}:\n{tail}")
 
-    def wait_ready(self) -> ClusterHealth:
-        """Block until every engine is registered and alive (raises on timeout or a crash)."""
-        deadline = time.monotonic() + self.startup_timeout_s
+    def wait_ready(self, timeout_s: float | None = None) -> ClusterHealth:
+        """Block until every engine is registered and alive (raises on timeout, or on a crash
+        while no supervisor restarts crashed processes)."""
+        deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
         while True:
             for eid, proc in self.engine_procs.items():
-                self._check_alive(f"engine{eid}", proc)
+                if self.supervisor is None:
+                    self._check_alive(f"engine{eid}", proc)
             health = self.health()
             if health is not None and sum(e.alive for e in health.engines) == self.config.num_engines:
                 return health
@@ -181,7 +266,10 @@ class LocalCluster:
 
     def stop(self) -> None:
         LocalCluster._running.discard(self)
+        if self.supervisor is not None:
+            self.supervisor.close()
         procs = list(self.engine_procs.values()) + ([self.scheduler_proc] if self.scheduler_proc else [])
+        procs += [self._standby] if self._standby is not None else []
         for p in procs:
             if p.poll() is None:
                 p.terminate()

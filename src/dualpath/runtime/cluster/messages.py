@@ -1,7 +1,11 @@
 """The one codec for control messages between client, scheduler and engines (msgspec msgpack).
 
 Every message is a tagged frozen Struct; ``encode(msg) -> bytes`` and ``decode(bytes) -> Message``.
-KV payloads never go through here: transports send them as raw frames next to a small header.
+KV payloads never go through here: transports send them as raw frames next to a small header, and
+what a PE and a DE tell each other about them goes as ``runtime/transfer/control.py``'s messages.
+
+A request's read path is the policy's own ``ReadSide`` ("pe", "de", "split"), carried from the
+scheduler's ``PrefillAssignment`` to both engines in one ``ReadPlan`` (``ReadPlan.of``).
 
 Decoding validates every field (types, and the ranges below as ``msgspec.Meta`` constraints: ids
 and counts >= 0, known roles, events and query kinds, ``tcp://``/``ipc://`` addresses, bounded
@@ -18,6 +22,7 @@ from typing import Annotated, Literal, Union
 import msgspec
 from msgspec import Meta
 
+from dualpath.policy.views import PrefillAssignment, ReadSide
 from dualpath.runtime.cluster.api import (
     ClusterHealth,
     ClusterInfo,
@@ -136,36 +141,58 @@ class Heartbeat(_Msg, frozen=True):
     store_write_errors: Counters = msgspec.field(default_factory=dict)  # its failed writes by cause ("ENOSPC", ...)
 
 
+class ReadPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a request's hit tokens (its first ``hit_len``, whole blocks) are read, as the policy
+    planned it (``PrefillAssignment``): the first ``pe_read_len`` by the PE, the next
+    ``de_read_len`` by the DE. ``side`` is the policy's ``ReadSide``: "pe" (``de_read_len`` 0; also
+    a request without hits), "de" (``pe_read_len`` 0) or "split" (both); checked at decode."""
+
+    side: ReadSide
+    pe_read_len: Count
+    de_read_len: Count
+
+    def __post_init__(self) -> None:
+        pe, de = self.pe_read_len > 0, self.de_read_len > 0
+        want = "split" if pe and de else ("de" if de else "pe")
+        if self.side != want:
+            raise ValueError(f"read side {self.side!r} with pe_read_len={self.pe_read_len} and "
+                             f"de_read_len={self.de_read_len} (that is {want!r})")
+
+    @classmethod
+    def of(cls, a: PrefillAssignment) -> ReadPlan:
+        return cls(side=a.read_side, pe_read_len=a.pe_read_len, de_read_len=a.de_read_len)
+
+    @property
+    def hit_len(self) -> int:
+        return self.pe_read_len + self.de_read_len
+
+
 class PrefillTask(_Msg, frozen=True):
-    """Prefill ``prompt_token_ids`` on this PE; hits are the first ``hit_len`` tokens (whole blocks):
-    the first ``pe_read_len`` read here, the rest (``de_read_len``) arrive from DE ``decode_engine``."""
+    """Prefill ``prompt_token_ids`` on this PE, its hits read as ``read`` says (the DE share
+    arriving from DE ``decode_engine``)."""
 
     request_id: RequestKey
     prompt_token_ids: TokenIds
-    hit_len: Count
-    pe_read_len: Count
-    de_read_len: Count
+    read: ReadPlan
     decode_engine: EngineId
     params: SamplingParams
 
     def __post_init__(self) -> None:
-        _check_task(self.prompt_token_ids, self.hit_len, self.pe_read_len, self.de_read_len)
+        _check_task(self.prompt_token_ids, self.read)
 
 
 class DecodeTask(_Msg, frozen=True):
-    """Receive this request's prompt KV (reading ``de_read_len`` hit tokens after the first
-    ``pe_read_len`` from the store and sending them to PE ``prefill_engine``), then decode."""
+    """Receive this request's prompt KV (reading the DE share of ``read`` from the store and
+    sending it to PE ``prefill_engine``), then decode."""
 
     request_id: RequestKey
     prompt_token_ids: TokenIds
-    hit_len: Count
-    pe_read_len: Count
-    de_read_len: Count
+    read: ReadPlan
     prefill_engine: EngineId
     params: SamplingParams
 
     def __post_init__(self) -> None:
-        _check_task(self.prompt_token_ids, self.hit_len, self.pe_read_len, self.de_read_len)
+        _check_task(self.prompt_token_ids, self.read)
 
 
 class Progress(_Msg, frozen=True):
@@ -205,10 +232,32 @@ class Shutdown(_Msg, frozen=True):
     reason: Text = ""
 
 
+class EngineLoading(_Msg, frozen=True):
+    """Sent by an engine's heartbeat thread while it loads (before its EngineHello), so that the
+    scheduler reports it as loading and nobody takes it for dead (runtime/cluster/supervision.py)."""
+
+    engine_id: Annotated[int, Meta(ge=-1, le=1 << 20)]
+    role: Role
+    node_id: NodeId
+    pid: Count
+
+
+class Supervision(_Msg, frozen=True):
+    """The process supervisor's report to the scheduler (on each event and every second):
+    ``restarts``: processes restarted per role ("scheduler", "prefill", "decode"); ``lost``:
+    engine id -> pid of engine processes seen exiting and not yet back; ``down``: what the
+    supervisor knows is down (a description -> since, Unix seconds)."""
+
+    restarts: Counters = msgspec.field(default_factory=dict)
+    lost: Annotated[dict[EngineId, Count], Meta(max_length=1 << 16)] = msgspec.field(default_factory=dict)
+    down: Annotated[dict[Annotated[str, Meta(max_length=256)], Annotated[float, Meta(ge=0)]],
+                    Meta(max_length=4096)] = msgspec.field(default_factory=dict)
+
+
 Message = Union[
     Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
     Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Reset,
-    Shutdown,
+    Shutdown, EngineLoading, Supervision,
 ]
 
 _encoder = msgspec.msgpack.Encoder()
@@ -224,10 +273,10 @@ def decode(data: bytes | memoryview) -> Message:
     return _decoder.decode(data)
 
 
-def _check_task(ids: list[int], hit_len: int, pe_read_len: int, de_read_len: int) -> None:
-    """A task's read spans lie inside its hits, its hits inside a non-empty prompt."""
+def _check_task(ids: list[int], read: ReadPlan) -> None:
+    """A task's hits lie inside a non-empty prompt."""
     if not ids:
         raise ValueError("prompt_token_ids is empty")
-    if not pe_read_len + de_read_len <= hit_len <= len(ids):
-        raise ValueError(f"read spans pe={pe_read_len} + de={de_read_len} must fit hit_len={hit_len} "
-                         f"<= prompt length {len(ids)}")
+    if read.hit_len > len(ids):
+        raise ValueError(f"read spans pe={read.pe_read_len} + de={read.de_read_len} exceed the "
+                         f"prompt length {len(ids)}")

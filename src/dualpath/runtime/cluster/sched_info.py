@@ -10,7 +10,8 @@ from dualpath.runtime.cluster.api import (
     ClusterHealth, ClusterInfo, EngineHealth, MetricsSnapshot, RequestStats,
 )
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
-from dualpath.runtime.cluster.state import ReqState
+from dualpath.policy.ledger import Entry
+from dualpath.runtime.cluster.state import read_side
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.transfer.drops import merge
 
@@ -103,7 +104,7 @@ class Reporter:
         t = self.timing.get(rid)
         return 0 if t is None else t.num_tokens
 
-    def stats(self, rid: str, req: ReqState, now: float) -> RequestStats:
+    def stats(self, rid: str, req: Entry, now: float) -> RequestStats:
         self.token(rid, now)
         t = self.timing[rid]
         first = t.first_s if t.first_s is not None else now
@@ -121,7 +122,7 @@ class Reporter:
             s["tpot_s"].append((now - first) / (t.num_tokens - 1))
         return RequestStats(
             prompt_len=t.prompt_len, hit_len=t.hit_len, num_generated=t.num_tokens,
-            read_side=req.read_side, prefill_engine=req.pe, decode_engine=req.de,
+            read_side=read_side(req), prefill_engine=req.pe, decode_engine=req.de,
             queue_s=(t.dispatch_s or now) - t.submit_s, ttft_s=ttft,
             ttst_s=None if t.second_s is None else t.second_s - t.submit_s, e2e_s=e2e)
 
@@ -152,14 +153,18 @@ class Reporter:
 
     def health(self) -> ClusterHealth:
         st = self.svc.state
+        loads = st.ledger.engines
         engines = tuple(EngineHealth(engine_id=e.engine_id, role=e.role, node_id=e.node_id,
-                                     alive=e.alive, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
+                                     alive=e.alive, num_seqs=loads[e.engine_id].num_seqs,
+                                     num_tokens=loads[e.engine_id].num_tokens,
                                      last_seen_s=e.last_seen_s, data_addr=e.data_addr)
                         for e in sorted(st.engines.values(), key=lambda e: e.engine_id))
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
         return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
                              num_waiting=len(self.timing) - running, num_running=running,
-                             policy=self.svc.args.policy, down=tuple(self.down))
+                             policy=self.svc.args.policy, down=tuple(self.down),
+                             unavailable=self.svc.supervision.items(),
+                             restarts=self.svc.supervision.restarts())
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
@@ -176,8 +181,8 @@ class Reporter:
                 paths[k] = paths.get(k, 0) + v
             for k, v in hb.bytes_by_nic.items():
                 nics[k] = nics.get(k, 0) + v
-        st = self.svc.state
-        depths = {"waiting": len(st.global_queue) + sum(len(q) for q in st.private_queues.values()),
+        st = self.svc.state.ledger
+        depths = {"waiting": len(st.global_queue) + sum(len(q) for q in st.private.values()),
                   "prefill_queue": len(st.prefill_queue),
                   "in_flight": len(self.timing)}
         for node, q in st.read_q.items():
@@ -197,7 +202,9 @@ class Reporter:
             store_write_errors=write_errors,
             messages_dropped=merge(self.svc.drops.snapshot(),
                                    *(hb.dropped for hb in self.heartbeats.values())),
-            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()))
+            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()),
+            process_restarts=self.svc.supervision.restarts(),
+            requests_retried=self.svc.supervision.retried)
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Store counters summed over the engines' last heartbeats and the scheduler's own store."""

@@ -1,9 +1,9 @@
 """The scheduler service: one ROUTER socket for engines and clients, request state, policy calls.
 
 Each tick (every ``tick_s`` or after messages) it: marks engines dead after ``engine_timeout_s``
-without a message and re-dispatches or fails their requests; runs the decode fetch of every DE group
-(node) and the prefill fetch of every PE group through ``dualpath.policy``; sends DecodeTask then
-PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
+without a message and re-dispatches or fails their requests; runs one fetch round of the policy's
+ledger (``ClusterState.fetch``: DE groups, then PE groups, in ``policy.fetch.RUNTIME_ORDER``); sends
+DecodeTask then PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
 request's client with RequestStats on the last one.
 """
 
@@ -21,10 +21,12 @@ from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
-    Query, QueryReply, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    Query, QueryReply, ReadPlan, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
+    EngineLoading, Supervision,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
+from dualpath.runtime.cluster.supervisor_view import MAX_RETRIES, SupervisionView
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
@@ -79,6 +81,7 @@ class SchedulerService:
         self.clients: dict[str, bytes] = {}
         self.prompts: dict[str, tuple[list[int], SamplingParams]] = {}
         self.report = Reporter(self)
+        self.supervision = SupervisionView(self)
         # Engines see a key per dispatch attempt (rid, then rid#1, ... after re-dispatch), so late
         # messages or KV of an attempt that lost an engine never mix with the next attempt.
         self.keys: dict[str, str] = {}  # engine-facing key -> client request id
@@ -146,8 +149,8 @@ class SchedulerService:
         elif isinstance(msg, Tokens):
             self._tokens(ident, msg, now)
         elif isinstance(msg, Heartbeat):
-            if msg.engine_id not in self.state.engines:
-                self.drops.drop("control", "unknown_engine", f"heartbeat of engine {msg.engine_id}")
+            if msg.engine_id not in self.state.engines:  # (it registered with an earlier scheduler)
+                self.supervision.unknown_heartbeat(ident, msg, now)
                 return
             self.report.heartbeat(msg, now)
         elif isinstance(msg, Progress):
@@ -160,6 +163,10 @@ class SchedulerService:
             self._hello(ident, msg, now)
         elif isinstance(msg, Configure):
             self._to_client(ident, self._configure(msg))
+        elif isinstance(msg, EngineLoading):
+            self.supervision.on_loading(msg, now)
+        elif isinstance(msg, Supervision):
+            self.supervision.on_report(msg, now)
         else:  # scheduler -> engine/client messages never come this way
             self.drops.drop("control", "unexpected", type(msg).__name__)
 
@@ -185,12 +192,14 @@ class SchedulerService:
             self.drops.drop("control", cause, why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
             return
+        self.supervision.on_hello(msg)  # the same engine restarted: its old self dies first
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
             eid = max(self.state.engines, default=-1) + 1
         self.state.add_engine(EngineState(engine_id=eid, role=msg.role, node_id=msg.node_id,
                                           hbm_tokens=msg.hbm_tokens, last_seen_s=now,
                                           data_addr=msg.data_addr, identity=ident))
+        self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
         leader = min(e.engine_id for e in self.state.groups(msg.role)[msg.node_id])
@@ -212,7 +221,7 @@ class SchedulerService:
                                          kv_bytes_per_token=layout.kv_bytes_per_token,
                                          prefill_tokens_per_s=self.args.prefill_tokens_per_s,
                                          batching="tokens", block_size=msg.block_size)
-        self.state.read_tokens_per_s = snic / layout.kv_bytes_per_token
+        self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
         self.sched = make_scheduler(self.args.policy, cfg)
 
     def _configure(self, msg: Configure) -> QueryReply:
@@ -259,36 +268,45 @@ class SchedulerService:
         """A heartbeat came from an engine declared dead (it was stalled, not gone): its requests
         were already re-dispatched or failed, so it is told to drop what it holds, then serves again."""
         e = self.state.engines[eid]
+        if self.supervision.is_lost(eid):  # a late heartbeat of a process that exited
+            return
         gone_s = now - e.last_seen_s
         self._send(e.identity, Reset(reason=f"declared dead after {gone_s:.1f} s without heartbeat"))
         e.alive, e.last_seen_s = True, now
         self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
         self.report.revivals += 1
+        self.supervision.revived(eid)
         self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
                                 f"back in service, emptied")
         print(f"scheduler: {self.report.down[-1]}", flush=True)
         self._broadcast_peers()
 
     def engine_died(self, eid: int, reason: str) -> None:
-        """Mark ``eid`` dead; requests without tokens go back to the queue, others fail."""
+        """Mark ``eid`` dead. Its requests that streamed nothing yet go back to the queue once
+        (a second loss fails them); one streaming from it fails; one streaming from a healthy DE
+        after a dead PE's prefill is not touched (its state lives on that DE)."""
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
         self.report.deaths += 1
+        self.supervision.died(eid)
         print(f"scheduler: {reason}", flush=True)
-        for rid, req in list(self.state.requests.items()):
-            if eid not in (req.pe, req.de):
+        keep: set[str] = set()
+        for rid in self.state.ledger.requests_on(eid):
+            req = self.state.requests[rid]
+            streamed = self.report.num_tokens(rid) > 0
+            if streamed and eid != req.de:
+                keep.add(rid)  # a dead PE leaves a request already streaming from its DE alone
                 continue
-            if self.report.num_tokens(rid) > 0:
+            if streamed:
                 self._fail(rid, f"{reason}; request lost after it started streaming")
-                continue
-            self._requeue(rid)
-        if e.role == "decode" and e.node_id not in self.state.groups("decode"):
-            self.state.global_queue[:0] = self.state.private_queues.pop(e.node_id, [])
-        e.num_seqs = e.num_tokens = e.reserved_tokens = 0
-        if not self.state.groups(e.role):
-            for rid in list(self.state.requests):
-                self._fail(rid, f"{reason}; no live {e.role} engine left")
+            elif self.attempts.get(rid, 0) >= MAX_RETRIES:
+                self._fail(rid, f"{reason}; request lost again after a retry")
+            else:
+                self.supervision.retried += 1
+                self._requeue(rid)
+        self.state.engine_lost(eid, frozenset(keep))  # (an emptied DE group gives its queue back)
+        self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
         self._broadcast_peers()
 
     def _requeue(self, rid: str) -> None:
@@ -296,13 +314,11 @@ class SchedulerService:
         for other in (req.pe, req.de):
             if other >= 0 and self.state.engines[other].alive:
                 self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
-        self.state.finish(rid)
+        self.state.requeue(rid)
         self.keys.pop(self.current.get(rid, ""), None)
         self.attempts[rid] = self.attempts.get(rid, 0) + 1
         self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
         self.keys[key] = rid
-        self.state.submit(req.info)
-        self.state.global_queue.insert(0, self.state.global_queue.pop())
 
     # ------------------------------------------------------------------ requests
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
@@ -395,28 +411,25 @@ class SchedulerService:
     # ------------------------------------------------------------------ scheduling
     def tick(self, now: float) -> None:
         self._check_engines(now)
+        self.supervision.orphans(now)
         if self.sched is None:
             return
-        st = self.state
-        for node in st.groups("decode"):
-            if st.global_queue or st.private_queues.get(node):
-                st.apply_decode(node, self.sched.assign_decode(st.decode_view(node, now)))
-        for node in st.groups("prefill"):
-            if st.prefill_queue:
-                for rid in st.apply_prefill(node, self.sched.assign_prefill(st.prefill_view(node, now))):
-                    self._dispatch(rid, now)
+        for rid in self.state.fetch(self.sched, now):
+            self._dispatch(rid, now)
 
     def _dispatch(self, rid: str, now: float) -> None:
         req = self.state.requests[rid]
+        a = req.assignment
+        assert a is not None  # (placed by this tick's fetch)
         ids, params = self.prompts[rid]
         self.report.dispatched(rid, now)
         key = self.current[rid]
+        assert req.assignment is not None
+        read = ReadPlan.of(req.assignment)
         self._send(self.state.engines[req.de].identity, DecodeTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, prefill_engine=req.pe))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe))
         self._send(self.state.engines[req.pe].identity, PrefillTask(
-            request_id=key, prompt_token_ids=ids, hit_len=req.info.cached_len, params=params,
-            pe_read_len=req.pe_read_len, de_read_len=req.de_read_len, decode_engine=req.de))
+            request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de))
 
 
 def main() -> None:

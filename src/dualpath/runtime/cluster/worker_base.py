@@ -1,5 +1,5 @@
 """What both engine workers share: the task table under one lock, the load the heartbeat reports,
-``reset``, and transfer items that arrived before their task."""
+``reset``, and transfer items (and control messages) that arrived before their task."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from dualpath.runtime.cluster.messages import Progress
 from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.control import Control
 
 log = logging.getLogger(__name__)
 
@@ -19,22 +20,23 @@ ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled mean
 
 
 class Orphans:
-    """Copies of transfer items that beat their task here, per request key. Keys older than
-    ORPHAN_TTL_S are purged whenever a new key arrives. Not locked: callers hold the worker lock."""
+    """Copies of transfer items (and the control messages) that beat their task here, per request
+    key, in arrival order. Keys older than ORPHAN_TTL_S are purged whenever a new key arrives. Not
+    locked: callers hold the worker lock."""
 
     def __init__(self) -> None:
-        self._items: dict[str, list[TransferItem]] = {}
+        self._items: dict[str, list[TransferItem | Control]] = {}
         self._first_s: dict[str, float] = {}  # first arrival of each key
 
-    def hold(self, it: TransferItem) -> None:
+    def hold(self, it: TransferItem | Control) -> None:
         now = time.monotonic()
         if it.key not in self._items:
             for key in [k for k, t in self._first_s.items() if now - t > ORPHAN_TTL_S]:
                 self.discard(key)
             self._first_s[it.key] = now
-        self._items.setdefault(it.key, []).append(_copy(it))
+        self._items.setdefault(it.key, []).append(_copy(it) if isinstance(it, TransferItem) else it)
 
-    def take(self, key: str) -> list[TransferItem]:
+    def take(self, key: str) -> list[TransferItem | Control]:
         """The items held for ``key`` (now its task is here), forgetting them."""
         self._first_s.pop(key, None)
         return self._items.pop(key, [])

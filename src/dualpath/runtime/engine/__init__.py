@@ -18,7 +18,6 @@ from dualpath.runtime.engine.types import (
     KVGeometry,
     PrefillOutput,
     PrefillRequest,
-    ReadSide,
     RemoteKV,
     SamplingParams,
 )
@@ -26,6 +25,6 @@ from dualpath.runtime.engine.types import (
 __all__ = [
     "DecodeConfig", "DecodeEngine", "DecodeOutput", "GenRequest", "Generation", "KVBuffer",
     "KVGeometry", "LayerStaging", "LocalConfig", "LocalPipeline", "PagedKVCache", "PrefillConfig",
-    "PrefillEngine", "PrefillOutput", "PrefillRequest", "ReadSide", "RemoteKV", "RequestBlocks",
+    "PrefillEngine", "PrefillOutput", "PrefillRequest", "RemoteKV", "RequestBlocks",
     "SamplingParams", "payload_tensor", "sample_token",
 ]  # fmt: skip

@@ -2,8 +2,8 @@
 
 A multi-turn chat (the model's chat template; random tokens if it has no tokenizer) runs through
 ``LocalPipeline`` on each requested path with a fresh store; every turn's greedy tokens and logits are
-compared with one full transformers forward over the same weights. Paths: ``pe`` and ``de`` (one
-conversation on that read path), ``mixed`` (two conversations batched together, on opposite paths that
+compared with one full transformers forward over the same weights. Paths: ``pe``, ``de`` and
+``split`` (one conversation on that read path; split divides the hits between PE and DE), ``mixed`` (two conversations batched together, on opposite paths that
 swap every turn, each on its own DE, with chunked prefill).
 """
 
@@ -22,7 +22,7 @@ from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, L
 from dualpath.runtime.engine.types import KVGeometry, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
 
-PATHS = ("pe", "de", "mixed")
+PATHS = ("pe", "de", "split", "mixed")
 _MESSAGES = (
     "What is the capital of France? Answer in one sentence.",
     "And which river flows through it?",
@@ -139,7 +139,7 @@ def _run_path(
                     out = outs[req.request_id]
                     diff, equal = compare(hf, req.token_ids, out)
                     rows.append({"path": path, "conversation": req.request_id[0], "turn": turn,
-                                 "read_side": req.read_side, "prompt_len": len(req.token_ids),
+                                 "read_side": out.read_side, "prompt_len": len(req.token_ids),
                                  "hit_tokens": out.hit_tokens, "gen_len": len(out.tokens),
                                  "max_abs_logit_diff": diff, "tokens_equal": equal,
                                  "_tokens": list(out.tokens)})  # fmt: skip

@@ -2,7 +2,9 @@
 
 Prefill time: ``reserve`` allocates the request's prompt slots in the DE buffer (the endpoint the PE
 sends KV to) and, on the DE read path, reads the hit blocks from the store into it; the PE pulls
-them layer by layer (``request_layer``, the ``RemoteKV`` protocol). Decode time: ``add_request``
+them layer by layer (``request_layer``, the ``RemoteKV`` protocol). On a split read it reads its
+share (the hit blocks from ``first_block`` on) and pushes every layer of it into the PE buffer
+(``pushed_share``). Decode time: ``add_request``
 copies the complete prompt KV from the buffer into the paged cache, frees the buffer slots and
 persists the prompt's full blocks; every ``step`` runs all running requests one token and persists
 each block as soon as it fills (spec section 4). Not thread-safe: one driver (the transport may
@@ -12,6 +14,7 @@ deliver into the buffer from other threads).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -82,17 +85,22 @@ class DecodeEngine:
         transport.bind(cfg.name, self.buffer)
 
     # ----- DE side of prefill ------------------------------------------------------------------
-    def reserve(self, request_id: str, prompt_len: int, hit_hashes: Sequence[str] = ()) -> bool:
-        """Allocate the prompt's DE buffer slots; with ``hit_hashes`` (DE read path) read them.
+    def reserve(self, request_id: str, prompt_len: int, hit_hashes: Sequence[str] = (),
+                first_block: int = 0) -> bool:
+        """Allocate the prompt's DE buffer slots; with ``hit_hashes`` (the DE's share of the hits:
+        the request's blocks from ``first_block`` on; all of them on the DE read path) read them.
 
         False (nothing changed) when the buffer has no room now."""
-        if self.buffer.allocate(request_id, prompt_len) is None:
+        blocks = self.buffer.allocate(request_id, prompt_len)
+        if blocks is None:
             return False
-        hits = list(hit_hashes)[: self.geometry.max_hit_blocks(prompt_len)]
+        hits = list(hit_hashes)[: max(self.geometry.max_hit_blocks(prompt_len) - first_block, 0)]
         if hits:
             if self.io is None:
+                self.buffer.free(request_id)
                 raise ConfigError("io", None, "DE-path hits need an IOEngine on the decode engine")
-            self._reads[request_id] = self.buffer.load_from_store(request_id, hits, self.io)
+            outs = blocks.arrays[first_block : first_block + len(hits)]
+            self._reads[request_id] = self.io.submit_blocks(hits, outs=outs)
         return True
 
     def loaded_hit_tokens(self, request_id: str) -> int | None:
@@ -101,6 +109,50 @@ class DecodeEngine:
     def request_layer(self, request_id: str, layer: int, start: int, stop: int, dest: str) -> TransferHandle:
         return self.buffer.send_layer(request_id, layer, start, stop, dest, self.transport)
 
+    def pushed_share(
+        self, request_id: str, first_block: int, hashes: Sequence[str], dest: str
+    ) -> list[Future[ReadResult]]:
+        """``RemoteKV``: once the share ``reserve`` started reading is in, push every layer of its
+        loaded prefix to ``dest`` (the PE buffer); each block's future resolves after that."""
+        reads = self._reads.get(request_id, [])
+        if len(reads) != len(hashes):
+            raise ConfigError("hashes", len(hashes), f"{request_id!r} reads {len(reads)} blocks here")
+        out: list[Future[ReadResult]] = [Future() for _ in hashes]
+        bs, left, lock = self.geometry.block_size, [len(reads)], threading.Lock()
+
+        def resolve(num_ok: int, error: BaseException | None = None) -> None:
+            for i, (h, f) in enumerate(zip(hashes, out, strict=True)):
+                f.set_result(ReadResult(block_hash=h, layer=None, ok=error is None and i < num_ok,
+                                        data=None))  # fmt: skip
+
+        def push() -> None:  # (on the thread finishing the last read)
+            n = loaded_prefix_tokens(reads, bs) or 0
+            if n == 0:
+                resolve(0)
+                return
+            start, stop, pending = first_block * bs, first_block * bs + n, [self.geometry.num_layers]
+
+            def sent(h: TransferHandle) -> None:
+                with lock:
+                    pending[0] -= 1
+                    now = not out[0].done() and (h.error is not None or pending[0] == 0)
+                    if now:
+                        resolve(n // bs, h.error)
+
+            for layer in range(self.geometry.num_layers):
+                items = self.buffer.layer_items(request_id, layer, start, stop)
+                self.transport.submit(dest, items, source=self.config.name, callback=sent)
+
+        def one(_: Future[ReadResult]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                push()
+
+        for f in reads:
+            f.add_done_callback(one)
+        return out
     # ----- decode ------------------------------------------------------------------------------
     def add_request(
         self, request_id: str, prompt: Sequence[int], first_token: int, sampling: SamplingParams

@@ -23,9 +23,9 @@ from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, 
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
-from dualpath.runtime.engine.types import (
-    KVGeometry, PrefillOutput, PrefillRequest, ReadSide, SamplingParams,
-)  # fmt: skip
+from dualpath.policy.prefill import choose_read
+from dualpath.policy.views import ReadSide
+from dualpath.runtime.engine.types import KVGeometry, PrefillOutput, PrefillRequest, SamplingParams
 from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer import InProcFabric
@@ -64,7 +64,10 @@ class LocalConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GenRequest:
-    """One request of a ``generate`` call: prompt tokens, read path, decode engine index."""
+    """One request of a ``generate`` call: prompt tokens, read path, decode engine index.
+    ``read_side`` "split": the hits divided as the policy's ``split_read`` divides them between two
+    idle read queues of one rate (about half each, whole blocks; one side when that leaves the
+    other none, as the policy's plan would say)."""
 
     request_id: str
     token_ids: tuple[int, ...]
@@ -81,7 +84,7 @@ class Generation:
     tokens: tuple[int, ...]
     logits: tuple[torch.Tensor, ...]
     hit_tokens: int
-    read_side: str
+    read_side: ReadSide  # as carried out (a "split" of one hit block reads on one side)
 
 
 class LocalPipeline:
@@ -117,6 +120,7 @@ class LocalPipeline:
             self.scheduler = make_scheduler(cfg.policy, replace(
                 sched_cfg, attention_predictor=attention_predictor(decoder)))
         self.prefill_batches: list[tuple[tuple[str, int], ...]] = []  # (request_id, chunk_len) per step
+        self._sides: dict[str, ReadSide] = {}  # read side of each request being generated
 
     @property
     def num_prefill_steps(self) -> int:
@@ -154,19 +158,26 @@ class LocalPipeline:
         return {
             r.request_id: Generation(request_id=r.request_id, tokens=tuple(toks[r.request_id]),
                                      logits=tuple(logits[r.request_id]), hit_tokens=hits[r.request_id],
-                                     read_side=r.read_side)  # fmt: skip
+                                     read_side=self._sides.pop(r.request_id))  # fmt: skip
             for r in requests
         }
 
     def _admit(self, r: GenRequest) -> None:
         require(0 <= r.decode_engine < len(self.decode), "decode_engine", r.decode_engine,
                 f"must be in [0, {len(self.decode)})")  # fmt: skip
-        de = self.decode[r.decode_engine]
+        de, bs = self.decode[r.decode_engine], self.geometry.block_size
         matched = tuple(self.store.match_prefix(r.token_ids))
-        if not de.reserve(r.request_id, len(r.token_ids), matched if r.read_side == "de" else ()):
+        matched = matched[: self.geometry.max_hit_blocks(len(r.token_ids))]
+        side, first = r.read_side, 0
+        if side == "split":
+            side, pe_len, _ = choose_read("split", len(matched) * bs, [0.0, 1.0], [0.0, 1.0], bs)
+            first = pe_len // bs if side == "split" else 0
+        if not de.reserve(r.request_id, len(r.token_ids), matched[first:] if side != "pe" else (), first):
             raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"DE buffer full for {r.request_id!r}")
-        req = PrefillRequest(request_id=r.request_id, token_ids=r.token_ids, read_side=r.read_side,
-                             decode_endpoint=de.config.name, hit_hashes=matched, sampling=r.sampling)  # fmt: skip
+        req = PrefillRequest(request_id=r.request_id, token_ids=r.token_ids, read_side=side,
+                             decode_endpoint=de.config.name, hit_hashes=matched, sampling=r.sampling,
+                             split_block=first if side == "split" else 0)  # fmt: skip
+        self._sides[r.request_id] = side
         if not self.prefill.add_request(req):
             de.abort(r.request_id)
             raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"PE buffer full for {r.request_id!r}")

@@ -2,8 +2,9 @@
 
 Per layer ``i`` of a batch: the batch's cached KV of layer ``i`` is put in the device staging slot
 (PE read path: copied from the PE buffer, which the store reads filled with Full Blocks; DE read path:
-Layer Blocks pulled from the DE buffer through the transport), the new tokens are computed, and their
-KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
+Layer Blocks pulled from the DE buffer through the transport; split: copied from the PE buffer, which
+holds the PE's share from the store and the DE's share pushed by the DE), the new tokens are
+computed, and their KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
 ``overlap`` the load of layer ``i + 1`` runs on a helper thread while layer ``i`` computes.
 
 Driven step by step: ``add_request``, ``waiting()`` (what a ``BatchView`` needs), ``step(plan)``
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -86,32 +87,41 @@ class PrefillEngine:
         self._reqs: dict[str, _State] = {}
         self._loader = ThreadPoolExecutor(1, thread_name_prefix=f"{cfg.name}-load")
         transport.bind(cfg.name, self.staging)
+        self.buffer_endpoint = f"{cfg.name}.buffer"  # where a DE pushes its share of a split read
+        transport.bind(self.buffer_endpoint, self.buffer)
 
     def connect(self, endpoint: str, remote: RemoteKV) -> None:
-        """Register the DE behind ``endpoint`` for DE-path reads."""
+        """Register the DE behind ``endpoint`` for DE-path and split reads."""
         self._remotes[endpoint] = remote
 
     # ----- admission ---------------------------------------------------------------------------
     def add_request(self, req: PrefillRequest) -> bool:
-        """Accept a request; on the PE path start reading its hit blocks into the PE buffer.
+        """Accept a request; on the PE and split paths start reading its hit blocks into the PE
+        buffer (split: the PE's share from the store, the DE's share pushed by the DE).
 
         Returns False (nothing changed) when the PE buffer has no room for its prompt now."""
         if req.request_id in self._reqs:
             raise ConfigError("request_id", req.request_id, "already on this prefill engine")
         req = _with_hits(req, req.hit_hashes[: self.geometry.max_hit_blocks(len(req.token_ids))])
+        hits, rid = req.hit_hashes, req.request_id
+        local = hits[: req.split_block] if req.read_side == "split" else hits
+        if (req.read_side == "de" or len(local) < len(hits)) and req.decode_endpoint not in self._remotes:
+            raise ConfigError("decode_endpoint", req.decode_endpoint,
+                              f"not connected for {req.read_side}-path reads")
         st = _State(req)
-        if req.read_side == "pe":
-            blocks = self.buffer.allocate(req.request_id, len(req.token_ids))
+        if req.read_side != "de":
+            if local and self.io is None:
+                raise ConfigError("io", None, "PE-path hits need an IOEngine on the prefill engine")
+            blocks = self.buffer.allocate(rid, len(req.token_ids))
             if blocks is None:
                 return False
             st.blocks = blocks
-            if req.hit_hashes:
-                if self.io is None:
-                    raise ConfigError("io", None, "PE-path hits need an IOEngine on the prefill engine")
-                st.reads = self.buffer.load_from_store(req.request_id, req.hit_hashes, self.io)
-        elif req.decode_endpoint not in self._remotes and req.hit_hashes:
-            raise ConfigError("decode_endpoint", req.decode_endpoint, "not connected for DE-path reads")
-        self._reqs[req.request_id] = st
+            if local:
+                st.reads = self.buffer.load_from_store(rid, local, self.io)  # type: ignore[arg-type]
+            if len(local) < len(hits):  # split: the DE pushes the rest into the buffer
+                remote = self._remotes[req.decode_endpoint]
+                st.reads += remote.pushed_share(rid, len(local), hits[len(local):], self.buffer_endpoint)
+        self._reqs[rid] = st
         return True
 
     def _ready(self, st: _State) -> bool:
@@ -133,6 +143,11 @@ class PrefillEngine:
             for rid, st in self._reqs.items()
             if self._ready(st)
         ]
+
+    def hit_reads(self, request_id: str) -> list[Future[ReadResult]]:
+        """The request's hit-block reads into the PE buffer, in block order (split: the PE's share,
+        then the DE's); empty on the DE path."""
+        return list(self._reqs[request_id].reads)
 
     @property
     def num_requests(self) -> int:
@@ -253,11 +268,12 @@ class PrefillEngine:
 
 
 def _with_hits(req: PrefillRequest, hits: tuple[str, ...]) -> PrefillRequest:
+    """``req`` with only the ``hits`` it may load (a split whose DE share is cut off reads "pe")."""
     if hits == req.hit_hashes:
         return req
-    return PrefillRequest(request_id=req.request_id, token_ids=req.token_ids, hit_hashes=hits,
-                          decode_endpoint=req.decode_endpoint, read_side=req.read_side,
-                          sampling=req.sampling)  # fmt: skip
+    split = req.read_side == "split" and req.split_block < len(hits)
+    return replace(req, hit_hashes=hits, read_side="split" if split else (
+        "pe" if req.read_side == "split" else req.read_side), split_block=req.split_block if split else 0)
 
 
 def _span_item(rid: str, layer: int, start: int, kv: torch.Tensor, block_size: int) -> TransferItem:

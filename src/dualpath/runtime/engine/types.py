@@ -5,17 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from concurrent.futures import Future
+from typing import Protocol
 
 import torch
 
 from dualpath.core.errors import require
-from dualpath.runtime.kvstore import BlockLayout, loadable_hit_blocks
+from dualpath.policy.views import READ_SIDES, ReadSide
+from dualpath.runtime.kvstore import BlockLayout, ReadResult, loadable_hit_blocks
 from dualpath.runtime.model.config import DecoderConfig
 from dualpath.runtime.transfer import TransferHandle
-
-ReadSide = Literal["pe", "de"]
-READ_SIDES: tuple[str, ...] = ("pe", "de")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,20 +87,30 @@ class SamplingParams:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefillRequest:
     """A prompt to prefill on a PE. ``hit_hashes``: its cached prefix blocks (from
-    ``BlockStore.match_prefix``); read by the PE itself (``read_side="pe"``) or already being read by
-    the DE named ``decode_endpoint`` into its buffer (``"de"``). The miss KV (and, on the PE path, the
-    hit KV) of every layer is sent to ``decode_endpoint``."""
+    ``BlockStore.match_prefix``), read as the policy's ``read_side`` says: by the PE itself ("pe"),
+    by the DE named ``decode_endpoint`` into its buffer ("de"), or "split": the first
+    ``split_block`` blocks by the PE, the rest by the DE, which pushes them into the PE buffer. The
+    miss KV (and, on the PE and split paths, the hit KV) of every layer is sent to
+    ``decode_endpoint``."""
 
     request_id: str
     token_ids: tuple[int, ...]
     decode_endpoint: str
     read_side: ReadSide = "pe"
     hit_hashes: tuple[str, ...] = ()
+    split_block: int = 0
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
         require(len(self.token_ids) >= 1, "token_ids", len(self.token_ids), "prompt must not be empty")
-        require(self.read_side in READ_SIDES, "read_side", self.read_side, "choices: pe, de")
+        require(self.read_side in READ_SIDES, "read_side", self.read_side,
+                f"choices: {', '.join(READ_SIDES)}")
+        if self.read_side == "split":
+            require(0 < self.split_block < len(self.hit_hashes), "split_block", self.split_block,
+                    f"a split read needs both shares: in (0, {len(self.hit_hashes)})")
+        else:
+            require(self.split_block == 0, "split_block", self.split_block,
+                    f"only a split read has one (read_side {self.read_side!r})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,8 +137,8 @@ class DecodeOutput:
 
 
 class RemoteKV(Protocol):
-    """DE-side access the PE needs on the DE read path (implemented by DecodeEngine in-process;
-    by control messages across processes)."""
+    """DE-side access the PE needs on the DE and split read paths (implemented by DecodeEngine
+    in-process; by control messages across processes)."""
 
     def loaded_hit_tokens(self, request_id: str) -> int | None:
         """Hit tokens the DE buffer holds for the request (None while its reads are in flight)."""
@@ -139,6 +148,15 @@ class RemoteKV(Protocol):
         self, request_id: str, layer: int, start: int, stop: int, dest: str
     ) -> TransferHandle:
         """Send tokens ``[start, stop)`` of ``layer`` from the DE buffer to endpoint ``dest``."""
+        ...
+
+    def pushed_share(
+        self, request_id: str, first_block: int, hashes: Sequence[str], dest: str
+    ) -> list[Future[ReadResult]]:
+        """Split read: the DE reads hit blocks ``hashes`` (the request's blocks from
+        ``first_block`` on) and pushes every layer of them to the PE buffer at endpoint ``dest``.
+        One future per block, resolved once all its layers arrived (``ok`` False from the first
+        block the DE could not read: the PE recomputes from there)."""
         ...
 
 

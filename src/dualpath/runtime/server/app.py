@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dualpath.runtime.cluster.api import ClusterError, ClusterInfo
+from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.errors import APIError, from_cluster_error
@@ -150,12 +152,20 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         try:
             h = await state.client.health()
         except ClusterError as exc:
-            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc)},
+            lost_s = getattr(state.client, "lost_since_s", None)  # (the connection dropped then)
+            since = time.time() - (time.monotonic() - lost_s) if lost_s is not None else time.time()
+            down = DownItem(what="scheduler", state="dead", since_unix_s=since)
+            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc),
+                                 "unavailable": [_down_item(down)]},
                                 status_code=503, headers=_retry_headers(503))
         engines = [{"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id,
                     "alive": e.alive, "num_seqs": e.num_seqs} for e in h.engines]
-        body = {"status": "ok" if h.ok else "unhealthy", "down": list(h.down), "policy": h.policy,
-                "num_waiting": h.num_waiting, "num_running": h.num_running, "engines": engines}
+        unavailable = list(getattr(h, "unavailable", ()))
+        status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
+        body = {"status": status, "down": list(h.down), "policy": h.policy,
+                "num_waiting": h.num_waiting, "num_running": h.num_running, "engines": engines,
+                "unavailable": [_down_item(d) for d in unavailable],
+                "restarts": dict(getattr(h, "restarts", {}))}
         return JSONResponse(body, status_code=200 if h.ok else 503,
                             headers={} if h.ok else _retry_headers(503))
 
@@ -166,6 +176,13 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         except ClusterError:
             state.metrics.update(None)
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _down_item(d: Any) -> dict[str, Any]:
+    """One process down now: what, its state, since when (ISO 8601, UTC) and for how long."""
+    since = datetime.fromtimestamp(d.since_unix_s, tz=timezone.utc)
+    return {"what": d.what, "state": d.state, "since": since.isoformat(timespec="seconds"),
+            "for_s": round(max(time.time() - d.since_unix_s, 0.0), 1)}
 
 
 def _add_generation_routes(app: FastAPI, state: _State) -> None:

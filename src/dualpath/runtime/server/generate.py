@@ -2,8 +2,9 @@
 
 Used by both the streaming and the non-streaming endpoints. Refusals before the first token
 (queue full, too long, unavailable) propagate as ``ClusterError`` from the first ``__anext__``, so
-the endpoint can still answer with an HTTP status; later failures arrive as a ``Piece`` with
-``finish_reason == "error"``. Leaving early (client gone, stop string) closes the cluster stream,
+the endpoint can still answer with an HTTP status; later failures (an engine or the scheduler
+lost, a ``ClusterError`` after the first token) arrive as a ``Piece`` with
+``finish_reason == "error"``, so a stream always ends with an error event and ``[DONE]``. Leaving early (client gone, stop string) closes the cluster stream,
 which aborts the request in the cluster.
 """
 
@@ -16,7 +17,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from dualpath.runtime.cluster.api import RequestStats
+from dualpath.runtime.cluster.api import ClusterError, RequestStats
 from dualpath.runtime.server.protocol import GenRequest
 from dualpath.runtime.server.tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -71,10 +72,16 @@ async def run_generation(client: Any, req: GenRequest, tok: Tokenizer, timing: T
     detok = IncrementalDetokenizer(tok, req.prompt_ids)
     matcher = _StopMatcher(req.stop)
     events = client.generate(req.prompt_ids, req.params)
+    started = False
     async with aclosing(events):
         while True:
             try:
                 ev = await asyncio.wait_for(events.__anext__(), token_timeout_s)
+            except ClusterError as exc:
+                if not started:  # a refusal: the endpoint answers with its status
+                    raise
+                yield Piece(text="", token_ids=[], finish_reason="error", error=str(exc))
+                return
             except StopAsyncIteration:
                 yield Piece(text="", token_ids=[], finish_reason="error",
                             error="the cluster ended the stream without a final token")
@@ -87,6 +94,7 @@ async def run_generation(client: Any, req: GenRequest, tok: Tokenizer, timing: T
                 yield Piece(text="", token_ids=[], finish_reason="error",
                             error=ev.error or "the cluster failed the request", stats=ev.stats)
                 return
+            started = True
             timing.mark()
             detok.add(ev.token_id)
             if ev.is_last:

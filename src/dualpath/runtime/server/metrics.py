@@ -57,6 +57,11 @@ class _SnapshotCollector:
             plane, _, cause = key.partition("/")
             dropped.add_metric([plane, cause], n)
         yield dropped
+        restarts = CounterMetricFamily("dualpath_process_restarts", "Cluster processes the "
+                                       "supervisor restarted, per role", labels=["role"])
+        for role, n in sorted(getattr(snap, "process_restarts", {}).items()):
+            restarts.add_metric([role], n)
+        yield restarts
         queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
         for name, n in sorted(snap.queue_depths.items()):
             queues.add_metric([name], n)
@@ -74,6 +79,8 @@ class _SnapshotCollector:
              "Engines declared dead that answered again and were taken back"),
             ("dualpath_engine_request_failures", snap.engine_request_failures,
              "Requests an engine failed alone while it served the others on"),
+            ("dualpath_requests_retried", getattr(snap, "requests_retried", 0),
+             "Requests re-dispatched once after their engine was lost before they streamed"),
         ):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], value)

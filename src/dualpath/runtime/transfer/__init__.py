@@ -1,4 +1,5 @@
-"""Transfers of Layer Blocks and Full Blocks between engines: one interface, several transports."""
+"""Transfers of Layer Blocks and Full Blocks between engines, and the typed control messages that
+steer them: one interface, several transports."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from dualpath.runtime.transfer.base import (
     TransferItem,
     Transport,
 )
+from dualpath.runtime.transfer.control import Control, ControlSink, HitsLoaded, PrefillDone, PullLayer
 from dualpath.runtime.transfer.inproc import InProcFabric, InProcTransport
 
 __all__ = [
-    "FULL_BLOCK", "InProcFabric", "InProcTransport", "KVSink", "Payload", "TransferError",
-    "TransferHandle", "TransferItem", "Transport",
+    "FULL_BLOCK", "Control", "ControlSink", "HitsLoaded", "InProcFabric", "InProcTransport", "KVSink",
+    "Payload", "PrefillDone", "PullLayer", "TransferError", "TransferHandle", "TransferItem", "Transport",
 ]  # fmt: skip

@@ -12,6 +12,9 @@ callback passed to ``submit`` (run on the transport's progress thread or inside 
 Implementations: ``InProcTransport`` (transfer/inproc.py, one process); ZeroMQ/TCP and shared memory
 transports live in other modules of this package and follow the same contract. Errors during delivery
 complete the handle with ``error`` set; ``wait`` then raises ``TransferError``.
+
+Control signals about a request's KV (a layer to pull, hits loaded, prefill done) are typed messages
+(``transfer/control.py``) sent with ``notify``, never KV items with special layer numbers.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import TYPE_CHECKING, Protocol, Union
 
 import torch
 
 from dualpath.core.errors import DualpathError
+
+if TYPE_CHECKING:
+    from dualpath.runtime.transfer.control import Control
 
 Payload = Union[torch.Tensor, bytes, bytearray, memoryview]
 FULL_BLOCK = -1  # ``TransferItem.layer`` of a Full Block (all layers)
@@ -125,6 +131,19 @@ class Transport(ABC):
 
         The caller must not modify the payloads until the handle is done.
         """
+
+    @abstractmethod
+    def notify(
+        self,
+        dest: str,
+        msgs: Sequence[Control],
+        *,
+        source: str = "",
+        callback: Callable[[TransferHandle], None] | None = None,
+    ) -> TransferHandle:
+        """Send typed control messages (``transfer/control.py``) to endpoint ``dest``, whose sink
+        must be a ``ControlSink``. Same FIFO as ``submit``: they arrive after the items submitted
+        to ``dest`` before them. The handle completes once the sink's ``control`` returned."""
 
     def submit_one(
         self, dest: str, key: str, block_index: int, layer: int, payload: Payload, num_tokens: int

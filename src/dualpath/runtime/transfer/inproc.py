@@ -4,6 +4,7 @@ Delivery calls the destination sink directly, so the cost of a hand-off is a Pyt
 sink's copy. ``asynchronous=False`` (default) delivers inside ``submit`` and returns a completed
 handle; ``asynchronous=True`` queues the batch to one progress thread per transport (FIFO, so items
 to one destination arrive in submit order) and the handle completes when the thread has delivered it.
+``notify`` hands control messages to the sink's ``control`` the same way, in the same FIFO.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dualpath.runtime.transfer.base import (
     KVSink,
@@ -19,6 +21,7 @@ from dualpath.runtime.transfer.base import (
     TransferItem,
     Transport,
 )
+from dualpath.runtime.transfer.control import Control
 
 
 class InProcFabric:
@@ -45,7 +48,7 @@ class InProcFabric:
         return InProcTransport(self, asynchronous=asynchronous)
 
 
-_Job = tuple[str, str, Sequence[TransferItem], TransferHandle]
+_Job = tuple[str, str, Sequence[TransferItem] | Sequence[Control], TransferHandle, bool]
 
 
 class InProcTransport(Transport):
@@ -74,20 +77,40 @@ class InProcTransport(Transport):
         source: str = "",
         callback: Callable[[TransferHandle], None] | None = None,
     ) -> TransferHandle:
+        return self._send(dest, source, items, TransferHandle(
+            len(items), sum(i.nbytes for i in items), callback), False)
+
+    def notify(
+        self,
+        dest: str,
+        msgs: Sequence[Control],
+        *,
+        source: str = "",
+        callback: Callable[[TransferHandle], None] | None = None,
+    ) -> TransferHandle:
+        return self._send(dest, source, list(msgs), TransferHandle(len(msgs), 0, callback), True)
+
+    def _send(self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle,
+              control: bool) -> TransferHandle:
         if self._closed:
             raise TransferError("transport is closed")
-        handle = TransferHandle(len(items), sum(i.nbytes for i in items), callback)
         if self._queue is not None:
-            self._queue.put((dest, source, items, handle))
+            self._queue.put((dest, source, what, handle, control))
         else:
-            self._deliver(dest, source, items, handle)
+            self._deliver(dest, source, what, handle, control)
         return handle
 
     def _deliver(
-        self, dest: str, source: str, items: Sequence[TransferItem], handle: TransferHandle
+        self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle, control: bool
     ) -> None:
         try:
-            self._fabric.sink(dest).deliver(source, items)
+            sink: Any = self._fabric.sink(dest)
+            if not control:
+                sink.deliver(source, what)
+            elif hasattr(sink, "control"):
+                sink.control(source, what)
+            else:
+                raise TransferError(f"endpoint {dest!r} takes no control messages")
         except Exception as exc:  # a failed delivery fails the handle, never the sender's thread
             handle.complete(exc)
         else:

@@ -4,16 +4,18 @@ Implements :class:`~dualpath.runtime.transfer.base.Transport`. Every transport b
 (its ``address``). A send thread drains a FIFO of submits (so items to one destination arrive in
 submit order), optionally waits on an emulated NIC (``limiter(nbytes)``, the traffic manager's CNIC),
 and sends one multipart message per submit: a msgspec header naming the items plus one frame per
-payload (zero-copy). A receive thread delivers the items into the sink bound to the destination
-endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
+payload (zero-copy); a ``notify`` sends one ``CtlMsg`` whose header holds the typed control
+messages (``transfer/control.py``), in the same FIFO. A receive thread delivers the items (or the
+control messages) into the sink bound to the destination endpoint and sends an ack back; the sender's handle completes on the ack, so a completed handle
 means the payload sits in the destination sink. Endpoint names map to transport addresses through
 ``add_route`` (the cluster fills the table from the scheduler's peer list).
 
 Nothing received can stop the receive thread or make it wait on one peer: every header is
-decoded and validated field by field (``DataMsg`` / ``ItemMeta`` constraints: counts >= 0, a
-``tcp://`` or ``ipc://`` ``reply_to``, bounded strings, one payload frame per item of the stated
-size), a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting
-to a ``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
+decoded and validated field by field (``DataMsg`` / ``ItemMeta`` / ``CtlMsg`` and the control
+messages' constraints: counts >= 0, layers >= 0 (or ``FULL_BLOCK``), a ``tcp://`` or ``ipc://``
+``reply_to``, bounded strings, one payload frame per item of the stated size, none for control),
+a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting to a
+``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
 a peer cannot take is dropped and counted; its sender's handle times out) and at most
 ``MAX_ACK_PEERS`` ack sockets are kept (least recently used closed first).
 """
@@ -38,6 +40,7 @@ from dualpath.runtime.transfer.base import (
     KVSink, TransferError, TransferHandle, TransferItem, Transport,
 )
 from dualpath.runtime.transfer.auth import ClusterKeys, Gatekeeper
+from dualpath.runtime.transfer.control import MAX_CONTROLS, Control
 from dualpath.runtime.transfer.drops import DropCounter
 
 MAX_ACK_PEERS = 256
@@ -45,12 +48,13 @@ ACK_HWM = 10_000  # acks queued per peer before one is dropped (never blocking t
 _Meta = msgspec.Meta
 _Count = Annotated[int, _Meta(ge=0, le=2**63 - 1)]
 _Name = Annotated[str, _Meta(max_length=256)]
+_ReplyTo = Annotated[str, _Meta(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc:///[^\s]+)$", max_length=512)]
 
 
 class ItemMeta(msgspec.Struct, array_like=True, frozen=True):
     key: Annotated[str, _Meta(min_length=1, max_length=256)]
     block_index: Annotated[int, _Meta(ge=-1, le=2**31)]
-    layer: Annotated[int, _Meta(ge=-16, le=2**16)]  # negative: markers (cluster/kvio.py)
+    layer: Annotated[int, _Meta(ge=-1, le=2**16)]  # -1: FULL_BLOCK
     num_tokens: _Count
     token_offset: _Count
     nbytes: _Count
@@ -59,12 +63,21 @@ class ItemMeta(msgspec.Struct, array_like=True, frozen=True):
 
 class DataMsg(msgspec.Struct, array_like=True, frozen=True, tag="d"):
     seq: _Count
-    reply_to: Annotated[str, _Meta(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc:///[^\s]+)$",
-                                   max_length=512)]
+    reply_to: _ReplyTo
     dest: _Name
     source: _Name
     items: Annotated[list[ItemMeta], _Meta(max_length=1 << 16)]
     segment: Annotated[str, _Meta(max_length=1024)] = ""
+
+
+class CtlMsg(msgspec.Struct, array_like=True, frozen=True, tag="c"):
+    """Typed control messages for endpoint ``dest`` (no payload frames)."""
+
+    seq: _Count
+    reply_to: _ReplyTo
+    dest: _Name
+    source: _Name
+    msgs: Annotated[list[Control], _Meta(max_length=MAX_CONTROLS)]
 
 
 class AckMsg(msgspec.Struct, array_like=True, frozen=True, tag="a"):
@@ -72,8 +85,11 @@ class AckMsg(msgspec.Struct, array_like=True, frozen=True, tag="a"):
     error: Annotated[str, _Meta(max_length=4096)] | None = None
 
 
-_decoder = msgspec.msgpack.Decoder(DataMsg | AckMsg)
+_decoder = msgspec.msgpack.Decoder(DataMsg | AckMsg | CtlMsg)
 _encoder = msgspec.msgpack.Encoder()
+
+
+_Job = tuple[int, str, str, Sequence[Any], bool]  # seq, dest, source, items or controls, control?
 
 
 def payload_view(payload: Any) -> memoryview:
@@ -119,8 +135,7 @@ class ZmqTransport(Transport):
         self._seq = 0
         self._completed = 0
         self._closed = False
-        self._jobs: queue.SimpleQueue[tuple[int, str, str, Sequence[TransferItem]] | None] = (
-            queue.SimpleQueue())
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._ctl_addr = f"inproc://ctl-{uuid.uuid4().hex}"
         self._ctl = self.ctx.socket(zmq.PULL)
         self._ctl.bind(self._ctl_addr)
@@ -149,6 +164,16 @@ class ZmqTransport(Transport):
     def submit(self, dest: str, items: Sequence[TransferItem], *, source: str = "",
                callback: Callable[[TransferHandle], None] | None = None) -> TransferHandle:
         handle = TransferHandle(len(items), sum(i.nbytes for i in items), callback)
+        return self._queue_job(dest, source, items, handle)
+
+    def notify(self, dest: str, msgs: Sequence[Control], *, source: str = "",
+               callback: Callable[[TransferHandle], None] | None = None) -> TransferHandle:
+        if not 1 <= len(msgs) <= MAX_CONTROLS:
+            raise TransferError(f"{len(msgs)} control messages; one submit takes 1 to {MAX_CONTROLS}")
+        return self._queue_job(dest, source, list(msgs), TransferHandle(len(msgs), 0, callback), True)
+
+    def _queue_job(self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle,
+                   control: bool = False) -> TransferHandle:
         with self._lock:
             if self._closed:
                 raise TransferError("transport is closed")
@@ -158,7 +183,7 @@ class ZmqTransport(Transport):
             self._seq += 1
             seq = self._seq
             self._pending[seq] = (handle, dest, [])
-        self._jobs.put((seq, dest, source, items))
+        self._jobs.put((seq, dest, source, what, control))
         return handle
 
     def fail_endpoint(self, endpoint: str, reason: str) -> int:
@@ -219,18 +244,22 @@ class ZmqTransport(Transport):
         socks: dict[str, zmq.Socket] = {}
         try:
             while (job := self._jobs.get()) is not None:
-                seq, dest, source, items = job
+                seq, dest, source, what, control = job
                 try:
                     with self._lock:
                         addr = self._routes[dest]
                         resources = self._pending[seq][2] if seq in self._pending else []
-                    if self.limiter is not None:
-                        self.limiter(sum(i.nbytes for i in items))
-                    metas, frames, segment = self._pack(addr, items, resources)
+                    frames: list[memoryview] = []
+                    if control:
+                        head = _encoder.encode(CtlMsg(seq, self.address, dest, source, list(what)))
+                    else:
+                        if self.limiter is not None:
+                            self.limiter(sum(i.nbytes for i in what))
+                        metas, frames, segment = self._pack(addr, what, resources)
+                        head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
                     sock = socks.get(addr)
                     if sock is None:
                         sock = socks[addr] = self._push(addr)
-                    head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
                     sock.send_multipart([head, *frames], copy=False)
                 except Exception as exc:  # never kill the send thread
                     self._finish(seq, f"send to {dest!r} failed: {exc}")
@@ -275,7 +304,8 @@ class ZmqTransport(Transport):
         if isinstance(msg, AckMsg):
             self._finish(msg.seq, msg.error)
             return
-        bad = self._check_frames(msg, frames)
+        bad = self._check_frames(msg, frames) if isinstance(msg, DataMsg) else (
+            None if len(frames) == 1 else f"a control message with {len(frames) - 1} payload frames")
         if bad is not None:
             self.drops.drop("data", "bad_frames", bad)
             error: str | None = f"refused: {bad}"
@@ -327,13 +357,19 @@ class ZmqTransport(Transport):
             acks.popitem(last=False)[1].close(0)
         return sock
 
-    def _deliver(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
+    def _deliver(self, msg: DataMsg | CtlMsg, frames: list[zmq.Frame]) -> str | None:
         with self._lock:
-            sink = self._sinks.get(msg.dest)
+            sink: Any = self._sinks.get(msg.dest)
         if sink is None:
             return f"unknown endpoint {msg.dest!r} at {self.address}"
         try:
-            sink.deliver(msg.source, self._unpack(msg, frames))
+            if isinstance(msg, DataMsg):
+                sink.deliver(msg.source, self._unpack(msg, frames))
+            elif hasattr(sink, "control"):
+                sink.control(msg.source, msg.msgs)
+            else:
+                self.drops.drop("data", "no_control_sink", msg.dest)
+                return f"endpoint {msg.dest!r} takes no control messages"
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return None

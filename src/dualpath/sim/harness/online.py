@@ -4,7 +4,7 @@ A run admits agents for ``horizon_s`` seconds and measures the requests that arr
 (the first half of the horizon). An agent lives for its whole trajectory (~1,600 s for DS 660B at
 64K), so the horizon must be a few agent lifetimes for the agent population to reach steady state
 (default 3,600 s; 900 s over-predicts capacity by half); it stops early once the mean
-TTFT of the last ``STOP_WINDOW`` requests exceeds the SLO (the paper's stopping rule: a run stops at
+TTFT of the last ``sim.metrics.STOP_WINDOW`` requests exceeds the SLO (the paper's stopping rule: a run stops at
 TTFT > 4 s or at steady state). Capacity = the highest APS whose mean TTFT <= 4 s and mean
 TPOT <= 50 ms; the sweep ends at the first rate that fails.
 """
@@ -17,7 +17,6 @@ from dualpath.sim.config import SimConfig, get_system
 
 TTFT_SLO_S = 4.0
 TPOT_SLO_S = 0.050
-STOP_WINDOW = 1000
 WARMUP_FRACTION = 0.5
 
 
@@ -47,7 +46,7 @@ def _pct(values: list[float], q: float) -> float | None:
 def run_online(system: str, cluster, base_trajs, aps: float, *, horizon_s: float = 3600.0,
                seed: int = 0, **kw) -> dict:
     """One online run at ``aps``; returns latency percentiles and whether it met the SLO."""
-    from dualpath.sim.runner import run_one
+    from dualpath.sim.harness.runner import run_one
     from dualpath.workload import ReplayConfig, expand_agents
 
     num_agents = max(1, int(math.ceil(aps * horizon_s * 1.2)))

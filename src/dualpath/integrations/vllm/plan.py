@@ -1,0 +1,152 @@
+"""Scheduler-side bookkeeping of the DualPath vLLM connector. No vLLM or torch import: plain data.
+
+Block sizes: the store's block (``store_block_size`` tokens, the unit of its chain hashes) is a whole
+number ``k`` of vLLM's blocks (``vllm_block_size``), so every store hit ends on a vLLM block boundary
+and one store block is read into, or written from, exactly ``k`` vLLM blocks.
+
+Per request the tracker keeps the vLLM block ids (from the scheduler output), the chain hashes of
+its whole store blocks as they fill, and how many of those are known to be in the store. Each step
+``step_specs`` says which store blocks to load (the hit found at admission) and which to save (whole
+blocks whose KV is complete after this step and not yet in the store), in prompt and in decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dualpath.core.errors import require
+from dualpath.runtime.kvstore.layout import block_hash
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockSizes:
+    """The vLLM block size and the store's; the store's is ``ratio`` vLLM blocks."""
+
+    vllm_block_size: int
+    store_block_size: int
+
+    def __post_init__(self) -> None:
+        require(self.vllm_block_size >= 1, "vllm_block_size", self.vllm_block_size, "must be >= 1")
+        require(self.store_block_size >= self.vllm_block_size
+                and self.store_block_size % self.vllm_block_size == 0, "block_size",
+                self.store_block_size,
+                f"must be a whole multiple of vLLM's block size {self.vllm_block_size}")  # fmt: skip
+
+    @property
+    def ratio(self) -> int:
+        return self.store_block_size // self.vllm_block_size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSpec:
+    """Load tokens ``[start_token, end_token)`` of a request from store blocks ``hashes`` (the
+    store blocks covering that span, in order; ``first_block`` is the index of ``hashes[0]``) into
+    the request's vLLM blocks ``vllm_block_ids`` (the request's whole block table)."""
+
+    req_id: str
+    hashes: tuple[str, ...]
+    first_block: int
+    start_token: int
+    end_token: int
+    vllm_block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveSpec:
+    """Write store blocks ``block_indices`` of a request (hash, parent hash and token ids each) from
+    its vLLM blocks ``vllm_block_ids`` (its whole block table)."""
+
+    req_id: str
+    block_indices: tuple[int, ...]
+    hashes: tuple[str, ...]
+    parents: tuple[str | None, ...]
+    token_ids: tuple[tuple[int, ...], ...]
+    vllm_block_ids: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Req:
+    token_ids: Callable[[], Sequence[int]]  # the live request's prompt + output tokens
+    block_ids: list[int] = field(default_factory=list)
+    hashes: list[str] = field(default_factory=list)  # chain hashes of whole store blocks so far
+    num_stored: int = 0  # leading store blocks known to be in the store (hit or saved)
+    pending_load: LoadSpec | None = None
+
+
+class RequestTracker:
+    """Per-request state of the scheduler-side connector (one vLLM scheduler thread; not locked)."""
+
+    def __init__(self, sizes: BlockSizes) -> None:
+        self.sizes = sizes
+        self._reqs: dict[str, _Req] = {}
+
+    def __contains__(self, req_id: str) -> bool:
+        return req_id in self._reqs
+
+    def hashes_for(self, token_ids: Sequence[int], req_id: str | None = None) -> list[str]:
+        """Chain hashes of the whole store blocks of ``token_ids`` (extending a tracked request's)."""
+        size = self.sizes.store_block_size
+        known = self._reqs[req_id].hashes if req_id in self._reqs else []  # type: ignore[index]
+        out = list(known[: len(token_ids) // size])
+        parent = out[-1] if out else None
+        for start in range(len(out) * size, len(token_ids) - size + 1, size):
+            parent = block_hash(parent, list(token_ids[start : start + size]))
+            out.append(parent)
+        return out
+
+    def admit(self, req_id: str, token_ids: Callable[[], Sequence[int]]) -> None:
+        """Start tracking a request (idempotent: vLLM may ask for its hit more than once)."""
+        self._reqs.setdefault(req_id, _Req(token_ids=token_ids))
+
+    def set_hit(self, req_id: str, hashes: Sequence[str]) -> None:
+        """Record the store hit found at admission (blocks already in the store are never saved)."""
+        r = self._reqs[req_id]
+        r.hashes = list(hashes) if len(hashes) > len(r.hashes) else r.hashes
+        r.num_stored = max(r.num_stored, len(hashes))
+
+    def plan_load(self, req_id: str, block_ids: Sequence[int], num_external_tokens: int,
+                  num_hit_tokens: int) -> None:  # fmt: skip
+        """After vLLM allocated ``block_ids``: load the last ``num_external_tokens`` of the hit
+        (the tokens before it are vLLM's own prefix-cache hit)."""
+        r = self._reqs[req_id]
+        r.block_ids = list(block_ids)
+        if num_external_tokens <= 0:
+            return
+        size = self.sizes.store_block_size
+        start = num_hit_tokens - num_external_tokens
+        first, last = start // size, (num_hit_tokens - 1) // size
+        r.pending_load = LoadSpec(req_id=req_id, hashes=tuple(r.hashes[first : last + 1]),
+                                  first_block=first, start_token=start, end_token=num_hit_tokens,
+                                  vllm_block_ids=tuple(block_ids))  # fmt: skip
+
+    def set_blocks(self, req_id: str, block_ids: Sequence[int] | None, *, replace: bool) -> None:
+        """New vLLM blocks of a running request (``replace``: the whole table, after preemption)."""
+        if req_id not in self._reqs or block_ids is None:
+            return
+        r = self._reqs[req_id]
+        r.block_ids = list(block_ids) if replace else r.block_ids + list(block_ids)
+
+    def step_specs(self, req_id: str, num_tokens_after: int) -> tuple[LoadSpec | None, SaveSpec | None]:
+        """The load (once, the step after admission) and the saves of one scheduled step, given
+        the tokens whose KV is complete at the end of it. Marks the saved blocks as stored."""
+        r = self._reqs.get(req_id)
+        if r is None:
+            return None, None
+        load, r.pending_load = r.pending_load, None
+        size = self.sizes.store_block_size
+        num_whole = min(num_tokens_after // size, len(r.block_ids) // self.sizes.ratio)
+        if num_whole <= r.num_stored:
+            return load, None
+        tokens = r.token_ids()
+        r.hashes = self.hashes_for(tokens[: num_whole * size], req_id)
+        idx = tuple(range(r.num_stored, num_whole))
+        save = SaveSpec(req_id=req_id, block_indices=idx, hashes=tuple(r.hashes[i] for i in idx),
+                        parents=tuple(r.hashes[i - 1] if i else None for i in idx),
+                        token_ids=tuple(tuple(tokens[i * size : (i + 1) * size]) for i in idx),
+                        vllm_block_ids=tuple(r.block_ids))  # fmt: skip
+        r.num_stored = num_whole
+        return load, save
+
+    def finish(self, req_id: str) -> None:
+        self._reqs.pop(req_id, None)

@@ -1,0 +1,148 @@
+"""The fetch order: when and in which order groups fetch, one shared round for every driver.
+
+A driver calls :func:`fetch_round` once per tick (every ``FetchOrder.interval_s``; the simulator
+on the next multiple of it after something changed, the runtime scheduler on its own tick). The
+round reads views from the :class:`~dualpath.policy.ledger.Ledger`, calls the scheduler, applies
+each plan to the ledger and hands it to the driver's :class:`FetchSink` (to start the work):
+
+1. If the global queue is not empty, one DE group fetches first and drains it (phase 1 routes
+   every queued request): the groups in turn (``route_round_robin``) or the first live group.
+2. Then DE groups with a non-empty private queue fetch, in group order: those whose state changed
+   since the last round (``dirty_only``: requests were routed to them or finished on them) or every
+   group but the one that drained the queue.
+3. Then PE groups fetch while the prefill queue is not empty, starting one group later each round
+   (``rotate_pe``: groups fetch on their own timers; rotating who goes first stands in for that) or
+   in group order; with ``dirty_only`` only those whose PEs finished a prefill or that have not
+   fetched since the prefill queue grew. A fetch whose plan took the whole bounded prefix
+   (``ViewBounds.prefill_prefix``) is repeated at once with the updated loads.
+
+``elide`` skips fetches whose plan is provably empty (``decode.may_assign_decode``,
+``prefill.may_assign_prefill``); cursors are unchanged by those, so plans are the same either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from dualpath.policy.decode import may_assign_decode
+from dualpath.policy.ledger import Entry, Ledger
+from dualpath.policy.prefill import may_assign_prefill
+from dualpath.policy.scheduler import Scheduler
+from dualpath.policy.views import DecodePlan, PrefillPlan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchOrder:
+    """See the module docstring. The default is the simulator's (spec: a 50 ms fetch period)."""
+
+    interval_s: float = 0.05
+    route_round_robin: bool = True
+    dirty_only: bool = True
+    rotate_pe: bool = True
+    elide: bool = True
+
+
+SIM_ORDER: Final = FetchOrder()
+RUNTIME_ORDER: Final = FetchOrder(interval_s=0.002, route_round_robin=False, dirty_only=False,
+                                  rotate_pe=False)
+
+
+class FetchSink(Protocol):
+    """The driver's side of a round: start the work of each applied plan."""
+
+    def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None: ...
+
+    def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None: ...
+
+
+class Fetcher:
+    """One driver's fetch rounds: ledger, scheduler, order, sink. ``beta_tokens`` (the
+    scheduler's beta) enables PE fetch elision; None fetches PE groups whenever there is work."""
+
+    def __init__(self, ledger: Ledger, scheduler: Scheduler, order: FetchOrder, sink: FetchSink,
+                 beta_tokens: int | None = None) -> None:
+        self.ledger = ledger
+        self.scheduler = scheduler
+        self.order = order
+        self.sink = sink
+        self.beta_tokens = beta_tokens
+        self.fetches = 0
+        self._rotations: list[list[int]] = []
+        self._rotated: list[int] = []  # the PE group list the rotations were made from
+
+    def fetch_decode(self, node_id: int, now_s: float) -> int:
+        """One DE group's fetch; returns the number of requests assigned to its DEs."""
+        plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
+        self.fetches += 1
+        assigned = self.ledger.apply_decode(node_id, plan)
+        self.sink.decode_applied(node_id, plan, assigned)
+        return len(assigned)
+
+    def fetch_prefill(self, node_id: int, now_s: float) -> int:
+        """One PE group's fetch (strict leader fetch: this group only)."""
+        plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
+        self.fetches += 1
+        assigned = self.ledger.apply_prefill(node_id, plan)
+        self.sink.prefill_applied(node_id, plan, assigned)
+        return len(assigned)
+
+    def decode_may_assign(self, node_id: int) -> bool:
+        """False only if this DE group's fetch would certainly return an empty plan."""
+        ledger = self.ledger
+        if not self.order.elide or ledger.global_queue:
+            return True
+        queue = ledger.private.get(node_id)
+        if not queue:
+            return False
+        return may_assign_decode(ledger.free_hbm(node_id), queue[0].decode_len)
+
+    def prefill_may_assign(self, node_id: int) -> bool:
+        """False only if every PE of this group is over beta (C1)."""
+        if not self.order.elide or self.beta_tokens is None:
+            return True
+        return may_assign_prefill(self.ledger.pe_tokens(node_id), self.beta_tokens)
+
+    def round(self, now_s: float) -> None:
+        """One tick's fetches, in the order of the module docstring."""
+        ledger, order = self.ledger, self.order
+        de_nodes = ledger.de_nodes
+        routed = -1
+        if ledger.global_queue and de_nodes:
+            if order.route_round_robin:
+                routed = de_nodes[ledger.route_turn % len(de_nodes)]
+                ledger.route_turn += 1
+            else:
+                routed = de_nodes[0]
+            ledger.de_dirty.discard(routed)
+            self.fetch_decode(routed, now_s)
+        todo = sorted(ledger.de_dirty) if order.dirty_only else [n for n in de_nodes if n != routed]
+        private = ledger.private
+        for node in todo:
+            if private.get(node) and self.decode_may_assign(node):
+                self.fetch_decode(node, now_s)
+        ledger.de_dirty.clear()
+        pe_nodes = ledger.pe_nodes
+        if pe_nodes:
+            ledger.pe_turn = (ledger.pe_turn + 1) % len(pe_nodes)
+        if not ledger.prefill_queue or not pe_nodes:  # every PE group's fetch would be skipped
+            return
+        dirty = ledger.pe_dirty
+        if ledger.pe_all_dirty:
+            dirty.update(pe_nodes)
+            ledger.pe_all_dirty = False
+        if self._rotated is not pe_nodes:  # (membership changed: a new list)
+            self._rotated = pe_nodes
+            self._rotations = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
+        limit = ledger.bounds.prefill_prefix
+        for node in self._rotations[ledger.pe_turn if order.rotate_pe else 0]:
+            if not ledger.prefill_queue:
+                break  # the rest stay dirty, as if visited with nothing to fetch
+            if order.dirty_only and node not in dirty:
+                continue
+            dirty.discard(node)
+            if not self.prefill_may_assign(node):
+                continue
+            while (self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
+                   and ledger.prefill_queue and self.prefill_may_assign(node)):
+                pass  # the plan took the whole prefix: continue with the next one
