@@ -12,7 +12,7 @@ from dualpath.spec.models import get_model
 def test_predictor_matches_policy_protocol(roofline_ep16, ds32) -> None:  # type: ignore[no-untyped-def]
     policy = pytest.importorskip("dualpath.policy.predictor")
     predictor = roofline_ep16.attention_predictor(ds32)
-    assert isinstance(predictor, policy.AttentionTimePredictor)
+    assert policy.is_attention_predictor(predictor)
     main, indexer = ds32.attention_flops_layer(32768, 429), 0.0
     indexer = (32768 * 429 + 429 * 430 // 2) * ds32.indexer_flops_per_pair
     # BF16-equivalent: the FP8 indexer counts half on Hopper

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from dualpath.policy import PrefillPlan, SchedulerConfig
 from dualpath.policy.cases.record import record_cases
@@ -46,10 +46,10 @@ class _PeOnlyAdapter:
     def run_step(self, *, policy: str, config: SchedulerConfig, kind: str, view: View) -> Plan:
         plan = DirectAdapter().run_step(policy=policy, config=config, kind=kind, view=view)
         if isinstance(plan, PrefillPlan):
-            fixed = tuple(dataclasses.replace(a, read_side="pe", pe_read_len=a.pe_read_len
+            fixed = tuple(msgspec.structs.replace(a, read_side="pe", pe_read_len=a.pe_read_len
                                               + a.de_read_len, de_read_len=0)
                           for a in plan.assignments)
-            return dataclasses.replace(plan, assignments=fixed)
+            return msgspec.structs.replace(plan, assignments=fixed)
         return plan
 
 

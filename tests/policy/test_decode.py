@@ -106,7 +106,7 @@ def test_phase1_routes_to_least_loaded_group(view: DecodeFetchView) -> None:
 @settings(max_examples=40, deadline=None)
 @given(decode_views(), st.sampled_from(DE_POLICIES))
 def test_identical_views_identical_plans(view: DecodeFetchView, name: str) -> None:
-    copy = DecodeFetchView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
+    copy = DecodeFetchView(**{f: getattr(view, f) for f in view.__struct_fields__})
     assert make_scheduler(name).assign_decode(view) == make_scheduler(name).assign_decode(copy)
 
 

@@ -79,7 +79,7 @@ def test_never_overloaded_fifo_and_reads_conserved(view: PrefillFetchView, name:
 @settings(max_examples=40, deadline=None)
 @given(prefill_views(), st.sampled_from(POLICIES))
 def test_identical_views_identical_plans(view: PrefillFetchView, name: str) -> None:
-    copy = PrefillFetchView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
+    copy = PrefillFetchView(**{f: getattr(view, f) for f in view.__struct_fields__})
     sched = make_scheduler(name, CONFIG)
     assert sched.assign_prefill(view) == sched.assign_prefill(copy)
 

@@ -125,8 +125,7 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
 
     build = compiled.status()
     if build["pure"] and not online and agents * len(systems) >= 4096:
-        err.print("[dim]tip: the mypyc-compiled simulator gives the same results ~4x faster "
-                  "(DUALPATH_COMPILE=1 pip install . ; docs/sim.md, Speed)")
+        err.print(f"[dim]note: {compiled.PURE_NOTICE}")
     if build["stale"]:
         err.print(f"[yellow]warning: compiled modules older than their source (rebuild with "
                   f"DUALPATH_COMPILE=1, or delete the .so files): {', '.join(build['stale'])}")

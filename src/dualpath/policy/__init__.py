@@ -21,6 +21,7 @@ from dualpath.policy.predictor import (
     ForwardAttentionPredictor,
     LinearAttentionPredictor,
     causal_kv_sum,
+    is_attention_predictor,
 )
 from dualpath.policy.scheduler import (
     POLICIES,
@@ -62,6 +63,7 @@ __all__ = [
     "ViewBounds",
     "AttentionFlops",
     "AttentionTimePredictor",
+    "is_attention_predictor",
     "ForwardAttentionPredictor",
     "BatchEntry",
     "BatchItem",

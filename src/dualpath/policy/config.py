@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dualpath.core.errors import require
-from dualpath.policy.predictor import AttentionTimePredictor
+from dualpath.policy.predictor import AttentionTimePredictor, is_attention_predictor
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
 
 BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
@@ -112,7 +112,7 @@ class SchedulerConfig:
         require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
         pred = self.attention_predictor
         require(
-            pred is None or isinstance(pred, AttentionTimePredictor),
+            pred is None or is_attention_predictor(pred),
             "attention_predictor",
             pred,
             "must have attention_flops(cached_len, new_len) and predict_s(flops)",

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from importlib import resources
 from typing import Any, Protocol
 
+import msgspec
+
 from dualpath.core.errors import DualpathError
 from dualpath.policy import views as _views
 from dualpath.policy.config import SchedulerConfig
@@ -47,14 +49,20 @@ def register(*classes: type) -> None:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Policy dataclasses -> plain JSON values (``{"type": name, field: value...}``)."""
-    if is_dataclass(obj) and not isinstance(obj, type):
+    """Policy records (views, plans: ``msgspec.Struct``; configs: dataclasses) -> plain JSON values
+    (``{"type": name, field: value...}``)."""
+    names: tuple[str, ...] | None = None
+    if isinstance(obj, msgspec.Struct):
+        names = obj.__struct_fields__
+    elif is_dataclass(obj) and not isinstance(obj, type):
+        names = tuple(f.name for f in fields(obj))
+    if names is not None:
         name = type(obj).__name__
         if name not in _TYPES:
             raise DualpathError(f"can not serialise {name}; known types: {', '.join(_TYPES)}")
         out: dict[str, Any] = {"type": name}
-        for f in fields(obj):
-            out[f.name] = to_jsonable(getattr(obj, f.name))
+        for field in names:
+            out[field] = to_jsonable(getattr(obj, field))
         return out
     if isinstance(obj, (tuple, list)):
         return [to_jsonable(v) for v in obj]

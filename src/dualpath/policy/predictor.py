@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from dualpath.core.errors import require
 from dualpath.spec.model_spec import causal_kv_sum  # re-exported: dualpath.policy.causal_kv_sum
 
 
-@runtime_checkable
 class AttentionTimePredictor(Protocol):
     """Maps attention work to time. Both methods are pure and must be monotone non-decreasing
-    (in ``new_len`` and in ``flops``): the batch planner binary-searches over them."""
+    (in ``new_len`` and in ``flops``): the batch planner binary-searches over them.
+
+    A plain (static) protocol, so this module compiles with the simulator (mypyc can not compile a
+    ``runtime_checkable`` one); check an object at run time with :func:`is_attention_predictor`."""
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
         """Theoretical attention FLOPs for ``new_len`` tokens attending to ``cached_len`` cached
@@ -30,6 +32,11 @@ class AttentionTimePredictor(Protocol):
     def predict_s(self, flops: float) -> float:
         """Predicted wall time (s) of the attention over a batch totalling ``flops``."""
         ...
+
+
+def is_attention_predictor(obj: object) -> bool:
+    """Does ``obj`` have the two methods of :class:`AttentionTimePredictor`?"""
+    return callable(getattr(obj, "attention_flops", None)) and callable(getattr(obj, "predict_s", None))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,19 @@
-"""Is this process running the mypyc-compiled simulator (``setup.py``, ``DUALPATH_COMPILE=1``)?
+"""Is this process running the mypyc-compiled simulator (``setup.py``: ``pip install .``)?
+
+``MODULES`` is the compiled set: one self-contained group (the policy's decision modules, the
+simulator's kernel, links, units and driver) that ``setup.py`` compiles at install when a C compiler
+is there (an editable install stays pure Python). The same source runs in both builds and gives the
+same results. Two spellings in these modules exist for mypyc alone:
+
+- ``x[i] = x[i] + v`` rather than ``x[i] += v`` on ``list[int]`` / ``dict[..., int]`` items: mypyc
+  compiles the augmented form to generic ``PyNumber_InPlaceAdd`` on boxed objects and the plain
+  form to tagged-integer arithmetic (checked with mypy 2.4). Keep the plain form in hot loops.
+- The policy's views and plans (``policy/views.py``) are ``msgspec.Struct`` records, not
+  dataclasses: a dataclass's generated ``__init__`` runs interpreted even under mypyc (~25x a
+  native one). ``views`` and ``predictor`` stay out of this set: compiling them measured no faster
+  (the records are not native classes either way; the quota batcher's forward predictor is the
+  policy's ``ForwardAttentionPredictor`` over the simulator's memo), and the runtime subclasses
+  ``ForwardAttentionPredictor``, which a compiled class would refuse.
 
 ``status()`` reports, for each module of the compiled set, whether it was loaded from an extension
 module, and which extension modules are older than their ``.py`` source (an in-place build that was
@@ -14,7 +29,7 @@ import os
 MODULES: tuple[str, ...] = (
     "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.fetch",
     "dualpath.policy.ledger", "dualpath.policy.ledger_views", "dualpath.policy.metrics",
-    "dualpath.policy.prefill", "dualpath.policy.scheduler", "dualpath.policy.views",
+    "dualpath.policy.prefill", "dualpath.policy.scheduler",
     "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
     "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.load_path",
     "dualpath.sim.metrics", "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
@@ -46,6 +61,11 @@ def _in_checkout(path: str) -> bool:
         return False
     root = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("src")])
     return os.path.exists(os.path.join(root, "setup.py"))
+
+
+PURE_NOTICE = ("pure-Python simulator (same results as the compiled one, ~4x slower): reinstall "
+               "with `pip install .` where a C compiler is present (an editable install stays pure "
+               "Python); docs/sim.md, Speed")
 
 
 def is_compiled() -> bool:
@@ -85,3 +105,16 @@ def build_copy(dest: str, python: str | None = None) -> str:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
         raise RuntimeError(f"mypyc build in {dest} failed (exit {proc.returncode}):\n{tail}")
     return src
+
+
+def main() -> None:
+    """``python -m dualpath.sim.compiled``: which build runs, module by module."""
+    st = status()
+    print("compiled" if not st["pure"] else PURE_NOTICE if not st["compiled"] else "mixed build")
+    for kind in ("compiled", "pure", "stale"):
+        if st[kind]:
+            print(f"{kind}: {', '.join(st[kind])}")
+
+
+if __name__ == "__main__":
+    main()

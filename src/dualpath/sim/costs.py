@@ -44,25 +44,6 @@ class MemoAttentionPredictor:
         return value
 
 
-class ForwardMemoPredictor:
-    """``policy.ForwardAttentionPredictor`` over a :class:`MemoAttentionPredictor`, with the same
-    arithmetic (``num_layers`` x the layer's FLOPs; ``num_layers`` x the layer's time of
-    ``flops / num_layers``) but compiled with the simulator, so the quota batcher's many calls
-    stay out of the interpreter. Satisfies ``dualpath.policy.AttentionTimePredictor``."""
-
-    __slots__ = ("layer", "num_layers")
-
-    def __init__(self, layer: MemoAttentionPredictor, num_layers: int) -> None:
-        self.layer = layer
-        self.num_layers = num_layers
-
-    def attention_flops(self, cached_len: int, new_len: int) -> float:
-        return self.num_layers * self.layer.attention_flops(cached_len, new_len)
-
-    def predict_s(self, flops: float) -> float:
-        return self.num_layers * self.layer.predict_s(flops / self.num_layers)
-
-
 class CostCache:
     def __init__(self, model: Any, gpu: Any, *, name: str, pe_ep_size: int, de_ep_size: int,
                  num_gpus_per_node: int, cal: Calibration = DEFAULT_CALIBRATION) -> None:

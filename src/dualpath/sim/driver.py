@@ -16,13 +16,13 @@ import math
 import random
 from functools import partial
 
-from dualpath.policy import SchedulerConfig, make_scheduler
+from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
 from dualpath.policy.fetch import SIM_ORDER
 from dualpath.policy.views import PrefillAssignment
 from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster
 from dualpath.sim.config import SimConfig
-from dualpath.sim.costs import CostCache, ForwardMemoPredictor
+from dualpath.sim.costs import CostCache
 from dualpath.sim.decode import DecodeUnit, DeState
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_FETCH, Handle, Kernel
 from dualpath.sim.load_path import LoadPath, load_path_class
@@ -67,8 +67,7 @@ class Simulation:
             kernel=self.kernel, cluster=cluster, storage=self.storage, costs=self.costs,
             block_len=self.block_len, de_output_reserve=cal.de_output_reserve, ready=self._ready,
             read_done=self._read_done, starved=self.starved_units)
-        # = policy.ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=...), compiled
-        forward = ForwardMemoPredictor(self.costs.predictor, model.num_layers)
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),

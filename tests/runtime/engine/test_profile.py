@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from dualpath.policy import AttentionTimePredictor
+from dualpath.policy import is_attention_predictor
 from dualpath.runtime.engine import LocalConfig, LocalPipeline
 from dualpath.runtime.engine.profile import (
     ForwardAttentionTime, attention_predictor, fixed_predictor, flops_model, profile_attention,
@@ -24,7 +24,7 @@ def test_fit_is_positive_monotone_whole_forward_and_cached(tiny_llama: tuple[Dec
     assert len(samples) == 2 and all(f > 0 and s > 0 for f, s in samples)
     assert samples[1][0] > samples[0][0]
     pred = attention_predictor(dec)
-    assert isinstance(pred, AttentionTimePredictor) and isinstance(pred, ForwardAttentionTime)
+    assert is_attention_predictor(pred) and isinstance(pred, ForwardAttentionTime)
     assert pred.seconds_per_gflop > 0 and pred.intercept_s >= 0 and pred.num_layers == dec.num_layers
     assert attention_predictor(dec) is pred  # one profile per model in the process
     layer_flops = flops_model(dec)(100, 50)
