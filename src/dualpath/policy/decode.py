@@ -96,29 +96,43 @@ def _balanced(
     view: DecodeFetchView, private: list[RequestInfo], slack: float
 ) -> list[DecodeAssignment]:
     engines = view.group.engines
-    num = len(engines)
-    if num == 0 or not private:
+    if not engines or not private:
         return []
-    seq = [e.num_seqs for e in engines]
-    tok = [e.num_tokens for e in engines]
-    free = [e.free_hbm_tokens for e in engines]
+    picks = balanced_picks([e.num_seqs for e in engines], [e.num_tokens for e in engines],
+                           [e.free_hbm_tokens for e in engines],
+                           [req.decode_len for req in private], slack)
+    return [DecodeAssignment(request_id=private[i].request_id, engine_id=engines[pick].engine_id)
+            for i, pick in enumerate(picks)]
+
+
+def balanced_picks(seq: list[int], tok: list[int], free: list[int], needs: list[int],
+                   slack: float) -> list[int]:
+    """Phase 2 ``balanced`` as a kernel over plain lists: the DEs' ``seq_e`` / ``tok_e`` / free
+    HBM (rank order; updated in place) and the ``decode_len`` of the private queue's head requests
+    (``needs``, queue order). Returns the rank picked for each head request, in order, stopping at
+    the first that fits no DE. Both entry points use it: the view's (``assign_decode``) and the
+    ledger's (``policy.fetch``, no view built); ``needs`` may stop after the first request that
+    takes the cumulative total over the group's free HBM (the rest can not be placed, and R, the
+    prefix that fits, ends before it)."""
+    num = len(free)
+    if num == 0 or not needs:
+        return []
     room = sum(free)
     fit = 0  # R = longest prefix of the private queue whose tokens fit the group's free HBM
-    for req in private:
-        if fit + req.decode_len > room:
+    for need in needs:
+        if fit + need > room:
             break
-        fit += req.decode_len
+        fit += need
     z = slack * (fit + sum(tok)) / num
-    out: list[DecodeAssignment] = []
-    for req in private:
-        need = req.decode_len
+    out: list[int] = []
+    for need in needs:
         best = _balanced_pick(seq, tok, free, need, z)
         if best < 0:
             break  # no DE has room for the head: the fetch ends (head-of-line, as specified)
         seq[best] = seq[best] + 1
         tok[best] = tok[best] + need
         free[best] = free[best] - need
-        out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[best].engine_id))
+        out.append(best)
     return out
 
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from dualpath.policy.decode import may_assign_decode
+from dualpath.policy.decode import balanced_picks, may_assign_decode
 from dualpath.policy.ledger import Entry, Ledger
 from dualpath.policy.prefill import may_assign_prefill
-from dualpath.policy.scheduler import Scheduler
-from dualpath.policy.views import DecodePlan, PrefillPlan
+from dualpath.policy.scheduler import PolicyScheduler, Scheduler
+from dualpath.policy.views import DecodeAssignment, DecodePlan, PrefillPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,12 +70,44 @@ class Fetcher:
         self.fetches = 0
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
+        # A registered policy's balanced phase 2 runs as a kernel over the ledger's lists (no
+        # view built) when the global queue is empty; the plan is the view path's (tested).
+        self.slack = -1.0
+        if type(scheduler) is PolicyScheduler and scheduler.spec.de_choice == "balanced":
+            self.slack = scheduler.config.hbm_slack
 
     def fetch_decode(self, node_id: int, now_s: float) -> int:
         """One DE group's fetch; returns the number of requests assigned to its DEs."""
         plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
         self.fetches += 1
         assigned = self.ledger.apply_decode(node_id, plan)
+        self.sink.decode_applied(node_id, plan, assigned)
+        return len(assigned)
+
+    def fetch_decode_kernel(self, node_id: int) -> int:
+        """:meth:`fetch_decode` (elision included: returns -1 for an elided fetch) for a balanced
+        policy and an empty global queue, from the ledger's lists: the plan is the one the view
+        path gives."""
+        ledger = self.ledger
+        queue = ledger.private.get(node_id)
+        if not queue:
+            return -1
+        ids, seq, tok, free = ledger.de_lists(node_id)
+        if self.order.elide and not may_assign_decode(free, queue[0].decode_len):
+            return -1
+        room = 0
+        for f in free:
+            room += f
+        head = ledger.private_head(node_id, room) if ids else []
+        picks = balanced_picks(seq, tok, free, [e.decode_len for e in head], self.slack)
+        plan = DecodePlan(
+            routings=(),
+            assignments=tuple([DecodeAssignment(request_id=head[i].info.request_id,
+                                                engine_id=ids[pick])
+                               for i, pick in enumerate(picks)]),
+            next_rr_cursor=ledger.de_rr.get(node_id, 0), next_group_rr_cursor=ledger.group_rr)
+        self.fetches += 1
+        assigned = ledger.apply_decode(node_id, plan)
         self.sink.decode_applied(node_id, plan, assigned)
         return len(assigned)
 
@@ -118,8 +150,11 @@ class Fetcher:
             self.fetch_decode(routed, now_s)
         todo = sorted(ledger.de_dirty) if order.dirty_only else [n for n in de_nodes if n != routed]
         private = ledger.private
+        kernel = self.slack >= 0.0 and not ledger.global_queue
         for node in todo:
-            if private.get(node) and self.decode_may_assign(node):
+            if kernel:
+                self.fetch_decode_kernel(node)
+            elif private.get(node) and self.decode_may_assign(node):
                 self.fetch_decode(node, now_s)
         ledger.de_dirty.clear()
         pe_nodes = ledger.pe_nodes

@@ -276,6 +276,34 @@ class LedgerViews:
             out.append(max(e.hbm_tokens - e.reserved_tokens, 0))
         return out
 
+    def de_lists(self, node_id: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The group's live DEs, rank order, as plain lists (the decode kernel's input, no view
+        built): ``(engine ids, seq_e, tok_e, free HBM tokens)``, the numbers its GroupLoad holds."""
+        engines = self.engines
+        ids = self._members.get(2 * node_id + 1, [])
+        seq: list[int] = []
+        tok: list[int] = []
+        free: list[int] = []
+        for g in ids:
+            e = engines[g]
+            seq.append(e.num_seqs)
+            tok.append(e.num_tokens)
+            free.append(max(e.hbm_tokens - e.reserved_tokens, 0))
+        return ids, seq, tok, free
+
+    def private_head(self, node_id: int, room: int) -> list[Entry]:
+        """The head of the group's private queue up to and including the first request that
+        takes the cumulative ``decode_len`` over ``room`` (what a bounded view carries; no request
+        after it can be placed in this fetch)."""
+        out: list[Entry] = []
+        total = 0
+        for entry in self.private[node_id]:
+            out.append(entry)
+            total += entry.decode_len
+            if total > room:
+                break
+        return out
+
     def pe_tokens(self, node_id: int) -> list[int]:
         """``tok_e`` of the group's live PEs, rank order (no view built)."""
         engines = self.engines
