@@ -25,11 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from dualpath.policy.decode import balanced_picks, may_assign_decode
+from dualpath.policy import fetch_kernels
+from dualpath.policy.config import SchedulerConfig
+from dualpath.policy.decode import may_assign_decode
 from dualpath.policy.ledger import Entry, Ledger
 from dualpath.policy.prefill import may_assign_prefill
 from dualpath.policy.scheduler import PolicyScheduler, Scheduler
-from dualpath.policy.views import DecodeAssignment, DecodePlan, PrefillPlan
+from dualpath.policy.views import DecodePlan, PrefillPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,11 +72,20 @@ class Fetcher:
         self.fetches = 0
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
-        # A registered policy's balanced phase 2 runs as a kernel over the ledger's lists (no
-        # view built) when the global queue is empty; the plan is the view path's (tested).
+        # A registered policy's hot fetches run as kernels over the ledger's lists (no view
+        # built, ``policy.fetch_kernels``): balanced DE phase 2 when the global queue is empty,
+        # least-loaded PE fetches. Their plans are the view path's (tested).
+        # (Set ``slack`` to -1.0 and ``prefill_kernel`` to False for the view path everywhere.)
         self.slack = -1.0
-        if type(scheduler) is PolicyScheduler and scheduler.spec.de_choice == "balanced":
-            self.slack = scheduler.config.hbm_slack
+        self.prefill_kernel = False
+        self.config = SchedulerConfig()
+        self.read_choice = ""
+        if type(scheduler) is PolicyScheduler:
+            self.config, spec = scheduler.config, scheduler.spec
+            if spec.de_choice == "balanced":
+                self.slack = self.config.hbm_slack
+            self.prefill_kernel = spec.pe_choice == "least-loaded"
+            self.read_choice = spec.read_choice
 
     def fetch_decode(self, node_id: int, now_s: float) -> int:
         """One DE group's fetch; returns the number of requests assigned to its DEs."""
@@ -85,35 +96,23 @@ class Fetcher:
         return len(assigned)
 
     def fetch_decode_kernel(self, node_id: int) -> int:
-        """:meth:`fetch_decode` (elision included: returns -1 for an elided fetch) for a balanced
-        policy and an empty global queue, from the ledger's lists: the plan is the one the view
-        path gives."""
-        ledger = self.ledger
-        queue = ledger.private.get(node_id)
-        if not queue:
+        """:meth:`fetch_decode` with its elision for a balanced policy and an empty global
+        queue, from the ledger's lists (``fetch_kernels.decode_plan``; -1: elided)."""
+        plan = fetch_kernels.decode_plan(self.ledger, node_id, self.slack, self.order.elide)
+        if plan is None:
             return -1
-        ids, seq, tok, free = ledger.de_lists(node_id)
-        if self.order.elide and not may_assign_decode(free, queue[0].decode_len):
-            return -1
-        room = 0
-        for f in free:
-            room += f
-        head = ledger.private_head(node_id, room) if ids else []
-        picks = balanced_picks(seq, tok, free, [e.decode_len for e in head], self.slack)
-        plan = DecodePlan(
-            routings=(),
-            assignments=tuple([DecodeAssignment(request_id=head[i].info.request_id,
-                                                engine_id=ids[pick])
-                               for i, pick in enumerate(picks)]),
-            next_rr_cursor=ledger.de_rr.get(node_id, 0), next_group_rr_cursor=ledger.group_rr)
         self.fetches += 1
-        assigned = ledger.apply_decode(node_id, plan)
+        assigned = self.ledger.apply_decode(node_id, plan)
         self.sink.decode_applied(node_id, plan, assigned)
         return len(assigned)
 
     def fetch_prefill(self, node_id: int, now_s: float) -> int:
         """One PE group's fetch (strict leader fetch: this group only)."""
-        plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
+        if self.prefill_kernel:
+            plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config,
+                                              self.read_choice)
+        else:
+            plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
         self.fetches += 1
         assigned = self.ledger.apply_prefill(node_id, plan)
         self.sink.prefill_applied(node_id, plan, assigned)

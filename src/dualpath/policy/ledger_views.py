@@ -235,33 +235,43 @@ class LedgerViews:
         """Group ``node_id``'s fetch (``central``: every live PE group is a candidate). ``window``
         overrides ``bounds.prefill_prefix`` for this view."""
         limit = self.bounds.prefill_prefix if window is None else window
-        head = self.prefill_queue if limit is None else islice(self.prefill_queue, limit)
-        prefix: list[PendingPrefill] = []
-        if len(self.all_nodes) <= self.bounds.all_read_queues_up_to:
-            for entry in head:
-                prefix.append(entry.pending)  # type: ignore[arg-type]
-            node_ids = self.all_nodes
-        else:
-            seen = {node_id}
-            for entry in head:
-                prefix.append(entry.pending)  # type: ignore[arg-type]
-                seen.add(entry.de_node)
-            node_ids = sorted(seen)
-        reads = self._reads  # frozen NodeReadQueue objects, rebuilt only when read_q changed
-        out: list[NodeReadQueue] = []
-        for n in node_ids:
-            q = self.read_q.get(n, 0)
-            obj = reads.get(n)
-            if obj is None or obj.read_queue_tokens != q:
-                obj = NodeReadQueue(node_id=n, read_queue_tokens=q,
-                                    read_tokens_per_s=self.read_rate.get(
-                                        n, self.read_tokens_per_s))
-                reads[n] = obj
-            out.append(obj)
+        head = self.prefill_head(limit)
+        prefix: list[PendingPrefill] = [e.pending for e in head]  # type: ignore[misc]
+        node_ids = self.read_nodes(node_id, head)
+        out = [self.read_queue(n) for n in node_ids]
         groups = (tuple([self._group(2 * n, n) for n in self.pe_nodes]) if central
                   else (self._group(2 * node_id, node_id),))
         return PrefillFetchView(now_s=now_s, groups=groups, queue=tuple(prefix),
                                 read_queues=tuple(out), rr_cursor=self.pe_rr.get(node_id, 0))
+
+    def prefill_head(self, limit: int | None) -> list[Entry]:
+        """The first ``limit`` requests of the prefill queue (all if None)."""
+        queue = self.prefill_queue
+        return list(queue) if limit is None else list(islice(queue, limit))
+
+    def read_nodes(self, node_id: int, head: list[Entry]) -> list[int]:
+        """The nodes whose read queues PE group ``node_id``'s fetch of ``head`` carries: every
+        node up to ``bounds.all_read_queues_up_to`` nodes, else its own and the head's DE nodes."""
+        if len(self.all_nodes) <= self.bounds.all_read_queues_up_to:
+            return self.all_nodes
+        seen = {node_id}
+        for entry in head:
+            seen.add(entry.de_node)
+        return sorted(seen)
+
+    def read_queue(self, n: int) -> NodeReadQueue:
+        """Node ``n``'s read queue (frozen, rebuilt only when its ``read_q`` changed)."""
+        q = self.read_q.get(n, 0)
+        obj = self._reads.get(n)
+        if obj is None or obj.read_queue_tokens != q:
+            obj = NodeReadQueue(node_id=n, read_queue_tokens=q,
+                                read_tokens_per_s=self.read_rate.get(n, self.read_tokens_per_s))
+            self._reads[n] = obj
+        return obj
+
+    def members(self, role: str, node_id: int) -> list[int]:
+        """The group's live engine ids, rank order (do not change the list)."""
+        return self._members.get(2 * node_id + (role == DECODE), [])
 
     def engine_load(self, engine_id: int) -> Engine:
         """The engine's numbers (read only: change them through the mutators)."""
@@ -274,34 +284,6 @@ class LedgerViews:
         for g in self._members.get(2 * node_id + 1, ()):
             e = engines[g]
             out.append(max(e.hbm_tokens - e.reserved_tokens, 0))
-        return out
-
-    def de_lists(self, node_id: int) -> tuple[list[int], list[int], list[int], list[int]]:
-        """The group's live DEs, rank order, as plain lists (the decode kernel's input, no view
-        built): ``(engine ids, seq_e, tok_e, free HBM tokens)``, the numbers its GroupLoad holds."""
-        engines = self.engines
-        ids = self._members.get(2 * node_id + 1, [])
-        seq: list[int] = []
-        tok: list[int] = []
-        free: list[int] = []
-        for g in ids:
-            e = engines[g]
-            seq.append(e.num_seqs)
-            tok.append(e.num_tokens)
-            free.append(max(e.hbm_tokens - e.reserved_tokens, 0))
-        return ids, seq, tok, free
-
-    def private_head(self, node_id: int, room: int) -> list[Entry]:
-        """The head of the group's private queue up to and including the first request that
-        takes the cumulative ``decode_len`` over ``room`` (what a bounded view carries; no request
-        after it can be placed in this fetch)."""
-        out: list[Entry] = []
-        total = 0
-        for entry in self.private[node_id]:
-            out.append(entry)
-            total += entry.decode_len
-            if total > room:
-                break
         return out
 
     def pe_tokens(self, node_id: int) -> list[int]:

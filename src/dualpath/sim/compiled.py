@@ -28,6 +28,7 @@ import os
 
 MODULES: tuple[str, ...] = (
     "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.fetch",
+    "dualpath.policy.fetch_kernels",
     "dualpath.policy.ledger", "dualpath.policy.ledger_views", "dualpath.policy.metrics",
     "dualpath.policy.prefill", "dualpath.policy.scheduler",
     "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
