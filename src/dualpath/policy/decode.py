@@ -48,20 +48,32 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
             cursor = (cursor + 1) % len(totals)
         return out, cursor
-    if len(view.global_queue) <= _SCAN_LIMIT:  # a few requests: scan for the first smallest
-        tokens = [g.num_tokens for g in totals]
-        for req in view.global_queue:
-            pos = tokens.index(min(tokens))
-            out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
-            tokens[pos] = tokens[pos] + req.decode_len
-        return out, view.group_rr_cursor
-    heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
-    heapq.heapify(heap)
-    for req in view.global_queue:
-        total, pos, gid = heap[0]
-        out.append(GroupRouting(request_id=req.request_id, group_id=gid))
-        heapq.heapreplace(heap, (total + req.decode_len, pos, gid))
+    positions = route_balanced([g.num_tokens for g in totals],
+                               [req.decode_len for req in view.global_queue])
+    for req, pos in zip(view.global_queue, positions):
+        out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
     return out, view.group_rr_cursor
+
+
+def route_balanced(tokens: list[int], needs: list[int]) -> list[int]:
+    """Phase 1 ``balanced`` as a kernel over plain lists: ``tokens`` the groups' totals (not
+    changed), ``needs`` the global queue's ``decode_len`` in order; returns each request's group
+    position: the smallest total (updated after each routing), first position on ties."""
+    out: list[int] = []
+    if len(needs) <= _SCAN_LIMIT:  # a few requests: scan for the first smallest
+        tokens = list(tokens)
+        for need in needs:
+            pos = tokens.index(min(tokens))
+            out.append(pos)
+            tokens[pos] = tokens[pos] + need
+        return out
+    heap = [(total, pos) for pos, total in enumerate(tokens)]
+    heapq.heapify(heap)
+    for need in needs:
+        total, pos = heap[0]
+        out.append(pos)
+        heapq.heapreplace(heap, (total + need, pos))
+    return out
 
 
 def may_assign_decode(free_hbm: list[int], head_decode_len: int) -> bool:

@@ -73,8 +73,7 @@ class Fetcher:
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
         # A registered policy's hot fetches run as kernels over the ledger's lists (no view
-        # built, ``policy.fetch_kernels``): balanced DE phase 2 when the global queue is empty,
-        # least-loaded PE fetches. Their plans are the view path's (tested).
+        # built, ``policy.fetch_kernels``): balanced DE fetches, least-loaded PE fetches. Their plans are the view path's (tested).
         # (Set ``slack`` to -1.0 and ``prefill_kernel`` to False for the view path everywhere.)
         self.slack = -1.0
         self.prefill_kernel = False
@@ -89,15 +88,19 @@ class Fetcher:
 
     def fetch_decode(self, node_id: int, now_s: float) -> int:
         """One DE group's fetch; returns the number of requests assigned to its DEs."""
-        plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
+        if self.slack >= 0.0:
+            plan = fetch_kernels.decode_plan(self.ledger, node_id, self.slack, False)
+            assert plan is not None
+        else:
+            plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
         self.fetches += 1
         assigned = self.ledger.apply_decode(node_id, plan)
         self.sink.decode_applied(node_id, plan, assigned)
         return len(assigned)
 
     def fetch_decode_kernel(self, node_id: int) -> int:
-        """:meth:`fetch_decode` with its elision for a balanced policy and an empty global
-        queue, from the ledger's lists (``fetch_kernels.decode_plan``; -1: elided)."""
+        """:meth:`fetch_decode` with its elision (:meth:`decode_may_assign`) for a balanced
+        policy, from the ledger's lists (``fetch_kernels.decode_plan``); -1: elided."""
         plan = fetch_kernels.decode_plan(self.ledger, node_id, self.slack, self.order.elide)
         if plan is None:
             return -1
@@ -149,10 +152,11 @@ class Fetcher:
             self.fetch_decode(routed, now_s)
         todo = sorted(ledger.de_dirty) if order.dirty_only else [n for n in de_nodes if n != routed]
         private = ledger.private
-        kernel = self.slack >= 0.0 and not ledger.global_queue
+        kernel = self.slack >= 0.0
         for node in todo:
             if kernel:
-                self.fetch_decode_kernel(node)
+                if private.get(node):
+                    self.fetch_decode_kernel(node)
             elif private.get(node) and self.decode_may_assign(node):
                 self.fetch_decode(node, now_s)
         ledger.de_dirty.clear()

@@ -1,8 +1,8 @@
 """Kernel entry points of a fetch: plans from the ledger's numbers as plain lists, no view built.
 
 A fetch round (``policy.fetch``) runs these for the registered policies' hot cases instead of
-building a frozen view and calling the scheduler on it: the DE phase 2 of ``balanced`` when the
-global queue is empty (:func:`decode_plan`, over ``decode.balanced_picks``) and a strict leader
+building a frozen view and calling the scheduler on it: ``balanced`` DE fetches
+(:func:`decode_plan`, over ``decode.route_balanced`` and ``decode.balanced_picks``) and a strict leader
 PE fetch with ``least-loaded`` (:func:`prefill_plan`, over ``prefill.least_loaded_picks`` and
 ``prefill.choose_read``). Each returns the very plan the view entry point gives for the same
 ledger state (tests/policy/test_fetch_kernels.py replays fetch sequences through both); the views
@@ -11,13 +11,15 @@ stay the serialisation form (the runtime, recorded cases, tests).
 
 from __future__ import annotations
 
+from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
-from dualpath.policy.decode import balanced_picks, may_assign_decode
+from dualpath.policy.decode import balanced_picks, may_assign_decode, route_balanced
 from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger
 from dualpath.policy.prefill import choose_read, least_loaded_picks
 from dualpath.policy.views import (
     DecodeAssignment,
     DecodePlan,
+    GroupRouting,
     NodeReadQueue,
     PrefillAssignment,
     PrefillPlan,
@@ -25,11 +27,24 @@ from dualpath.policy.views import (
 
 
 def decode_plan(ledger: Ledger, node_id: int, slack: float, elide: bool) -> DecodePlan | None:
-    """``balanced`` for DE group ``node_id`` with an empty global queue (phase 2 only); None when
-    the private queue is empty or, with ``elide``, no DE holds its head (the fetch is skipped)."""
-    queue = ledger.private.get(node_id)
-    if not queue:
-        return None
+    """``balanced`` for DE group ``node_id``'s fetch: phase 1 routes the global queue over the
+    ledger's group totals, phase 2 assigns the group's private queue head. None (the fetch is
+    skipped) only with ``elide``, an empty global queue and a private-queue head no DE holds."""
+    gq = ledger.global_queue
+    routings: tuple[GroupRouting, ...] = ()
+    routed: list[Entry] = []  # requests this fetch routes to its own group
+    if gq:
+        de_nodes = ledger.de_nodes
+        if not de_nodes:
+            raise DualpathError("group_totals is empty but the global queue is not")
+        positions = route_balanced(ledger.token_totals(), [e.decode_len for e in gq])
+        out: list[GroupRouting] = []
+        for entry, pos in zip(gq, positions):
+            gid = de_nodes[pos]
+            out.append(GroupRouting(request_id=entry.info.request_id, group_id=gid))
+            if gid == node_id:
+                routed.append(entry)
+        routings = tuple(out)
     engines = ledger.engines
     ids = ledger.members(DECODE, node_id)
     seq: list[int] = []
@@ -43,21 +58,21 @@ def decode_plan(ledger: Ledger, node_id: int, slack: float, elide: bool) -> Deco
         f = max(e.hbm_tokens - e.reserved_tokens, 0)
         free.append(f)
         room += f
-    if elide and not may_assign_decode(free, queue[0].decode_len):
+    queue = ledger.private.get(node_id)
+    if elide and not gq and queue and not may_assign_decode(free, queue[0].decode_len):
         return None
     head: list[Entry] = []  # up to the first request past the free HBM (none after it fits)
-    needs: list[int] = []
     if ids:
         total = 0
-        for entry in queue:
+        for entry in queue or ():
             head.append(entry)
-            needs.append(entry.decode_len)
             total += entry.decode_len
             if total > room:
                 break
-    picks = balanced_picks(seq, tok, free, needs, slack)
+        head.extend(routed)
+    picks = balanced_picks(seq, tok, free, [e.decode_len for e in head], slack)
     return DecodePlan(
-        routings=(),
+        routings=routings,
         assignments=tuple([DecodeAssignment(request_id=head[i].info.request_id,
                                             engine_id=ids[pick]) for i, pick in enumerate(picks)]),
         next_rr_cursor=ledger.de_rr.get(node_id, 0), next_group_rr_cursor=ledger.group_rr)

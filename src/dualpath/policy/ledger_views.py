@@ -124,7 +124,8 @@ class LedgerViews:
         self._totals: list[GroupTotal | None] = []
         self._totals_pos: dict[int, int] = {}
         self._totals_dirty: set[int] = set()
-        self._totals_tuple: tuple[GroupTotal, ...] = ()
+        self._totals_tuple: tuple[GroupTotal, ...] | None = None  # None: rebuild from the list
+        self._token_totals: list[int] = []
         self._reads: dict[int, NodeReadQueue] = {}
 
     def _membership(self) -> None:
@@ -144,6 +145,8 @@ class LedgerViews:
         self._totals = [None] * len(self.de_nodes)
         self._totals_pos = {n: i for i, n in enumerate(self.de_nodes)}
         self._totals_dirty = set(self.de_nodes)
+        self._token_totals = [0] * len(self.de_nodes)
+        self._totals_tuple = None
 
     def _changed(self, eng: Engine) -> None:
         """``eng``'s numbers changed: its group's view (and, for a DE, the group total) is stale."""
@@ -188,22 +191,35 @@ class LedgerViews:
         return EngineLoad(engine_id=e.engine_id, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
                           free_hbm_tokens=free)
 
-    def group_totals(self) -> tuple[GroupTotal, ...]:
-        """Every live DE group's engines' ``tok_e`` plus its private queue's ``decode_len``."""
+    def token_totals(self) -> list[int]:
+        """Every live DE group's engines' ``tok_e`` plus its private queue's ``decode_len``, in
+        ``de_nodes`` order: a plain list kept incrementally (only groups a mutator marked are
+        recomputed), the routing kernel's input. Read only."""
         dirty = self._totals_dirty
-        if dirty:  # frozen GroupTotal objects, rebuilt only for groups whose total changed
-            out, pos = self._totals, self._totals_pos
+        vals = self._token_totals
+        if dirty:
+            pos, node_tok, private_tokens = self._totals_pos, self.node_tok, self.private_tokens
             for n in dirty:
                 i = pos.get(n)
-                if i is None:
-                    continue
-                value = self.node_tok[n] + self.private_tokens[n]
-                obj = out[i]
-                if obj is None or obj.num_tokens != value:
-                    out[i] = GroupTotal(group_id=n, num_tokens=value)
+                if i is not None:
+                    vals[i] = node_tok[n] + private_tokens[n]
             dirty.clear()
-            self._totals_tuple = tuple(out)  # type: ignore[arg-type]
-        return self._totals_tuple
+            self._totals_tuple = None
+        return vals
+
+    def group_totals(self) -> tuple[GroupTotal, ...]:
+        """:meth:`token_totals` as the views' frozen GroupTotal records (a record is rebuilt only
+        when its group's total changed)."""
+        vals = self.token_totals()
+        totals = self._totals_tuple
+        if totals is None:
+            out = self._totals
+            for i, n in enumerate(self.de_nodes):
+                obj = out[i]
+                if obj is None or obj.num_tokens != vals[i]:
+                    out[i] = GroupTotal(group_id=n, num_tokens=vals[i])
+            totals = self._totals_tuple = tuple(out)  # type: ignore[arg-type]
+        return totals
 
     def decode_view(self, node_id: int, now_s: float) -> DecodeFetchView:
         totals = self.group_totals()
