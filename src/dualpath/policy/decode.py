@@ -82,19 +82,20 @@ def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str
     gid = view.group.group_id
     private = list(view.private_queue)
     if routings:
-        private.extend(r for r, g in zip(view.global_queue, routings, strict=True)
-                       if g.group_id == gid)
+        private.extend(r for r, g in zip(view.global_queue, routings, strict=True) if g.group_id == gid)
     if de_choice == "balanced":
         assignments, cursor = _balanced(view, private, config.hbm_slack), view.rr_cursor
     else:
         assignments, cursor = _round_robin(view, private)
-    return DecodePlan(routings=tuple(routings), assignments=tuple(assignments),
-                      next_rr_cursor=cursor, next_group_rr_cursor=next_group_cursor)
+    return DecodePlan(
+        routings=tuple(routings),
+        assignments=tuple(assignments),
+        next_rr_cursor=cursor,
+        next_group_rr_cursor=next_group_cursor,
+    )
 
 
-def _balanced(
-    view: DecodeFetchView, private: list[RequestInfo], slack: float
-) -> list[DecodeAssignment]:
+def _balanced(view: DecodeFetchView, private: list[RequestInfo], slack: float) -> list[DecodeAssignment]:
     engines = view.group.engines
     num = len(engines)
     if num == 0 or not private:
@@ -139,9 +140,7 @@ def _balanced_pick(seq: list[int], tok: list[int], free: list[int], need: int, z
     return under if under >= 0 else over
 
 
-def _round_robin(
-    view: DecodeFetchView, private: list[RequestInfo]
-) -> tuple[list[DecodeAssignment], int]:
+def _round_robin(view: DecodeFetchView, private: list[RequestInfo]) -> tuple[list[DecodeAssignment], int]:
     engines = view.group.engines
     num = len(engines)
     if num == 0:

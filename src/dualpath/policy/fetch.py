@@ -44,8 +44,9 @@ class FetchOrder:
 
 
 SIM_ORDER: Final = FetchOrder()
-RUNTIME_ORDER: Final = FetchOrder(interval_s=0.002, route_round_robin=False, dirty_only=False,
-                                  rotate_pe=False)
+RUNTIME_ORDER: Final = FetchOrder(
+    interval_s=0.002, route_round_robin=False, dirty_only=False, rotate_pe=False
+)
 
 
 class FetchSink(Protocol):
@@ -60,8 +61,14 @@ class Fetcher:
     """One driver's fetch rounds: ledger, scheduler, order, sink. ``beta_tokens`` (the
     scheduler's beta) enables PE fetch elision; None fetches PE groups whenever there is work."""
 
-    def __init__(self, ledger: Ledger, scheduler: Scheduler, order: FetchOrder, sink: FetchSink,
-                 beta_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        scheduler: Scheduler,
+        order: FetchOrder,
+        sink: FetchSink,
+        beta_tokens: int | None = None,
+    ) -> None:
         self.ledger = ledger
         self.scheduler = scheduler
         self.order = order
@@ -143,6 +150,9 @@ class Fetcher:
             dirty.discard(node)
             if not self.prefill_may_assign(node):
                 continue
-            while (self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
-                   and ledger.prefill_queue and self.prefill_may_assign(node)):
+            while (
+                self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
+                and ledger.prefill_queue
+                and self.prefill_may_assign(node)
+            ):
                 pass  # the plan took the whole prefix: continue with the next one
