@@ -71,7 +71,8 @@ def test_cli_json_and_files(tmp_path, monkeypatch, tiny) -> None:
     out = json.loads(res.stdout)
     assert TOP_KEYS | {"files"} <= set(out) and out["scale"] == "tiny"
     assert len(out["points"]) == len(tiny["points"])
-    rows = list(csv.DictReader(open(tmp_path / "fidelity.csv", encoding="utf-8")))
+    with open(tmp_path / "fidelity.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
     assert [r["point"] for r in rows] == [p["point"] for p in tiny["points"]]
     assert (tmp_path / "fidelity.png").stat().st_size > 5000
     assert [p["rel_error"] for p in out["points"]] == [p["rel_error"] for p in tiny["points"]]

@@ -23,12 +23,13 @@ def print_fidelity(result: dict[str, Any], out: Console | None = None) -> None:
     s = result["summary"]
     med, worst = s["median_abs_rel_error"], s["max_abs_rel_error"]
     legend = (
-        "published: spec section 10 (JCT read off the paper's figure, about +-2%). rel error = "
-        "(simulated - published) / |published|; '-' when the simulated value is undefined.",
-        f"{s['with_error']} of {s['points']} points with an error; median |rel error| "
-        f"{_pct(med).lstrip('+')}, worst {_pct(worst).lstrip('+')}, {s['within_10pct']} within 10%.",
-        f"scale {result['scale']}: a 'scaled' point ran a smaller setting than the paper's (its error "
-        "is the small setting's distance from the published number).",
+        ("published: spec section 10 (JCT read off the paper's figure, about +-2%). rel error = "
+         "(simulated - published) / |published|; '-' when the simulated value is undefined."),
+        (f"{s['with_error']} of {s['points']} points with an error; median |rel error| "
+         f"{_pct(med).lstrip('+')}, worst {_pct(worst).lstrip('+')}, {s['within_10pct']} within "
+         "10%."),
+        (f"scale {result['scale']}: a 'scaled' point ran a smaller setting than the paper's (its "
+         "error is the small setting's distance from the published number)."),
         "not simulated: " + "; ".join(f"{n['published']} ({n['reason']})"
                                       for n in result["not_simulated"]),
     )

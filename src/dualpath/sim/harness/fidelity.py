@@ -17,7 +17,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dualpath.sim.harness.experiments import WorkloadSpec, make_cluster, make_trajectories
+from dualpath.sim.harness.experiments import (
+    WorkloadSpec,
+    make_cluster,
+    make_trajectories,
+)
 
 DS660 = "deepseek-v3.2"
 DS27 = "ds-27b"
@@ -159,20 +163,20 @@ def _points(res: dict, scale: FidelityScale) -> list[dict]:
     ratios = [_ratio(off(scale.agents(n), "basic")["jct_s"],
                      off(scale.agents(n), "dualpath")["jct_s"]) for n in AGENTS]
     add("headline basic/dualpath", "offline JCT (DS 660B 64K 2P4D)", PUB_HEADLINE,
-        max(r for r in ratios if r is not None), "x", "max over 512-4,096 agents of Basic/DualPath",
-        "agents / %d" % div if div > 1 else "")
-    for system, pubs in PUB_ABLATION_S.items():
-        for n, pub in zip(ABLATION_AGENTS, pubs):
-            add(f"ablation {system} {n}", "ablation JCT", pub, off(scale.agents(n), system)["jct_s"],
+        max((r for r in ratios if r is not None), default=None), "x", "max over 512-4,096 agents of Basic/DualPath",
+        f"agents / {div}" if div > 1 else "")
+    for system, steps in PUB_ABLATION_S.items():
+        for n, step in zip(ABLATION_AGENTS, steps):
+            add(f"ablation {system} {n}", "ablation JCT", step, off(scale.agents(n), system)["jct_s"],
                 "s", f"{dict(ABLATION)[system]}, {n} agents", agents_note(n))
-    for system, pub in PUB_ABLATION_REDUCTION_PCT.items():
+    for system, pct in PUB_ABLATION_REDUCTION_PCT.items():
         red = [100.0 * (off(scale.agents(n), system)["jct_s"]
                         / off(scale.agents(n), "basic")["jct_s"] - 1.0) for n in ABLATION_AGENTS]
-        add(f"ablation reduction {system}", "ablation JCT", pub, sum(red) / len(red), "%",
+        add(f"ablation reduction {system}", "ablation JCT", pct, sum(red) / len(red), "%",
             f"{dict(ABLATION)[system]}: mean JCT change vs Basic at 1,024 / 2,048",
-            "agents / %d" % div if div > 1 else "")
-    for system, pub in PUB_SNIC.items():
-        add(f"snic max/avg {system}", "balance", pub, off(scale.agents(1024), system)[
+            f"agents / {div}" if div > 1 else "")
+    for system, ratio in PUB_SNIC.items():
+        add(f"snic max/avg {system}", "balance", ratio, off(scale.agents(1024), system)[
             "snic_max_over_avg"], "x", f"{system}, 1,024 agents (ablation setting)",
             agents_note(1024))
     add("attn max/avg early dualpath", "balance", PUB_ATTN_EARLY,
@@ -205,8 +209,8 @@ def _points(res: dict, scale: FidelityScale) -> list[dict]:
         note = "; ".join(x for x in (
             f"{run_pd.upper()} at {run_aps:g} APS" if run_pd != pd else "",
             f"horizon {scale.horizon_s:g} s" if scale.horizon_s != 3600.0 else "") if x)
-        for name, pub in (("ttft", ttft), ("ttst", ttst), ("tpot", tpot)):
-            add(f"online {pd} {name}", "scale (online)", pub, r[f"{name}_mean_s"], "s",
+        for name, lat_s in (("ttft", ttft), ("ttst", ttst), ("tpot", tpot)):
+            add(f"online {pd} {name}", "scale (online)", lat_s, r[f"{name}_mean_s"], "s",
                 f"DualPath {pd.upper()} at {aps:g} APS, mean {name.upper()}", note)
     return pts
 
