@@ -112,6 +112,18 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(f"wrote {len(index['files'])} files to {out}")
 
+    @sim.command("fidelity")
+    def fidelity(
+        quick: bool = typer.Option(False, help="Agents / 16, 600 s online horizon, coarse rates, "
+                                   "large-scale points on 8P16D / 4P8D (under ~1 min)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: str = typer.Option(None, help="Folder for fidelity.csv, fidelity.png, fidelity.json."),
+    ) -> None:
+        """Run every published point (spec section 10): simulated vs published, relative errors."""
+        from dualpath.cli.sim_fidelity import run_fidelity_cli
+
+        run_fidelity_cli(quick=quick, json_out=json_out, out=out)
+
     app.add_typer(sim, name="simulate")
 
 
