@@ -10,8 +10,17 @@ from typer.testing import CliRunner
 from dualpath.sim.harness import fidelity
 from dualpath.sim.harness.fidelity import SCALES, plan_runs, run_fidelity
 
-TOP_KEYS = {"scale", "agent_divisor", "horizon_s", "points", "summary", "not_simulated", "runs",
-            "calibration", "wall_s"}
+TOP_KEYS = {
+    "scale",
+    "agent_divisor",
+    "horizon_s",
+    "points",
+    "summary",
+    "not_simulated",
+    "runs",
+    "calibration",
+    "wall_s",
+}
 POINT_KEYS = {"point", "group", "published", "simulated", "rel_error", "unit", "setting", "scaled"}
 
 
@@ -43,8 +52,7 @@ def test_every_published_point_has_a_finite_error(tiny) -> None:
     assert len({p["point"] for p in points}) == len(points)
     for p in points:
         assert p["rel_error"] is not None and math.isfinite(p["rel_error"]), p
-        assert p["rel_error"] == pytest.approx((p["simulated"] - p["published"])
-                                               / abs(p["published"]))
+        assert p["rel_error"] == pytest.approx((p["simulated"] - p["published"]) / abs(p["published"]))
         assert p["scaled"], p  # the tiny scale shrinks every point and says how
     s = tiny["summary"]
     assert s["points"] == s["with_error"] == len(points)
@@ -63,10 +71,10 @@ def test_full_scale_runs_the_papers_settings() -> None:
 
 def test_cli_json_and_files(tmp_path, monkeypatch, tiny) -> None:
     from dualpath.cli import app
+
     real = SCALES["tiny"]
     monkeypatch.setitem(SCALES, "quick", real)  # the CLI's --quick on the tiny scale
-    res = CliRunner().invoke(app, ["simulate", "fidelity", "--quick", "--json",
-                                   "--out", str(tmp_path)])
+    res = CliRunner().invoke(app, ["simulate", "fidelity", "--quick", "--json", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert TOP_KEYS | {"files"} <= set(out) and out["scale"] == "tiny"

@@ -18,27 +18,46 @@ def _pct(value: float | None) -> str:
 
 def print_fidelity(result: dict[str, Any], out: Console | None = None) -> None:
     """One table of every point, then what was not simulated and the summary."""
-    rows = [(p["point"], p["setting"], p["published"], p["simulated"], p["unit"],
-             _pct(p["rel_error"]), p["scaled"] or "") for p in result["points"]]
+    rows = [
+        (
+            p["point"],
+            p["setting"],
+            p["published"],
+            p["simulated"],
+            p["unit"],
+            _pct(p["rel_error"]),
+            p["scaled"] or "",
+        )
+        for p in result["points"]
+    ]
     s = result["summary"]
     med, worst = s["median_abs_rel_error"], s["max_abs_rel_error"]
     legend = (
-        ("published: spec section 10 (JCT read off the paper's figure, about +-2%). rel error = "
-         "(simulated - published) / |published|; '-' when the simulated value is undefined."),
-        (f"{s['with_error']} of {s['points']} points with an error; median |rel error| "
-         f"{_pct(med).lstrip('+')}, worst {_pct(worst).lstrip('+')}, {s['within_10pct']} within "
-         "10%."),
-        (f"scale {result['scale']}: a 'scaled' point ran a smaller setting than the paper's (its "
-         "error is the small setting's distance from the published number)."),
-        "not simulated: " + "; ".join(f"{n['published']} ({n['reason']})"
-                                      for n in result["not_simulated"]),
+        (
+            "published: spec section 10 (JCT read off the paper's figure, about +-2%). rel error = "
+            "(simulated - published) / |published|; '-' when the simulated value is undefined."
+        ),
+        (
+            f"{s['with_error']} of {s['points']} points with an error; median |rel error| "
+            f"{_pct(med).lstrip('+')}, worst {_pct(worst).lstrip('+')}, {s['within_10pct']} within "
+            "10%."
+        ),
+        (
+            f"scale {result['scale']}: a 'scaled' point ran a smaller setting than the paper's (its "
+            "error is the small setting's distance from the published number)."
+        ),
+        "not simulated: " + "; ".join(f"{n['published']} ({n['reason']})" for n in result["not_simulated"]),
     )
-    print_table(f"fidelity: simulated vs published ({result['runs']} runs, "
-                f"{result['wall_s']:.0f} s)", COLUMNS, rows, legend=legend, out=out)
+    print_table(
+        f"fidelity: simulated vs published ({result['runs']} runs, {result['wall_s']:.0f} s)",
+        COLUMNS,
+        rows,
+        legend=legend,
+        out=out,
+    )
 
 
-def run_fidelity_cli(*, quick: bool, json_out: bool, out: str | None,
-                     scale_name: str | None = None) -> None:
+def run_fidelity_cli(*, quick: bool, json_out: bool, out: str | None, scale_name: str | None = None) -> None:
     from dualpath.cli._common import print_json
     from dualpath.cli.progress import Progress
     from dualpath.sim.harness.fidelity import SCALES, plan_runs, run_fidelity

@@ -114,8 +114,11 @@ def register(app: typer.Typer) -> None:
 
     @sim.command("fidelity")
     def fidelity(
-        quick: bool = typer.Option(False, help="Agents / 16, 600 s online horizon, coarse rates, "
-                                   "large-scale points on 8P16D / 4P8D (under ~1 min)."),
+        quick: bool = typer.Option(
+            False,
+            help="Agents / 16, 600 s online horizon, coarse rates, "
+            "large-scale points on 8P16D / 4P8D (under ~1 min).",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: str = typer.Option(None, help="Folder for fidelity.csv, fidelity.png, fidelity.json."),
     ) -> None:

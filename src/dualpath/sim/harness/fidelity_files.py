@@ -6,8 +6,7 @@ import csv
 import json
 import os
 
-CSV_COLUMNS = ("point", "group", "setting", "unit", "published", "simulated", "rel_error",
-               "scaled")
+CSV_COLUMNS = ("point", "group", "setting", "unit", "published", "simulated", "rel_error", "scaled")
 
 
 def write_files(result: dict, out: str) -> list[str]:
@@ -42,8 +41,13 @@ def plot(result: dict, path: str) -> None:
     groups = list(dict.fromkeys(p["group"] for p in shown))
     for i, group in enumerate(groups):
         pts = [p for p in shown if p["group"] == group]
-        ax.scatter([abs(p["published"]) for p in pts], [abs(p["simulated"]) for p in pts],
-                   marker=markers[i % len(markers)], label=group, alpha=0.8)
+        ax.scatter(
+            [abs(p["published"]) for p in pts],
+            [abs(p["simulated"]) for p in pts],
+            marker=markers[i % len(markers)],
+            label=group,
+            alpha=0.8,
+        )
     values = [abs(v) for p in shown for v in (p["published"], p["simulated"])]
     if values:
         lo, hi = min(values) / 1.5, max(values) * 1.5
@@ -54,8 +58,7 @@ def plot(result: dict, path: str) -> None:
     ax.set_yscale("log")
     left_out = len(result["points"]) - len(shown)
     note = f" ({left_out} points zero/missing or of the other sign, not shown)" if left_out else ""
-    ax.set_title(f"Simulated vs published (spec section 10), scale {result['scale']}{note}",
-                 fontsize=9)
+    ax.set_title(f"Simulated vs published (spec section 10), scale {result['scale']}{note}", fontsize=9)
     ax.set_xlabel("published (s, APS, x or |%|; each point in its own unit)")
     ax.set_ylabel("simulated")
     ax.legend(fontsize=7)
