@@ -45,16 +45,24 @@ class Outcomes:
         return sum(o == outcome for _, _, o in self.done)
 
 
-def _one(client: httpx.Client, url: str, messages: list[dict[str, str]], max_tokens: int,
-         timeout_s: float) -> tuple[str, str]:
+def _one(
+    client: httpx.Client, url: str, messages: list[dict[str, str]], max_tokens: int, timeout_s: float
+) -> tuple[str, str]:
     """One streaming chat request: (outcome, answer text)."""
-    body = {"model": "tiny", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     text, finished, errored, done = [], False, False, False
     deadline = time.monotonic() + timeout_s
     try:
-        with client.stream("POST", url + "/v1/chat/completions", json=body,
-                           timeout=httpx.Timeout(timeout_s)) as r:
+        with client.stream(
+            "POST", url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(timeout_s)
+        ) as r:
             if r.status_code != 200:
                 r.read()
                 clean = r.status_code in (429, 503) and bool(r.headers.get("retry-after"))
@@ -93,8 +101,12 @@ def _agent(i: int, url: str, stop: threading.Event, out: Outcomes, args: argpars
         while not stop.is_set():
             if len(history) > 8:  # a new conversation
                 history = []
-            history.append({"role": "user", "content": "".join(
-                rng.choice("abcdefghij ") for _ in range(rng.randint(20, 60)))})
+            history.append(
+                {
+                    "role": "user",
+                    "content": "".join(rng.choice("abcdefghij ") for _ in range(rng.randint(20, 60))),
+                }
+            )
             sent = time.monotonic()
             outcome, answer = _one(client, url, history, args.max_tokens, args.request_timeout_s)
             out.add(sent, time.monotonic(), outcome)
@@ -121,8 +133,9 @@ def _recovered(cluster: Any, restarts_before: int, action: str) -> bool:
     return action.startswith("stop") or sum(cluster.restarts.values()) > restarts_before
 
 
-def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
-            stop: threading.Event) -> list[dict[str, Any]]:
+def _faults(
+    cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float, stop: threading.Event
+) -> list[dict[str, Any]]:
     rng = random.Random(args.seed)
     end = t0 + args.minutes * 60
     window = end - args.tail_s - (t0 + args.warmup_s)
@@ -155,11 +168,21 @@ def _faults(cluster: Any, out: Outcomes, args: argparse.Namespace, t0: float,
                 serving = max(healthy, min(ok) - fault_s)
                 break
             time.sleep(0.1)
-        report.append({"at_s": round(fault_s - t0, 1), "action": action, "target": name,  # (stop: SIGCONT)
-                       "healthy_after_s": None if healthy is None else round(healthy, 2),
-                       "recovered_s": None if serving is None else round(serving, 2)})
-        print(f"         recovered after {report[-1]['recovered_s']} s "
-              f"(all processes back after {report[-1]['healthy_after_s']} s)", file=sys.stderr, flush=True)
+        report.append(
+            {
+                "at_s": round(fault_s - t0, 1),
+                "action": action,
+                "target": name,  # (stop: SIGCONT)
+                "healthy_after_s": None if healthy is None else round(healthy, 2),
+                "recovered_s": None if serving is None else round(serving, 2),
+            }
+        )
+        print(
+            f"         recovered after {report[-1]['recovered_s']} s "
+            f"(all processes back after {report[-1]['healthy_after_s']} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     return report
 
 
@@ -168,18 +191,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dualpath.runtime.cluster.local import LocalCluster
     from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
 
-    cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-chaos-kv-"), model="tiny",
-                        num_prefill_engines=args.prefill, num_decode_engines=args.decode,
-                        engine=EngineConfig(attention_s_per_gflop=0.05, heartbeat_s=0.2),
-                        scheduler=SchedulerServiceConfig(engine_timeout_s=5.0))
+    cfg = ClusterConfig(
+        kv_dir=tempfile.mkdtemp(prefix="dualpath-chaos-kv-"),
+        model="tiny",
+        num_prefill_engines=args.prefill,
+        num_decode_engines=args.decode,
+        engine=EngineConfig(attention_s_per_gflop=0.05, heartbeat_s=0.2),
+        scheduler=SchedulerServiceConfig(engine_timeout_s=5.0),
+    )
     out, stop = Outcomes(), threading.Event()
     with LocalCluster(cfg, auth=True, standby=not args.no_standby) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
+        app = create_app(
+            cluster.address,
+            CharTokenizer(vocab_size=512),
+            ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)),
+        )
         with BackgroundServer(app) as srv:
             t0 = time.monotonic()
-            agents = [threading.Thread(target=_agent, args=(i, srv.url, stop, out, args), daemon=True)
-                      for i in range(args.agents)]
+            agents = [
+                threading.Thread(target=_agent, args=(i, srv.url, stop, out, args), daemon=True)
+                for i in range(args.agents)
+            ]
             for a in agents:
                 a.start()
             faults = _faults(cluster, out, args, t0, stop)
@@ -191,8 +223,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             restarts = cluster.restarts
     # (no fault, the control run: the same windows as a run with faults would have)
     first = t0 + faults[0]["at_s"] if faults else t0 + args.warmup_s
-    last_rec = max((t0 + f["at_s"] + (f["recovered_s"] or args.recover_timeout_s) for f in faults),
-                   default=end - args.tail_s)
+    last_rec = max(
+        (t0 + f["at_s"] + (f["recovered_s"] or args.recover_timeout_s) for f in faults),
+        default=end - args.tail_s,
+    )
     t_start = t0 + args.warmup_s / 3  # (skip the first requests: connections, first prompts)
 
     def rate(a: float, b: float) -> float:
@@ -202,14 +236,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     before, after = rate(t_start, first), rate(last_rec, end)
     rec = [f["recovered_s"] for f in faults]
     return {
-        "agents": args.agents, "minutes": args.minutes, "seed": args.seed,
-        "requests": len(out.done), "completed": out.count("completed"),
-        "failed_cleanly": out.count("failed cleanly"), "hung": out.count("hung"),
+        "agents": args.agents,
+        "minutes": args.minutes,
+        "seed": args.seed,
+        "requests": len(out.done),
+        "completed": out.count("completed"),
+        "failed_cleanly": out.count("failed cleanly"),
+        "hung": out.count("hung"),
         "lost_after_ack": out.count("lost"),
         "other": len(out.done) - sum(out.count(o) for o in ("completed", "failed cleanly", "hung", "lost")),
-        "faults": faults, "restarts": restarts,
+        "faults": faults,
+        "restarts": restarts,
         "max_recovery_s": None if any(r is None for r in rec) or not rec else max(rec),
-        "throughput_before_rps": round(before, 3), "throughput_after_rps": round(after, 3),
+        "throughput_before_rps": round(before, 3),
+        "throughput_after_rps": round(after, 3),
         "throughput_ratio": round(after / before, 3) if before else None,
         "after_window_s": round(end - last_rec, 1),
     }
@@ -247,12 +287,16 @@ def main() -> None:
         t.add_row(str(f["at_s"]), f["action"], f["target"], str(f["healthy_after_s"]), str(f["recovered_s"]))
     c = Console()
     c.print(t)
-    c.print(f"requests {res['requests']}: completed {res['completed']}, failed cleanly "
-            f"{res['failed_cleanly']}, hung {res['hung']}, lost after ack {res['lost_after_ack']}, "
-            f"other {res['other']}; restarts {res['restarts']}")
-    c.print(f"throughput {res['throughput_before_rps']} req/s before the first fault, "
-            f"{res['throughput_after_rps']} after the last recovery (ratio {res['throughput_ratio']}, "
-            f"{res['after_window_s']} s window); max recovery {res['max_recovery_s']} s")
+    c.print(
+        f"requests {res['requests']}: completed {res['completed']}, failed cleanly "
+        f"{res['failed_cleanly']}, hung {res['hung']}, lost after ack {res['lost_after_ack']}, "
+        f"other {res['other']}; restarts {res['restarts']}"
+    )
+    c.print(
+        f"throughput {res['throughput_before_rps']} req/s before the first fault, "
+        f"{res['throughput_after_rps']} after the last recovery (ratio {res['throughput_ratio']}, "
+        f"{res['after_window_s']} s window); max recovery {res['max_recovery_s']} s"
+    )
 
 
 if __name__ == "__main__":

@@ -34,19 +34,34 @@ from dualpath.runtime.cluster.demo import SYSTEMS
 from dualpath.runtime.cluster.local import LocalCluster
 
 
-async def _system(client: ClusterClient, agents: list, args: argparse.Namespace, name: str, seed: int,
-                  snic_gbps: float | None) -> dict:
+async def _system(
+    client: ClusterClient,
+    agents: list,
+    args: argparse.Namespace,
+    name: str,
+    seed: int,
+    snic_gbps: float | None,
+) -> dict:
     policy, free = SYSTEMS[name]
     if args.mode == "jct":
-        row = await run_system(client, agents, policy=policy, read_free=free, seed=seed,
-                               settle_s=0.5, snic_gbps=snic_gbps)
+        row = await run_system(
+            client, agents, policy=policy, read_free=free, seed=seed, settle_s=0.5, snic_gbps=snic_gbps
+        )
         row["tokens_per_s"] = row["generated_tokens"] / row["jct_s"]
         row["seconds"] = row["jct_s"]
         return row
     await client.configure(policy, read_free=free, snic_gbps=snic_gbps)
     info = await client.info()
-    loop = asyncio.create_task(closed_loop(client, agents, vocab_size=info.vocab_size, seed=seed,
-                                           warmup_s=args.warmup_s, window_s=args.window_s))
+    loop = asyncio.create_task(
+        closed_loop(
+            client,
+            agents,
+            vocab_size=info.vocab_size,
+            seed=seed,
+            warmup_s=args.warmup_s,
+            window_s=args.window_s,
+        )
+    )
     await asyncio.sleep(args.warmup_s)
     before = await client.metrics()
     await asyncio.sleep(args.window_s)
@@ -54,8 +69,9 @@ async def _system(client: ClusterClient, agents: list, args: argparse.Namespace,
     row = dict(await loop)
     delta = metrics_delta(before, after)
     row["bytes_by_path"] = delta["bytes_by_path"]
-    row["snic_read_bytes"] = {k.split("/")[0]: v for k, v in delta["bytes_by_nic"].items()
-                              if k.endswith(":read")}
+    row["snic_read_bytes"] = {
+        k.split("/")[0]: v for k, v in delta["bytes_by_nic"].items() if k.endswith(":read")
+    }
     row["seconds"] = args.window_s
     return row
 
@@ -86,12 +102,19 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     model = "tiny" if args.tiny else "smollm2-135m"
-    agents = [AgentPlan(agent_id=a, turns=t) for a, t in
-              scaled_turns(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)]
-    cfg = ClusterConfig(kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"), model=model,
-                        num_prefill_engines=1, num_decode_engines=2, transport=args.transport,
-                        traffic=TrafficConfig(snic_gbps=100.0),
-                        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0))
+    agents = [
+        AgentPlan(agent_id=a, turns=t)
+        for a, t in scaled_turns(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)
+    ]
+    cfg = ClusterConfig(
+        kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"),
+        model=model,
+        num_prefill_engines=1,
+        num_decode_engines=2,
+        transport=args.transport,
+        traffic=TrafficConfig(snic_gbps=100.0),
+        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0),
+    )
     t0 = time.monotonic()
     try:
         with LocalCluster(cfg) as cluster:
@@ -101,7 +124,10 @@ def main() -> None:
     rows = out["rows"]
     tput = {k: r["tokens_per_s"] for k, r in rows.items()}
     result = {
-        "model": model, "mode": args.mode, "agents": args.agents, "turns": args.turns,
+        "model": model,
+        "mode": args.mode,
+        "agents": args.agents,
+        "turns": args.turns,
         "snic_gbps_per_node": out["snic_gbps"],
         "throughput_tok_per_s": tput,
         "snic_read_bytes": {k: r["snic_read_bytes"] for k, r in rows.items()},
@@ -112,12 +138,16 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"model {model}, 1P2D, {args.agents} agents x <= {args.turns} turns, "
-          f"storage NIC cap {out['snic_gbps']:.4f} Gbps/node (B = oracle read rate / {args.balance}), "
-          f"mode {args.mode}")
+    print(
+        f"model {model}, 1P2D, {args.agents} agents x <= {args.turns} turns, "
+        f"storage NIC cap {out['snic_gbps']:.4f} Gbps/node (B = oracle read rate / {args.balance}), "
+        f"mode {args.mode}"
+    )
     for k in ("basic", "dualpath", "oracle"):
-        print(f"  {k:9s} throughput {tput[k]:8.1f} tok/s  SNIC reads MB "
-              f"{({n: round(v / 1e6, 1) for n, v in rows[k]['snic_read_bytes'].items()})}")
+        print(
+            f"  {k:9s} throughput {tput[k]:8.1f} tok/s  SNIC reads MB "
+            f"{ ({n: round(v / 1e6, 1) for n, v in rows[k]['snic_read_bytes'].items()}) }"
+        )
     print(f"DualPath / Basic throughput: {result['dualpath_over_basic']:.2f}x (ideal 3x, goal >= 2.5x)")
     print(f"DualPath / Oracle throughput: {result['dualpath_over_oracle']:.2f} (goal >= 0.85)")
 

@@ -30,7 +30,13 @@ import torch
 
 from dualpath.policy.views import BatchEntry
 from dualpath.runtime.engine import (
-    DecodeConfig, DecodeEngine, KVGeometry, PrefillConfig, PrefillEngine, PrefillRequest, SamplingParams,
+    DecodeConfig,
+    DecodeEngine,
+    KVGeometry,
+    PrefillConfig,
+    PrefillEngine,
+    PrefillRequest,
+    SamplingParams,
 )  # fmt: skip
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder
 from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
@@ -49,8 +55,17 @@ class Engines:
         geo = KVGeometry.of(dec.config, dec.dtype, BLOCK)
         tx = InProcFabric().transport()
         buf = geo.full_block_bytes * (geo.num_blocks(max_tokens) + 8)
-        self.de = DecodeEngine(dec, tx, None, DecodeConfig(block_size=BLOCK, buffer_bytes=buf, persist=False,
-                                                           num_cache_blocks=geo.num_blocks(decode_tokens) + 16))
+        self.de = DecodeEngine(
+            dec,
+            tx,
+            None,
+            DecodeConfig(
+                block_size=BLOCK,
+                buffer_bytes=buf,
+                persist=False,
+                num_cache_blocks=geo.num_blocks(decode_tokens) + 16,
+            ),
+        )
         self.pe = PrefillEngine(dec, tx, None, PrefillConfig(block_size=BLOCK, buffer_bytes=buf, overlap=False,
                                                              max_cached_tokens=geo.padded_len(max_tokens) + BLOCK),
                                 remotes={"de0": self.de})  # fmt: skip
@@ -145,7 +160,9 @@ def run(dec: Decoder, hf: Any, args: argparse.Namespace) -> list[dict[str, Any]]
     measures: list[tuple[str, int, Callable[[], tuple[float, Any]], Callable[[], tuple[float, Any]]]] = []
     for n in (512, long_len):
         p = rand(n)
-        measures.append((f"prefill {n}", n, lambda p=p: _ours_prefill(eng, p, 0), lambda p=p: _hf_prefill(hf, p, 0)))
+        measures.append(
+            (f"prefill {n}", n, lambda p=p: _ours_prefill(eng, p, 0), lambda p=p: _hf_prefill(hf, p, 0))
+        )
     p = rand(cached_len + 64)
     measures.append((f"64 new on {cached_len} cached", 64, lambda: _ours_prefill(eng, p, cached_len),
                      lambda: _hf_prefill(hf, p, cached_len)))  # fmt: skip
@@ -208,8 +225,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"min ours/hf ({args.hf_attn}) ratio {result['min_ratio']:.2f}x (goal >= 1.0x), "
-              f"median of {args.repeats}; vLLM-CPU: {vllm}")
+        print(
+            f"min ours/hf ({args.hf_attn}) ratio {result['min_ratio']:.2f}x (goal >= 1.0x), "
+            f"median of {args.repeats}; vLLM-CPU: {vllm}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,16 @@ from collections.abc import Callable
 
 import torch
 
+from dualpath.core.units import MiB
 from dualpath.policy.views import BatchEntry
 from dualpath.runtime.engine import (
-    DecodeConfig, DecodeEngine, KVGeometry, PrefillConfig, PrefillEngine, PrefillRequest,
+    DecodeConfig,
+    DecodeEngine,
+    KVGeometry,
+    PrefillConfig,
+    PrefillEngine,
+    PrefillRequest,
 )  # fmt: skip
-from dualpath.core.units import MiB
 from dualpath.runtime.kvstore import BlockStore, IOEngine, chain_hashes
 from dualpath.runtime.model import Decoder, DecoderConfig, Span
 from dualpath.runtime.model.tiny import random_weights
@@ -34,7 +39,13 @@ from dualpath.runtime.transfer import InProcFabric
 
 
 def _engine_case(
-    pe: PrefillEngine, de: DecodeEngine, side: str, ids: list[int], hits: tuple[str, ...], cached: int, new: int
+    pe: PrefillEngine,
+    de: DecodeEngine,
+    side: str,
+    ids: list[int],
+    hits: tuple[str, ...],
+    cached: int,
+    new: int,
 ) -> Callable[[], float]:
     """One timed prefill step of a fresh request whose hits are already in the buffer of ``side``."""
     counter = [0]
@@ -43,8 +54,11 @@ def _engine_case(
         rid = f"r{counter[0]}"
         counter[0] += 1
         de.reserve(rid, len(ids), hits if side == "de" else ())
-        pe.add_request(PrefillRequest(request_id=rid, token_ids=tuple(ids), decode_endpoint="de0",
-                                      read_side=side, hit_hashes=hits))  # type: ignore[arg-type]
+        pe.add_request(
+            PrefillRequest(
+                request_id=rid, token_ids=tuple(ids), decode_endpoint="de0", read_side=side, hit_hashes=hits
+            )
+        )  # type: ignore[arg-type]
         while not pe.waiting():  # store reads finish before timing the prefill
             time.sleep(0.001)
         t0 = time.perf_counter()
@@ -77,7 +91,9 @@ def main() -> None:
     hits = tuple(chain_hashes(ids[: args.cached], bs))
     parent = None
     for k, h in enumerate(hits):
-        store.write_full(h, parent, ids[k * bs : (k + 1) * bs], torch.randn(geo.full_block_bytes // 4).numpy())
+        store.write_full(
+            h, parent, ids[k * bs : (k + 1) * bs], torch.randn(geo.full_block_bytes // 4).numpy()
+        )
         parent = h
     io = IOEngine(store)
     buf_bytes = (geo.num_blocks(prompt_len) + 2) * geo.full_block_bytes
@@ -124,13 +140,17 @@ def main() -> None:
     base_med = statistics.median(samples["compute alone"])
     base_min = min(samples["compute alone"])
     load_bytes = args.cached * geo.kv_bytes_per_token_layer
-    print(f"batch: cached {args.cached} + new {args.new} tokens, {args.layers} layers, "
-          f"{load_bytes / MiB:.1f} MiB of cached KV per layer, {args.repeats} interleaved repeats")
+    print(
+        f"batch: cached {args.cached} + new {args.new} tokens, {args.layers} layers, "
+        f"{load_bytes / MiB:.1f} MiB of cached KV per layer, {args.repeats} interleaved repeats"
+    )
     print(f"{'case':24s} {'ms/layer (median)':>18s} {'ratio':>7s} {'ms/layer (best)':>16s} {'ratio':>7s}")
     for name, ts in samples.items():
         med, best = statistics.median(ts), min(ts)
-        print(f"{name:24s} {med / args.layers * 1e3:18.2f} {med / base_med:7.3f} "
-              f"{best / args.layers * 1e3:16.2f} {best / base_min:7.3f}")
+        print(
+            f"{name:24s} {med / args.layers * 1e3:18.2f} {med / base_med:7.3f} "
+            f"{best / args.layers * 1e3:16.2f} {best / base_min:7.3f}"
+        )
     for pe in engines:
         pe.close()
     io.close()

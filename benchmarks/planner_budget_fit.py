@@ -31,8 +31,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--out", default="budget_fit.json")
     args = ap.parse_args()
-    config = {k: v for k, v in (("top_k", args.top_k), ("num_requests", args.requests))
-              if v is not None}
+    config = {k: v for k, v in (("top_k", args.top_k), ("num_requests", args.requests)) if v is not None}
     ratios = parse_floats("ratios", args.ratios)
     started = time.process_time()
 
@@ -41,20 +40,24 @@ def main() -> None:
 
     points = []
     for scale in parse_floats("scales", args.scales):
-        point = scan([scale], models=parse_models(args.models), ratios=ratios, progress=note,
-                     **config)[0]
+        point = scan([scale], models=parse_models(args.models), ratios=ratios, progress=note, **config)[0]
         points.append(point)
         cells = "  ".join(
-            f"{r:g}: " + "/".join("-" if (v := point[f"{m}_mean"].get(ratio_key(r))) is None
-                                  else f"{v:.2f}" for m in ("pd", "af", "pdaf"))
-            for r in ratios)
-        print(f"scale {scale:6.3g}  loss {point['loss']:7.3f}  PD/AF/PDAF x ND  {cells}",
-              flush=True)
+            f"{r:g}: "
+            + "/".join(
+                "-" if (v := point[f"{m}_mean"].get(ratio_key(r))) is None else f"{v:.2f}"
+                for m in ("pd", "af", "pdaf")
+            )
+            for r in ratios
+        )
+        print(f"scale {scale:6.3g}  loss {point['loss']:7.3f}  PD/AF/PDAF x ND  {cells}", flush=True)
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"config": config, "points": points}, fh, indent=1)
     best = best_point(points)
-    print(f"best budget_scale {best['budget_scale']:g} (loss {best['loss']:.3f}); "
-          f"{time.process_time() - started:.0f} s cpu; points in {args.out}")
+    print(
+        f"best budget_scale {best['budget_scale']:g} (loss {best['loss']:.3f}); "
+        f"{time.process_time() - started:.0f} s cpu; points in {args.out}"
+    )
 
 
 if __name__ == "__main__":

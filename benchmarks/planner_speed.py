@@ -36,10 +36,17 @@ def measure(model: str, io: float, catalog: str, top_k: int | None) -> dict:
     result = plan_disagg(config)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
     events = events_of(result)
-    return {"model": model, "wall_s": wall, "cpu_s": cpu, "goal_ratio": cpu / GOAL_S,
-            "events": events, "events_per_cpu_s": events / cpu if cpu > 0 else None,
-            "simulated": result["search"]["simulated"], "best_mode": result["best_mode"],
-            **{f"x_aiconfigurator_{k}": cpu / v for k, v in AICONFIGURATOR_S.items()}}
+    return {
+        "model": model,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "goal_ratio": cpu / GOAL_S,
+        "events": events,
+        "events_per_cpu_s": events / cpu if cpu > 0 else None,
+        "simulated": result["search"]["simulated"],
+        "best_mode": result["best_mode"],
+        **{f"x_aiconfigurator_{k}": cpu / v for k, v in AICONFIGURATOR_S.items()},
+    }
 
 
 def main() -> None:
@@ -57,24 +64,33 @@ def main() -> None:
         row = measure(model, args.io, args.catalog, args.top_k)
         rows.append(row)
         if not args.json:
-            print(f"{model:18s} wall {row['wall_s']:6.1f} s  cpu {row['cpu_s']:6.1f} s  "
-                  f"goal ratio {row['goal_ratio']:.2f}  events {row['events']:>9d} "
-                  f"({row['events_per_cpu_s'] or 0:,.0f}/s)  "
-                  f"x AIConfigurator Qwen3-32B {row['x_aiconfigurator_qwen3-32b']:.2f}, "
-                  f"DeepSeek-V3 {row['x_aiconfigurator_deepseek-v3']:.2f}  "
-                  f"best {row['best_mode']}", flush=True)
+            print(
+                f"{model:18s} wall {row['wall_s']:6.1f} s  cpu {row['cpu_s']:6.1f} s  "
+                f"goal ratio {row['goal_ratio']:.2f}  events {row['events']:>9d} "
+                f"({row['events_per_cpu_s'] or 0:,.0f}/s)  "
+                f"x AIConfigurator Qwen3-32B {row['x_aiconfigurator_qwen3-32b']:.2f}, "
+                f"DeepSeek-V3 {row['x_aiconfigurator_deepseek-v3']:.2f}  "
+                f"best {row['best_mode']}",
+                flush=True,
+            )
     total_cpu = sum(r["cpu_s"] for r in rows)
-    summary = {"models": len(rows), "max_cpu_s": max(r["cpu_s"] for r in rows),
-               "mean_cpu_s": total_cpu / len(rows),
-               "max_goal_ratio": max(r["goal_ratio"] for r in rows),
-               "events_per_cpu_s": sum(r["events"] for r in rows) / total_cpu if total_cpu else None,
-               "goal_s": GOAL_S, "aiconfigurator_s": AICONFIGURATOR_S}
+    summary = {
+        "models": len(rows),
+        "max_cpu_s": max(r["cpu_s"] for r in rows),
+        "mean_cpu_s": total_cpu / len(rows),
+        "max_goal_ratio": max(r["goal_ratio"] for r in rows),
+        "events_per_cpu_s": sum(r["events"] for r in rows) / total_cpu if total_cpu else None,
+        "goal_s": GOAL_S,
+        "aiconfigurator_s": AICONFIGURATOR_S,
+    }
     if args.json:
         print(json.dumps({"rows": rows, **summary}, indent=2))
     else:
-        print(f"max {summary['max_cpu_s']:.1f} s CPU per plan (goal ratio "
-              f"{summary['max_goal_ratio']:.2f}; < 1 = met), mean {summary['mean_cpu_s']:.1f} s, "
-              f"{summary['events_per_cpu_s'] or 0:,.0f} simulated events per CPU second")
+        print(
+            f"max {summary['max_cpu_s']:.1f} s CPU per plan (goal ratio "
+            f"{summary['max_goal_ratio']:.2f}; < 1 = met), mean {summary['mean_cpu_s']:.1f} s, "
+            f"{summary['events_per_cpu_s'] or 0:,.0f} simulated events per CPU second"
+        )
 
 
 if __name__ == "__main__":

@@ -30,23 +30,37 @@ def main() -> None:
     for catalog in args.catalogs.split(","):
         best = {}
         for k in (args.top_k_low, args.top_k_high):
-            base = PlanConfig(model=models[0], catalog=catalog, io_ratio=ratios[0],  # type: ignore[arg-type]
-                              top_k=k)
-            res = sweep(base, models, ratios,
-                        progress=lambda m, k=k: print(f"  top-K {k}: {m}", file=sys.stderr))
-            best[k] = {(r["model"], r["io_ratio"]): (r["mode"], r["x_nd"])
-                       for r in res["rows"] if r["is_best"]}
+            base = PlanConfig(
+                model=models[0],
+                catalog=catalog,
+                io_ratio=ratios[0],  # type: ignore[arg-type]
+                top_k=k,
+            )
+            res = sweep(
+                base, models, ratios, progress=lambda m, k=k: print(f"  top-K {k}: {m}", file=sys.stderr)
+            )
+            best[k] = {
+                (r["model"], r["io_ratio"]): (r["mode"], r["x_nd"]) for r in res["rows"] if r["is_best"]
+            }
         for key, (mode, x) in best[args.top_k_low].items():
             total += 1
             mode_hi, x_hi = best[args.top_k_high].get(key, (None, None))
             if mode_hi != mode:
                 changed += 1
-                report.append({"catalog": catalog, "model": key[0], "io_ratio": key[1],
-                               "low": [mode, x], "high": [mode_hi, x_hi]})
-                print(f"{catalog} {key[0]} I/O={key[1]:g}: {mode} ({x:.3f}) -> {mode_hi} "
-                      f"({x_hi:.3f})", flush=True)
-    print(f"{changed} of {total} winning modes change from top-K {args.top_k_low} to "
-          f"{args.top_k_high}")
+                report.append(
+                    {
+                        "catalog": catalog,
+                        "model": key[0],
+                        "io_ratio": key[1],
+                        "low": [mode, x],
+                        "high": [mode_hi, x_hi],
+                    }
+                )
+                print(
+                    f"{catalog} {key[0]} I/O={key[1]:g}: {mode} ({x:.3f}) -> {mode_hi} ({x_hi:.3f})",
+                    flush=True,
+                )
+    print(f"{changed} of {total} winning modes change from top-K {args.top_k_low} to {args.top_k_high}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"changed": report, "total": total}, fh, indent=1)

@@ -67,24 +67,32 @@ class TimedScheduler:
 def make_request(rng: random.Random, i: int) -> RequestInfo:
     context = rng.randint(1_000, 64_000)
     cached = context // 64 * 64
-    return RequestInfo(request_id=f"r{i}", cached_len=cached, new_len=rng.randint(50, 800),
-                       gen_len=rng.randint(20, 330))
+    return RequestInfo(
+        request_id=f"r{i}", cached_len=cached, new_len=rng.randint(50, 800), gen_len=rng.randint(20, 330)
+    )
 
 
-def run(policy: str, total_requests: int, queued: int, seed: int,
-        central: bool = False) -> dict[str, float]:
+def run(policy: str, total_requests: int, queued: int, seed: int, central: bool = False) -> dict[str, float]:
     predictor = LinearAttentionPredictor(
-        flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512,
-                                   sparse_top_k=2048),
-        seconds_per_flop=1 / 400e12, intercept_s=2e-4)
-    config = SchedulerConfig.from_rates(snic_bytes_per_s=SNIC_BYTES_PER_S,
-                                        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
-                                        prefill_tokens_per_s=121_000,
-                                        attention_predictor=predictor)
+        flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512, sparse_top_k=2048),
+        seconds_per_flop=1 / 400e12,
+        intercept_s=2e-4,
+    )
+    config = SchedulerConfig.from_rates(
+        snic_bytes_per_s=SNIC_BYTES_PER_S,
+        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+        prefill_tokens_per_s=121_000,
+        attention_predictor=predictor,
+    )
     sched = TimedScheduler(make_scheduler(policy, config))
-    driver = ReferenceDriver(sched, num_pe_groups=48, num_de_groups=96, engines_per_group=8,
-                             de_hbm_tokens=600_000,
-                             read_tokens_per_s=SNIC_BYTES_PER_S / KV_BYTES_PER_TOKEN)
+    driver = ReferenceDriver(
+        sched,
+        num_pe_groups=48,
+        num_de_groups=96,
+        engines_per_group=8,
+        de_hbm_tokens=600_000,
+        read_tokens_per_s=SNIC_BYTES_PER_S / KV_BYTES_PER_TOKEN,
+    )
     rng = random.Random(seed)
     arrived = finished = 0
     for _ in range(queued):
@@ -111,10 +119,15 @@ def run(policy: str, total_requests: int, queued: int, seed: int,
             arrived += 1
     wall = time.process_time() - t0
     policy_s = sum(sched.seconds.values())
-    return {"finished": finished, "assignments": driver.num_assigned, "wall_s": wall,
-            "policy_s": policy_s, "first_fetch_s": first_fetch_s,
-            **{f"{k}_s": v for k, v in sched.seconds.items()},
-            **{f"{k}_calls": v for k, v in sched.calls.items()}}
+    return {
+        "finished": finished,
+        "assignments": driver.num_assigned,
+        "wall_s": wall,
+        "policy_s": policy_s,
+        "first_fetch_s": first_fetch_s,
+        **{f"{k}_s": v for k, v in sched.seconds.items()},
+        **{f"{k}_calls": v for k, v in sched.calls.items()},
+    }
 
 
 def main() -> None:
@@ -123,28 +136,40 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--central", action="store_true",
-                        help="every PE fetch sees all 384 PEs (central scheduler), not its group")
+    parser.add_argument(
+        "--central",
+        action="store_true",
+        help="every PE fetch sees all 384 PEs (central scheduler), not its group",
+    )
     args = parser.parse_args()
     r = run(args.policy, args.requests, args.queued, args.seed, args.central)
     needed = PAPER_AGENTS * PAPER_TURNS / PAPER_JCT_S
     req_policy = r["finished"] / r["policy_s"]
     req_total = r["finished"] / r["wall_s"]
     mode = "central" if args.central else "leader-fetch"
-    print(f"policy={args.policy} mode={mode} engines=1152 groups=144 queued={args.queued} "
-          f"requests={r['finished']:.0f} assignments={r['assignments']:.0f}")
-    print(f"  policy CPU time {r['policy_s']:.2f} s (decode {r['decode_s']:.2f} in "
-          f"{r['decode_calls']} fetches, prefill {r['prefill_s']:.2f} in {r['prefill_calls']}, "
-          f"batch {r['batch_s']:.2f} in {r['batch_calls']}); driver+policy {r['wall_s']:.2f} s CPU")
-    print(f"  first DE fetch draining {args.queued} queued requests: "
-          f"{r['first_fetch_s'] * 1e3:.1f} ms")
+    print(
+        f"policy={args.policy} mode={mode} engines=1152 groups=144 queued={args.queued} "
+        f"requests={r['finished']:.0f} assignments={r['assignments']:.0f}"
+    )
+    print(
+        f"  policy CPU time {r['policy_s']:.2f} s (decode {r['decode_s']:.2f} in "
+        f"{r['decode_calls']} fetches, prefill {r['prefill_s']:.2f} in {r['prefill_calls']}, "
+        f"batch {r['batch_s']:.2f} in {r['batch_calls']}); driver+policy {r['wall_s']:.2f} s CPU"
+    )
+    print(f"  first DE fetch draining {args.queued} queued requests: {r['first_fetch_s'] * 1e3:.1f} ms")
     print(f"  assignments/s (policy only): {r['assignments'] / r['policy_s']:,.0f}")
-    print(f"  requests/s placed (DE + PE + batches), policy only: {req_policy:,.0f}; "
-          f"with reference driver: {req_total:,.0f}")
-    print(f"  paper 48P96D offline needs: {needed:,.0f} req/s "
-          f"(= {PAPER_AGENTS} agents x {PAPER_TURNS} turns / {PAPER_JCT_S:.0f} s)")
-    print(f"  ratio policy-only / needed: {req_policy / needed:.1f}x; "
-          f"driver+policy / needed: {req_total / needed:.1f}x (one core)")
+    print(
+        f"  requests/s placed (DE + PE + batches), policy only: {req_policy:,.0f}; "
+        f"with reference driver: {req_total:,.0f}"
+    )
+    print(
+        f"  paper 48P96D offline needs: {needed:,.0f} req/s "
+        f"(= {PAPER_AGENTS} agents x {PAPER_TURNS} turns / {PAPER_JCT_S:.0f} s)"
+    )
+    print(
+        f"  ratio policy-only / needed: {req_policy / needed:.1f}x; "
+        f"driver+policy / needed: {req_total / needed:.1f}x (one core)"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,12 @@ def _run(pd: str, agents: int, systems: list[str]) -> dict:
     start, cpu0 = time.perf_counter(), time.process_time()
     res = run_systems(systems, make_cluster("deepseek-v3.2", pd), trajs)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-    return {"wall_s": wall, "cpu_s": cpu, "requests": sum(r["num_requests"] for r in res.values()),
-            "jct_s": {k: v["jct_s"] for k, v in res.items()}}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "requests": sum(r["num_requests"] for r in res.values()),
+        "jct_s": {k: v["jct_s"] for k, v in res.items()},
+    }
 
 
 def _goals(args: argparse.Namespace) -> list[tuple[str, int, list[str], float]]:
@@ -63,11 +67,13 @@ def _measure(args: argparse.Namespace) -> list[dict]:
 def _print(row: dict) -> None:
     rate = row["requests"] / row["wall_s"]
     jcts = ", ".join(f"{k} {v:.0f}s" for k, v in row["jct_s"].items())
-    print(f"[{row['build']}] {row['pd']} {row['agents']} agents [{jcts}]: wall {row['wall_s']:.1f} s, "
-          f"CPU {row['cpu_s']:.1f} s (goal {row['goal_s']:.1f} s, ratio {row['wall_s'] / row['goal_s']:.2f} "
-          f"wall, {row['cpu_s'] / row['goal_s']:.2f} CPU), {row['requests']} requests, {rate:.0f} "
-          f"simulated req/s ({rate / VIDUR_REQ_PER_S:.0f}x Vidur's ~{VIDUR_REQ_PER_S:.0f} req/s)",
-          flush=True)
+    print(
+        f"[{row['build']}] {row['pd']} {row['agents']} agents [{jcts}]: wall {row['wall_s']:.1f} s, "
+        f"CPU {row['cpu_s']:.1f} s (goal {row['goal_s']:.1f} s, ratio {row['wall_s'] / row['goal_s']:.2f} "
+        f"wall, {row['cpu_s'] / row['goal_s']:.2f} CPU), {row['requests']} requests, {rate:.0f} "
+        f"simulated req/s ({rate / VIDUR_REQ_PER_S:.0f}x Vidur's ~{VIDUR_REQ_PER_S:.0f} req/s)",
+        flush=True,
+    )
 
 
 def _compiled_rows(args: argparse.Namespace) -> list[dict]:
@@ -92,14 +98,24 @@ def _compiled_rows(args: argparse.Namespace) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-large", action="store_true", help="only goal 1")
-    parser.add_argument("--large-agents", type=int, default=48 * 1024,
-                        help="agents for goal 2 (the goal is scaled by agents / 49,152)")
-    parser.add_argument("--build", choices=("pure", "compiled", "both"), default="pure",
-                        help="pure: this process as installed; compiled: a mypyc build of this "
-                             "checkout; both: each, with compiled / pure speed-ups")
+    parser.add_argument(
+        "--large-agents",
+        type=int,
+        default=48 * 1024,
+        help="agents for goal 2 (the goal is scaled by agents / 49,152)",
+    )
+    parser.add_argument(
+        "--build",
+        choices=("pure", "compiled", "both"),
+        default="pure",
+        help="pure: this process as installed; compiled: a mypyc build of this "
+        "checkout; both: each, with compiled / pure speed-ups",
+    )
     parser.add_argument("--json-rows", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.json_rows:  # child of --build compiled: one JSON object per goal
@@ -116,8 +132,10 @@ def main() -> None:
     for p, c in zip(pure, fast):
         if p["jct_s"] != c["jct_s"]:
             raise SystemExit(f"{p['pd']}: compiled JCTs {c['jct_s']} differ from pure {p['jct_s']}")
-        print(f"{p['pd']} {p['agents']} agents: compiled / pure speed-up {p['cpu_s'] / c['cpu_s']:.2f}x CPU, "
-              f"{p['wall_s'] / c['wall_s']:.2f}x wall (same JCTs)")
+        print(
+            f"{p['pd']} {p['agents']} agents: compiled / pure speed-up {p['cpu_s'] / c['cpu_s']:.2f}x CPU, "
+            f"{p['wall_s'] / c['wall_s']:.2f}x wall (same JCTs)"
+        )
 
 
 if __name__ == "__main__":

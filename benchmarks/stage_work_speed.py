@@ -21,8 +21,16 @@ from dualpath.planner.catalog import npu_catalog
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import get_model
 
-MODELS = ("deepseek-v4-pro", "deepseek-v4-flash", "llama-3.1-405b", "llama-4-maverick",
-          "llama-4-scout", "glm-4.6", "gpt-oss-120b", "qwen3-235b-a22b")
+MODELS = (
+    "deepseek-v4-pro",
+    "deepseek-v4-flash",
+    "llama-3.1-405b",
+    "llama-4-maverick",
+    "llama-4-scout",
+    "glm-4.6",
+    "gpt-oss-120b",
+    "qwen3-235b-a22b",
+)
 
 
 def _per_call_us(fn, calls: int) -> float:  # type: ignore[no-untyped-def]
@@ -50,17 +58,27 @@ def main() -> None:
         ffn = _per_call_us(lambda i: stage_work(model, "df", batch=1 + i % 512, context_len=100_000), n)
         work = stage_work(model, "da", batch=64, context_len=100_000)
         timed = _per_call_us(lambda i: stage_time_s(work, device), n)
-        rows.append({"model": name, "baseline_us": base, "da_hit_us": hit, "da_fresh_us": fresh,
-                     "df_us": ffn, "stage_time_us": timed,
-                     "fresh_over_baseline": fresh / base, "hit_over_baseline": hit / base})
+        rows.append(
+            {
+                "model": name,
+                "baseline_us": base,
+                "da_hit_us": hit,
+                "da_fresh_us": fresh,
+                "df_us": ffn,
+                "stage_time_us": timed,
+                "fresh_over_baseline": fresh / base,
+                "hit_over_baseline": hit / base,
+            }
+        )
     if args.json:
         print(json.dumps({"calls": n, "rows": rows}, indent=2))
         return
-    print(f"{'model':<20}{'base us':>9}{'DA hit':>9}{'DA fresh':>10}{'DF':>8}{'time':>8}"
-          f"{'fresh/base':>12}")
+    print(f"{'model':<20}{'base us':>9}{'DA hit':>9}{'DA fresh':>10}{'DF':>8}{'time':>8}{'fresh/base':>12}")
     for r in rows:
-        print(f"{r['model']:<20}{r['baseline_us']:9.1f}{r['da_hit_us']:9.1f}{r['da_fresh_us']:10.1f}"
-              f"{r['df_us']:8.1f}{r['stage_time_us']:8.2f}{r['fresh_over_baseline']:12.3f}")
+        print(
+            f"{r['model']:<20}{r['baseline_us']:9.1f}{r['da_hit_us']:9.1f}{r['da_fresh_us']:10.1f}"
+            f"{r['df_us']:8.1f}{r['stage_time_us']:8.2f}{r['fresh_over_baseline']:12.3f}"
+        )
 
 
 if __name__ == "__main__":

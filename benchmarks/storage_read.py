@@ -270,8 +270,7 @@ def main() -> None:
             rates = "  ".join(f"{k} {v:.2f}" for k, v in c["gbs_best"].items())
             cpu = "  ".join(f"{k} {v:.2f}" for k, v in c["cpu_s_per_gb"].items())
             ratios = "  ".join(
-                f"{k} {v:.2f} (paired {c['ratio_paired_median'][k]:.2f})"
-                for k, v in c["ratio"].items()
+                f"{k} {v:.2f} (paired {c['ratio_paired_median'][k]:.2f})" for k, v in c["ratio"].items()
             )
             print(f"  {mode:6} GB/s: {rates}")
             print(f"  {mode:6} CPU s/GB: {cpu}")

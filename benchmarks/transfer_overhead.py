@@ -66,8 +66,9 @@ def main() -> None:
                     h.wait(10.0)
 
             def batched(ep: str = ep, tx=tx) -> None:  # type: ignore[no-untyped-def]
-                handles = [tx.submit(ep, src.layer_items("r", layer, 0, args.tokens))
-                           for layer in range(layers)]  # one submit per layer
+                handles = [
+                    tx.submit(ep, src.layer_items("r", layer, 0, args.tokens)) for layer in range(layers)
+                ]  # one submit per layer
                 for h in handles:
                     h.wait(10.0)
 
@@ -85,11 +86,15 @@ def main() -> None:
     results["memcpy"] = _time(memcpy, args.repeats)
     n = nblocks * layers
     floor_us = results["memcpy"] / n * 1e6
-    print(f"request: {args.tokens} tokens = {nblocks} blocks x {layers} layers = {n} Layer Blocks "
-          f"of {geo.layout.layer_block_bytes} B")
+    print(
+        f"request: {args.tokens} tokens = {nblocks} blocks x {layers} layers = {n} Layer Blocks "
+        f"of {geo.layout.layer_block_bytes} B"
+    )
     print(f"{'case':32s} {'us/LayerBlock':>14s} {'us/layer':>10s} {'ms/request':>11s} {'overhead us':>12s}")
-    print(f"{'torch copy (floor)':32s} {floor_us:14.2f} {results['memcpy'] / layers * 1e6:10.1f} "
-          f"{results['memcpy'] * 1e3:11.2f} {0.0:12.2f}")
+    print(
+        f"{'torch copy (floor)':32s} {floor_us:14.2f} {results['memcpy'] / layers * 1e6:10.1f} "
+        f"{results['memcpy'] * 1e3:11.2f} {0.0:12.2f}"
+    )
     for key, total in results.items():
         if key == "memcpy":
             continue
@@ -97,8 +102,10 @@ def main() -> None:
         over = per_block - (floor_us if key.startswith("de-buffer") else 0.0)
         print(f"{key:32s} {per_block:14.2f} {total / layers * 1e6:10.1f} {total * 1e3:11.2f} {over:12.2f}")
     best = results["de-buffer-sync/batched"] / n * 1e6
-    print(f"ratio batched hand-off / 50 us goal: {best / 50:.3f}; "
-          f"batched / torch-copy floor: {results['de-buffer-sync/batched'] / results['memcpy']:.2f}x")
+    print(
+        f"ratio batched hand-off / 50 us goal: {best / 50:.3f}; "
+        f"batched / torch-copy floor: {results['de-buffer-sync/batched'] / results['memcpy']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

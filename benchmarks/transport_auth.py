@@ -15,8 +15,6 @@ import json
 import time
 
 import numpy as np
-
-
 from transport_throughput import _CopySink  # same folder: the receive side copies out
 
 
@@ -31,8 +29,10 @@ def run(total: int, block: int, batch: int, keyed: bool) -> float:
         rx.bind("rx", _CopySink(block))
         tx.add_route("rx", rx.address)
         payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
-        items = [TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
-                 for i in range(batch)]
+        items = [
+            TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
+            for i in range(batch)
+        ]
         tx.submit("rx", items).wait(30)  # warm-up: connections, handshakes
         n = max(total // (block * batch), 1)
         t0 = time.perf_counter()
@@ -55,7 +55,11 @@ def main() -> None:
     total, block = a.total_mb << 20, a.block_kb << 10
     plain = run(total, block, a.batch, keyed=False)
     curve = run(total, block, a.batch, keyed=True)
-    out = {"plain_gbps": round(plain, 3), "curve_gbps": round(curve, 3), "curve_over_plain": round(curve / plain, 3)}
+    out = {
+        "plain_gbps": round(plain, 3),
+        "curve_gbps": round(curve, 3),
+        "curve_over_plain": round(curve / plain, 3),
+    }
     if a.json:
         print(json.dumps(out))
     else:

@@ -53,8 +53,9 @@ def bench_transport(kind: str, total: int, block: int, batch: int) -> float:
     tx = make_transport(kind)
     tx.add_route("rx", q.get(timeout=60))  # type: ignore[attr-defined]
     payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
-    items = [TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
-             for i in range(batch)]
+    items = [
+        TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload) for i in range(batch)
+    ]
     tx.submit("rx", items).wait(30)  # warm-up (connections, first-touch)
     n = max(total // (block * batch), 1)
     t0 = time.perf_counter()
@@ -136,8 +137,17 @@ def main() -> None:
     ratios = {f"{k}_over_tcp": res[k] / res["tcp_loopback"] for k in args.transports.split(",")}
     ratios |= {f"{k}_over_memcpy": res[k] / res["memcpy"] for k in args.transports.split(",")}
     if args.json:
-        print(json.dumps({"gb_per_s": {k: v / 1e9 for k, v in res.items()}, "ratios": ratios,
-                          "block_bytes": block, "batch": args.batch}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "gb_per_s": {k: v / 1e9 for k, v in res.items()},
+                    "ratios": ratios,
+                    "block_bytes": block,
+                    "batch": args.batch,
+                },
+                indent=2,
+            )
+        )
         return
     print(f"block {block} B, {args.batch} blocks per submit, {args.total_mb} MiB per run")
     for k, v in res.items():

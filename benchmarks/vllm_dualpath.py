@@ -32,16 +32,37 @@ MODES = ("plain", "connector", "prefix-cache", "connector+prefix-cache")
 
 def _run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out = tmp / f"{mode}.json"
-    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", args.model, "--mode", mode,
-           "--turns", str(args.turns), "--conversations", str(args.conversations),
-           "--gen-len", str(args.gen_len), "--context-repeats", str(args.context_repeats),
-           "--vllm-block-size", str(args.block_size), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dualpath.integrations.vllm.conversation",
+        args.model,
+        "--mode",
+        mode,
+        "--turns",
+        str(args.turns),
+        "--conversations",
+        str(args.conversations),
+        "--gen-len",
+        str(args.gen_len),
+        "--context-repeats",
+        str(args.context_repeats),
+        "--vllm-block-size",
+        str(args.block_size),
+        "--out",
+        str(out),
+    ]
     if mode.startswith("connector"):
         cmd += ["--store-dir", str(tmp / f"store-{mode}")]
     print(f"running {mode} ...", file=sys.stderr, flush=True)
     with open(tmp / f"{mode}.log", "wb") as log:
-        rc = subprocess.run(cmd, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2"), stdout=log,
-                            stderr=subprocess.STDOUT, check=False).returncode
+        rc = subprocess.run(
+            cmd,
+            env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        ).returncode
     if rc != 0:
         sys.exit(f"error: {mode} run failed (rc {rc}); log: {(tmp / f'{mode}.log').read_text()[-3000:]}")
     return json.loads(out.read_text())
@@ -62,7 +83,9 @@ def main() -> None:
     p.add_argument("--conversations", type=int, default=3)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--gen-len", type=int, default=4)
-    p.add_argument("--context-repeats", type=int, default=30, help="first prompt: topic x N (~30 tokens each)")
+    p.add_argument(
+        "--context-repeats", type=int, default=30, help="first prompt: topic x N (~30 tokens each)"
+    )
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -93,13 +116,21 @@ def main() -> None:
     for col in ("mode", "start (s)", "first turn (s)", "later turns (s)", "later: hit share"):
         t.add_column(col)
     for m, r in rows.items():
-        t.add_row(m, f"{r['start_s']:.0f}", f"{r['first_s']:.3f}", f"{r['later_s']:.3f}", f"{r['later_hit_share']:.2f}")
+        t.add_row(
+            m,
+            f"{r['start_s']:.0f}",
+            f"{r['first_s']:.3f}",
+            f"{r['later_s']:.3f}",
+            f"{r['later_hit_share']:.2f}",
+        )
     Console().print(t)
-    print(f"connector: first / later turn = {result['connector_first_over_later']:.2f}x; "
-          f"plain later / connector later = {result['plain_later_over_connector_later']:.2f}x; "
-          f"connector later / prefix-cache later = {result['connector_later_over_prefix_cache_later']:.2f}x; "
-          f"connector+prefix-cache / prefix-cache: first {result['both_over_prefix_cache_first']:.2f}x, "
-          f"later {result['both_over_prefix_cache_later']:.2f}x")
+    print(
+        f"connector: first / later turn = {result['connector_first_over_later']:.2f}x; "
+        f"plain later / connector later = {result['plain_later_over_connector_later']:.2f}x; "
+        f"connector later / prefix-cache later = {result['connector_later_over_prefix_cache_later']:.2f}x; "
+        f"connector+prefix-cache / prefix-cache: first {result['both_over_prefix_cache_first']:.2f}x, "
+        f"later {result['both_over_prefix_cache_later']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

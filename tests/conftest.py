@@ -21,7 +21,8 @@ REFERENCE_DATA_DIR = data_dir()  # read once, before any test overrides the vari
 REFERENCE_MISSING = (
     f"needs the full reference data (traces, kernel tables), not found at {REFERENCE_DATA_DIR}: "
     f"set {DATA_DIR_ENV} to a copy of it (Mooncake FAST25 traces, Azure LLM 2023 traces, "
-    "aiconfigurator perf-db; origins in tests/data/README.md) or place it at ../shared/data")
+    "aiconfigurator perf-db; origins in tests/data/README.md) or place it at ../shared/data"
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,8 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _is_reference(path: Path) -> bool:
-    return (path / "traces").is_dir() and (path / "hardware").is_dir() \
-        and path.resolve() != TEST_DATA_DIR
+    return (path / "traces").is_dir() and (path / "hardware").is_dir() and path.resolve() != TEST_DATA_DIR
 
 
 @pytest.fixture(scope="session", autouse=True)

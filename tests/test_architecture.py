@@ -46,15 +46,37 @@ ALLOWED = {
     "integrations": {"core", "spec", "policy", "cost", "runtime"},
 }
 # standard-library modules a pure area never imports: clocks, threads, processes, sockets
-IMPURE = {"time", "datetime", "asyncio", "threading", "multiprocessing", "concurrent", "socket",
-          "select", "selectors", "signal", "subprocess"}
+IMPURE = {
+    "time",
+    "datetime",
+    "asyncio",
+    "threading",
+    "multiprocessing",
+    "concurrent",
+    "socket",
+    "select",
+    "selectors",
+    "signal",
+    "subprocess",
+}
 NO_STDLIB = {"policy": IMPURE | {"os"}, "sim": {"time", "datetime", "asyncio", "threading", "socket"}}
 # sim model modules that may import the driver (the policy adapter's back-pointer: ledger work)
 SIM_DRIVER_IMPORTERS = {"adapter.py", "driver.py"}
 LIGHT = {"core", "spec", "policy", "cost", "analysis", "workload", "sim", "planner"}
 # pyproject's serve extra, by import name (pyzmq -> zmq, prometheus-client -> prometheus_client)
-SERVE_EXTRA = {"torch", "transformers", "fastapi", "uvicorn", "starlette", "zmq",
-               "prometheus_client", "safetensors", "gguf", "tokenizers", "isal"}
+SERVE_EXTRA = {
+    "torch",
+    "transformers",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "zmq",
+    "prometheus_client",
+    "safetensors",
+    "gguf",
+    "tokenizers",
+    "isal",
+}
 # pyproject's base dependencies and the standard library are all a base install has
 BASE = {"numpy", "typer", "rich", "msgspec", "matplotlib", "httpx"}
 OPTIONAL_ELSEWHERE = {"pyarrow"}  # the calibrated extra: cost/tables.py reads kernel tables with it
@@ -126,15 +148,17 @@ def _imports_anywhere(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-@pytest.mark.parametrize("top,path", [m for m in _modules() if m[0] not in ("runtime", "integrations")],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "top,path", [m for m in _modules() if m[0] not in ("runtime", "integrations")], ids=lambda v: str(v)
+)
 def test_serve_extra_only_under_runtime(top: str, path: Path) -> None:
     """A base install (no serve extra) can import every module outside runtime/, whenever it
     runs: no serve library anywhere in it, lazy imports included; bench/ may use httpx only."""
     for lineno, name in _imports_anywhere(path):
         root = name.split(".")[0]
-        assert root not in SERVE_EXTRA, f"{path}:{lineno}: {top or 'dualpath'}/ imports {name} " \
-                                        "(serve extra: only runtime/ may)"
+        assert root not in SERVE_EXTRA, (
+            f"{path}:{lineno}: {top or 'dualpath'}/ imports {name} (serve extra: only runtime/ may)"
+        )
         if root in sys.stdlib_module_names or root == "dualpath":
             continue
         allowed = BASE | (OPTIONAL_ELSEWHERE if path.name == "tables.py" and top == "cost" else set())
@@ -152,8 +176,7 @@ def test_serve_extra_matches_pyproject() -> None:
     the check stays honest when pyproject.toml changes."""
     project = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())["project"]
     import_name = {"pyzmq": "zmq", "prometheus-client": "prometheus_client"}
-    serve = {import_name.get(n, n)
-             for n in _requirement_names(project["optional-dependencies"]["serve"])}
+    serve = {import_name.get(n, n) for n in _requirement_names(project["optional-dependencies"]["serve"])}
     assert serve == SERVE_EXTRA - {"starlette"}, serve ^ (SERVE_EXTRA - {"starlette"})
     assert _requirement_names(project["dependencies"]) == BASE
 
@@ -172,6 +195,8 @@ def test_vllm_only_under_integrations_vllm(top: str, path: Path) -> None:
 def test_base_import_does_not_import_vllm() -> None:
     import subprocess
 
-    code = ("import sys, dualpath, dualpath.integrations.vllm, dualpath.integrations.vllm.plan, "
-            "dualpath.integrations.vllm.settings; sys.exit('vllm' in sys.modules)")
+    code = (
+        "import sys, dualpath, dualpath.integrations.vllm, dualpath.integrations.vllm.plan, "
+        "dualpath.integrations.vllm.settings; sys.exit('vllm' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

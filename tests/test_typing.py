@@ -16,9 +16,14 @@ PACKAGES = ("core", "spec", "policy", "cost", "analysis", "workload")
 
 def test_mypy_clean_on_core_packages() -> None:
     paths = [str(ROOT / "src" / "dualpath" / p) for p in PACKAGES]
-    stdout, stderr, status = api.run([
-        "--config-file", str(ROOT / "pyproject.toml"),
-        "--cache-dir", str(ROOT / ".mypy_cache"),
-        "--no-error-summary", *paths,
-    ])
+    stdout, stderr, status = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            "--no-error-summary",
+            *paths,
+        ]
+    )
     assert status == 0, f"mypy found problems:\n{stdout}{stderr}"

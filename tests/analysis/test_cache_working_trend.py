@@ -29,8 +29,9 @@ def test_table1(name: str, index: int, context: int) -> None:
 
 
 def test_ds_v32_at_mean_context() -> None:
-    assert cache_compute_ratio(get_model("deepseek-v3.2"), 429, 32721).gb_per_pflop == \
-        pytest.approx(22, rel=0.05)
+    assert cache_compute_ratio(get_model("deepseek-v3.2"), 429, 32721).gb_per_pflop == pytest.approx(
+        22, rel=0.05
+    )
 
 
 def test_ratio_parts() -> None:

@@ -37,10 +37,10 @@ def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from dualpath.runtime.cluster.local import LocalCluster
     from dualpath.runtime.server import ServerConfig
 
-    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=1)
+    cfg = ClusterConfig(
+        kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny", num_prefill_engines=1, num_decode_engines=1
+    )
     with LocalCluster(cfg) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny"))
+        app = create_app(cluster.address, CharTokenizer(vocab_size=512), ServerConfig(model_name="tiny"))
         with BackgroundServer(app) as srv:
             yield srv.url

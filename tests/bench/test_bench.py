@@ -18,8 +18,7 @@ from dualpath.core.errors import ConfigError
 
 def test_two_agents_two_turns_replay_exact_contexts(fake_server, tmp_path) -> None:
     url, fake = fake_server
-    cfg = BenchConfig(url=url, num_agents=2, maxlen=8192, max_turns=2, seed=1, ttft_slo_s=60,
-                      tpot_slo_s=10)
+    cfg = BenchConfig(url=url, num_agents=2, maxlen=8192, max_turns=2, seed=1, ttft_slo_s=60, tpot_slo_s=10)
     run = asyncio.run(run_bench(cfg))
     assert run.endpoint.max_context_len == 2048 and run.endpoint.vocab_size == 256
     assert len(run.results) == 4 and all(r.error is None for r in run.results)
@@ -34,7 +33,7 @@ def test_two_agents_two_turns_replay_exact_contexts(fake_server, tmp_path) -> No
         # turn 2's prompt = turn 1's prompt + turn 1's generated ids + the new append
         t1 = next(p for p in prompts if len(p) == res[0].prompt_len)
         t2 = next(p for p in prompts if len(p) == res[1].prompt_len and p[: len(t1)] == t1)
-        assert t2[len(t1): len(t1) + a.turns[0].gen_len] == res[0].token_ids
+        assert t2[len(t1) : len(t1) + a.turns[0].gen_len] == res[0].token_ids
         assert len(t2) == len(t1) + a.turns[0].gen_len + a.turns[1].append_len
     result = summarize(run)
     assert result["completed"] == 4 and result["failed"] == 0 and result["failure_reasons"] == {}
@@ -82,7 +81,8 @@ def test_request_timeout_fails_the_request_with_its_reason(fake_server) -> None:
     result = summarize(asyncio.run(run_bench(cfg)))
     assert result["failed"] == 2
     assert list(result["failure_reasons"]) == [
-        "request timeout: no complete answer within 0.05 s (--request-timeout)"]
+        "request timeout: no complete answer within 0.05 s (--request-timeout)"
+    ]
 
 
 def test_duration_limit_cancels_and_counts_unfinished(fake_server) -> None:
@@ -97,8 +97,9 @@ def test_duration_limit_cancels_and_counts_unfinished(fake_server) -> None:
 def test_max_concurrency_caps_requests_in_flight(fake_server) -> None:
     url, fake = fake_server
     fake.token_delay_s = 0.01
-    cfg = BenchConfig(url=url, dataset_name="random", num_prompts=4, input_len=8, output_len=3,
-                      max_concurrency=1)
+    cfg = BenchConfig(
+        url=url, dataset_name="random", num_prompts=4, input_len=8, output_len=3, max_concurrency=1
+    )
     run = asyncio.run(run_bench(cfg))
     assert all(r.ok for r in run.results)
     spans = sorted((r.sent_s, r.sent_s + r.e2e_s) for r in run.results)
@@ -145,11 +146,24 @@ def test_text_only_chunks_count_one_token_each() -> None:
     assert res.itls_s == [pytest.approx(0.2)]
 
 
-@pytest.mark.parametrize("kw", [
-    {"url": "127.0.0.1:8000"}, {"num_agents": 0}, {"request_rate": 0}, {"maxlen": 1},
-    {"tpot_slo_s": -1}, {"request_timeout_s": 0}, {"dataset_name": "sharegpt"},
-    {"dataset_name": "mooncake"}, {"num_prompts": 5}, {"max_concurrency": 0},
-    {"percentile_metrics": "ttft,foo"}, {"metric_percentiles": "0,101"}, {"time_scale": 0}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"url": "127.0.0.1:8000"},
+        {"num_agents": 0},
+        {"request_rate": 0},
+        {"maxlen": 1},
+        {"tpot_slo_s": -1},
+        {"request_timeout_s": 0},
+        {"dataset_name": "sharegpt"},
+        {"dataset_name": "mooncake"},
+        {"num_prompts": 5},
+        {"max_concurrency": 0},
+        {"percentile_metrics": "ttft,foo"},
+        {"metric_percentiles": "0,101"},
+        {"time_scale": 0},
+    ],
+)
 def test_bad_config(kw) -> None:
     with pytest.raises(ConfigError):
         BenchConfig(**kw)

@@ -10,15 +10,41 @@ from typer.testing import CliRunner
 from dualpath.cli.bench import register
 
 # vllm bench serve's result keys (benchmarks/serve.py) that every result here carries
-VLLM_KEYS = ("date", "backend", "label", "model_id", "num_prompts", "request_rate", "burstiness",
-             "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
-             "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
-             "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests",
-             *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-               for s in ("mean", "median", "std", "p99")))
-AGENT_KEYS = ("mean_ttst_ms", "median_ttst_ms", "p99_ttst_ms", "mean_jct_ms", "p99_jct_ms",
-              "num_agents", "agents_completed", "agent_throughput", "cache_hit_rate",
-              "failure_reasons", "slo_attainment")
+VLLM_KEYS = (
+    "date",
+    "backend",
+    "label",
+    "model_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")),
+)
+AGENT_KEYS = (
+    "mean_ttst_ms",
+    "median_ttst_ms",
+    "p99_ttst_ms",
+    "mean_jct_ms",
+    "p99_jct_ms",
+    "num_agents",
+    "agents_completed",
+    "agent_throughput",
+    "cache_hit_rate",
+    "failure_reasons",
+    "slo_attainment",
+)
 
 
 def _app() -> typer.Typer:
@@ -34,18 +60,54 @@ def _app() -> typer.Typer:
 
 def test_bench_saves_a_vllm_style_result(fake_server, tmp_path) -> None:
     url, fake = fake_server
-    result = CliRunner().invoke(_app(), [
-        "bench", "--base-url", url, "--agents", "2", "--maxlen", "8k", "--max-turns", "2",
-        "--seed", "1", "--ttft-slo", "30", "--tpot-slo-ms", "5000", "--metric-percentiles",
-        "50,99", "--save-result", "--save-detailed", "--result-dir", str(tmp_path / "o"),
-        "--result-filename", "r.json"])
+    result = CliRunner().invoke(
+        _app(),
+        [
+            "bench",
+            "--base-url",
+            url,
+            "--agents",
+            "2",
+            "--maxlen",
+            "8k",
+            "--max-turns",
+            "2",
+            "--seed",
+            "1",
+            "--ttft-slo",
+            "30",
+            "--tpot-slo-ms",
+            "5000",
+            "--metric-percentiles",
+            "50,99",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(tmp_path / "o"),
+            "--result-filename",
+            "r.json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for line in ("============ Serving Benchmark Result ============", "Successful requests:",
-                 "Benchmark duration (s):", "Total input tokens:", "Request throughput (req/s):",
-                 "Output token throughput (tok/s):", "Mean TTFT (ms):", "Median TTFT (ms):",
-                 "P99 TTFT (ms):", "P50 TPOT (ms):", "Mean ITL (ms):", "Mean E2EL (ms):",
-                 "Mean TTST (ms):", "Agents completed:", "Mean JCT (ms):", "Server cache hit rate:"):
+    for line in (
+        "============ Serving Benchmark Result ============",
+        "Successful requests:",
+        "Benchmark duration (s):",
+        "Total input tokens:",
+        "Request throughput (req/s):",
+        "Output token throughput (tok/s):",
+        "Mean TTFT (ms):",
+        "Median TTFT (ms):",
+        "P99 TTFT (ms):",
+        "P50 TPOT (ms):",
+        "Mean ITL (ms):",
+        "Mean E2EL (ms):",
+        "Mean TTST (ms):",
+        "Agents completed:",
+        "Mean JCT (ms):",
+        "Server cache hit rate:",
+    ):
         assert line in out, line
     saved = json.loads((tmp_path / "o" / "r.json").read_text())
     for key in (*VLLM_KEYS, *AGENT_KEYS, "p50_ttft_ms"):
@@ -58,10 +120,28 @@ def test_bench_saves_a_vllm_style_result(fake_server, tmp_path) -> None:
 def test_default_result_filename_is_vllms(fake_server, tmp_path, monkeypatch) -> None:
     url, _ = fake_server
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(_app(), [
-        "bench", "--url", url, "--dataset-name", "random", "--num-prompts", "3", "--input-len",
-        "5", "--output-len", "2", "--request-rate", "50", "--max-concurrency", "2",
-        "--save-result", "--json"])
+    result = CliRunner().invoke(
+        _app(),
+        [
+            "bench",
+            "--url",
+            url,
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "3",
+            "--input-len",
+            "5",
+            "--output-len",
+            "2",
+            "--request-rate",
+            "50",
+            "--max-concurrency",
+            "2",
+            "--save-result",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["completed"] == 3 and data["request_rate"] == 50.0 and data["max_concurrency"] == 2
@@ -72,8 +152,21 @@ def test_default_result_filename_is_vllms(fake_server, tmp_path, monkeypatch) ->
 def test_failed_requests_exit_nonzero_with_reasons(fake_server) -> None:
     url, fake = fake_server
     fake.token_delay_s = 0.5
-    args = ["bench", "--url", url, "--agents", "2", "--maxlen", "64", "--max-turns", "1",
-            "--output-len", "4", "--request-timeout", "0.05"]
+    args = [
+        "bench",
+        "--url",
+        url,
+        "--agents",
+        "2",
+        "--maxlen",
+        "64",
+        "--max-turns",
+        "1",
+        "--output-len",
+        "4",
+        "--request-timeout",
+        "0.05",
+    ]
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 1, result.output
     assert "Failed requests:                         2" in result.stdout
@@ -85,8 +178,9 @@ def test_failed_requests_exit_nonzero_with_reasons(fake_server) -> None:
 
 def test_bench_table_output_online(fake_server) -> None:
     url, _ = fake_server
-    result = CliRunner().invoke(_app(), ["bench", "--url", url, "--agents", "3", "--aps", "50",
-                                         "--maxlen", "300", "--max-turns", "1"])
+    result = CliRunner().invoke(
+        _app(), ["bench", "--url", url, "--agents", "3", "--aps", "50", "--maxlen", "300", "--max-turns", "1"]
+    )
     assert result.exit_code == 0, result.output
     assert "Request rate configured (RPS):           50.00" in result.stdout
     assert "Agents completed:                        3/3" in result.stdout

@@ -109,10 +109,12 @@ def test_trace_replay_sends_on_schedule_with_shared_prefixes(fake_server, trace:
 
 
 def test_prometheus_counters_and_hit_rate() -> None:
-    text = ('# HELP dualpath_store_hit_tokens_total x\n# TYPE dualpath_store_hit_tokens_total counter\n'
-            'dualpath_store_hit_tokens_total 100.0\ndualpath_prompt_tokens_total 400.0\n'
-            'vllm:prefix_cache_hits_total{model_name="a b"} 3\n'
-            'vllm:prefix_cache_hits_total{model_name="c"} 4\n')
+    text = (
+        '# HELP dualpath_store_hit_tokens_total x\n# TYPE dualpath_store_hit_tokens_total counter\n'
+        'dualpath_store_hit_tokens_total 100.0\ndualpath_prompt_tokens_total 400.0\n'
+        'vllm:prefix_cache_hits_total{model_name="a b"} 3\n'
+        'vllm:prefix_cache_hits_total{model_name="c"} 4\n'
+    )
     before = parse_counters(text)
     assert before["vllm:prefix_cache_hits_total"] == 7.0
     after = dict(before, dualpath_store_hit_tokens_total=400.0, dualpath_prompt_tokens_total=1000.0)

@@ -10,11 +10,22 @@ from typer.testing import CliRunner
 
 from dualpath.cli.bench import register
 
-VLLM_KEYS = ("date", "model_id", "num_prompts", "request_rate", "max_concurrency", "duration",
-             "completed", "failed", "total_input_tokens", "total_output_tokens",
-             "request_throughput", "output_throughput", "total_token_throughput",
-             *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-               for s in ("mean", "median", "std", "p99")))
+VLLM_KEYS = (
+    "date",
+    "model_id",
+    "num_prompts",
+    "request_rate",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")),
+)
 
 
 def _app() -> typer.Typer:
@@ -29,10 +40,31 @@ def _app() -> typer.Typer:
 
 
 def test_bench_against_a_real_cluster(real_server, tmp_path) -> None:
-    result = CliRunner().invoke(_app(), [
-        "bench", "--base-url", real_server, "--agents", "2", "--maxlen", "512", "--max-turns", "3",
-        "--output-len", "4", "--max-concurrency", "2", "--request-timeout", "120",
-        "--save-result", "--result-dir", str(tmp_path), "--result-filename", "real.json"])
+    result = CliRunner().invoke(
+        _app(),
+        [
+            "bench",
+            "--base-url",
+            real_server,
+            "--agents",
+            "2",
+            "--maxlen",
+            "512",
+            "--max-turns",
+            "3",
+            "--output-len",
+            "4",
+            "--max-concurrency",
+            "2",
+            "--request-timeout",
+            "120",
+            "--save-result",
+            "--result-dir",
+            str(tmp_path),
+            "--result-filename",
+            "real.json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "real.json").read_text())
     for key in (*VLLM_KEYS, "mean_ttst_ms", "mean_jct_ms", "agent_throughput", "cache_hit_rate"):

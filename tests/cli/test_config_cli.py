@@ -19,8 +19,12 @@ from dualpath.spec.hardware import NODES
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from dualpath.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", "from dualpath.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _one_error(done: subprocess.CompletedProcess[str]) -> str:
@@ -41,19 +45,36 @@ def test_default_of_reads_dataclasses_and_structs() -> None:
         default_of(SimConfig, "no_such_field")
 
 
-@pytest.mark.parametrize("args,named", [
-    (["simulate", "--node", "nosuch"], "node='nosuch'"),
-    (["simulate", "--cost-model", "nosuch"], "cost model='nosuch'"),
-    (["simulate", "--snic-directions", "half"], "snic_directions='half'"),
-    (["simulate", "--snic-gbps", "-1"], "snic_gbps=-1.0"),
-    (["simulate", "--system", "nosuch"], "system='nosuch'"),
-    (["serve", "--kv-dir", "/nonexistent/kv", "--policy", "nosuch"], "policy='nosuch'"),
-    (["serve", "--kv-dir", "/nonexistent/kv", "--transport", "carrier-pigeon"],
-     "transport='carrier-pigeon'"),
-    (["serve", "--kv-dir", "/nonexistent/kv", "--snic-gbps", "0"], "snic_gbps=0.0"),
-    (["engine", "--role", "both", "--scheduler", "127.0.0.1:9", "--node-id", "0",
-      "--kv-dir", "/nonexistent/kv"], "role='both'"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["simulate", "--node", "nosuch"], "node='nosuch'"),
+        (["simulate", "--cost-model", "nosuch"], "cost model='nosuch'"),
+        (["simulate", "--snic-directions", "half"], "snic_directions='half'"),
+        (["simulate", "--snic-gbps", "-1"], "snic_gbps=-1.0"),
+        (["simulate", "--system", "nosuch"], "system='nosuch'"),
+        (["serve", "--kv-dir", "/nonexistent/kv", "--policy", "nosuch"], "policy='nosuch'"),
+        (
+            ["serve", "--kv-dir", "/nonexistent/kv", "--transport", "carrier-pigeon"],
+            "transport='carrier-pigeon'",
+        ),
+        (["serve", "--kv-dir", "/nonexistent/kv", "--snic-gbps", "0"], "snic_gbps=0.0"),
+        (
+            [
+                "engine",
+                "--role",
+                "both",
+                "--scheduler",
+                "127.0.0.1:9",
+                "--node-id",
+                "0",
+                "--kv-dir",
+                "/nonexistent/kv",
+            ],
+            "role='both'",
+        ),
+    ],
+)
 def test_bad_values_exit_2_naming_the_value(args: list[str], named: str) -> None:
     assert named in _one_error(_cli(*args))
 
@@ -73,15 +94,28 @@ def test_help_lists_the_registries() -> None:
 
 
 def test_simulate_node_and_snic_gbps(tmp_path: Path) -> None:
-    common = ("simulate", "--model", "ds-27b", "--pd", "1p1d", "--agents", "4", "--maxlen", "32k",
-              "--system", "dualpath", "--json")
+    common = (
+        "simulate",
+        "--model",
+        "ds-27b",
+        "--pd",
+        "1p1d",
+        "--agents",
+        "4",
+        "--maxlen",
+        "32k",
+        "--system",
+        "dualpath",
+        "--json",
+    )
     base = json.loads(_cli(*common).stdout)
     slow = json.loads(_cli(*common, "--snic-gbps", "10").stdout)
     other = json.loads(_cli(*common, "--node", "dgx-a100").stdout)
     assert "snic_gbps" not in base and "node" not in base  # the default JSON is unchanged
     assert slow["snic_gbps"] == 10.0 and other["node"] == "dgx-a100"
-    jct = {k: r["systems"]["dualpath"]["jct_s"] for k, r in
-           (("base", base), ("slow", slow), ("other", other))}
+    jct = {
+        k: r["systems"]["dualpath"]["jct_s"] for k, r in (("base", base), ("slow", slow), ("other", other))
+    }
     assert jct["slow"] > jct["base"]  # 10 Gbit/s instead of 400: reads take longer
     assert jct["other"] != jct["base"]
 

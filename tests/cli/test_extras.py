@@ -12,8 +12,18 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-SERVE_EXTRA = ("torch", "transformers", "tokenizers", "gguf", "safetensors", "fastapi", "uvicorn",
-               "zmq", "prometheus_client", "isal")
+SERVE_EXTRA = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "gguf",
+    "safetensors",
+    "fastapi",
+    "uvicorn",
+    "zmq",
+    "prometheus_client",
+    "isal",
+)
 # Runs the CLI with the named top-level modules unimportable, as in a base install.
 BLOCKED_CLI = """
 import importlib.abc, sys
@@ -30,16 +40,31 @@ main()
 """
 
 
-def _run(args: list[str], blocked: tuple[str, ...] = (*SERVE_EXTRA, "pyarrow", "pandas")
-         ) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], blocked: tuple[str, ...] = (*SERVE_EXTRA, "pyarrow", "pandas")
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-c", BLOCKED_CLI, ",".join(blocked), *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKED_CLI, ",".join(blocked), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["simulate", "--help"], ["plan", "--help"], ["workload", "--help"], ["bench", "--help"],
-    ["serve", "--help"], ["check", "--help"], ["models", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "--help"],
+        ["plan", "--help"],
+        ["workload", "--help"],
+        ["bench", "--help"],
+        ["serve", "--help"],
+        ["check", "--help"],
+        ["models", "--json"],
+    ],
+)
 def test_help_and_tables_without_the_extras(args: list[str]) -> None:
     result = _run(args)
     assert result.returncode == 0, result.stderr
@@ -55,8 +80,16 @@ def test_base_commands_run_without_the_extras() -> None:
     assert stats.returncode == 0, stats.stderr
 
 
-@pytest.mark.parametrize("args", [["serve"], ["serve", "--kv-dir", "/nonexistent"], ["demo", "--tiny"],
-                                  ["engine", "--role", "prefill"], ["check", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve"],
+        ["serve", "--kv-dir", "/nonexistent"],
+        ["demo", "--tiny"],
+        ["engine", "--role", "prefill"],
+        ["check", "--json"],
+    ],
+)
 def test_serve_commands_name_the_extra(args: list[str]) -> None:
     result = _run(args, blocked=("torch", "fastapi"))
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -67,15 +100,41 @@ def test_serve_commands_name_the_extra(args: list[str]) -> None:
 
 
 def test_calibrated_without_pyarrow_names_its_extra() -> None:
-    result = _run(["simulate", "--agents", "4", "--maxlen", "32k", "--system", "dualpath",
-                   "--cost-model", "calibrated", "--json"], blocked=("pyarrow",))
+    result = _run(
+        [
+            "simulate",
+            "--agents",
+            "4",
+            "--maxlen",
+            "32k",
+            "--system",
+            "dualpath",
+            "--cost-model",
+            "calibrated",
+            "--json",
+        ],
+        blocked=("pyarrow",),
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # (after the simulator's progress output)
     assert last.startswith("error:") and "pip install 'dualpath[calibrated]'" in last
 
 
 def test_calibrated_with_pyarrow_runs_on_the_shipped_tables() -> None:
-    result = _run(["simulate", "--agents", "4", "--maxlen", "32k", "--system", "dualpath",
-                   "--cost-model", "calibrated", "--json"], blocked=SERVE_EXTRA)
+    result = _run(
+        [
+            "simulate",
+            "--agents",
+            "4",
+            "--maxlen",
+            "32k",
+            "--system",
+            "dualpath",
+            "--cost-model",
+            "calibrated",
+            "--json",
+        ],
+        blocked=SERVE_EXTRA,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["systems"]["dualpath"]["jct_s"] > 0

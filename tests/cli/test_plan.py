@@ -45,19 +45,41 @@ def test_pd_range_table() -> None:
 
 
 def test_cache_ratio_json() -> None:
-    out = _json("plan", "cache-ratio", "--model", "qwen2.5-32b", "--append", "429",
-                "--context", "16k", "--context", "64K")
+    out = _json(
+        "plan",
+        "cache-ratio",
+        "--model",
+        "qwen2.5-32b",
+        "--append",
+        "429",
+        "--context",
+        "16k",
+        "--context",
+        "64K",
+    )
     assert out["model"] == "qwen2.5-32b"
     assert [r["context"] for r in out["ratios"]] == [16384, 65536]
     assert out["ratios"][0]["gb_per_pflop"] == pytest.approx(117, rel=0.1)
     assert out["ratios"][1]["gb_per_pflop"] == pytest.approx(267, rel=0.1)
-    commas = _json("plan", "cache-ratio", "--model", "qwen2.5-32b", "--context", "16k,32k", "--context", "64k")
+    commas = _json(
+        "plan", "cache-ratio", "--model", "qwen2.5-32b", "--context", "16k,32k", "--context", "64k"
+    )
     assert [r["context"] for r in commas["ratios"]] == [16384, 32768, 65536]
 
 
 def test_working_set_json() -> None:
-    out = _json("plan", "working-set", "--model", "deepseek-v3.2", "--aps", "0.45",
-                "--mean-jct-s", "1100", "--mean-total-len", "55958")
+    out = _json(
+        "plan",
+        "working-set",
+        "--model",
+        "deepseek-v3.2",
+        "--aps",
+        "0.45",
+        "--mean-jct-s",
+        "1100",
+        "--mean-total-len",
+        "55958",
+    )
     assert out["working_set_gb"] == pytest.approx(681, rel=0.15)
 
 
@@ -83,8 +105,21 @@ def test_console_entry_reports_error_line_and_exit_code_2() -> None:
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", "from dualpath.cli import main; main()", "plan", "cache-ratio",
-         "--model", "nope", "--json"], capture_output=True, text=True, timeout=60, check=False)
+        [
+            sys.executable,
+            "-c",
+            "from dualpath.cli import main; main()",
+            "plan",
+            "cache-ratio",
+            "--model",
+            "nope",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("error: model='nope'") and "deepseek-v3.2" in proc.stderr

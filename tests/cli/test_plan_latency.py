@@ -12,9 +12,28 @@ from dualpath.cli import app
 from dualpath.cli.plan_latency import CSV_COLUMNS
 
 runner = CliRunner()
-AGG = ["plan", "latency", "--model", "Qwen/Qwen3-32B", "--system", "h100_sxm", "--backend", "trtllm",
-       "--precision", "fp8", "--mode", "agg", "--isl", "4000", "--osl", "500", "--batch", "32",
-       "--tp", "2"]
+AGG = [
+    "plan",
+    "latency",
+    "--model",
+    "Qwen/Qwen3-32B",
+    "--system",
+    "h100_sxm",
+    "--backend",
+    "trtllm",
+    "--precision",
+    "fp8",
+    "--mode",
+    "agg",
+    "--isl",
+    "4000",
+    "--osl",
+    "500",
+    "--batch",
+    "32",
+    "--tp",
+    "2",
+]
 
 
 def test_json_keys() -> None:
@@ -28,12 +47,42 @@ def test_json_keys() -> None:
 
 
 def test_disagg_json() -> None:
-    result = runner.invoke(app, [
-        "plan", "latency", "--model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm",
-        "--mode", "disagg", "--isl", "2000", "--osl", "200", "--batch", "16",
-        "--prefill-tp", "8", "--prefill-workers", "1", "--prefill-batch", "1",
-        "--decode-tp", "8", "--decode-workers", "1", "--decode-batch", "64",
-        "--decode-attention-dp", "8", "--decode-moe-ep", "8", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "latency",
+            "--model",
+            "deepseek-ai/DeepSeek-V3",
+            "--system",
+            "h200_sxm",
+            "--mode",
+            "disagg",
+            "--isl",
+            "2000",
+            "--osl",
+            "200",
+            "--batch",
+            "16",
+            "--prefill-tp",
+            "8",
+            "--prefill-workers",
+            "1",
+            "--prefill-batch",
+            "1",
+            "--decode-tp",
+            "8",
+            "--decode-workers",
+            "1",
+            "--decode-batch",
+            "64",
+            "--decode-attention-dp",
+            "8",
+            "--decode-moe-ep",
+            "8",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["mode"] == "disagg" and "kv_transfer" in out["breakdown"]["ttft"]
@@ -50,20 +99,44 @@ def test_table_output_and_bad_option() -> None:
 
 def _row(**kw: object) -> dict[str, object]:
     row: dict[str, object] = {c: "" for c in CSV_COLUMNS}
-    row.update(model_path="Qwen/Qwen3-32B", system="h100_sxm", backend="trtllm", precision="fp8",
-               mode="agg", isl=4000, osl=500, gemm_quant_mode="fp8", batch_size=32, tp_size=2,
-               pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1)
+    row.update(
+        model_path="Qwen/Qwen3-32B",
+        system="h100_sxm",
+        backend="trtllm",
+        precision="fp8",
+        mode="agg",
+        isl=4000,
+        osl=500,
+        gemm_quant_mode="fp8",
+        batch_size=32,
+        tp_size=2,
+        pp_size=1,
+        attention_dp_size=1,
+        moe_tp_size=1,
+        moe_ep_size=1,
+    )
     row.update(kw)
     return row
 
 
 def test_csv_round_trip_with_a_bad_row(tmp_path: Path) -> None:
     src, dst = tmp_path / "rows.csv", tmp_path / "out" / "pred.csv"
-    rows = [_row(), _row(model_path="acme/NoSuchModel"),
-            _row(mode="disagg", tp_size="", batch_size=64, prefill_batch_size=1,
-                 prefill_num_workers=2, prefill_tp_size=2, decode_batch_size=32,
-                 decode_num_workers=2, decode_tp_size=2),
-            _row(isl="12.5")]
+    rows = [
+        _row(),
+        _row(model_path="acme/NoSuchModel"),
+        _row(
+            mode="disagg",
+            tp_size="",
+            batch_size=64,
+            prefill_batch_size=1,
+            prefill_num_workers=2,
+            prefill_tp_size=2,
+            decode_batch_size=32,
+            decode_num_workers=2,
+            decode_tp_size=2,
+        ),
+        _row(isl="12.5"),
+    ]
     with open(src, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, "note"])
         writer.writeheader()
@@ -88,6 +161,7 @@ def test_csv_round_trip_with_a_bad_row(tmp_path: Path) -> None:
 def test_csv_needs_out_and_a_file(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "latency", "--csv", str(tmp_path / "x.csv")])
     assert result.exit_code != 0 and "--out" in str(result.exception)
-    result = runner.invoke(app, ["plan", "latency", "--csv", str(tmp_path / "x.csv"), "--out",
-                                 str(tmp_path / "y.csv")])
+    result = runner.invoke(
+        app, ["plan", "latency", "--csv", str(tmp_path / "x.csv"), "--out", str(tmp_path / "y.csv")]
+    )
     assert result.exit_code != 0 and "no such file" in str(result.exception)

@@ -10,17 +10,42 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.parametrize("args,named", [
-    (["serve", "--kv-file-mode", "0644"], "kv_file_mode='0644'"),
-    (["serve", "--kv-file-mode", "rw"], "kv_file_mode='rw'"),
-    (["serve", "--kv-capacity-gb", "-2"], "kv_capacity_gb=-2.0"),
-    (["engine", "--role", "decode", "--scheduler", "127.0.0.1:9", "--node-id", "0",
-      "--kv-file-mode", "0700"], "kv_file_mode='0700'"),
-])
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["serve", "--kv-file-mode", "0644"], "kv_file_mode='0644'"),
+        (["serve", "--kv-file-mode", "rw"], "kv_file_mode='rw'"),
+        (["serve", "--kv-capacity-gb", "-2"], "kv_capacity_gb=-2.0"),
+        (
+            [
+                "engine",
+                "--role",
+                "decode",
+                "--scheduler",
+                "127.0.0.1:9",
+                "--node-id",
+                "0",
+                "--kv-file-mode",
+                "0700",
+            ],
+            "kv_file_mode='0700'",
+        ),
+    ],
+)
 def test_bad_kv_options_exit_2_naming_the_value(tmp_path: Path, args: list[str], named: str) -> None:
-    done = subprocess.run([sys.executable, "-c", "from dualpath.cli import main; main()", *args,
-                           "--kv-dir", str(tmp_path / "kv")], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dualpath.cli import main; main()",
+            *args,
+            "--kv-dir",
+            str(tmp_path / "kv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], done.stderr

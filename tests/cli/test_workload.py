@@ -43,8 +43,20 @@ def test_stats_of_a_trace() -> None:
 
 def test_generate_writes_jsonl(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
-    out = _json("workload", "generate", "--maxlen", "48k", "--num", "8", "--seed", "2",
-                "--agents", "12", "--out", str(path))
+    out = _json(
+        "workload",
+        "generate",
+        "--maxlen",
+        "48k",
+        "--num",
+        "8",
+        "--seed",
+        "2",
+        "--agents",
+        "12",
+        "--out",
+        str(path),
+    )
     trajs = load_jsonl(path)
     assert out["num_trajectories"] == len(trajs) == 12
     assert sum(t.parent_id is not None for t in trajs) == 4

@@ -51,8 +51,9 @@ def test_ctl_overtakes_kv_backlog() -> None:
 @pytest.mark.parametrize("directions", ["shared", "duplex"])
 def test_snic_directions_mean_the_same_in_both_drivers(directions: str) -> None:
     node = Node(0, "pe", RATE, 1e12, 0.0, snic_directions=directions)
-    traffic = TrafficManager(engine_id=0, node_id=0, snic_gbps=8e-6, cnic_gbps=None,
-                             shared_dir=None, snic_directions=directions)  # 8e-6 Gbit/s = 1000 B/s
+    traffic = TrafficManager(
+        engine_id=0, node_id=0, snic_gbps=8e-6, cnic_gbps=None, shared_dir=None, snic_directions=directions
+    )  # 8e-6 Gbit/s = 1000 B/s
     try:
         assert (node.snic_tx is node.snic) == (directions == "shared")
         assert (traffic.snic_tx is traffic.snic) == (directions == "shared")

@@ -12,9 +12,19 @@ from dualpath.spec.models import ModelSpec, get_model
 def make_dense_model(**overrides: object) -> ModelSpec:
     """A 2-layer dense GQA model with round shapes (bf16 weights and KV)."""
     fields: dict[str, object] = dict(
-        name="tiny-dense", source="test", num_layers=2, hidden_size=4096, vocab_size=32000,
-        attention_kind="gqa", num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-        kv_dtype_bytes=2, weight_dtype_bytes=2, total_params=1_000_000_000,
+        name="tiny-dense",
+        source="test",
+        num_layers=2,
+        hidden_size=4096,
+        vocab_size=32000,
+        attention_kind="gqa",
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        kv_dtype_bytes=2,
+        weight_dtype_bytes=2,
+        total_params=1_000_000_000,
         active_params=1_000_000_000,
     )
     fields.update(overrides)

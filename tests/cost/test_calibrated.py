@@ -48,9 +48,18 @@ def test_moe_rows_at_table_points(cal16, h100_tables, ds32) -> None:  # type: ig
     frame = h100_tables.frame("moe", "moe_perf")
     fraction = model_shape(ds32).moe_layer_fraction
     for tokens in (1, 512, 16384):
-        row = _row_s(frame, moe_dtype="fp8_block", num_tokens=tokens, hidden_size=7168,
-                     inter_size=2048, topk=8, num_experts=256, moe_tp_size=1, moe_ep_size=16,
-                     distribution="balanced")
+        row = _row_s(
+            frame,
+            moe_dtype="fp8_block",
+            num_tokens=tokens,
+            hidden_size=7168,
+            inter_size=2048,
+            topk=8,
+            num_experts=256,
+            moe_tp_size=1,
+            moe_ep_size=16,
+            distribution="balanced",
+        )
         assert cal16.moe_op_s(ds32, tokens) == pytest.approx(row * fraction, rel=1e-9)
 
 
@@ -62,8 +71,16 @@ def test_decode_attention_rows_at_table_points(h100, h100_tables) -> None:  # ty
     assert cost.decode_attention_layer_s(v3, [32767] * 64) == pytest.approx(row, rel=1e-9)
     qwen = get_model("qwen2.5-32b")
     frame = h100_tables.frame("attention", "generation_attention_perf")
-    row = _row_s(frame, num_heads=40, num_key_value_heads=8, head_dim=128, window_size=0,
-                 kv_cache_dtype="bfloat16", batch_size=16, step=8191)
+    row = _row_s(
+        frame,
+        num_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        window_size=0,
+        kv_cache_dtype="bfloat16",
+        batch_size=16,
+        step=8191,
+    )
     assert cost.decode_attention_layer_s(qwen, [8191] * 16) == pytest.approx(row, rel=1e-9)
 
 
@@ -71,8 +88,17 @@ def test_prefill_attention_row_without_cache(h100, h100_tables) -> None:  # type
     qwen = get_model("qwen2.5-32b")
     cost = make_cost_model("calibrated", h100)
     frame = h100_tables.frame("attention", "context_attention_perf")
-    row = _row_s(frame, num_heads=40, num_key_value_heads=8, head_dim=128, window_size=0,
-                 attn_dtype="bfloat16", kv_cache_dtype="bfloat16", batch_size=4, isl=4096)
+    row = _row_s(
+        frame,
+        num_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        window_size=0,
+        attn_dtype="bfloat16",
+        kv_cache_dtype="bfloat16",
+        batch_size=4,
+        isl=4096,
+    )
     assert cost.prefill_attention_layer_s(qwen, [(0, 4096)] * 4) == pytest.approx(row, rel=1e-6)
 
 
@@ -159,7 +185,9 @@ def test_slice_matches_full_tables(model_name, h100, reference_data) -> None:  #
         for items in ([(0, 4096)] * 2, [(32768, 429)] * 8):
             assert cut.prefill_iteration_time_s(model, items) == full.prefill_iteration_time_s(model, items)
         for batch in (1, 64, 512):
-            assert cut.decode_step_time_s(model, [8192] * batch) == full.decode_step_time_s(model, [8192] * batch)
+            assert cut.decode_step_time_s(model, [8192] * batch) == full.decode_step_time_s(
+                model, [8192] * batch
+            )
         assert cut.describe()["coverage"] == full.describe()["coverage"]
 
 

@@ -61,8 +61,9 @@ def test_floor_below_and_growth_above() -> None:
 
 def test_ragged_grid_uses_each_branch() -> None:
     # the second axis is measured at different values under each first-axis value
-    grid = Grid.from_points(("heads", "batch"), (1, 1),
-                            [((8, 1), 1.0), ((8, 4), 4.0), ((16, 2), 4.0), ((16, 8), 16.0)])
+    grid = Grid.from_points(
+        ("heads", "batch"), (1, 1), [((8, 1), 1.0), ((8, 4), 4.0), ((16, 2), 4.0), ((16, 8), 16.0)]
+    )
     assert grid(8, 4) == 4.0 and grid(16, 2) == 4.0
     assert grid(8, 2) == pytest.approx(2.0)
     assert 2.0 < grid(12, 2) < 4.0

@@ -20,8 +20,10 @@ def _rows(data: Path, system: str, rel: str, **equal: object) -> list[dict]:
 def test_gemm_exact_at_table_points_and_monotone(shipped_data: Path) -> None:
     # the shipped H100 slice has fp8_block GEMMs at n = k = 7168 (tests/data/README.md)
     kt = KernelTables.load(get_system("h100_sxm"), shipped_data)
-    rows = sorted(_rows(shipped_data, "h100_sxm", "gemm/*/*/gemm_perf.parquet",
-                        gemm_dtype="fp8_block", n=7168, k=7168), key=lambda r: r["m"])
+    rows = sorted(
+        _rows(shipped_data, "h100_sxm", "gemm/*/*/gemm_perf.parquet", gemm_dtype="fp8_block", n=7168, k=7168),
+        key=lambda r: r["m"],
+    )
     assert len(rows) > 10
     for r in rows:
         t = kt.gemm(r["m"], 7168, 7168, "fp8_block")
@@ -35,31 +37,66 @@ def test_gemm_exact_at_table_points_and_monotone(shipped_data: Path) -> None:
 
 def test_generation_mla_exact_at_points(shipped_data: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), shipped_data)
-    rows = _rows(shipped_data, "h100_sxm", "mla/*/*/generation_mla_perf.parquet",
-                 num_heads=128, kv_cache_dtype="fp8")
+    rows = _rows(
+        shipped_data, "h100_sxm", "mla/*/*/generation_mla_perf.parquet", num_heads=128, kv_cache_dtype="fp8"
+    )
     for r in rows[:40]:
-        t = kt.mla_kernel("generation", batch=r["batch_size"], length=r["step"], heads=128,
-                          kv_dtype="fp8", flops=1.0, num_bytes=1.0)
+        t = kt.mla_kernel(
+            "generation",
+            batch=r["batch_size"],
+            length=r["step"],
+            heads=128,
+            kv_dtype="fp8",
+            flops=1.0,
+            num_bytes=1.0,
+        )
         same = [x["latency"] for x in rows if (x["batch_size"], x["step"]) == (r["batch_size"], r["step"])]
         assert t.time_s == pytest.approx(sum(same) / len(same) * 1e-3, rel=1e-12)
 
 
 def test_attention_and_moe_exact_at_points(reference_data: Path) -> None:
     kt = KernelTables.load(get_system("h200_sxm"), reference_data)
-    ctx = _rows(reference_data, "h200_sxm", "attention/*/*/context_attention_perf.parquet",
-                num_heads=32, num_key_value_heads=4, head_dim=128, window_size=0,
-                attn_dtype="bfloat16", kv_cache_dtype="fp8")
+    ctx = _rows(
+        reference_data,
+        "h200_sxm",
+        "attention/*/*/context_attention_perf.parquet",
+        num_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        window_size=0,
+        attn_dtype="bfloat16",
+        kv_cache_dtype="fp8",
+    )
     for r in ctx[::37]:
-        t = kt.context_attention(batch=r["batch_size"], isl=r["isl"], prefix=0, heads=32,
-                                 kv_heads=4, head_dim=128, kv_dtype="fp8")
+        t = kt.context_attention(
+            batch=r["batch_size"], isl=r["isl"], prefix=0, heads=32, kv_heads=4, head_dim=128, kv_dtype="fp8"
+        )
         assert t.time_s == pytest.approx(r["latency"] * 1e-3, rel=1e-12)
-    moe = _rows(reference_data, "h200_sxm", "moe/*/*/moe_perf.parquet", hidden_size=4096,
-                inter_size=1536, topk=8, num_experts=128, moe_tp_size=1, moe_ep_size=4,
-                distribution="balanced", moe_dtype="fp8_block")
+    moe = _rows(
+        reference_data,
+        "h200_sxm",
+        "moe/*/*/moe_perf.parquet",
+        hidden_size=4096,
+        inter_size=1536,
+        topk=8,
+        num_experts=128,
+        moe_tp_size=1,
+        moe_ep_size=4,
+        distribution="balanced",
+        moe_dtype="fp8_block",
+    )
     assert moe
     for r in moe:
-        t = kt.moe(tokens=r["num_tokens"], hidden=4096, inter=1536, topk=8, experts=128,
-                   moe_tp=1, moe_ep=4, dtype="fp8_block")
+        t = kt.moe(
+            tokens=r["num_tokens"],
+            hidden=4096,
+            inter=1536,
+            topk=8,
+            experts=128,
+            moe_tp=1,
+            moe_ep=4,
+            dtype="fp8_block",
+        )
         assert t.time_s == pytest.approx(r["latency"] * 1e-3, rel=1e-12)
 
 
@@ -74,8 +111,7 @@ def test_prefix_keeps_the_causal_fraction(reference_data: Path) -> None:
 def test_moe_layout_stands_in_at_equal_gpu_count(reference_data: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), reference_data)
     # Qwen3-235B-FP8 experts have no fp8_block rows at moe_tp 8: read tp4 ep2 (8 GPUs too)
-    t = kt.moe(tokens=64, hidden=4096, inter=1536, topk=8, experts=128, moe_tp=8, moe_ep=1,
-               dtype="fp8_block")
+    t = kt.moe(tokens=64, hidden=4096, inter=1536, topk=8, experts=128, moe_tp=8, moe_ep=1, dtype="fp8_block")
     assert t.source.startswith("table moe_perf fp8_block tp4 ep2 for tp8 ep1")
 
 
@@ -83,10 +119,8 @@ def test_no_tables_falls_back_to_roofline_and_says_why(tmp_path: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), tmp_path)
     t = kt.gemm(128, 4096, 4096, "bfloat16")
     assert t.time_s > 0 and t.source.startswith("roofline:") and "DUALPATH_DATA_DIR" in t.source
-    a = kt.generation_attention(batch=8, kv_len=1000, heads=8, kv_heads=2, head_dim=128,
-                                kv_dtype="fp8")
-    b = kt.generation_attention(batch=8, kv_len=8000, heads=8, kv_heads=2, head_dim=128,
-                                kv_dtype="fp8")
+    a = kt.generation_attention(batch=8, kv_len=1000, heads=8, kv_heads=2, head_dim=128, kv_dtype="fp8")
+    b = kt.generation_attention(batch=8, kv_len=8000, heads=8, kv_heads=2, head_dim=128, kv_dtype="fp8")
     assert 0 < a.time_s < b.time_s
     ring = kt.collective("all_reduce", elements=1e6, num_gpus=4)
     assert ring.source.startswith("ring") and ring.time_s > 0

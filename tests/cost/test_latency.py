@@ -13,8 +13,15 @@ from dualpath.spec.models import get_model
 
 
 def _agg(**kw: object) -> Deployment:
-    base: dict[str, object] = dict(model="Qwen/Qwen3-32B", system="h100_sxm", precision="fp8",
-                                   isl=4000, osl=500, batch_size=32, layout=Layout(tp=2))
+    base: dict[str, object] = dict(
+        model="Qwen/Qwen3-32B",
+        system="h100_sxm",
+        precision="fp8",
+        isl=4000,
+        osl=500,
+        batch_size=32,
+        layout=Layout(tp=2),
+    )
     base.update(kw)
     return Deployment(**base)  # type: ignore[arg-type]
 
@@ -31,9 +38,18 @@ def test_agg_breakdowns_sum_to_ttft_and_tpot() -> None:
 
 
 def test_disagg_breakdown_sums_and_reports_transfer() -> None:
-    dep = Deployment(model="deepseek-ai/DeepSeek-R1", system="h200_sxm", mode="disagg", isl=4000,
-                     osl=1000, batch_size=64, prefill=Layout(tp=8), prefill_batch=1,
-                     decode=Layout(tp=8, attention_dp=8, moe_ep=8), decode_batch=64)
+    dep = Deployment(
+        model="deepseek-ai/DeepSeek-R1",
+        system="h200_sxm",
+        mode="disagg",
+        isl=4000,
+        osl=1000,
+        batch_size=64,
+        prefill=Layout(tp=8),
+        prefill_batch=1,
+        decode=Layout(tp=8, attention_dp=8, moe_ep=8),
+        decode_batch=64,
+    )
     p = predict(dep)
     ttft = {k: v for k, v in p.breakdown_ms["ttft"].items()}
     assert p.ttft_s * 1e3 == pytest.approx(_sum(ttft))
@@ -72,9 +88,11 @@ def test_tables_used_where_they_have_points(reference_data: Path) -> None:
 def test_layout_conventions_and_errors() -> None:
     # TensorRT-LLM's convention: tp is the world, attention DP splits it
     assert Layout(tp=8, attention_dp=8, moe_ep=8).resolve() == Parallel(
-        tp=1, attention_dp=8, moe_tp=1, moe_ep=8)
+        tp=1, attention_dp=8, moe_tp=1, moe_ep=8
+    )
     assert Layout(tp=1, attention_dp=8, moe_ep=8).resolve() == Parallel(
-        tp=1, attention_dp=8, moe_tp=1, moe_ep=8)
+        tp=1, attention_dp=8, moe_tp=1, moe_ep=8
+    )
     assert Layout(tp=4).resolve() == Parallel(tp=4, moe_tp=4, moe_ep=1)
     with pytest.raises(ConfigError, match="tp"):
         predict(_agg(layout=Layout(tp=3)))
@@ -88,9 +106,11 @@ def test_layout_conventions_and_errors() -> None:
 
 def test_precision_follows_the_checkpoint() -> None:
     assert Precision.resolve(get_model("deepseek-r1"), "fp8") == Precision(
-        gemm="fp8_block", moe="fp8_block", kv="fp8")
+        gemm="fp8_block", moe="fp8_block", kv="fp8"
+    )
     assert Precision.resolve(get_model("gpt-oss-120b")) == Precision(
-        gemm="bfloat16", moe="w4a16_mxfp4", kv="bfloat16")
+        gemm="bfloat16", moe="w4a16_mxfp4", kv="bfloat16"
+    )
     assert Precision.resolve(get_model("qwen3-32b"), "fp8").gemm == "fp8"
     with pytest.raises(ConfigError, match="precision"):
         Precision.resolve(get_model("qwen3-32b"), "int3")
@@ -107,9 +127,11 @@ def test_kv_capacity_caps_the_running_batch() -> None:
     assert weight_bytes_per_gpu(model, par, prec) == pytest.approx(65.5e9, rel=0.01)
     h100, h200 = get_system("h100_sxm").gpu, get_system("h200_sxm").gpu
     assert max_requests_per_rank(model, par, prec, h100, 4500) < max_requests_per_rank(
-        model, par, prec, h200, 4500)
-    assert max_requests_per_rank(model, Parallel(tp=2), prec, h100, 4500) > 2 * \
-        max_requests_per_rank(model, par, prec, h100, 4500)
+        model, par, prec, h200, 4500
+    )
+    assert max_requests_per_rank(model, Parallel(tp=2), prec, h100, 4500) > 2 * max_requests_per_rank(
+        model, par, prec, h100, 4500
+    )
     full = predict(_agg(precision="bf16", layout=Layout(tp=1), batch_size=64, osl=200))
     assert full.breakdown_ms["batch"]["running_per_rank"] < 64
     assert any("KV cache holds" in n for n in full.notes)
@@ -117,8 +139,17 @@ def test_kv_capacity_caps_the_running_batch() -> None:
 
 
 def test_weights_that_do_not_fit_are_noted_not_refused() -> None:
-    p = predict(Deployment(model="deepseek-r1", system="h100_sxm", precision="fp8", isl=1000,
-                           osl=100, batch_size=8, layout=Layout(tp=8)))
+    p = predict(
+        Deployment(
+            model="deepseek-r1",
+            system="h100_sxm",
+            precision="fp8",
+            isl=1000,
+            osl=100,
+            batch_size=8,
+            layout=Layout(tp=8),
+        )
+    )
     assert p.tpot_s > 0 and any("weights leave" in n for n in p.notes)
 
 

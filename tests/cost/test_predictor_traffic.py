@@ -77,6 +77,7 @@ def test_rates(roofline_ep16, ds32) -> None:  # type: ignore[no-untyped-def]
     assert rate == pytest.approx(8 * 429 / roofline_ep16.prefill_iteration_time_s(ds32, [(32768, 429)] * 8))
     assert prefill_tokens_per_s(roofline_ep16, ds32, cached_len=0) > rate  # less attention
     assert decode_tokens_per_s(roofline_ep16, ds32, batch_size=128) > decode_tokens_per_s(
-        roofline_ep16, ds32, batch_size=8)
+        roofline_ep16, ds32, batch_size=8
+    )
     with pytest.raises(ConfigError, match="num_requests"):
         prefill_tokens_per_s(roofline_ep16, ds32, num_requests=0)

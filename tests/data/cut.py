@@ -26,20 +26,39 @@ PERF = Path("hardware/aiconfigurator-perf-db/h100_sxm")
 # DeepSeek-V3/V3.2: hidden 7168, fp8, MLA 128 heads, MoE 256 x 2048 top-8 (ep 8..32);
 # Qwen2.5-32B: hidden 5120, bf16, GQA 40/8 x 128; gpt-oss-120b: MoE 128 x 2880 top-4.
 TABLES: dict[tuple[str, str], list[dict[str, object]]] = {
-    ("gemm", "gemm_perf"): [dict(gemm_dtype="fp8_block", n=7168, k=7168),
-                            dict(gemm_dtype="bfloat16", n=5120, k=5120)],
-    ("moe", "moe_perf"): [dict(hidden_size=7168, inter_size=2048, topk=8, num_experts=256,
-                               moe_tp_size=1, distribution="balanced", moe_dtype="fp8_block"),
-                          dict(hidden_size=2880, inter_size=2880, topk=4, num_experts=128,
-                               moe_tp_size=1, distribution="balanced")],
+    ("gemm", "gemm_perf"): [
+        dict(gemm_dtype="fp8_block", n=7168, k=7168),
+        dict(gemm_dtype="bfloat16", n=5120, k=5120),
+    ],
+    ("moe", "moe_perf"): [
+        dict(
+            hidden_size=7168,
+            inter_size=2048,
+            topk=8,
+            num_experts=256,
+            moe_tp_size=1,
+            distribution="balanced",
+            moe_dtype="fp8_block",
+        ),
+        dict(
+            hidden_size=2880, inter_size=2880, topk=4, num_experts=128, moe_tp_size=1, distribution="balanced"
+        ),
+    ],
     ("mla", "generation_mla_perf"): [dict(num_heads=128, tp_size=1, kv_cache_dtype="fp8")],
     ("mla", "context_mla_perf"): [dict(num_heads=128, tp_size=1, kv_cache_dtype="fp8")],
     ("attention", "generation_attention_perf"): [
-        dict(num_heads=40, num_key_value_heads=8, head_dim=128, window_size=0,
-             kv_cache_dtype="bfloat16")],
+        dict(num_heads=40, num_key_value_heads=8, head_dim=128, window_size=0, kv_cache_dtype="bfloat16")
+    ],
     ("attention", "context_attention_perf"): [
-        dict(num_heads=40, num_key_value_heads=8, head_dim=128, window_size=0,
-             attn_dtype="bfloat16", kv_cache_dtype="bfloat16")],
+        dict(
+            num_heads=40,
+            num_key_value_heads=8,
+            head_dim=128,
+            window_size=0,
+            attn_dtype="bfloat16",
+            kv_cache_dtype="bfloat16",
+        )
+    ],
 }
 
 

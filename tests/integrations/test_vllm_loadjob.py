@@ -80,6 +80,9 @@ def test_snic_settings() -> None:
     read, write = s.snic_limiters()
     assert read is not None and write is not None and read is not write
     assert read.rate_bytes_per_s == 1e9
-    assert ConnectorSettings.from_extra({"store_dir": "/x"}, vllm_block_size=16).snic_limiters() == (None, None)
+    assert ConnectorSettings.from_extra({"store_dir": "/x"}, vllm_block_size=16).snic_limiters() == (
+        None,
+        None,
+    )
     with pytest.raises(ConfigError, match="snic_gbps"):
         ConnectorSettings.from_extra({"store_dir": "/x", "snic_gbps": 0}, vllm_block_size=16)

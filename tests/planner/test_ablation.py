@@ -16,8 +16,9 @@ def test_empty_overrides_return_the_model() -> None:
     assert apply_overrides(model, {}) is model
 
 
-@pytest.mark.parametrize("name", ["gpt-oss-120b", "glm-4.6", "deepseek-v4-flash", "llama-3.1-405b",
-                                  "deepseek-v3.2"])
+@pytest.mark.parametrize(
+    "name", ["gpt-oss-120b", "glm-4.6", "deepseek-v4-flash", "llama-3.1-405b", "deepseek-v3.2"]
+)
 def test_kv_width_changes_kv_bytes_only(name: str) -> None:
     model = get_model(name)
     wide = apply_overrides(model, {"kv_width": 4096})
@@ -35,15 +36,17 @@ def test_expert_factors() -> None:
     assert active.num_active_experts == 4 * model.num_active_experts
     assert active.num_routed_experts == model.num_routed_experts
     assert active.total_params == model.total_params
-    assert active.active_params - model.active_params == \
-        shape_active_params(active) - shape_active_params(model) > 0
+    assert (
+        active.active_params - model.active_params
+        == shape_active_params(active) - shape_active_params(model)
+        > 0
+    )
     df = stage_work(model, "df", batch=64, context_len=1000)
     df4 = stage_work(active, "df", batch=64, context_len=1000)
     assert df4.routed_flops == pytest.approx(4 * df.routed_flops)
     total = apply_overrides(model, {"total_experts_x": 2})
     assert total.num_routed_experts == 2 * model.num_routed_experts
-    assert total.total_params - model.total_params == \
-        shape_total_params(total) - shape_total_params(model)
+    assert total.total_params - model.total_params == shape_total_params(total) - shape_total_params(model)
     assert stage_weight_bytes(total, "df")[1] == pytest.approx(2 * stage_weight_bytes(model, "df")[1])
     router = 2 * model.hidden_size * model.num_routed_experts * model.num_moe_layers * 64
     assert stage_work(total, "df", batch=64, context_len=1000).flops == pytest.approx(df.flops + router)
@@ -55,8 +58,10 @@ def test_ffn_expansion_and_dtype() -> None:
     assert big.intermediate_size == 2 * model.intermediate_size
     assert big.moe_intermediate_size == 2 * model.moe_intermediate_size
     assert big.total_params > model.total_params
-    assert stage_work(big, "pa", batch=1, context_len=100).flops == \
-        stage_work(model, "pa", batch=1, context_len=100).flops  # attention side unchanged
+    assert (
+        stage_work(big, "pa", batch=1, context_len=100).flops
+        == stage_work(model, "pa", batch=1, context_len=100).flops
+    )  # attention side unchanged
     half = apply_overrides(model, {"dtype_bytes": 0.5})
     assert half.dtype_bytes_override == 0.5 and not half.dtype_override_kv
     every = apply_overrides(model, {"dtype_bytes": 0.5}, dtype_scope="all")

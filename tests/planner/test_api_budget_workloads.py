@@ -15,33 +15,76 @@ from dualpath.planner.catalog import npu_catalog
 from dualpath.planner.workloads import make_requests
 from dualpath.spec.models import get_model
 
-TOP = {"model", "catalog", "io_ratio", "workload", "budget", "overrides", "precision", "modes",
-       "best_mode", "stage_profile", "search", "constants", "wall_s"}
-MODE = {"x_nd", "tokens_per_s", "output_tokens_per_s", "makespan_s", "sigma_joint", "budget_used",
-        "n2n_bytes", "pools"}
-POOL = {"name", "stages", "num_devices", "tp", "pp", "dp", "ep", "precision_bits", "sigma",
-        "utilization", "power_w", "usd_per_hr", "device"}
+TOP = {
+    "model",
+    "catalog",
+    "io_ratio",
+    "workload",
+    "budget",
+    "overrides",
+    "precision",
+    "modes",
+    "best_mode",
+    "stage_profile",
+    "search",
+    "constants",
+    "wall_s",
+}
+MODE = {
+    "x_nd",
+    "tokens_per_s",
+    "output_tokens_per_s",
+    "makespan_s",
+    "sigma_joint",
+    "budget_used",
+    "n2n_bytes",
+    "pools",
+}
+POOL = {
+    "name",
+    "stages",
+    "num_devices",
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "precision_bits",
+    "sigma",
+    "utilization",
+    "power_w",
+    "usd_per_hr",
+    "device",
+}
 STAGE = {"flops", "weight_bytes", "kv_bytes", "kv_share", "arithmetic_intensity", "bound", "at"}
 SMALL = dict(num_requests=40, top_k=2, shortlist=2, grid=4)
 
 
 @pytest.fixture(scope="module")
 def plan() -> dict:
-    return plan_disagg(PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=10.0,
-                                  budget_scale=16.0, **SMALL))
+    return plan_disagg(
+        PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=10.0, budget_scale=16.0, **SMALL)
+    )
 
 
 def test_plan_json_carries_the_section_9_keys(plan: dict) -> None:
     assert TOP <= set(plan)
     assert set(plan["modes"]) == {"nd", "pd", "af", "pdaf"}
-    assert {"num_requests", "rate_rps", "input_len", "output_len", "length_cv", "seed"} \
-        <= set(plan["workload"])
+    assert {"num_requests", "rate_rps", "input_len", "output_len", "length_cv", "seed"} <= set(
+        plan["workload"]
+    )
     assert set(plan["budget"]) == {"kind", "value", "scale"} and plan["budget"]["kind"] == "power_w"
     assert set(plan["stage_profile"]) == {"pa", "pf", "da", "df"}
     for stage in plan["stage_profile"].values():
         assert STAGE <= set(stage) and stage["bound"] in ("compute", "memory")
-    assert {"top_k", "candidates", "pruned_budget", "pruned_residency", "allocations_ranked",
-            "simulated", "events"} <= set(plan["search"])
+    assert {
+        "top_k",
+        "candidates",
+        "pruned_budget",
+        "pruned_residency",
+        "allocations_ranked",
+        "simulated",
+        "events",
+    } <= set(plan["search"])
     assert {"alpha", "p_ref_w", "d2d_gbs", "n2n_gbs", "af_microbatches"} <= set(plan["constants"])
     assert plan["modes"]["nd"]["x_nd"] == 1.0
     best = plan["modes"][plan["best_mode"]]["tokens_per_s"]
@@ -56,15 +99,17 @@ def test_plan_json_carries_the_section_9_keys(plan: dict) -> None:
 
 
 def test_plan_is_deterministic(plan: dict) -> None:
-    again = plan_disagg(PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=10.0,
-                                   budget_scale=16.0, **SMALL))
+    again = plan_disagg(
+        PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=10.0, budget_scale=16.0, **SMALL)
+    )
     plan = dict(plan)
     assert {**again, "wall_s": 0} == {**plan, "wall_s": 0}
 
 
 def test_default_budget_ignores_ratio_and_overrides() -> None:
-    cfg = dict(model="gpt-oss-120b", catalog="npu", num_requests=10, top_k=1, shortlist=1,
-               grid=2, modes=("nd",))
+    cfg = dict(
+        model="gpt-oss-120b", catalog="npu", num_requests=10, top_k=1, shortlist=1, grid=2, modes=("nd",)
+    )
     a = plan_disagg(PlanConfig(io_ratio=1.0, **cfg))["budget"]
     b = plan_disagg(PlanConfig(io_ratio=10.0, overrides={"kv_width": 4096}, **cfg))["budget"]
     assert a == b and a["scale"] == BUDGET_SCALE
@@ -75,15 +120,16 @@ def test_default_budget_ignores_ratio_and_overrides() -> None:
 
 def test_explicit_budgets_and_wrong_kinds() -> None:
     model = get_model("gpt-oss-120b")
-    b = resolve_budget(model, npu_catalog(), "npu", budget_w=5000.0, budget_usd_hr=None,
-                       budget_scale=1.0)
+    b = resolve_budget(model, npu_catalog(), "npu", budget_w=5000.0, budget_usd_hr=None, budget_scale=1.0)
     assert b.value == 5000.0 and b.scale is None
     with pytest.raises(ConfigError, match="budget_usd_hr"):
-        resolve_budget(model, npu_catalog(), "npu", budget_w=None, budget_usd_hr=10.0,
-                       budget_scale=1.0)
+        resolve_budget(model, npu_catalog(), "npu", budget_w=None, budget_usd_hr=10.0, budget_scale=1.0)
     with pytest.raises(ConfigError, match="no ND deployment"):
-        plan_disagg(PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=1.0, budget_w=10.0,
-                               num_requests=5, top_k=1))
+        plan_disagg(
+            PlanConfig(
+                model="gpt-oss-120b", catalog="npu", io_ratio=1.0, budget_w=10.0, num_requests=5, top_k=1
+            )
+        )
 
 
 def test_precision_parsing(tmp_path: Path) -> None:
@@ -105,9 +151,18 @@ def test_precision_parsing(tmp_path: Path) -> None:
 def test_precision_search_picks_within_the_table(tmp_path: Path) -> None:
     table = tmp_path / "acc.json"
     table.write_text(json.dumps({"default": {"df": [16, 8]}}))
-    r = plan_disagg(PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=1.0,
-                               precision="search", accuracy_table=table, budget_scale=8.0,
-                               modes=("nd", "pdaf"), **SMALL))
+    r = plan_disagg(
+        PlanConfig(
+            model="gpt-oss-120b",
+            catalog="npu",
+            io_ratio=1.0,
+            precision="search",
+            accuracy_table=table,
+            budget_scale=8.0,
+            modes=("nd", "pdaf"),
+            **SMALL,
+        )
+    )
     assert r["precision"]["df"] in (16, 8) and r["precision"]["pa"] == 16
     for m in r["modes"].values():
         for p in m["pools"]:

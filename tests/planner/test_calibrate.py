@@ -21,6 +21,9 @@ def test_loss_is_zero_on_the_published_curve_and_grows_off_it() -> None:
 
 
 def test_best_point_prefers_lower_loss_then_smaller_scale() -> None:
-    pts = [{"budget_scale": 4.0, "loss": 1.0}, {"budget_scale": 2.0, "loss": 1.0},
-           {"budget_scale": 8.0, "loss": 3.0}]
+    pts = [
+        {"budget_scale": 4.0, "loss": 1.0},
+        {"budget_scale": 2.0, "loss": 1.0},
+        {"budget_scale": 8.0, "loss": 3.0},
+    ]
     assert best_point(pts)["budget_scale"] == 2.0

@@ -15,17 +15,50 @@ from dualpath.cli import app
 runner = CliRunner()
 SMALL = ["--requests", "20", "--top-k", "1"]
 
-PLAN_KEYS = {"model", "catalog", "io_ratio", "workload", "budget", "overrides", "precision", "modes",
-             "best_mode", "stage_profile", "search", "constants", "wall_s"}
+PLAN_KEYS = {
+    "model",
+    "catalog",
+    "io_ratio",
+    "workload",
+    "budget",
+    "overrides",
+    "precision",
+    "modes",
+    "best_mode",
+    "stage_profile",
+    "search",
+    "constants",
+    "wall_s",
+}
 WORKLOAD_KEYS = {"num_requests", "rate_rps", "input_len", "output_len", "length_cv", "seed"}
-MODE_KEYS = {"x_nd", "tokens_per_s", "output_tokens_per_s", "makespan_s", "sigma_joint",
-             "budget_used", "n2n_bytes", "pools"}
-POOL_KEYS = {"name", "stages", "num_devices", "tp", "pp", "dp", "ep", "precision_bits", "sigma",
-             "utilization", "power_w", "usd_per_hr", "device"}
+MODE_KEYS = {
+    "x_nd",
+    "tokens_per_s",
+    "output_tokens_per_s",
+    "makespan_s",
+    "sigma_joint",
+    "budget_used",
+    "n2n_bytes",
+    "pools",
+}
+POOL_KEYS = {
+    "name",
+    "stages",
+    "num_devices",
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "precision_bits",
+    "sigma",
+    "utilization",
+    "power_w",
+    "usd_per_hr",
+    "device",
+}
 DEVICE_KEYS = {"name", "kind", "compute_tflops", "memory", "capacity_gb", "bandwidth_gbs"}
 STAGE_KEYS = {"flops", "weight_bytes", "kv_bytes", "kv_share", "arithmetic_intensity", "bound", "at"}
-SEARCH_KEYS = {"top_k", "candidates", "pruned_budget", "pruned_residency", "allocations_ranked",
-               "simulated"}
+SEARCH_KEYS = {"top_k", "candidates", "pruned_budget", "pruned_residency", "allocations_ranked", "simulated"}
 
 
 def _json(*args: str) -> dict:
@@ -64,8 +97,21 @@ def test_plan_json_has_every_section9_key() -> None:
 
 
 def test_plan_options_reach_the_config() -> None:
-    out = _json("--model", "glm-4.6", "--catalog", "gpu", "--io", "1", "--mode", "nd,pd",
-                "--set", "kv_width=4096", "--output-len", "200", *SMALL)
+    out = _json(
+        "--model",
+        "glm-4.6",
+        "--catalog",
+        "gpu",
+        "--io",
+        "1",
+        "--mode",
+        "nd,pd",
+        "--set",
+        "kv_width=4096",
+        "--output-len",
+        "200",
+        *SMALL,
+    )
     assert set(out["modes"]) == {"nd", "pd"} and out["budget"]["kind"] == "usd_per_hr"
     assert out["overrides"] == {"kv_width": 4096.0}
     assert out["workload"]["output_len"] == pytest.approx(200, rel=0.1)
@@ -74,16 +120,29 @@ def test_plan_options_reach_the_config() -> None:
 
 
 def test_plan_table_and_out_dir(tmp_path) -> None:
-    result = runner.invoke(app, ["plan", "disagg", "--model", "gpt-oss-120b", "--io", "10",
-                                 "--mode", "nd,pd", *SMALL, "--out", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "disagg",
+            "--model",
+            "gpt-oss-120b",
+            "--io",
+            "10",
+            "--mode",
+            "nd,pd",
+            *SMALL,
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "x ND" in result.stdout and "pd" in result.stdout
     assert json.loads((tmp_path / "plan.json").read_text())["model"] == "gpt-oss-120b"
 
 
 def test_sweep_json_keys() -> None:
-    out = _json("sweep", "--catalog", "npu", "--models", "gpt-oss-120b,glm-4.6", "--io", "1,10",
-                *SMALL)
+    out = _json("sweep", "--catalog", "npu", "--models", "gpt-oss-120b,glm-4.6", "--io", "1,10", *SMALL)
     assert {"catalog", "rows", "model_mean_x_nd", "counts", "allocations"} <= set(out)
     assert len(out["rows"]) == 2 * 2 * 4
     assert {"model", "io_ratio", "mode", "x_nd", "tokens_per_s", "is_best"} <= set(out["rows"][0])
@@ -97,13 +156,29 @@ def test_sweep_json_keys() -> None:
 
 
 def test_ablate_json_keys_and_fixed_budget() -> None:
-    out = _json("ablate", "--factor", "kv_width", "--values", "128,4096", "--models",
-                "gpt-oss-120b", "--io", "10", *SMALL)
+    out = _json(
+        "ablate",
+        "--factor",
+        "kv_width",
+        "--values",
+        "128,4096",
+        "--models",
+        "gpt-oss-120b",
+        "--io",
+        "10",
+        *SMALL,
+    )
     assert out["factor"] == "kv_width" and out["io_ratio"] == 10.0
     assert [r["value"] for r in out["rows"]] == [128.0, 4096.0]
     for row in out["rows"]:
-        assert {"model", "value", "x_nd", "da_arithmetic_intensity", "da_kv_share",
-                "df_arithmetic_intensity"} <= set(row)
+        assert {
+            "model",
+            "value",
+            "x_nd",
+            "da_arithmetic_intensity",
+            "da_kv_share",
+            "df_arithmetic_intensity",
+        } <= set(row)
         assert set(row["x_nd"]) == {"pd", "af", "pdaf"}
     lo, hi = out["rows"]
     assert hi["da_kv_share"] > lo["da_kv_share"]  # KV bytes grow, attention FLOPs do not
@@ -155,9 +230,13 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "named"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_exits_2_with_one_error_line(args: list[str], named: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", "from dualpath.cli import main; main()", "plan",
-                           "disagg", *args, "--json"], capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from dualpath.cli import main; main()", "plan", "disagg", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

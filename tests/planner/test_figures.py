@@ -14,10 +14,15 @@ from dualpath.core.paths import data_dir
 from dualpath.planner.figures import FIGURES, FigureGrid, make_figures
 from dualpath.planner.figures_modes import crossover_io
 
-TINY = FigureGrid(models=("gpt-oss-120b", "glm-4.6"), ratios=(1.0, 10.0),
-                  ablation_models=("gpt-oss-120b",),
-                  ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0)},
-                  workload_models=("gpt-oss-120b",), num_requests=20, top_k=1)
+TINY = FigureGrid(
+    models=("gpt-oss-120b", "glm-4.6"),
+    ratios=(1.0, 10.0),
+    ablation_models=("gpt-oss-120b",),
+    ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0)},
+    workload_models=("gpt-oss-120b",),
+    num_requests=20,
+    top_k=1,
+)
 HAS_DATA = (data_dir() / "hardware" / "aiconfigurator-perf-db" / "h100_sxm").is_dir()
 
 
@@ -39,8 +44,13 @@ def _check_index(out: Path, index: dict) -> None:
 def test_tiny_grid_writes_every_listed_file(tmp_path: Path) -> None:
     index = make_figures(tmp_path, grid=TINY)
     _check_index(tmp_path, index)
-    assert {"table5_allocations_npu.md", "table5_allocations_gpu.csv", "sweep_npu.json",
-            "ablate_kv_width.json", "findings.md"} <= {Path(f).name for f in index["files"]}
+    assert {
+        "table5_allocations_npu.md",
+        "table5_allocations_gpu.csv",
+        "sweep_npu.json",
+        "ablate_kv_width.json",
+        "findings.md",
+    } <= {Path(f).name for f in index["files"]}
     assert index["grid"]["ratios"] == [1.0, 10.0, 100.0]  # Table 5's I/O = 100 is always planned
     if not HAS_DATA:
         assert "fig_roofline_vs_measured" in index["skipped"]
@@ -60,15 +70,16 @@ def test_only_and_unknown_figure(tmp_path: Path) -> None:
 
 
 def test_crossover_interpolates_in_log_io() -> None:
-    assert crossover_io([1.0, 10.0, 100.0], [0.5, 1.5, 1.2]) == pytest.approx(10 ** 0.5)
+    assert crossover_io([1.0, 10.0, 100.0], [0.5, 1.5, 1.2]) == pytest.approx(10**0.5)
     assert crossover_io([1.0, 10.0], [1.2, 1.5]) is None  # never below parity
     assert crossover_io([1.0, 10.0, 100.0], [0.5, None, 2.0]) == pytest.approx(10 ** (2 / 3))
 
 
 @pytest.mark.slow
 def test_figures_quick_cli(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["plan", "disagg", "figures", "--quick", "--out",
-                                      str(tmp_path), "--json"])
+    result = CliRunner().invoke(
+        app, ["plan", "disagg", "figures", "--quick", "--out", str(tmp_path), "--json"]
+    )
     assert result.exit_code == 0, result.output
     _check_index(tmp_path, json.loads(result.stdout))
 

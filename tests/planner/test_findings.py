@@ -14,15 +14,30 @@ def _sweep(catalog: str, table: dict[float, dict[str, list[float | None]]]) -> d
         best = {m: max(modes, key=lambda k: modes[k][i] or 0) for i, m in enumerate(MODELS)}
         for mode, vals in modes.items():
             for m, v in zip(MODELS, vals, strict=True):
-                rows.append({"model": m, "io_ratio": ratio, "mode": mode, "x_nd": v,
-                             "is_best": best[m] == mode})
+                rows.append(
+                    {"model": m, "io_ratio": ratio, "mode": mode, "x_nd": v, "is_best": best[m] == mode}
+                )
             ok = [v for v in vals if v is not None]
             means.setdefault(mode, {})[ratio_key(ratio)] = sum(ok) / len(ok) if ok else None
-    pool = {"stages": ["pa"], "device": {"name": "h100", "compute_tflops": 989, "memory": "hbm",
-                                         "capacity_gb": 80, "bandwidth_gbs": 3350}}
+    pool = {
+        "stages": ["pa"],
+        "device": {
+            "name": "h100",
+            "compute_tflops": 989,
+            "memory": "hbm",
+            "capacity_gb": 80,
+            "bandwidth_gbs": 3350,
+        },
+    }
     alloc = {ratio_key(r): {m: {"pdaf": [pool]} for m in MODELS} for r in table}
-    return {"catalog": catalog, "models": MODELS, "io_ratios": list(table), "rows": rows,
-            "model_mean_x_nd": means, "allocations": alloc}
+    return {
+        "catalog": catalog,
+        "models": MODELS,
+        "io_ratios": list(table),
+        "rows": rows,
+        "model_mean_x_nd": means,
+        "allocations": alloc,
+    }
 
 
 def _by_id(rows: list[dict]) -> dict[str, dict]:
@@ -31,12 +46,15 @@ def _by_id(rows: list[dict]) -> dict[str, dict]:
 
 def test_paper_shaped_sweep_comes_out() -> None:
     nd = [1.0, 1.0, 1.0]
-    npu = _sweep("npu", {
-        1.0: {"nd": nd, "pd": [0.8, 0.7, 0.6], "af": [0.3, 0.4, 0.5], "pdaf": [0.5, 0.4, 0.5]},
-        10.0: {"nd": nd, "pd": [1.5, 1.2, 1.1], "af": [0.4, 0.5, 0.6], "pdaf": [2.0, 2.2, 2.1]},
-        100.0: {"nd": nd, "pd": [1.2, 1.1, 0.9], "af": [0.3, 0.5, 0.6], "pdaf": [1.5, 1.7, 1.8]},
-        1000.0: {"nd": nd, "pd": [1.0, 1.1, 1.0], "af": [0.3, 0.5, 0.6], "pdaf": [1.2, 1.3, 1.3]},
-    })
+    npu = _sweep(
+        "npu",
+        {
+            1.0: {"nd": nd, "pd": [0.8, 0.7, 0.6], "af": [0.3, 0.4, 0.5], "pdaf": [0.5, 0.4, 0.5]},
+            10.0: {"nd": nd, "pd": [1.5, 1.2, 1.1], "af": [0.4, 0.5, 0.6], "pdaf": [2.0, 2.2, 2.1]},
+            100.0: {"nd": nd, "pd": [1.2, 1.1, 0.9], "af": [0.3, 0.5, 0.6], "pdaf": [1.5, 1.7, 1.8]},
+            1000.0: {"nd": nd, "pd": [1.0, 1.1, 1.0], "af": [0.3, 0.5, 0.6], "pdaf": [1.2, 1.3, 1.3]},
+        },
+    )
     out = _by_id(findings(npu, None, {}))
     assert out["npu_crossover"]["came_out"] and out["npu_crossover"]["fitted"]
     assert out["af_never"]["came_out"]
@@ -49,10 +67,13 @@ def test_paper_shaped_sweep_comes_out() -> None:
 
 def test_misses_and_infeasible_modes_are_reported_as_such() -> None:
     nd = [1.0, 1.0, 1.0]
-    gpu = _sweep("gpu", {
-        0.01: {"nd": nd, "pd": [0.9, 1.3, 1.4], "af": [1.1, 0.5, 0.5], "pdaf": [None, 0.8, 0.9]},
-        100.0: {"nd": nd, "pd": [1.0, 1.5, 1.2], "af": [0.5, 0.5, 0.5], "pdaf": [None, 1.6, 1.1]},
-    })
+    gpu = _sweep(
+        "gpu",
+        {
+            0.01: {"nd": nd, "pd": [0.9, 1.3, 1.4], "af": [1.1, 0.5, 0.5], "pdaf": [None, 0.8, 0.9]},
+            100.0: {"nd": nd, "pd": [1.0, 1.5, 1.2], "af": [0.5, 0.5, 0.5], "pdaf": [None, 1.6, 1.1]},
+        },
+    )
     out = _by_id(findings(None, gpu, {}))
     assert not out["af_never"]["came_out"] and "1.10x" in out["af_never"]["ours"]
     assert not out["gpu_pd_beats_0.01"]["came_out"] and out["gpu_pd_beats_0.01"]["ours"].startswith("2/3")

@@ -11,12 +11,22 @@ from dualpath.cost.efficiency import IDEAL_EFFICIENCY
 from dualpath.cost.stages import stage_time_s, stage_weight_bytes, stage_work
 from dualpath.planner.catalog import npu_catalog
 from dualpath.planner.links import (
-    N2N_GBS, allreduce_bytes, collective_s, ep_bytes, ep_fraction, n2n_bytes_per_s, n2n_link,
+    N2N_GBS,
+    allreduce_bytes,
+    collective_s,
+    ep_bytes,
+    ep_fraction,
+    n2n_bytes_per_s,
+    n2n_link,
     n2n_transfer,
 )
 from dualpath.planner.modes import mode_spec
 from dualpath.planner.parallel import (
-    DECODE_CTX_GRID, Layout, StageTimer, af_layer_s, weight_bytes_per_device,
+    DECODE_CTX_GRID,
+    Layout,
+    StageTimer,
+    af_layer_s,
+    weight_bytes_per_device,
 )
 from dualpath.planner.pools import PoolPlan, PoolTimer, UnitTimer
 from dualpath.spec.models import get_model
@@ -35,8 +45,7 @@ def test_ep_fraction_is_zero_at_one_and_tends_to_one() -> None:
 def test_tp_allreduce_bytes_are_2_t_minus_1_over_t_of_the_message(tp: int) -> None:
     message = 12345.0
     assert allreduce_bytes(message, tp) == pytest.approx(2 * (tp - 1) / tp * message, rel=1e-15)
-    assert collective_s("allreduce", message, tp) == pytest.approx(
-        2 * (tp - 1) / tp * message / 3600e9)
+    assert collective_s("allreduce", message, tp) == pytest.approx(2 * (tp - 1) / tp * message / 3600e9)
     assert collective_s("alltoall", message, tp) == pytest.approx((tp - 1) / tp * message / 3600e9)
 
 
@@ -60,10 +69,14 @@ def test_af_layer_is_max_at_two_microbatches_with_free_links_and_sum_at_one() ->
 
 
 def _plan(model, name, stages, tp=1, pp=1, dp=1, ep=None, bits=16, dev=DEV) -> PoolPlan:
-    ep = ep if ep is not None else (tp * pp if model.is_moe and any(s in ("pf", "df")
-                                                                   for s in stages) else 1)
-    return PoolPlan(name=name, stages=stages, device=dev, layout=Layout(tp=tp, pp=pp, dp=dp, ep=ep),
-                    bits=tuple((s, bits) for s in stages))
+    ep = ep if ep is not None else (tp * pp if model.is_moe and any(s in ("pf", "df") for s in stages) else 1)
+    return PoolPlan(
+        name=name,
+        stages=stages,
+        device=dev,
+        layout=Layout(tp=tp, pp=pp, dp=dp, ep=ep),
+        bits=tuple((s, bits) for s in stages),
+    )
 
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
@@ -81,20 +94,17 @@ def test_unit_time_reduces_to_max_and_sum_with_free_links(phase: str) -> None:
     assert it2.a_busy_s > 0 and it2.f_busy_s > 0
     assert it2.time_s == pytest.approx(max(it2.a_busy_s, it2.f_busy_s), rel=1e-9)
     assert it1.time_s == pytest.approx(it1.a_busy_s + it1.f_busy_s, rel=1e-9)
-    assert it2.fwd_bytes == model.num_layers * (5000 if phase == "prefill" else 64) \
-        * model.hidden_size * 2
+    assert it2.fwd_bytes == model.num_layers * (5000 if phase == "prefill" else 64) * model.hidden_size * 2
 
 
 def test_merged_stages_add_their_times() -> None:
     model = get_model("gpt-oss-120b")
     spec = mode_spec("pd")
     p = _plan(model, "p", ("pa", "pf"), tp=4)
-    unit = UnitTimer(model, spec.units[0], {"p": PoolTimer(model, p, IDEAL_EFFICIENCY)},
-                     microbatches=2)
+    unit = UnitTimer(model, spec.units[0], {"p": PoolTimer(model, p, IDEAL_EFFICIENCY)}, microbatches=2)
     timer = PoolTimer(model, p, IDEAL_EFFICIENCY)
     it = unit.prefill([[4000]])
-    assert it.time_s == pytest.approx(timer.prefill_s(["pa"], [4000]) + timer.prefill_s(["pf"],
-                                                                                         [4000]))
+    assert it.time_s == pytest.approx(timer.prefill_s(["pa"], [4000]) + timer.prefill_s(["pf"], [4000]))
     assert it.fwd_bytes == 0.0
 
 
@@ -111,8 +121,16 @@ def test_residency_shards_non_experts_by_tp_pp_and_experts_by_ep() -> None:
 
 
 def _timer(model, stage, tp=1, pp=1) -> StageTimer:
-    return StageTimer(model=model, stage=stage, bits=16, device=DEV.device, tp=tp, pp=pp,
-                      ep=tp * pp if model.is_moe else 1, efficiency=IDEAL_EFFICIENCY)
+    return StageTimer(
+        model=model,
+        stage=stage,
+        bits=16,
+        device=DEV.device,
+        tp=tp,
+        pp=pp,
+        ep=tp * pp if model.is_moe else 1,
+        efficiency=IDEAL_EFFICIENCY,
+    )
 
 
 @pytest.mark.parametrize("name", ["qwen3-235b-a22b", "llama-3.1-405b"])
@@ -134,8 +152,11 @@ def test_tp_and_pp_lane_times() -> None:
     assert t1 == pytest.approx(base)
     # PP does not shrink one request's time (it only adds hand-offs)
     assert _timer(model, "pa", 1, 4).lane_s(work, 8192) >= base * (1 - 1e-12)
-    assert math.isclose(_timer(model, "pa", 2).collectives_s(8192),
-                        model.num_layers * 8192 * model.hidden_size * 2 / 3600e9, rel_tol=1e-12)
+    assert math.isclose(
+        _timer(model, "pa", 2).collectives_s(8192),
+        model.num_layers * 8192 * model.hidden_size * 2 / 3600e9,
+        rel_tol=1e-12,
+    )
 
 
 def test_pool_wide_ep_shares_the_touched_experts_over_replicas() -> None:
@@ -151,7 +172,8 @@ def test_pool_wide_ep_shares_the_touched_experts_over_replicas() -> None:
     assert pooled.routed_weight_bytes / 8 < one.routed_weight_bytes
     work = shared._shared_experts(one, 16)
     assert work.routed_weight_bytes == pytest.approx(pooled.routed_weight_bytes / 8)
-    assert work.weight_bytes == pytest.approx(one.weight_bytes - one.routed_weight_bytes
-                                              + pooled.routed_weight_bytes / 8)
+    assert work.weight_bytes == pytest.approx(
+        one.weight_bytes - one.routed_weight_bytes + pooled.routed_weight_bytes / 8
+    )
     assert shared.decode_s(16, 0.0) < local.decode_s(16, 0.0)
     assert _timer(model, "da", tp=2)._shared_experts(one, 16) is one  # A stages: unchanged

@@ -10,8 +10,14 @@ import pytest
 
 from dualpath.core.errors import ConfigError, UnknownNameError
 from dualpath.planner.catalog import (
-    GPU_CATALOG, NPU_COMPUTE_TIERS_TFLOPS, NPU_MEMORY_POINTS, catalog, catalog_report, gpu_catalog,
-    load_prices, npu_catalog,
+    GPU_CATALOG,
+    NPU_COMPUTE_TIERS_TFLOPS,
+    NPU_MEMORY_POINTS,
+    catalog,
+    catalog_report,
+    gpu_catalog,
+    load_prices,
+    npu_catalog,
 )
 from dualpath.planner.figures_power import plot_power_fit
 from dualpath.planner.power import ANCHORS, device_power_w, memory_power_w, power_fit
@@ -52,8 +58,14 @@ def test_npu_catalogue_is_every_tier_times_every_point() -> None:
     assert len(devices) == len(NPU_COMPUTE_TIERS_TFLOPS) * len(NPU_MEMORY_POINTS) == 78
     assert len({d.name for d in devices}) == 78
     d = next(d for d in devices if d.name == "npu-25tf-hbm-190gb")
-    assert d.to_json() == {"name": "npu-25tf-hbm-190gb", "kind": "npu", "compute_tflops": 25.0,
-                           "memory": "hbm", "capacity_gb": 190.0, "bandwidth_gbs": 8000.0}
+    assert d.to_json() == {
+        "name": "npu-25tf-hbm-190gb",
+        "kind": "npu",
+        "compute_tflops": 25.0,
+        "memory": "hbm",
+        "capacity_gb": 190.0,
+        "bandwidth_gbs": 8000.0,
+    }
     assert d.cost("power_w") == d.power_w > 0 and d.usd_per_hr is None
     with pytest.raises(ConfigError, match="no price"):
         d.cost("usd_per_hr")
@@ -88,8 +100,7 @@ def test_gpu_catalogue_prices_and_override(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["npu", "gpu"])
 def test_catalog_report_keys(name: str) -> None:
     report = catalog_report(name)
-    for key in ("catalog", "alpha", "p_ref_w", "fit_max_rel_error", "power_fit", "memory_power",
-                "devices"):
+    for key in ("catalog", "alpha", "p_ref_w", "fit_max_rel_error", "power_fit", "memory_power", "devices"):
         assert key in report
     assert report["alpha"] == power_fit().alpha
     rows = report["devices"]

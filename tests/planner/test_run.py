@@ -22,15 +22,22 @@ MODEL = get_model("smollm2-135m")
 DEV = next(d for d in npu_catalog() if d.name == "npu-250tf-hbm-16gb")
 
 
-def make_alloc(mode: str, *, dp: int = 2, tp: int = 1, pp: int = 1, bits: int = 16,
-               dev=DEV, model=MODEL) -> Allocation:
+def make_alloc(
+    mode: str, *, dp: int = 2, tp: int = 1, pp: int = 1, bits: int = 16, dev=DEV, model=MODEL
+) -> Allocation:
     spec = mode_spec(mode)
-    pools = tuple(PoolPlan(name=p.name, stages=p.stages, device=dev,
-                           layout=Layout(tp=tp, pp=pp, dp=dp, ep=1),
-                           bits=tuple((s, bits) for s in p.stages), sigma=1.0)
-                  for p in spec.pools)
-    return Allocation(mode=mode, pools=pools, sigma_joint=1.0,
-                      cost=sum(p.cost("power_w") for p in pools))
+    pools = tuple(
+        PoolPlan(
+            name=p.name,
+            stages=p.stages,
+            device=dev,
+            layout=Layout(tp=tp, pp=pp, dp=dp, ep=1),
+            bits=tuple((s, bits) for s in p.stages),
+            sigma=1.0,
+        )
+        for p in spec.pools
+    )
+    return Allocation(mode=mode, pools=pools, sigma_joint=1.0, cost=sum(p.cost("power_w") for p in pools))
 
 
 def _reqs(n: int = 30, io: float = 3.0, out: int = 40, **kw):
@@ -73,19 +80,16 @@ def test_a_broken_invariant_fails_the_run() -> None:
     reqs = _reqs(n=5)
     alloc = make_alloc("nd")
     with pytest.raises(SimulationError, match="budget"):
-        simulate(MODEL, mode_spec("nd"), alloc, reqs, RunConfig(budget=alloc.cost / 2),
-                 IDEAL_EFFICIENCY)
+        simulate(MODEL, mode_spec("nd"), alloc, reqs, RunConfig(budget=alloc.cost / 2), IDEAL_EFFICIENCY)
 
 
 def test_split_pools_run_concurrently_merged_pools_do_not() -> None:
     """PD overlaps prefill with decode; ND runs them one after the other on the same lanes."""
     reqs = _reqs(n=40, io=50.0, out=200)
-    nd = simulate(MODEL, mode_spec("nd"), make_alloc("nd", dp=2), reqs, RunConfig(),
-                  IDEAL_EFFICIENCY)
+    nd = simulate(MODEL, mode_spec("nd"), make_alloc("nd", dp=2), reqs, RunConfig(), IDEAL_EFFICIENCY)
     busy = nd.pool_busy_s["nd"]
     assert busy <= nd.makespan_s * (1 + 1e-9)
-    pd = simulate(MODEL, mode_spec("pd"), make_alloc("pd", dp=2), reqs, RunConfig(),
-                  IDEAL_EFFICIENCY)
+    pd = simulate(MODEL, mode_spec("pd"), make_alloc("pd", dp=2), reqs, RunConfig(), IDEAL_EFFICIENCY)
     assert pd.pool_busy_s["p"] > 0 and pd.pool_busy_s["d"] > 0
     assert pd.pool_busy_s["p"] + pd.pool_busy_s["d"] > pd.makespan_s * 0.5
 
@@ -108,24 +112,27 @@ def test_segment_sums_equal_step_by_step_sums() -> None:
 
 def test_af_microbatches_change_the_af_run_only() -> None:
     reqs = _reqs(n=10)
-    one = simulate(MODEL, mode_spec("af"), make_alloc("af"), reqs, RunConfig(af_microbatches=1),
-                   IDEAL_EFFICIENCY)
-    two = simulate(MODEL, mode_spec("af"), make_alloc("af"), reqs, RunConfig(af_microbatches=2),
-                   IDEAL_EFFICIENCY)
+    one = simulate(
+        MODEL, mode_spec("af"), make_alloc("af"), reqs, RunConfig(af_microbatches=1), IDEAL_EFFICIENCY
+    )
+    two = simulate(
+        MODEL, mode_spec("af"), make_alloc("af"), reqs, RunConfig(af_microbatches=2), IDEAL_EFFICIENCY
+    )
     assert two.makespan_s < one.makespan_s
     assert one.n2n_bytes == two.n2n_bytes
-    nd1 = simulate(MODEL, mode_spec("nd"), make_alloc("nd"), reqs, RunConfig(af_microbatches=1),
-                   IDEAL_EFFICIENCY)
+    nd1 = simulate(
+        MODEL, mode_spec("nd"), make_alloc("nd"), reqs, RunConfig(af_microbatches=1), IDEAL_EFFICIENCY
+    )
     nd2 = simulate(MODEL, mode_spec("nd"), make_alloc("nd"), reqs, RunConfig(), IDEAL_EFFICIENCY)
     assert math.isclose(nd1.makespan_s, nd2.makespan_s, rel_tol=1e-12)
 
 
 def test_link_latency_slows_split_modes() -> None:
     reqs = _reqs(n=10)
-    base = simulate(MODEL, mode_spec("pdaf"), make_alloc("pdaf"), reqs, RunConfig(),
-                    IDEAL_EFFICIENCY)
-    slow = simulate(MODEL, mode_spec("pdaf"), make_alloc("pdaf"), reqs,
-                    RunConfig(link_latency_s=20e-6), IDEAL_EFFICIENCY)
+    base = simulate(MODEL, mode_spec("pdaf"), make_alloc("pdaf"), reqs, RunConfig(), IDEAL_EFFICIENCY)
+    slow = simulate(
+        MODEL, mode_spec("pdaf"), make_alloc("pdaf"), reqs, RunConfig(link_latency_s=20e-6), IDEAL_EFFICIENCY
+    )
     assert slow.makespan_s > base.makespan_s
     assert slow.n2n_bytes == base.n2n_bytes
 
@@ -141,14 +148,20 @@ def test_decode_context_grid_matches_step_by_step_contexts(name: str, monkeypatc
     dev = next(d for d in npu_catalog() if d.name == "npu-2500tf-hbm-190gb")
     reqs = _reqs(n=40, io=1.0, out=300)
     alloc = make_alloc("pd", dp=2, tp=8, dev=dev, model=model)
-    alloc = Allocation(mode="pd", pools=tuple(
-        PoolPlan(name=p.name, stages=p.stages, device=dev,
-                 layout=Layout(tp=8, pp=1, dp=2, ep=8), bits=p.bits) for p in alloc.pools),
-        sigma_joint=1.0, cost=0.0)
+    alloc = Allocation(
+        mode="pd",
+        pools=tuple(
+            PoolPlan(
+                name=p.name, stages=p.stages, device=dev, layout=Layout(tp=8, pp=1, dp=2, ep=8), bits=p.bits
+            )
+            for p in alloc.pools
+        ),
+        sigma_joint=1.0,
+        cost=0.0,
+    )
     spans = []
     for grid in (128, 1):
         monkeypatch.setattr(parallel, "DECODE_CTX_GRID", grid)
         monkeypatch.setattr(run_mod, "DECODE_CTX_GRID", grid)
-        spans.append(simulate(model, mode_spec("pd"), alloc, reqs, RunConfig(),
-                              IDEAL_EFFICIENCY).makespan_s)
+        spans.append(simulate(model, mode_spec("pd"), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY).makespan_s)
     assert spans[0] == pytest.approx(spans[1], rel=1e-4)

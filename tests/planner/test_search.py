@@ -30,10 +30,23 @@ def _demand(rate: float = 125.0, i: float = 10_000.0, o: float = 1000.0) -> Dema
 def _search(model, devices, kind, budget, mode, demand, shortlist=3, grid=8):
     counts = Counts()
     spec = mode_spec(mode)
-    lists = {p.name: phase1(model, p, devices, demand, ALL16, budget=budget, budget_kind=kind,
-                            efficiency=IDEAL_EFFICIENCY, prefill_token_budget=16384,
-                            max_decode_batch=512, shortlist=shortlist, counts=counts)
-             for p in spec.pools}
+    lists = {
+        p.name: phase1(
+            model,
+            p,
+            devices,
+            demand,
+            ALL16,
+            budget=budget,
+            budget_kind=kind,
+            efficiency=IDEAL_EFFICIENCY,
+            prefill_token_budget=16384,
+            max_decode_batch=512,
+            shortlist=shortlist,
+            counts=counts,
+        )
+        for p in spec.pools
+    }
     return phase2(spec, lists, budget=budget, grid=grid, counts=counts), counts
 
 
@@ -41,11 +54,26 @@ def _search(model, devices, kind, budget, mode, demand, shortlist=3, grid=8):
 def test_sigma_is_monotone_in_demand(stages: tuple[str, ...]) -> None:
     model = get_model("gpt-oss-120b")
     dev = next(d for d in npu_catalog() if d.name == "npu-2500tf-hbm-190gb")
-    plan = PoolPlan(name="x", stages=stages, device=dev, layout=Layout(tp=4, pp=1, dp=1, ep=4),
-                    bits=tuple((s, 16) for s in stages))
-    sig = [min(replica_sigma(model, plan, _demand(rate=r), efficiency=IDEAL_EFFICIENCY,
-                             prefill_token_budget=16384, max_decode_batch=512))
-           for r in (10.0, 50.0, 125.0, 500.0)]
+    plan = PoolPlan(
+        name="x",
+        stages=stages,
+        device=dev,
+        layout=Layout(tp=4, pp=1, dp=1, ep=4),
+        bits=tuple((s, 16) for s in stages),
+    )
+    sig = [
+        min(
+            replica_sigma(
+                model,
+                plan,
+                _demand(rate=r),
+                efficiency=IDEAL_EFFICIENCY,
+                prefill_token_budget=16384,
+                max_decode_batch=512,
+            )
+        )
+        for r in (10.0, 50.0, 125.0, 500.0)
+    ]
     assert all(a > b for a, b in zip(sig, sig[1:]))
     assert sig[0] / sig[-1] == pytest.approx(50.0)  # sigma = d x tput / (lambda x length)
 
@@ -53,8 +81,7 @@ def test_sigma_is_monotone_in_demand(stages: tuple[str, ...]) -> None:
 def test_single_pool_sigma_joint_is_its_sigma() -> None:
     model = get_model("gpt-oss-120b")
     devices = npu_catalog()
-    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None,
-                            budget_scale=8).value
+    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=8).value
     ranked, counts = _search(model, devices, "power_w", budget, "nd", _demand())
     assert ranked and counts.allocations_ranked == len(ranked)
     for alloc in ranked:
@@ -79,19 +106,23 @@ def _check_alloc(alloc, model, budget, kind, demand) -> None:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(model_name=st.sampled_from(MODELS), gpu=st.booleans(),
-       picks=st.lists(st.integers(0, 77), min_size=3, max_size=8, unique=True),
-       scale=st.floats(1.0, 64.0), mode=st.sampled_from(MODES),
-       ratio=st.sampled_from([0.01, 1.0, 100.0]))
-def test_no_allocation_breaks_budget_layout_or_residency(model_name, gpu, picks, scale, mode,
-                                                         ratio) -> None:
+@given(
+    model_name=st.sampled_from(MODELS),
+    gpu=st.booleans(),
+    picks=st.lists(st.integers(0, 77), min_size=3, max_size=8, unique=True),
+    scale=st.floats(1.0, 64.0),
+    mode=st.sampled_from(MODES),
+    ratio=st.sampled_from([0.01, 1.0, 100.0]),
+)
+def test_no_allocation_breaks_budget_layout_or_residency(model_name, gpu, picks, scale, mode, ratio) -> None:
     model = get_model(model_name)
     full = gpu_catalog() if gpu else npu_catalog()
     devices = tuple(full[i % len(full)] for i in sorted(set(i % len(full) for i in picks)))
     kind = "usd_per_hr" if gpu else "power_w"
     try:
-        budget = resolve_budget(model, devices, "gpu" if gpu else "npu", budget_w=None,
-                                budget_usd_hr=None, budget_scale=scale).value
+        budget = resolve_budget(
+            model, devices, "gpu" if gpu else "npu", budget_w=None, budget_usd_hr=None, budget_scale=scale
+        ).value
     except ValueError:  # no device of this subset holds the weights
         return
     demand = _demand(i=max(1.0, 1000 * ratio))
@@ -117,25 +148,32 @@ def _random_npus(draw) -> tuple:
         fam = draw(st.sampled_from(["hbm", "lpddr", "ddr", "gddr"]))
         gb = draw(st.floats(16.0, 1024.0))
         gbs = draw(st.floats(100.0, 9000.0))
-        dev = DeviceSpec(name=f"rnd{i}", compute_tflops=tf, memory_family=fam, capacity_gb=gb,
-                         bandwidth_gbs=gbs)
-        out.append(CatalogDevice(device=dev, kind="npu", usd_per_hr=None,
-                                 power_w=device_power_w(tf, fam, gb, gbs)))
+        dev = DeviceSpec(
+            name=f"rnd{i}", compute_tflops=tf, memory_family=fam, capacity_gb=gb, bandwidth_gbs=gbs
+        )
+        out.append(
+            CatalogDevice(device=dev, kind="npu", usd_per_hr=None, power_w=device_power_w(tf, fam, gb, gbs))
+        )
     return tuple(out)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(devices=_random_npus(), model_name=st.sampled_from(MODELS), scale=st.floats(1.0, 32.0),
-       mode=st.sampled_from(MODES), kv=st.sampled_from([None, 128, 4096]))
-def test_random_catalogues_and_ablated_models_keep_every_rule(devices, model_name, scale, mode,
-                                                              kv) -> None:
+@given(
+    devices=_random_npus(),
+    model_name=st.sampled_from(MODELS),
+    scale=st.floats(1.0, 32.0),
+    mode=st.sampled_from(MODES),
+    kv=st.sampled_from([None, 128, 4096]),
+)
+def test_random_catalogues_and_ablated_models_keep_every_rule(devices, model_name, scale, mode, kv) -> None:
     from dualpath.planner.ablation import apply_overrides
 
     base = get_model(model_name)
     model = apply_overrides(base, {"kv_width": kv}) if kv else base
     try:
-        budget = resolve_budget(base, devices, "npu", budget_w=None, budget_usd_hr=None,
-                                budget_scale=scale).value
+        budget = resolve_budget(
+            base, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=scale
+        ).value
     except ValueError:
         return
     demand = _demand(i=5000.0)
@@ -147,8 +185,7 @@ def test_random_catalogues_and_ablated_models_keep_every_rule(devices, model_nam
 def test_search_is_deterministic() -> None:
     model = get_model("llama-4-scout")
     devices = npu_catalog()
-    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None,
-                            budget_scale=16).value
+    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=16).value
     a, ca = _search(model, devices, "power_w", budget, "pdaf", _demand())
     b, cb = _search(model, devices, "power_w", budget, "pdaf", _demand())
     assert [x.key() for x in a] == [x.key() for x in b] and ca == cb
@@ -158,8 +195,7 @@ def test_search_is_deterministic() -> None:
 def test_leftover_budget_goes_to_the_weakest_pool() -> None:
     model = get_model("gpt-oss-120b")
     devices = npu_catalog()
-    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None,
-                            budget_scale=32).value
+    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=32).value
     ranked, _ = _search(model, devices, "power_w", budget, "pd", _demand())
     for alloc in ranked:  # nothing more fits: every pool's replica costs more than what is left
         left = budget - alloc.cost

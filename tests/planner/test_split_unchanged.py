@@ -19,7 +19,10 @@ from dualpath.cost.stages import stage_weight_bytes, stage_work
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import MODELS
 from dualpath.spec.params import (
-    attention_params, expert_params, ffn_non_expert_params, shape_total_params,
+    attention_params,
+    expert_params,
+    ffn_non_expert_params,
+    shape_total_params,
 )
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "split_reference.json").read_text())
@@ -76,20 +79,25 @@ def test_stage_terms_add_to_model_totals(name: str) -> None:
     da = stage_work(model, "da", batch=batch, context_len=n)
     df = stage_work(model, "df", batch=batch, context_len=n)
     linear = batch * model.linear_flops_per_token
-    assert math.isclose(da.flops + df.flops, linear + batch * model.attention_flops(n, 1),
-                        rel_tol=1e-12)
+    assert math.isclose(da.flops + df.flops, linear + batch * model.attention_flops(n, 1), rel_tol=1e-12)
     shape = model_shape(model)
-    assert math.isclose(df.routed_flops, batch * shape.routed_flops_per_token_layer
-                        * model.num_layers, rel_tol=1e-12, abs_tol=1e-6)
-    assert math.isclose(da.flops - da.attention_flops, batch * model.num_layers
-                        * shape.attention_linear_flops_per_token_layer, rel_tol=1e-12)
+    assert math.isclose(
+        df.routed_flops,
+        batch * shape.routed_flops_per_token_layer * model.num_layers,
+        rel_tol=1e-12,
+        abs_tol=1e-6,
+    )
+    assert math.isclose(
+        da.flops - da.attention_flops,
+        batch * model.num_layers * shape.attention_linear_flops_per_token_layer,
+        rel_tol=1e-12,
+    )
     # weights: A + F (non-expert + all routed experts) = every parameter at the stage's bits
     for bits in (4, 8, 16):
         a_ne, a_routed = stage_weight_bytes(model, "da", bits)
         f_ne, f_routed = stage_weight_bytes(model, "df", bits)
         assert a_routed == 0.0
-        assert math.isclose(a_ne + f_ne + f_routed, shape_total_params(model) * bits / 8,
-                            rel_tol=1e-12)
+        assert math.isclose(a_ne + f_ne + f_routed, shape_total_params(model) * bits / 8, rel_tol=1e-12)
 
 
 def test_small_simulation_json_identical() -> None:

@@ -12,16 +12,30 @@ from hypothesis import strategies as st
 from dualpath.core.errors import ConfigError
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, IDEAL_EFFICIENCY, get_efficiency
 from dualpath.cost.stages import (
-    STAGES, hidden_act_bytes_per_token, kv_bytes_per_token, kv_cache_bytes, stage_roofline_s,
-    stage_time_s, stage_weight_bytes, stage_work,
+    STAGES,
+    hidden_act_bytes_per_token,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    stage_roofline_s,
+    stage_time_s,
+    stage_weight_bytes,
+    stage_work,
 )
 from dualpath.planner.ablation import apply_overrides
 from dualpath.spec.device import Device, DeviceSpec
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import MODELS, get_model
 
-PAPER_MODELS = ("deepseek-v4-pro", "deepseek-v4-flash", "llama-3.1-405b", "llama-4-maverick",
-                "llama-4-scout", "glm-4.6", "gpt-oss-120b", "qwen3-235b-a22b")
+PAPER_MODELS = (
+    "deepseek-v4-pro",
+    "deepseek-v4-flash",
+    "llama-3.1-405b",
+    "llama-4-maverick",
+    "llama-4-scout",
+    "glm-4.6",
+    "gpt-oss-120b",
+    "qwen3-235b-a22b",
+)
 
 
 def test_paper_models_in_table() -> None:
@@ -38,11 +52,12 @@ def test_kv_elements_per_token_layer() -> None:
 @pytest.mark.parametrize("name", PAPER_MODELS + ("deepseek-v3.2",))
 def test_da_kv_share_rises_with_context_and_kv_width(name: str) -> None:
     model = get_model(name)
-    shares = [stage_work(model, "da", batch=32, context_len=c).kv_share()
-              for c in (1000, 10000, 100000)]
+    shares = [stage_work(model, "da", batch=32, context_len=c).kv_share() for c in (1000, 10000, 100000)]
     assert shares[0] < shares[1] < shares[2]
-    works = [stage_work(apply_overrides(model, {"kv_width": w}), "da", batch=32, context_len=50000)
-             for w in (128, 512, 1024, 4096)]
+    works = [
+        stage_work(apply_overrides(model, {"kv_width": w}), "da", batch=32, context_len=50000)
+        for w in (128, 512, 1024, 4096)
+    ]
     assert all(a.kv_share() < b.kv_share() for a, b in zip(works, works[1:]))
     assert len({w.flops for w in works}) == 1  # kv_width changes bytes only
     assert works[0].flops == stage_work(model, "da", batch=32, context_len=50000).flops
@@ -52,8 +67,10 @@ def test_da_kv_share_rises_with_context_and_kv_width(name: str) -> None:
 @pytest.mark.parametrize("stage", STAGES)
 def test_bytes_scale_with_bits_flops_do_not(name: str, stage: str) -> None:
     model = get_model(name)
-    works = {b: stage_work(model, stage, batch=4, context_len=2000, bits=b)  # type: ignore[arg-type]
-             for b in (4, 8, 16)}
+    works = {
+        b: stage_work(model, stage, batch=4, context_len=2000, bits=b)  # type: ignore[arg-type]
+        for b in (4, 8, 16)
+    }
     assert works[4].flops == works[8].flops == works[16].flops
     for term in ("weight_bytes", "kv_read_bytes", "kv_write_bytes", "act_bytes"):
         b16 = getattr(works[16], term)
@@ -80,8 +97,9 @@ def test_decode_reads_only_the_capped_part() -> None:
     assert math.isclose(b.kv_read_bytes - a.kv_read_bytes, 10000 * index_per_token, rel_tol=1e-12)
     oss = get_model("gpt-oss-120b")  # window 128 on half the layers
     a, b = (stage_work(oss, "da", batch=1, context_len=c) for c in (10000, 20000))
-    assert math.isclose(b.kv_read_bytes - a.kv_read_bytes,
-                        10000 * (oss.num_layers // 2) * oss.kv_elements_per_token_layer * 2)
+    assert math.isclose(
+        b.kv_read_bytes - a.kv_read_bytes, 10000 * (oss.num_layers // 2) * oss.kv_elements_per_token_layer * 2
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -112,8 +130,7 @@ def test_prefill_writes_what_it_hands_off() -> None:
 
 def test_touched_experts_grow_with_batch() -> None:
     model = get_model("gpt-oss-120b")
-    weights = [stage_work(model, "df", batch=b, context_len=1000).weight_bytes
-               for b in (1, 8, 64, 512)]
+    weights = [stage_work(model, "df", batch=b, context_len=1000).weight_bytes for b in (1, 8, 64, 512)]
     assert all(a < b for a, b in zip(weights, weights[1:]))
     non_expert, routed = stage_weight_bytes(model, "df")
     assert weights[0] > non_expert and weights[-1] <= non_expert + routed + 1.0
@@ -129,8 +146,9 @@ def test_dtype_override_sets_element_bytes() -> None:
     assert stage_work(every, "da", batch=4, context_len=4000).kv_read_bytes == base.kv_read_bytes / 2
 
 
-NPU = DeviceSpec(name="npu-test", compute_tflops=250.0, memory_family="hbm", capacity_gb=80.0,
-                 bandwidth_gbs=3350.0)
+NPU = DeviceSpec(
+    name="npu-test", compute_tflops=250.0, memory_family="hbm", capacity_gb=80.0, bandwidth_gbs=3350.0
+)
 
 
 def test_devices_implement_protocol() -> None:
@@ -168,13 +186,18 @@ def test_stage_time_non_increasing_in_f_and_b(stage: str, efficiency: str) -> No
     for name in ("deepseek-v4-flash", "llama-3.1-405b"):
         w = stage_work(get_model(name), stage, batch=16, context_len=8000)  # type: ignore[arg-type]
         for tflops in (25.0, 250.0, 2500.0, 20000.0):
-            times = [stage_time_s(w, dataclasses.replace(NPU, compute_tflops=tflops,
-                                                         bandwidth_gbs=bw), efficiency=eff)
-                     for bw in (200.0, 1000.0, 8000.0, 150000.0)]
+            times = [
+                stage_time_s(
+                    w, dataclasses.replace(NPU, compute_tflops=tflops, bandwidth_gbs=bw), efficiency=eff
+                )
+                for bw in (200.0, 1000.0, 8000.0, 150000.0)
+            ]
             assert all(a >= b for a, b in zip(times, times[1:]))
         for bw in (200.0, 8000.0):
-            times = [stage_time_s(w, dataclasses.replace(NPU, compute_tflops=f, bandwidth_gbs=bw),
-                                  efficiency=eff) for f in (25.0, 250.0, 2500.0, 20000.0)]
+            times = [
+                stage_time_s(w, dataclasses.replace(NPU, compute_tflops=f, bandwidth_gbs=bw), efficiency=eff)
+                for f in (25.0, 250.0, 2500.0, 20000.0)
+            ]
             assert all(a >= b for a, b in zip(times, times[1:]))
 
 
@@ -203,20 +226,30 @@ def test_decode_attention_matches_the_roofline_counting(name: str) -> None:
     main, indexer = decode_attention_flops(model, contexts)
     assert w.attention_flops == model.num_layers * (main + indexer)
     f = stage_work(model, "df", batch=16, context_len=7000)
-    assert math.isclose(w.flops + f.flops - w.attention_flops,
-                        16 * model.linear_flops_per_token, rel_tol=1e-12)
+    assert math.isclose(
+        w.flops + f.flops - w.attention_flops, 16 * model.linear_flops_per_token, rel_tol=1e-12
+    )
 
 
 @settings(max_examples=150, deadline=None)
-@given(name=st.sampled_from(sorted(MODELS)), stage=st.sampled_from(STAGES),
-       batch=st.integers(0, 600), context=st.integers(0, 300_000),
-       tflops=st.floats(1.0, 30000.0), gbs=st.floats(10.0, 200000.0),
-       up_f=st.floats(1.0, 100.0), up_b=st.floats(1.0, 100.0))
-def test_stage_work_properties(name: str, stage: str, batch: int, context: int, tflops: float,
-                               gbs: float, up_f: float, up_b: float) -> None:
+@given(
+    name=st.sampled_from(sorted(MODELS)),
+    stage=st.sampled_from(STAGES),
+    batch=st.integers(0, 600),
+    context=st.integers(0, 300_000),
+    tflops=st.floats(1.0, 30000.0),
+    gbs=st.floats(10.0, 200000.0),
+    up_f=st.floats(1.0, 100.0),
+    up_b=st.floats(1.0, 100.0),
+)
+def test_stage_work_properties(
+    name: str, stage: str, batch: int, context: int, tflops: float, gbs: float, up_f: float, up_b: float
+) -> None:
     model = get_model(name)
-    works = [stage_work(model, stage, batch=batch, context_len=context, bits=b)  # type: ignore[arg-type]
-             for b in (4, 8, 16)]
+    works = [
+        stage_work(model, stage, batch=batch, context_len=context, bits=b)  # type: ignore[arg-type]
+        for b in (4, 8, 16)
+    ]
     assert works[0].flops == works[1].flops == works[2].flops >= 0
     for w in works:
         for term in (w.weight_bytes, w.kv_read_bytes, w.kv_write_bytes, w.act_bytes):
@@ -226,5 +259,6 @@ def test_stage_work_properties(name: str, stage: str, batch: int, context: int, 
     dev = dataclasses.replace(NPU, compute_tflops=tflops, bandwidth_gbs=gbs)
     faster = dataclasses.replace(dev, compute_tflops=tflops * up_f, bandwidth_gbs=gbs * up_b)
     assert stage_time_s(w, faster) <= stage_time_s(w, dev)
-    assert stage_time_s(w, faster, efficiency=DEFAULT_EFFICIENCY) <= \
-        stage_time_s(w, dev, efficiency=DEFAULT_EFFICIENCY)
+    assert stage_time_s(w, faster, efficiency=DEFAULT_EFFICIENCY) <= stage_time_s(
+        w, dev, efficiency=DEFAULT_EFFICIENCY
+    )

@@ -20,24 +20,34 @@ from dualpath.policy import (
 
 @st.composite
 def predictors(draw: st.DrawFn) -> LinearAttentionPredictor:
-    flops = AttentionFlops(num_heads=draw(st.integers(1, 16)), qk_head_dim=64, v_head_dim=64,
-                           sparse_top_k=draw(st.one_of(st.none(), st.integers(64, 4096))))
-    return LinearAttentionPredictor(flops_model=flops,
-                                    seconds_per_flop=draw(st.floats(1e-12, 1e-8)),
-                                    intercept_s=draw(st.floats(0.0, 0.4)))
+    flops = AttentionFlops(
+        num_heads=draw(st.integers(1, 16)),
+        qk_head_dim=64,
+        v_head_dim=64,
+        sparse_top_k=draw(st.one_of(st.none(), st.integers(64, 4096))),
+    )
+    return LinearAttentionPredictor(
+        flops_model=flops,
+        seconds_per_flop=draw(st.floats(1e-12, 1e-8)),
+        intercept_s=draw(st.floats(0.0, 0.4)),
+    )
 
 
 @st.composite
 def batch_views(draw: st.DrawFn) -> BatchView:
-    items = tuple(BatchItem(request_id=f"r{i}", cached_len=draw(st.integers(0, 100_000)),
-                            new_len=draw(st.integers(1, 4000)))
-                  for i in range(draw(st.integers(0, 12))))
+    items = tuple(
+        BatchItem(
+            request_id=f"r{i}", cached_len=draw(st.integers(0, 100_000)), new_len=draw(st.integers(1, 4000))
+        )
+        for i in range(draw(st.integers(0, 12)))
+    )
     return BatchView(now_s=0.0, engine_id=3, waiting=items)
 
 
 def _check_shape(view: BatchView, plan: BatchPlan) -> None:
     assert [e.request_id for e in plan.entries] == [
-        i.request_id for i in view.waiting[: len(plan.entries)]], "not a FIFO prefix"
+        i.request_id for i in view.waiting[: len(plan.entries)]
+    ], "not a FIFO prefix"
     for k, (entry, item) in enumerate(zip(plan.entries, view.waiting, strict=False)):
         assert entry.cached_len == item.cached_len
         assert 1 <= entry.chunk_len <= item.new_len
@@ -91,8 +101,7 @@ def test_identical_views_identical_batches(view: BatchView, pred: LinearAttentio
 
 
 def test_quota_needs_a_predictor() -> None:
-    view = BatchView(now_s=0.0, engine_id=0, waiting=(
-        BatchItem(request_id="a", cached_len=0, new_len=1),))
+    view = BatchView(now_s=0.0, engine_id=0, waiting=(BatchItem(request_id="a", cached_len=0, new_len=1),))
     with pytest.raises(ConfigError, match="attention_predictor"):
         make_scheduler("dualpath").plan_prefill_batch(view)
     cfg = SchedulerConfig(batching="tokens")
@@ -100,14 +109,14 @@ def test_quota_needs_a_predictor() -> None:
 
 
 def test_chunk_is_largest_fitting() -> None:
-    pred = LinearAttentionPredictor(flops_model=AttentionFlops(num_heads=1, qk_head_dim=1,
-                                                               v_head_dim=1),
-                                    seconds_per_flop=1.0)
+    pred = LinearAttentionPredictor(
+        flops_model=AttentionFlops(num_heads=1, qk_head_dim=1, v_head_dim=1), seconds_per_flop=1.0
+    )
     # 4 flops per (query, key) pair; quota 400 s -> kv pairs <= 100; cached 10: k*10 + k(k+1)/2
-    view = BatchView(now_s=0.0, engine_id=0, waiting=(
-        BatchItem(request_id="a", cached_len=10, new_len=50),))
-    plan = make_scheduler("dualpath", SchedulerConfig(attention_predictor=pred,
-                                                      compute_quota_s=400)).plan_prefill_batch(view)
+    view = BatchView(now_s=0.0, engine_id=0, waiting=(BatchItem(request_id="a", cached_len=10, new_len=50),))
+    plan = make_scheduler(
+        "dualpath", SchedulerConfig(attention_predictor=pred, compute_quota_s=400)
+    ).plan_prefill_batch(view)
     assert plan.entries[0].chunk_len == 7  # 7: 70 + 28 = 98 pairs; 8: 80 + 36 = 116
 
 
@@ -120,17 +129,29 @@ def test_quota_evens_attention_time_across_a_group() -> None:
 
     pred = LinearAttentionPredictor(
         flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512),
-        seconds_per_flop=1 / 400e12)
+        seconds_per_flop=1 / 400e12,
+    )
     rng = random.Random(3)
-    views = [BatchView(now_s=0.0, engine_id=g, waiting=tuple(
-        BatchItem(request_id=f"g{g}r{i}", cached_len=rng.choice([2_000, 60_000]),
-                  new_len=rng.randint(100, 3000)) for i in range(40))) for g in range(8)]
+    views = [
+        BatchView(
+            now_s=0.0,
+            engine_id=g,
+            waiting=tuple(
+                BatchItem(
+                    request_id=f"g{g}r{i}",
+                    cached_len=rng.choice([2_000, 60_000]),
+                    new_len=rng.randint(100, 3000),
+                )
+                for i in range(40)
+            ),
+        )
+        for g in range(8)
+    ]
     by_mode = {}
     for mode in ("quota", "tokens"):
         cfg = SchedulerConfig(attention_predictor=pred, batching=mode, compute_quota_s=0.3)
         sched = make_scheduler("dualpath", cfg)
-        by_mode[mode] = attention_time_balance([[sched.plan_prefill_batch(v).attention_s
-                                                 for v in views]])
+        by_mode[mode] = attention_time_balance([[sched.plan_prefill_batch(v).attention_s for v in views]])
     assert by_mode["quota"] < 1.02
     assert by_mode["tokens"] > by_mode["quota"] + 0.05
 
@@ -138,8 +159,11 @@ def test_quota_evens_attention_time_across_a_group() -> None:
 def test_staging_limit_keeps_the_leading_entries_that_fit() -> None:
     from dualpath.policy.batch import BatchLimits, batch_candidates, fit_staging
 
-    view = BatchView(now_s=0.0, engine_id=0, waiting=tuple(
-        BatchItem(request_id=f"r{i}", cached_len=60, new_len=10) for i in range(5)))
+    view = BatchView(
+        now_s=0.0,
+        engine_id=0,
+        waiting=tuple(BatchItem(request_id=f"r{i}", cached_len=60, new_len=10) for i in range(5)),
+    )
     sched = make_scheduler("basic", SchedulerConfig(max_batch_tokens=1000))
     full = sched.plan_prefill_batch(view)
     limits = BatchLimits(staging_tokens=200, block_size=64)  # each entry pads to 128 rows
@@ -150,11 +174,13 @@ def test_staging_limit_keeps_the_leading_entries_that_fit() -> None:
     # the batch offer: refused requests are skipped, the HBM cut stops it, max_items caps it
     sizes = {"a": 50, "b": 30, "c": 40, "d": 10}
     ok = {"a": True, "b": False, "c": True, "d": True}
-    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
-                            BatchLimits(hbm_tokens=100)) == ["a", "c", "d"]
-    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
-                            BatchLimits(hbm_tokens=60)) == ["a"]
-    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
-                            BatchLimits(hbm_tokens=10)) == ["a"]  # the first always enters
-    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__,
-                            BatchLimits(max_items=2)) == ["a", "c"]
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__, BatchLimits(hbm_tokens=100)) == [
+        "a",
+        "c",
+        "d",
+    ]
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__, BatchLimits(hbm_tokens=60)) == ["a"]
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__, BatchLimits(hbm_tokens=10)) == [
+        "a"
+    ]  # the first always enters
+    assert batch_candidates(sizes, ok.__getitem__, sizes.__getitem__, BatchLimits(max_items=2)) == ["a", "c"]

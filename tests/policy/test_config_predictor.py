@@ -15,8 +15,9 @@ from dualpath.policy import (
 
 
 def test_paper_thresholds() -> None:
-    alpha, beta = derive_thresholds(snic_bytes_per_s=50e9, kv_bytes_per_token=40_016,
-                                    prefill_tokens_per_s=121_000)
+    alpha, beta = derive_thresholds(
+        snic_bytes_per_s=50e9, kv_bytes_per_token=40_016, prefill_tokens_per_s=121_000
+    )
     assert alpha == int(3 * 50e9 / 40_016) == 3_748_500
     assert beta == 605_000
     cfg = SchedulerConfig()
@@ -24,17 +25,23 @@ def test_paper_thresholds() -> None:
 
 
 def test_from_rates_and_overrides() -> None:
-    cfg = SchedulerConfig.from_rates(snic_bytes_per_s=100e9, kv_bytes_per_token=1000,
-                                     prefill_tokens_per_s=10, beta_tokens=7)
+    cfg = SchedulerConfig.from_rates(
+        snic_bytes_per_s=100e9, kv_bytes_per_token=1000, prefill_tokens_per_s=10, beta_tokens=7
+    )
     assert cfg.alpha_tokens == 300_000_000
     assert cfg.beta_tokens == 7
 
 
 @pytest.mark.parametrize(
     "kwargs,key",
-    [({"compute_quota_s": 0}, "compute_quota_s"), ({"hbm_slack": 0.9}, "hbm_slack"),
-     ({"batching": "greedy"}, "batching"), ({"block_size": 0}, "block_size"),
-     ({"attention_predictor": 3}, "attention_predictor"), ({"alpha_tokens": -1}, "alpha_tokens")],
+    [
+        ({"compute_quota_s": 0}, "compute_quota_s"),
+        ({"hbm_slack": 0.9}, "hbm_slack"),
+        ({"batching": "greedy"}, "batching"),
+        ({"block_size": 0}, "block_size"),
+        ({"attention_predictor": 3}, "attention_predictor"),
+        ({"alpha_tokens": -1}, "alpha_tokens"),
+    ],
 )
 def test_bad_config_names_key_and_value(kwargs: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -85,6 +92,7 @@ def test_for_node_uses_spec_tables() -> None:
     from dualpath.spec.hardware import get_node
     from dualpath.spec.models import get_model
 
-    cfg = SchedulerConfig.for_node(get_node("hopper-8x400"), get_model("deepseek-v3.2"),
-                                   prefill_tokens_per_s=121_000)
+    cfg = SchedulerConfig.for_node(
+        get_node("hopper-8x400"), get_model("deepseek-v3.2"), prefill_tokens_per_s=121_000
+    )
     assert cfg == SchedulerConfig()  # the defaults are the paper's node and model

@@ -46,9 +46,12 @@ class _PeOnlyAdapter:
     def run_step(self, *, policy: str, config: SchedulerConfig, kind: str, view: View) -> Plan:
         plan = DirectAdapter().run_step(policy=policy, config=config, kind=kind, view=view)
         if isinstance(plan, PrefillPlan):
-            fixed = tuple(msgspec.structs.replace(a, read_side="pe", pe_read_len=a.pe_read_len
-                                              + a.de_read_len, de_read_len=0)
-                          for a in plan.assignments)
+            fixed = tuple(
+                msgspec.structs.replace(
+                    a, read_side="pe", pe_read_len=a.pe_read_len + a.de_read_len, de_read_len=0
+                )
+                for a in plan.assignments
+            )
             return msgspec.structs.replace(plan, assignments=fixed)
         return plan
 

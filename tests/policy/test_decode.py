@@ -22,27 +22,39 @@ DE_POLICIES = ("dualpath", "basic")
 def requests(draw: st.DrawFn, prefix: str, max_size: int = 12) -> tuple[RequestInfo, ...]:
     n = draw(st.integers(0, max_size))
     return tuple(
-        RequestInfo(request_id=f"{prefix}{i}", cached_len=draw(st.integers(0, 5000)),
-                    new_len=draw(st.integers(1, 800)), gen_len=draw(st.integers(0, 300)))
-        for i in range(n))
+        RequestInfo(
+            request_id=f"{prefix}{i}",
+            cached_len=draw(st.integers(0, 5000)),
+            new_len=draw(st.integers(1, 800)),
+            gen_len=draw(st.integers(0, 300)),
+        )
+        for i in range(n)
+    )
 
 
 @st.composite
 def decode_views(draw: st.DrawFn) -> DecodeFetchView:
     num = draw(st.integers(1, 6))
     engines = tuple(
-        EngineLoad(engine_id=100 + i, num_seqs=draw(st.integers(0, 5)),
-                   num_tokens=draw(st.integers(0, 20_000)),
-                   free_hbm_tokens=draw(st.integers(0, 15_000)))
-        for i in range(num))
+        EngineLoad(
+            engine_id=100 + i,
+            num_seqs=draw(st.integers(0, 5)),
+            num_tokens=draw(st.integers(0, 20_000)),
+            free_hbm_tokens=draw(st.integers(0, 15_000)),
+        )
+        for i in range(num)
+    )
     num_groups = draw(st.integers(1, 4))
-    totals = tuple(GroupTotal(group_id=g, num_tokens=draw(st.integers(0, 50_000)))
-                   for g in range(num_groups))
+    totals = tuple(GroupTotal(group_id=g, num_tokens=draw(st.integers(0, 50_000))) for g in range(num_groups))
     return DecodeFetchView(
-        now_s=draw(st.floats(0, 1e4)), group=GroupLoad(group_id=0, node_id=5, engines=engines),
-        private_queue=draw(requests("p")), global_queue=draw(requests("g")),
-        group_totals=totals, rr_cursor=draw(st.integers(0, 10)),
-        group_rr_cursor=draw(st.integers(0, 10)))
+        now_s=draw(st.floats(0, 1e4)),
+        group=GroupLoad(group_id=0, node_id=5, engines=engines),
+        private_queue=draw(requests("p")),
+        global_queue=draw(requests("g")),
+        group_totals=totals,
+        rr_cursor=draw(st.integers(0, 10)),
+        group_rr_cursor=draw(st.integers(0, 10)),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -51,9 +63,9 @@ def test_phase2_never_overcommits_hbm_and_pops_fifo(view: DecodeFetchView, name:
     plan = make_scheduler(name).assign_decode(view)
     assert [r.request_id for r in plan.routings] == [r.request_id for r in view.global_queue]
     queue = list(view.private_queue) + [
-        r for r, g in zip(view.global_queue, plan.routings, strict=True) if g.group_id == 0]
-    assert [a.request_id for a in plan.assignments] == [
-        r.request_id for r in queue[: len(plan.assignments)]]
+        r for r, g in zip(view.global_queue, plan.routings, strict=True) if g.group_id == 0
+    ]
+    assert [a.request_id for a in plan.assignments] == [r.request_id for r in queue[: len(plan.assignments)]]
     free = {e.engine_id: e.free_hbm_tokens for e in view.group.engines}
     for a, req in zip(plan.assignments, queue, strict=False):
         free[a.engine_id] -= req.decode_len
@@ -72,7 +84,8 @@ def test_balanced_choice_follows_z_rule(view: DecodeFetchView) -> None:
     tok = {e.engine_id: e.num_tokens for e in engines}
     free = {e.engine_id: e.free_hbm_tokens for e in engines}
     queue = list(view.private_queue) + [
-        r for r, g in zip(view.global_queue, plan.routings, strict=True) if g.group_id == 0]
+        r for r, g in zip(view.global_queue, plan.routings, strict=True) if g.group_id == 0
+    ]
     room, fit = sum(free.values()), 0
     for r in queue:
         if fit + r.decode_len > room:
@@ -111,14 +124,19 @@ def test_identical_views_identical_plans(view: DecodeFetchView, name: str) -> No
 
 
 def test_round_robin_cursors_advance() -> None:
-    engines = tuple(EngineLoad(engine_id=i, num_seqs=0, num_tokens=0, free_hbm_tokens=10**6)
-                    for i in range(3))
+    engines = tuple(
+        EngineLoad(engine_id=i, num_seqs=0, num_tokens=0, free_hbm_tokens=10**6) for i in range(3)
+    )
     reqs = tuple(RequestInfo(request_id=f"r{i}", cached_len=10, new_len=1) for i in range(4))
-    view = DecodeFetchView(now_s=0.0, group=GroupLoad(group_id=1, node_id=1, engines=engines),
-                           private_queue=(), global_queue=reqs,
-                           group_totals=(GroupTotal(group_id=0, num_tokens=0),
-                                         GroupTotal(group_id=1, num_tokens=0)),
-                           rr_cursor=2, group_rr_cursor=1)
+    view = DecodeFetchView(
+        now_s=0.0,
+        group=GroupLoad(group_id=1, node_id=1, engines=engines),
+        private_queue=(),
+        global_queue=reqs,
+        group_totals=(GroupTotal(group_id=0, num_tokens=0), GroupTotal(group_id=1, num_tokens=0)),
+        rr_cursor=2,
+        group_rr_cursor=1,
+    )
     plan = make_scheduler("basic").assign_decode(view)
     assert [r.group_id for r in plan.routings] == [1, 0, 1, 0]
     assert [a.engine_id for a in plan.assignments] == [2, 0]
@@ -127,9 +145,15 @@ def test_round_robin_cursors_advance() -> None:
 
 def test_head_of_line_blocks_fetch() -> None:
     engines = (EngineLoad(engine_id=0, num_seqs=0, num_tokens=0, free_hbm_tokens=100),)
-    queue = (RequestInfo(request_id="big", cached_len=500, new_len=1),
-             RequestInfo(request_id="small", cached_len=10, new_len=1))
-    view = DecodeFetchView(now_s=0.0, group=GroupLoad(group_id=0, node_id=0, engines=engines),
-                           private_queue=queue, global_queue=(),
-                           group_totals=(GroupTotal(group_id=0, num_tokens=0),))
+    queue = (
+        RequestInfo(request_id="big", cached_len=500, new_len=1),
+        RequestInfo(request_id="small", cached_len=10, new_len=1),
+    )
+    view = DecodeFetchView(
+        now_s=0.0,
+        group=GroupLoad(group_id=0, node_id=0, engines=engines),
+        private_queue=queue,
+        global_queue=(),
+        group_totals=(GroupTotal(group_id=0, num_tokens=0),),
+    )
     assert make_scheduler("dualpath", SchedulerConfig()).assign_decode(view).assignments == ()

@@ -39,8 +39,7 @@ def _fetcher(policy: str, bounds: ViewBounds, order: FetchOrder, kernel: bool) -
     ledger.add_engines(engines)
     for node in range(6):
         ledger.set_read_rate(100.0 + 40 * node, node)
-    sched = make_scheduler(policy, SchedulerConfig(alpha_tokens=3_000, beta_tokens=4_000,
-                                                   block_size=16))
+    sched = make_scheduler(policy, SchedulerConfig(alpha_tokens=3_000, beta_tokens=4_000, block_size=16))
     fetcher = Fetcher(ledger, sched, order, _Log(), beta_tokens=sched.config.beta_tokens)
     if not kernel:
         fetcher.slack, fetcher.prefill_kernel = -1.0, False
@@ -56,8 +55,14 @@ def _replay(fetcher: Fetcher, seed: int) -> list:
     for step in range(400):
         for _ in range(rng.randrange(4)):
             rid = f"r{step}-{len(live)}-{rng.randrange(1 << 20)}"
-            ledger.arrive(RequestInfo(request_id=rid, cached_len=16 * rng.randrange(60),
-                                      new_len=rng.randrange(1, 900), gen_len=rng.randrange(300)))
+            ledger.arrive(
+                RequestInfo(
+                    request_id=rid,
+                    cached_len=16 * rng.randrange(60),
+                    new_len=rng.randrange(1, 900),
+                    gen_len=rng.randrange(300),
+                )
+            )
             live.append(rid)
         fetcher.round(step * 0.05)
         for rid in list(live):
@@ -76,8 +81,9 @@ def _replay(fetcher: Fetcher, seed: int) -> list:
 
 
 @pytest.mark.parametrize("policy", ["dualpath", "dualpath-split"])
-@pytest.mark.parametrize("bounds", [ViewBounds(), ViewBounds(prefill_prefix=3, private_full=1,
-                                                             all_read_queues_up_to=2)])
+@pytest.mark.parametrize(
+    "bounds", [ViewBounds(), ViewBounds(prefill_prefix=3, private_full=1, all_read_queues_up_to=2)]
+)
 @pytest.mark.parametrize("order", [SIM_ORDER, FetchOrder(elide=False, dirty_only=False)])
 def test_kernel_plans_equal_view_plans(policy: str, bounds: ViewBounds, order: FetchOrder) -> None:
     for seed in range(3):

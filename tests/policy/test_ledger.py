@@ -18,8 +18,7 @@ from dualpath.policy.views import RequestInfo
 
 def _ledger() -> Ledger:
     led = Ledger()
-    led.add_engines([(0, 0, PREFILL, 0), (2, 1, DECODE, 1000), (3, 1, DECODE, 1000),
-                     (4, 2, DECODE, 1000)])
+    led.add_engines([(0, 0, PREFILL, 0), (2, 1, DECODE, 1000), (3, 1, DECODE, 1000), (4, 2, DECODE, 1000)])
     return led
 
 
@@ -33,13 +32,16 @@ def test_recorder_reproduces_the_recorded_traces() -> None:
 
 def test_reference_driver_replays_the_traces() -> None:
     def make(trace):
-        return ReferenceDriver(make_scheduler(trace.policy, trace.config),
-                               num_pe_groups=trace.num_pe_groups,
-                               num_de_groups=trace.num_de_groups,
-                               engines_per_group=trace.engines_per_group,
-                               de_hbm_tokens=trace.de_hbm_tokens,
-                               read_tokens_per_s=trace.read_tokens_per_s,
-                               order=trace.order, bounds=trace.bounds)
+        return ReferenceDriver(
+            make_scheduler(trace.policy, trace.config),
+            num_pe_groups=trace.num_pe_groups,
+            num_de_groups=trace.num_de_groups,
+            engines_per_group=trace.engines_per_group,
+            de_hbm_tokens=trace.de_hbm_tokens,
+            read_tokens_per_s=trace.read_tokens_per_s,
+            order=trace.order,
+            bounds=trace.bounds,
+        )
 
     assert replay_traces(make) == []
 
@@ -49,9 +51,16 @@ def test_a_driver_with_another_fetch_order_is_caught() -> None:
     other = dataclasses.replace(trace, order=RUNTIME_ORDER)
 
     def make(t):
-        return ReferenceDriver(make_scheduler(t.policy, t.config), num_pe_groups=2,
-                               num_de_groups=3, engines_per_group=2, de_hbm_tokens=9_000,
-                               read_tokens_per_s=1000.0, order=t.order, bounds=t.bounds)
+        return ReferenceDriver(
+            make_scheduler(t.policy, t.config),
+            num_pe_groups=2,
+            num_de_groups=3,
+            engines_per_group=2,
+            de_hbm_tokens=9_000,
+            read_tokens_per_s=1000.0,
+            order=t.order,
+            bounds=t.bounds,
+        )
 
     assert replay_traces(make, (trace,)) == []
     got = play(make(other), other.events)

@@ -25,22 +25,35 @@ DE_NODES = (10, 11)
 def prefill_views(draw: st.DrawFn) -> PrefillFetchView:
     groups = []
     for g in range(draw(st.integers(1, 3))):
-        engines = tuple(EngineLoad(engine_id=8 * g + i, num_seqs=draw(st.integers(0, 4)),
-                                   num_tokens=draw(st.integers(0, 9000)))
-                        for i in range(draw(st.integers(1, 5))))
+        engines = tuple(
+            EngineLoad(
+                engine_id=8 * g + i, num_seqs=draw(st.integers(0, 4)), num_tokens=draw(st.integers(0, 9000))
+            )
+            for i in range(draw(st.integers(1, 5)))
+        )
         groups.append(GroupLoad(group_id=g, node_id=g, engines=engines))
     queue = tuple(
-        PendingPrefill(request=RequestInfo(request_id=f"r{i}",
-                                           cached_len=draw(st.integers(0, 5000)),
-                                           new_len=draw(st.integers(1, 700))),
-                       de_engine_id=80 + i, de_node_id=draw(st.sampled_from((*DE_NODES, 0))))
-        for i in range(draw(st.integers(0, 15))))
+        PendingPrefill(
+            request=RequestInfo(
+                request_id=f"r{i}", cached_len=draw(st.integers(0, 5000)), new_len=draw(st.integers(1, 700))
+            ),
+            de_engine_id=80 + i,
+            de_node_id=draw(st.sampled_from((*DE_NODES, 0))),
+        )
+        for i in range(draw(st.integers(0, 15)))
+    )
     nodes = [g.node_id for g in groups] + list(DE_NODES)
-    reads = tuple(NodeReadQueue(node_id=n, read_queue_tokens=draw(st.integers(0, 9000)),
-                                read_tokens_per_s=draw(st.floats(10.0, 1e4)))
-                  for n in nodes)
-    return PrefillFetchView(now_s=0.0, groups=tuple(groups), queue=queue, read_queues=reads,
-                            rr_cursor=draw(st.integers(0, 20)))
+    reads = tuple(
+        NodeReadQueue(
+            node_id=n,
+            read_queue_tokens=draw(st.integers(0, 9000)),
+            read_tokens_per_s=draw(st.floats(10.0, 1e4)),
+        )
+        for n in nodes
+    )
+    return PrefillFetchView(
+        now_s=0.0, groups=tuple(groups), queue=queue, read_queues=reads, rr_cursor=draw(st.integers(0, 20))
+    )
 
 
 POLICIES = ("basic", "rr-shorter-queue", "always-de", "dualpath", "dualpath-split")
@@ -52,7 +65,8 @@ def test_never_overloaded_fifo_and_reads_conserved(view: PrefillFetchView, name:
     plan = make_scheduler(name, CONFIG).assign_prefill(view)
     queue = [p.request for p in view.queue]
     assert [a.request_id for a in plan.assignments] == [
-        r.request_id for r in queue[: len(plan.assignments)]], "not a FIFO prefix"
+        r.request_id for r in queue[: len(plan.assignments)]
+    ], "not a FIFO prefix"
     tok = {e.engine_id: e.num_tokens for g in view.groups for e in g.engines}
     node_of = {e.engine_id: g.node_id for g in view.groups for e in g.engines}
     reads = {q.node_id: q.read_queue_tokens for q in view.read_queues}
@@ -60,8 +74,11 @@ def test_never_overloaded_fifo_and_reads_conserved(view: PrefillFetchView, name:
         req = pending.request
         assert tok[a.engine_id] <= CONFIG.beta_tokens, "assigned to an overloaded PE (C1)"
         if name in ("dualpath", "dualpath-split"):  # C2 before C3, then tok_e, then position
-            keys = [(reads[node_of[e]] > CONFIG.alpha_tokens, t, pos)
-                    for pos, (e, t) in enumerate(tok.items()) if t <= CONFIG.beta_tokens]
+            keys = [
+                (reads[node_of[e]] > CONFIG.alpha_tokens, t, pos)
+                for pos, (e, t) in enumerate(tok.items())
+                if t <= CONFIG.beta_tokens
+            ]
             assert list(tok)[min(keys)[2]] == a.engine_id
         if name in ("rr-shorter-queue", "dualpath"):
             shorter_pe = reads[node_of[a.engine_id]] <= reads[pending.de_node_id]
@@ -85,8 +102,14 @@ def test_identical_views_identical_plans(view: PrefillFetchView, name: str) -> N
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(0, 10_000), st.integers(0, 20_000), st.integers(0, 20_000),
-       st.floats(10.0, 1e5), st.floats(10.0, 1e5), st.sampled_from([1, 16, 64]))
+@given(
+    st.integers(0, 10_000),
+    st.integers(0, 20_000),
+    st.integers(0, 20_000),
+    st.floats(10.0, 1e5),
+    st.floats(10.0, 1e5),
+    st.sampled_from([1, 16, 64]),
+)
 def test_split_finishes_both_sides_together(
     cached: int, q_pe: int, q_de: int, b_pe: float, b_de: float, block: int
 ) -> None:
@@ -103,13 +126,14 @@ def test_split_finishes_both_sides_together(
 
 
 def test_read_side_tie_goes_to_pe_and_all_overloaded_stops() -> None:
-    group = GroupLoad(group_id=0, node_id=0, engines=(
-        EngineLoad(engine_id=0, num_seqs=0, num_tokens=0),))
-    queue = tuple(PendingPrefill(request=RequestInfo(request_id=f"r{i}", cached_len=3000,
-                                                     new_len=10), de_engine_id=9, de_node_id=1)
-                  for i in range(3))
-    reads = (NodeReadQueue(node_id=0, read_queue_tokens=0),
-             NodeReadQueue(node_id=1, read_queue_tokens=0))
+    group = GroupLoad(group_id=0, node_id=0, engines=(EngineLoad(engine_id=0, num_seqs=0, num_tokens=0),))
+    queue = tuple(
+        PendingPrefill(
+            request=RequestInfo(request_id=f"r{i}", cached_len=3000, new_len=10), de_engine_id=9, de_node_id=1
+        )
+        for i in range(3)
+    )
+    reads = (NodeReadQueue(node_id=0, read_queue_tokens=0), NodeReadQueue(node_id=1, read_queue_tokens=0))
     view = PrefillFetchView(now_s=0.0, groups=(group,), queue=queue, read_queues=reads)
     plan = make_scheduler("dualpath", CONFIG).assign_prefill(view)
     # r0 -> tok 3010 (<= beta 6000) so r1 also fits; then tok 6020 > beta: fetch stops
@@ -131,13 +155,30 @@ def test_random_side_is_queue_blind_stable_and_about_half() -> None:
     assert 160 < sides.count("pe") < 240
     sched = make_scheduler("rr-random-side", CONFIG)
     view = PrefillFetchView(
-        now_s=0.0, groups=(GroupLoad(group_id=0, node_id=0, engines=(
-            EngineLoad(engine_id=0, num_seqs=0, num_tokens=0),
-            EngineLoad(engine_id=1, num_seqs=0, num_tokens=0))),),
-        queue=tuple(PendingPrefill(request=RequestInfo(request_id=f"r{i}", cached_len=640, new_len=10),
-                                   de_engine_id=9, de_node_id=10) for i in range(8)),
-        read_queues=(NodeReadQueue(node_id=0, read_queue_tokens=0),
-                     NodeReadQueue(node_id=10, read_queue_tokens=0)))
+        now_s=0.0,
+        groups=(
+            GroupLoad(
+                group_id=0,
+                node_id=0,
+                engines=(
+                    EngineLoad(engine_id=0, num_seqs=0, num_tokens=0),
+                    EngineLoad(engine_id=1, num_seqs=0, num_tokens=0),
+                ),
+            ),
+        ),
+        queue=tuple(
+            PendingPrefill(
+                request=RequestInfo(request_id=f"r{i}", cached_len=640, new_len=10),
+                de_engine_id=9,
+                de_node_id=10,
+            )
+            for i in range(8)
+        ),
+        read_queues=(
+            NodeReadQueue(node_id=0, read_queue_tokens=0),
+            NodeReadQueue(node_id=10, read_queue_tokens=0),
+        ),
+    )
     plan = sched.assign_prefill(view)
     assert [a.engine_id for a in plan.assignments] == [0, 1] * 4  # round robin
     assert {a.read_side for a in plan.assignments} == {"pe", "de"}

@@ -18,20 +18,32 @@ from dualpath.policy import (
 from dualpath.policy.reference import ReferenceDriver
 from dualpath.policy.scheduler import POLICY_NAMES
 
-PRED = LinearAttentionPredictor(flops_model=AttentionFlops(num_heads=8, qk_head_dim=64,
-                                                           v_head_dim=64),
-                                seconds_per_flop=1e-10)
+PRED = LinearAttentionPredictor(
+    flops_model=AttentionFlops(num_heads=8, qk_head_dim=64, v_head_dim=64), seconds_per_flop=1e-10
+)
 
 
 def _run(name: str) -> ReferenceDriver:
     cfg = SchedulerConfig(alpha_tokens=5000, beta_tokens=8000, attention_predictor=PRED)
-    driver = ReferenceDriver(make_scheduler(name, cfg), num_pe_groups=2, num_de_groups=3,
-                             engines_per_group=4, de_hbm_tokens=20_000, read_tokens_per_s=100.0)
+    driver = ReferenceDriver(
+        make_scheduler(name, cfg),
+        num_pe_groups=2,
+        num_de_groups=3,
+        engines_per_group=4,
+        de_hbm_tokens=20_000,
+        read_tokens_per_s=100.0,
+    )
     rng = random.Random(7)
     total = 120
     for i in range(total):
-        driver.arrive(RequestInfo(request_id=f"r{i}", cached_len=64 * rng.randint(0, 60),
-                                  new_len=rng.randint(1, 500), gen_len=rng.randint(1, 100)))
+        driver.arrive(
+            RequestInfo(
+                request_id=f"r{i}",
+                cached_len=64 * rng.randint(0, 60),
+                new_len=rng.randint(1, 500),
+                gen_len=rng.randint(1, 100),
+            )
+        )
     finished = 0
     for r in range(2000):
         driver.de_fetch(driver.de_nodes[r % 3])

@@ -17,8 +17,11 @@ from dualpath.policy import views
 
 
 def _classes() -> list[type[msgspec.Struct]]:
-    found = [obj for _, obj in inspect.getmembers(views, inspect.isclass)
-             if issubclass(obj, msgspec.Struct) and obj.__module__ == views.__name__]
+    found = [
+        obj
+        for _, obj in inspect.getmembers(views, inspect.isclass)
+        if issubclass(obj, msgspec.Struct) and obj.__module__ == views.__name__
+    ]
     return sorted(found, key=lambda c: c.__name__)
 
 
@@ -56,8 +59,7 @@ def test_defaults_are_the_declared_ones() -> None:
     assert info.gen_len == 0 and info.prompt_len == 7 and info.decode_len == 7
     assert views.EngineLoad(engine_id=1, num_seqs=0, num_tokens=0).free_hbm_tokens == 0
     assert views.NodeReadQueue(node_id=0, read_queue_tokens=5).read_tokens_per_s == 1.0
-    fetch = views.DecodeFetchView(now_s=0.0, group=_GROUP, private_queue=(), global_queue=(),
-                                  group_totals=())
+    fetch = views.DecodeFetchView(now_s=0.0, group=_GROUP, private_queue=(), global_queue=(), group_totals=())
     assert (fetch.rr_cursor, fetch.group_rr_cursor) == (0, 0)
     with pytest.raises(TypeError):
         views.RequestInfo(request_id="a", cached_len=3)  # a missing field is an error

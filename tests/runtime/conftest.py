@@ -33,8 +33,12 @@ def mount_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         path = tmp_path / f"tmpfs{len(mounted)}"
         path.mkdir()
         try:
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                  capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             pytest.skip(f"cannot mount a tmpfs here: {exc}")
         if done.returncode != 0:

@@ -14,12 +14,18 @@ def _json(args: list[str]) -> dict:
 
 
 def test_offline_json_has_the_promised_keys(tmp_path) -> None:
-    out = _json(["simulate", "--agents", "4", "--system", "basic,oracle", "--json",
-                 "--out", str(tmp_path)])
+    out = _json(["simulate", "--agents", "4", "--system", "basic,oracle", "--json", "--out", str(tmp_path)])
     assert set(out["systems"]) == {"basic", "oracle"}
     for res in out["systems"].values():
-        for key in ("jct_s", "snic_max_over_avg", "attn_max_over_avg", "bytes", "events",
-                    "wall_s", "ttft_breakdown_s"):
+        for key in (
+            "jct_s",
+            "snic_max_over_avg",
+            "attn_max_over_avg",
+            "bytes",
+            "events",
+            "wall_s",
+            "ttft_breakdown_s",
+        ):
             assert key in res
     assert out["systems"]["oracle"]["jct_s"] <= out["systems"]["basic"]["jct_s"]
     assert (tmp_path / "requests_basic.csv").exists() and (tmp_path / "result.json").exists()
@@ -28,8 +34,23 @@ def test_offline_json_has_the_promised_keys(tmp_path) -> None:
 
 
 def test_online_json_reports_capacity() -> None:
-    out = _json(["simulate", "--model", "ds-27b", "--pd", "1p1d", "--online", "--aps",
-                 "0.05,0.1", "--horizon", "60", "--system", "dualpath", "--json"])
+    out = _json(
+        [
+            "simulate",
+            "--model",
+            "ds-27b",
+            "--pd",
+            "1p1d",
+            "--online",
+            "--aps",
+            "0.05,0.1",
+            "--horizon",
+            "60",
+            "--system",
+            "dualpath",
+            "--json",
+        ]
+    )
     sweep = out["systems"]["dualpath"]
     assert "capacity_aps" in sweep and sweep["points"]
     point = sweep["points"][0]
@@ -46,8 +67,20 @@ def test_calibrate_overrides_one_run_and_is_recorded() -> None:
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
     base = _json(["simulate", "--agents", "8", "--system", "basic", "--json"])
-    slow = _json(["simulate", "--agents", "8", "--system", "basic", "--json",
-                  "--calibrate", "storage_efficiency=0.1", "--calibrate", "decode_time_scale=3"])
+    slow = _json(
+        [
+            "simulate",
+            "--agents",
+            "8",
+            "--system",
+            "basic",
+            "--json",
+            "--calibrate",
+            "storage_efficiency=0.1",
+            "--calibrate",
+            "decode_time_scale=3",
+        ]
+    )
     assert base["calibration_overrides"] == {}
     assert base["calibration"] == DEFAULT_CALIBRATION.as_constants()
     assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "DECODE_TIME_SCALE": 3.0}
@@ -57,9 +90,11 @@ def test_calibrate_overrides_one_run_and_is_recorded() -> None:
 
 
 def test_calibrate_rejects_unknown_names_and_bad_values() -> None:
-    for arg, words in (("NOPE=1", ["NOPE=1", "STORAGE_EFFICIENCY"]),
-                       ("STORAGE_EFFICIENCY=1.5", ["STORAGE_EFFICIENCY=1.5", "(0.0, 1.0]"]),
-                       ("PREFILL_EP_NODES=two", ["PREFILL_EP_NODES='two'", "an integer"])):
+    for arg, words in (
+        ("NOPE=1", ["NOPE=1", "STORAGE_EFFICIENCY"]),
+        ("STORAGE_EFFICIENCY=1.5", ["STORAGE_EFFICIENCY=1.5", "(0.0, 1.0]"]),
+        ("PREFILL_EP_NODES=two", ["PREFILL_EP_NODES='two'", "an integer"]),
+    ):
         result = CliRunner().invoke(app, ["simulate", "--agents", "2", "--calibrate", arg])
         assert result.exit_code != 0
         message = str(result.exception)  # (`dualpath` prints it as "error: ...", exit code 1)

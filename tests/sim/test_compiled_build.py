@@ -64,13 +64,18 @@ def _env(src: str) -> dict:
 
 
 def test_compiled_build_gives_identical_results(compiled_src: str) -> None:
-    child = subprocess.run([sys.executable, "-c", RUN], env=_env(compiled_src), cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
+    child = subprocess.run(
+        [sys.executable, "-c", RUN],
+        env=_env(compiled_src),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     fast = json.loads(child.stdout)
     assert fast["compiled"] is True
-    pure = subprocess.run([sys.executable, "-c", RUN], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    pure = subprocess.run([sys.executable, "-c", RUN], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert pure.returncode == 0, pure.stderr[-3000:]
     slow = json.loads(pure.stdout)
     assert slow["compiled"] is False
@@ -82,8 +87,21 @@ def test_compiled_build_gives_identical_results(compiled_src: str) -> None:
 def test_sim_and_policy_tests_pass_on_the_compiled_build(compiled_src: str) -> None:
     tests = [os.path.join(ROOT, "tests", "sim"), os.path.join(ROOT, "tests", "policy")]
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
-         f"--ignore={os.path.join(ROOT, 'tests', 'sim', 'test_compiled_build.py')}"],
-        env=_env(compiled_src), cwd=ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *tests,
+            f"--ignore={os.path.join(ROOT, 'tests', 'sim', 'test_compiled_build.py')}",
+        ],
+        env=_env(compiled_src),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert child.returncode == 0, child.stdout[-4000:]
     assert " passed" in child.stdout

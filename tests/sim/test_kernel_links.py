@@ -4,9 +4,9 @@ import pytest
 
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
+from dualpath.sim.harness.runner import make_agents
 from dualpath.sim.kernel import PRIO_COMPLETE, PRIO_FETCH, Kernel, SimulationError
 from dualpath.sim.links import Link, check_utilisation, transfer
-from dualpath.sim.harness.runner import make_agents
 
 
 def test_kernel_orders_by_time_priority_then_sequence() -> None:
@@ -72,5 +72,6 @@ def test_transfer2_and_transfer3_equal_transfer_over_the_same_path() -> None:
             expected = transfer(ref, nbytes, ready)
             got = transfer2(*ours, nbytes, ready) if n == 2 else transfer3(*ours, nbytes, ready)
             assert got == expected
-            assert [(x.free_at_s, x.busy_s, x.kv_bytes) for x in ours] == \
-                [(x.free_at_s, x.busy_s, x.kv_bytes) for x in ref]
+            assert [(x.free_at_s, x.busy_s, x.kv_bytes) for x in ours] == [
+                (x.free_at_s, x.busy_s, x.kv_bytes) for x in ref
+            ]

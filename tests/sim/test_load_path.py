@@ -52,8 +52,10 @@ def test_a_run_uses_the_calibration_it_is_given(make_cluster, make_trajectories)
     trajs = make_trajectories(40, turns=6, first=16384, append=200, gen=16)
     cfg = SimConfig(system=get_system("basic"), cluster=make_cluster(1, 2))
     base = run_one(cfg, trajs)
-    slow = run_one(SimConfig(system=cfg.system, cluster=cfg.cluster,
-                             calibration=Calibration(storage_efficiency=0.25)), trajs)
+    slow = run_one(
+        SimConfig(system=cfg.system, cluster=cfg.cluster, calibration=Calibration(storage_efficiency=0.25)),
+        trajs,
+    )
     again = run_one(cfg, trajs)
     assert slow["jct_s"] > base["jct_s"]
     assert again["jct_s"] == base["jct_s"]

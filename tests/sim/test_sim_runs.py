@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from dualpath.sim.compiled import is_compiled
-from dualpath.sim.config import SYSTEMS, SimConfig, get_system
 from dualpath.policy.fetch import FetchOrder
 from dualpath.policy.ledger import Ledger, ViewBounds
+from dualpath.sim.compiled import is_compiled
+from dualpath.sim.config import SYSTEMS, SimConfig, get_system
 from dualpath.sim.driver import Simulation
 from dualpath.sim.harness.runner import make_agents, run_one, run_systems
 
@@ -44,8 +44,7 @@ def test_deterministic_by_seed(make_cluster, make_trajectories) -> None:
         assert a[key] == b[key]
 
 
-def _run(cfg: SimConfig, trajs, order: FetchOrder | None = None,
-         bounds: ViewBounds | None = None) -> dict:
+def _run(cfg: SimConfig, trajs, order: FetchOrder | None = None, bounds: ViewBounds | None = None) -> dict:
     """One run with the adapter's fetch order / view bounds replaced (speed knobs under test)."""
     sim = Simulation(cfg, make_agents(trajs))
     if order is not None:
@@ -71,8 +70,9 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories) 
 
 @patches_methods
 @pytest.mark.parametrize("system", ["dualpath", "basic"])
-def test_bounded_private_queue_views_do_not_change_results(make_cluster, make_trajectories,
-                                                          monkeypatch, system) -> None:
+def test_bounded_private_queue_views_do_not_change_results(
+    make_cluster, make_trajectories, monkeypatch, system
+) -> None:
     """DE views carry the private queue only up to the first request past the group's free HBM
     (policy/ledger.py ViewBounds.bound_private). 600 agents with ~60K contexts overfill the DE HBM
     of DS 660B 2P4D, so most DE fetches see a queue that is cut (checked below)."""

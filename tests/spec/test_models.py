@@ -14,9 +14,19 @@ from dualpath.spec.models import (
     shape_total_params,
 )
 
-REQUIRED = {"deepseek-v3.2", "deepseek-v3", "ds-27b", "qwen2.5-32b", "qwen3-235b-a22b",
-            "gpt-oss-120b", "llama-3.1-405b", "llama-4-scout", "llama-4-maverick", "glm-4.6",
-            "smollm2-135m"}
+REQUIRED = {
+    "deepseek-v3.2",
+    "deepseek-v3",
+    "ds-27b",
+    "qwen2.5-32b",
+    "qwen3-235b-a22b",
+    "gpt-oss-120b",
+    "llama-3.1-405b",
+    "llama-4-scout",
+    "llama-4-maverick",
+    "glm-4.6",
+    "smollm2-135m",
+}
 
 # KV bytes per token per layer, by hand: MLA FlashMLA FP8 = 512 + 16 + 64 x 2; GQA = 2 x kv x d x B.
 KV_PER_LAYER = {
@@ -42,12 +52,29 @@ KV_PER_LAYER = {
     "deepseek-v4-pro": 448 + 64 * 2,  # one compressed entry
     "deepseek-v4-flash": 576,
 }
-LAYERS = {"deepseek-v3.2": 61, "deepseek-v3": 61, "ds-27b": 30, "qwen2.5-32b": 64,
-          "qwen3-235b-a22b": 94, "gpt-oss-120b": 36, "llama-3.1-405b": 126, "llama-4-scout": 48,
-          "llama-4-maverick": 48, "glm-4.6": 92, "smollm2-135m": 30,
-          "deepseek-v4-pro": 61, "deepseek-v4-flash": 43, "deepseek-r1": 61, "qwen3-32b": 64,
-          "qwen3-235b-a22b-fp8": 94, "llama-3.1-8b": 32, "llama-3.1-70b": 80,
-          "qwen3-8b": 36, "qwen3-30b-a3b": 48, "gpt-oss-20b": 24}
+LAYERS = {
+    "deepseek-v3.2": 61,
+    "deepseek-v3": 61,
+    "ds-27b": 30,
+    "qwen2.5-32b": 64,
+    "qwen3-235b-a22b": 94,
+    "gpt-oss-120b": 36,
+    "llama-3.1-405b": 126,
+    "llama-4-scout": 48,
+    "llama-4-maverick": 48,
+    "glm-4.6": 92,
+    "smollm2-135m": 30,
+    "deepseek-v4-pro": 61,
+    "deepseek-v4-flash": 43,
+    "deepseek-r1": 61,
+    "qwen3-32b": 64,
+    "qwen3-235b-a22b-fp8": 94,
+    "llama-3.1-8b": 32,
+    "llama-3.1-70b": 80,
+    "qwen3-8b": 36,
+    "qwen3-30b-a3b": 48,
+    "gpt-oss-20b": 24,
+}
 
 
 def test_table_has_every_required_model() -> None:
@@ -170,14 +197,18 @@ def test_prefill_flops_grow_with_context() -> None:
         assert m.prefill_flops(100, 0) == 0.0
 
 
-@pytest.mark.parametrize(("hf_id", "name"), [("Qwen/Qwen3-32B", "qwen3-32b"),
-                                             ("qwen/qwen3-235b-a22b-fp8", "qwen3-235b-a22b-fp8"),
-                                             ("/models/meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
-                                             ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
-                                             ("openai/gpt-oss-120b", "gpt-oss-120b"),
-                                             ("nvidia/Qwen3-32B-FP4", "qwen3-32b"),
-                                             ("RedHat/Llama-3.1-8B-Instruct-FP8-dynamic",
-                                              "llama-3.1-8b")])
+@pytest.mark.parametrize(
+    ("hf_id", "name"),
+    [
+        ("Qwen/Qwen3-32B", "qwen3-32b"),
+        ("qwen/qwen3-235b-a22b-fp8", "qwen3-235b-a22b-fp8"),
+        ("/models/meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+        ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+        ("nvidia/Qwen3-32B-FP4", "qwen3-32b"),
+        ("RedHat/Llama-3.1-8B-Instruct-FP8-dynamic", "llama-3.1-8b"),
+    ],
+)
 def test_hugging_face_ids_are_aliases(hf_id: str, name: str) -> None:
     assert get_model(hf_id).name == name
 

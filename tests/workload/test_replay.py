@@ -17,15 +17,19 @@ from dualpath.workload import (
 )
 
 
-def make_trajectory(traj_id: str = "t", turns: tuple[tuple[int, int], ...] = ((100, 10), (20, 5),
-                                                                             (30, 5))) -> Trajectory:
+def make_trajectory(
+    traj_id: str = "t", turns: tuple[tuple[int, int], ...] = ((100, 10), (20, 5), (30, 5))
+) -> Trajectory:
     return Trajectory(traj_id, tuple(Turn(append_len=a, gen_len=g) for a, g in turns))
 
 
 def test_turn_requests_chain_contexts() -> None:
     reqs = list(iter_turn_requests(make_trajectory()))
     assert [(r.turn_index, r.cached_len, r.append_len, r.prompt_len, r.gen_len) for r in reqs] == [
-        (0, 0, 100, 100, 10), (1, 110, 20, 130, 5), (2, 135, 30, 165, 5)]
+        (0, 0, 100, 100, 10),
+        (1, 110, 20, 130, 5),
+        (2, 135, 30, 165, 5),
+    ]
     assert [r.context_len for r in reqs] == [110, 135, 170]
     for prev, nxt in zip(reqs, reqs[1:]):
         assert nxt.cached_len == prev.context_len

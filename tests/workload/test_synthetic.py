@@ -48,8 +48,10 @@ def test_trajectories_are_multi_turn_with_a_long_first_prompt() -> None:
 
 
 def test_workload_stats_hand_computed() -> None:
-    a = Trajectory("a", (Turn(append_len=100, gen_len=10), Turn(append_len=20, gen_len=5),
-                         Turn(append_len=30, gen_len=5)))  # prompts 100, 130, 165
+    a = Trajectory(
+        "a",
+        (Turn(append_len=100, gen_len=10), Turn(append_len=20, gen_len=5), Turn(append_len=30, gen_len=5)),
+    )  # prompts 100, 130, 165
     b = Trajectory("b", (Turn(append_len=50, gen_len=2),))  # prompt 50
     s = workload_stats([a, b])
     assert s["num_trajectories"] == 2 and s["total_turns"] == 4
@@ -70,16 +72,14 @@ def test_table2_hit_rate_is_the_papers() -> None:
 def test_other_maxlen_interpolates_and_respects_the_limit() -> None:
     p = params_for(40960)
     lo, hi = params_for(32768), params_for(49152)
-    assert min(lo.append_mean, hi.append_mean) <= p.append_mean <= max(lo.append_mean,
-                                                                         hi.append_mean)
+    assert min(lo.append_mean, hi.append_mean) <= p.append_mean <= max(lo.append_mean, hi.append_mean)
     trajs = generate_trajectories(40960, 100, 0)
     assert max(t.final_len for t in trajs) <= 40960
     s = workload_stats(trajs)
     assert TABLE2[32768]["turns"] < s["turns"] < TABLE2[49152]["turns"] * 1.1
 
 
-@pytest.mark.parametrize("maxlen,num,seed", [(100, 10, 0), ("abc", 10, 0), (65536, 0, 0),
-                                             (65536, 10, -1)])
+@pytest.mark.parametrize("maxlen,num,seed", [(100, 10, 0), ("abc", 10, 0), (65536, 0, 0), (65536, 10, -1)])
 def test_bad_arguments(maxlen: object, num: int, seed: int) -> None:
     with pytest.raises(ConfigError):
         generate_trajectories(maxlen, num, seed)  # type: ignore[arg-type]

@@ -31,16 +31,22 @@ def _rec(ts: int, inp: int, out: int, hashes: list[int]) -> dict:
 
 
 def test_mooncake_sessions_from_hash_chains(tmp_path: Path) -> None:
-    path = _write_jsonl(tmp_path / "mini.jsonl", [
-        _rec(0, 1500, 100, [1, 2, 3]),        # session 0, full blocks [1, 2]
-        _rec(1000, 1800, 100, [1, 2, 4, 5]),  # extends it: append 1800 - 1600
-        _rec(2000, 700, 30, [1, 9]),          # one shared block only: new session
-        _rec(3000, 1600, 40, [1, 2, 6, 7]),   # [1, 2] already continued: a branch, new session
-        _rec(4000, 1900, 50, [1, 2, 4, 8]),   # extends turn 2 ([1, 2, 4]); prompt dropped output
-    ])
+    path = _write_jsonl(
+        tmp_path / "mini.jsonl",
+        [
+            _rec(0, 1500, 100, [1, 2, 3]),  # session 0, full blocks [1, 2]
+            _rec(1000, 1800, 100, [1, 2, 4, 5]),  # extends it: append 1800 - 1600
+            _rec(2000, 700, 30, [1, 9]),  # one shared block only: new session
+            _rec(3000, 1600, 40, [1, 2, 6, 7]),  # [1, 2] already continued: a branch, new session
+            _rec(4000, 1900, 50, [1, 2, 4, 8]),  # extends turn 2 ([1, 2, 4]); prompt dropped output
+        ],
+    )
     trajs = load_mooncake(path)
     assert [[(t.append_len, t.gen_len) for t in tr.turns] for tr in trajs] == [
-        [(1500, 100), (200, 100), (1, 50)], [(700, 30)], [(1600, 40)]]
+        [(1500, 100), (200, 100), (1, 50)],
+        [(700, 30)],
+        [(1600, 40)],
+    ]
     assert [t.arrival_s for t in trajs] == [0.0, 2.0, 3.0]
     assert trajs[0].traj_id == "mini-0"
 
@@ -77,8 +83,10 @@ def test_azure_rows_are_single_turn(tmp_path: Path) -> None:
     assert len(trajs) > 400 and all(t.num_turns == 1 for t in trajs)
     assert trajs[0].arrival_s == 0.0 and trajs[-1].arrival_s > 3000
     path = tmp_path / "a.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,0\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,0\n"
+    )
     a, b = load_azure(path)
     assert (a.turns[0].append_len, a.turns[0].gen_len) == (374, 44)
     assert b.turns[0].gen_len == 1 and b.arrival_s == pytest.approx(4.314579, abs=1e-6)
@@ -111,20 +119,24 @@ def test_trace_alias_resolves_to_its_file() -> None:
     assert resolve_trace("mooncake") == resolve_trace("mooncake-conversation")
 
 
-def test_named_trace_without_data_says_where_it_comes_from(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_named_trace_without_data_says_where_it_comes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DUALPATH_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="DUALPATH_DATA_DIR") as info:
         load_trace("azure-conv")
     assert str(tmp_path) in str(info.value) and info.value.value == "azure-conv"
 
 
-@pytest.mark.parametrize("line,reason", [
-    ('{"timestamp": 0, "input_length": 10', "bad Mooncake record"),
-    ('{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1]}', "hash_ids"),
-    ('{"timestamp": 0, "input_length": 100, "output_length": 5}', "hash_ids"),
-    ('{"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": []}', "input_length"),
-])
+@pytest.mark.parametrize(
+    "line,reason",
+    [
+        ('{"timestamp": 0, "input_length": 10', "bad Mooncake record"),
+        ('{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1]}', "hash_ids"),
+        ('{"timestamp": 0, "input_length": 100, "output_length": 5}', "hash_ids"),
+        ('{"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": []}', "input_length"),
+    ],
+)
 def test_bad_mooncake_names_file_and_line(tmp_path: Path, line: str, reason: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(_rec(0, 10, 1, [1])) + "\n\n" + line + "\n")

@@ -27,12 +27,16 @@ class CacheRatio:
 def cache_compute_ratio(model: ModelSpec, append_len: int, context_len: int) -> CacheRatio:
     """Ratio for one (append, context) point; ``context_len`` includes the appended tokens."""
     require(append_len > 0, "append_len", append_len, "must be positive")
-    require(context_len >= append_len, "context_len", context_len,
-            f"must be >= append_len={append_len}")
+    require(context_len >= append_len, "context_len", context_len, f"must be >= append_len={append_len}")
     kv_gb = model.kv_bytes(context_len) / GB
     pflop = model.prefill_flops(context_len - append_len, append_len) / PFLOP
-    return CacheRatio(context_len=context_len, append_len=append_len, kv_gb=kv_gb,
-                      prefill_pflop=pflop, gb_per_pflop=kv_gb / pflop)
+    return CacheRatio(
+        context_len=context_len,
+        append_len=append_len,
+        kv_gb=kv_gb,
+        prefill_pflop=pflop,
+        gb_per_pflop=kv_gb / pflop,
+    )
 
 
 def cache_compute_ratios(model: ModelSpec, append_len: int, context_lens: list[int]) -> list[CacheRatio]:

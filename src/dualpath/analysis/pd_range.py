@@ -71,7 +71,11 @@ def pd_range(g: int, s: Number, b: Number, m: Number, *, storage_per_node: Numbe
     binding = "+".join(name for name, v in uppers.items() if v == upper)
     pe_read_ok = 2 * storage / g <= b_f
     return PDRange(
-        min_p_over_d=lower, max_p_over_d=upper, binding=binding, binding_lower="pe_cnic_write",
-        upper_bounds=uppers, pe_cnic_read_ok=pe_read_ok,
+        min_p_over_d=lower,
+        max_p_over_d=upper,
+        binding=binding,
+        binding_lower="pe_cnic_write",
+        upper_bounds=uppers,
+        pe_cnic_read_ok=pe_read_ok,
         feasible=pe_read_ok and lower is not None and 0 < lower <= upper,
     )

@@ -44,8 +44,13 @@ def _point(name: str) -> GenerationPoint:
     gpu = lookup(GPUS, name, "gpu")
     dtype, tflops = gpu.best_dense_tflops()
     return GenerationPoint(
-        gpu=name, year=gpu.year, dtype=dtype, dense_tflops=tflops, nic_gbps=gpu.nic_gbps,
-        hbm_gb=gpu.hbm_gb, hbm_bandwidth_gbs=gpu.hbm_bandwidth_gbs,
+        gpu=name,
+        year=gpu.year,
+        dtype=dtype,
+        dense_tflops=tflops,
+        nic_gbps=gpu.nic_gbps,
+        hbm_gb=gpu.hbm_gb,
+        hbm_bandwidth_gbs=gpu.hbm_bandwidth_gbs,
         io_bytes_per_kflop=gbps_to_bytes_per_s(gpu.nic_gbps) / (tflops * TFLOP) * 1e3,
     )
 
@@ -58,7 +63,9 @@ def io_compute_trend(gpus: tuple[str, ...] = PAPER_GENERATIONS) -> Trend:
     compute_x = last.dense_tflops / first.dense_tflops
     nic_x = last.nic_gbps / first.nic_gbps
     return Trend(
-        points=points, compute_x=compute_x, nic_x=nic_x,
+        points=points,
+        compute_x=compute_x,
+        nic_x=nic_x,
         hbm_capacity_x=last.hbm_gb / first.hbm_gb,
         hbm_bandwidth_x=last.hbm_bandwidth_gbs / first.hbm_bandwidth_gbs,
         io_to_compute_drop_x=compute_x / nic_x,

@@ -30,8 +30,9 @@ class WorkingSet:
     working_set_gb: float
 
 
-def working_set(model: ModelSpec, aps: float, mean_jct_s: float, mean_total_len: float,
-                basis: Basis = "cache") -> WorkingSet:
+def working_set(
+    model: ModelSpec, aps: float, mean_jct_s: float, mean_total_len: float, basis: Basis = "cache"
+) -> WorkingSet:
     require(aps > 0, "aps", aps, "must be positive (agents per second)")
     require(mean_jct_s > 0, "mean_jct_s", mean_jct_s, "must be positive")
     require(mean_total_len > 0, "mean_total_len", mean_total_len, "must be positive")
@@ -39,5 +40,9 @@ def working_set(model: ModelSpec, aps: float, mean_jct_s: float, mean_total_len:
     per_token = model.cache_bytes_per_token if basis == "cache" else model.kv_bytes_per_token
     in_flight = aps * mean_jct_s
     held = mean_total_len / 2
-    return WorkingSet(agents_in_flight=in_flight, mean_held_tokens=held, bytes_per_token=per_token,
-                      working_set_gb=in_flight * held * per_token / GB)
+    return WorkingSet(
+        agents_in_flight=in_flight,
+        mean_held_tokens=held,
+        bytes_per_token=per_token,
+        working_set_gb=in_flight * held * per_token / GB,
+    )

@@ -11,5 +11,4 @@ from dualpath.bench.console import format_summary
 from dualpath.bench.report import detailed, plot_cdfs, summarize
 from dualpath.bench.runner import BenchRun, run_bench
 
-__all__ = ["BenchConfig", "BenchRun", "detailed", "format_summary", "plot_cdfs", "run_bench",
-           "summarize"]
+__all__ = ["BenchConfig", "BenchRun", "detailed", "format_summary", "plot_cdfs", "run_bench", "summarize"]

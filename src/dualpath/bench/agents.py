@@ -74,21 +74,27 @@ def build_agents(cfg: BenchConfig, context_len: int) -> list[Agent]:
     target = min(context_len, cfg.maxlen) if cfg.trace == "synthetic" else context_len
     scale = min(1.0, target / made_for)
     trajs = [_with_output_len(t, cfg.output_len) for t in trajs]
-    replay = ReplayConfig(num_agents=cfg.num_agents, seed=cfg.seed, append_scale=scale,
-                          gen_scale=1.0 if cfg.output_len is not None else scale,
-                          max_len=max(2, target),
-                          synthetic_prefix_len=min(64, max(1, target // 8)))
+    replay = ReplayConfig(
+        num_agents=cfg.num_agents,
+        seed=cfg.seed,
+        append_scale=scale,
+        gen_scale=1.0 if cfg.output_len is not None else scale,
+        max_len=max(2, target),
+        synthetic_prefix_len=min(64, max(1, target // 8)),
+    )
     starts = arrival_times_s(cfg.num_agents, cfg.request_rate, cfg.burstiness, cfg.seed)
     agents = []
     for i, (traj, start) in enumerate(zip(expand_agents(trajs, replay), starts)):
         traj = _cap_turns(traj, cfg.max_turns)
-        agents.append(Agent(index=i, agent_id=traj.traj_id, start_s=start,
-                            turns=tuple(iter_turn_requests(traj))))
+        agents.append(
+            Agent(index=i, agent_id=traj.traj_id, start_s=start, turns=tuple(iter_turn_requests(traj)))
+        )
     return agents
 
 
-def scaled_turns(num_agents: int, *, max_len: int, max_turns: int, scale: float,
-                 seed: int = 0) -> list[tuple[str, tuple[tuple[int, int], ...]]]:
+def scaled_turns(
+    num_agents: int, *, max_len: int, max_turns: int, scale: float, seed: int = 0
+) -> list[tuple[str, tuple[tuple[int, int], ...]]]:
     """``(agent id, ((append_len, gen_len), ...))`` of ``num_agents`` synthetic 32K trajectories
     (paper Table 2 statistics) with every append and generation scaled by ``scale``, cut at
     ``max_turns`` turns and ``max_len`` tokens: the agents of ``dualpath demo`` and

@@ -74,9 +74,17 @@ class TurnResult:
 
 
 def request_body(model: str, prompt_ids: list[int], gen_len: int) -> dict[str, Any]:
-    return {"model": model, "prompt": prompt_ids, "max_tokens": gen_len, "min_tokens": gen_len,
-            "ignore_eos": True, "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True}, "return_token_ids": True}
+    return {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": gen_len,
+        "min_tokens": gen_len,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
 
 
 def _on_chunk(obj: dict[str, Any], res: TurnResult, t_s: float) -> None:
@@ -109,8 +117,9 @@ async def _error_text(resp: httpx.Response) -> str:
         return f"HTTP {resp.status_code}: {body[:300]}"
 
 
-async def _attempt(http: httpx.AsyncClient, url: str, body: dict[str, Any], res: TurnResult,
-                   start: float, retry_429: bool) -> bool:
+async def _attempt(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], res: TurnResult, start: float, retry_429: bool
+) -> bool:
     """One HTTP request; True when it answered 429 and should be retried."""
     async with http.stream("POST", url + "/v1/completions", json=body) as resp:
         if resp.status_code == 429 and retry_429:
@@ -130,9 +139,16 @@ async def _attempt(http: httpx.AsyncClient, url: str, body: dict[str, Any], res:
     return False
 
 
-async def stream_completion(http: httpx.AsyncClient, url: str, model: str, prompt_ids: list[int],
-                            res: TurnResult, max_retries_429: int, t0: float,
-                            timeout_s: float = 300.0) -> TurnResult:
+async def stream_completion(
+    http: httpx.AsyncClient,
+    url: str,
+    model: str,
+    prompt_ids: list[int],
+    res: TurnResult,
+    max_retries_429: int,
+    t0: float,
+    timeout_s: float = 300.0,
+) -> TurnResult:
     """Fill ``res`` from one streamed request (429s are retried with backoff, then an error)."""
     body = request_body(model, prompt_ids, res.gen_len)
     for attempt in range(max_retries_429 + 1):
@@ -143,10 +159,10 @@ async def stream_completion(http: httpx.AsyncClient, url: str, model: str, promp
         res.token_ids = None
         try:
             retry = await asyncio.wait_for(
-                _attempt(http, url, body, res, start, attempt < max_retries_429), timeout_s)
-        except asyncio.TimeoutError:
-            res.error = (f"request timeout: no complete answer within {timeout_s:g} s "
-                         "(--request-timeout)")
+                _attempt(http, url, body, res, start, attempt < max_retries_429), timeout_s
+            )
+        except TimeoutError:
+            res.error = f"request timeout: no complete answer within {timeout_s:g} s (--request-timeout)"
             return res
         except (httpx.HTTPError, ValueError) as exc:
             res.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -30,8 +30,12 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
         values = tuple(float(p) for p in text.split(",") if p.strip())
     except ValueError:
         values = ()
-    require(len(values) > 0 and all(0 < p <= 100 for p in values), "metric_percentiles", text,
-            "must be comma-separated percentiles in (0, 100], e.g. 50,90,99")
+    require(
+        len(values) > 0 and all(0 < p <= 100 for p in values),
+        "metric_percentiles",
+        text,
+        "must be comma-separated percentiles in (0, 100], e.g. 50,90,99",
+    )
     return values
 
 
@@ -87,42 +91,95 @@ class BenchConfig:
     metric_percentiles: str = "99"
 
     def __post_init__(self) -> None:
-        require(self.url.startswith(("http://", "https://")), "url", self.url,
-                "must be an explicit http(s):// URL of an OpenAI-compatible server")
-        require(self.dataset_name in DATASETS, "dataset_name", self.dataset_name,
-                f"must be one of {', '.join(DATASETS)}")
-        require((self.dataset_name == "mooncake") == (self.dataset_path is not None), "dataset_path",
-                self.dataset_path, "is needed by --dataset-name mooncake and only by it")
-        require(self.dataset_name != "agents" or self.num_prompts is None, "num_prompts",
-                self.num_prompts, "counts requests of the mooncake/random datasets; agent replay "
-                "is sized by --agents (and --max-turns)")
-        require(self.num_prompts is None or self.num_prompts >= 1, "num_prompts", self.num_prompts,
-                "must be >= 1")
+        require(
+            self.url.startswith(("http://", "https://")),
+            "url",
+            self.url,
+            "must be an explicit http(s):// URL of an OpenAI-compatible server",
+        )
+        require(
+            self.dataset_name in DATASETS,
+            "dataset_name",
+            self.dataset_name,
+            f"must be one of {', '.join(DATASETS)}",
+        )
+        require(
+            (self.dataset_name == "mooncake") == (self.dataset_path is not None),
+            "dataset_path",
+            self.dataset_path,
+            "is needed by --dataset-name mooncake and only by it",
+        )
+        require(
+            self.dataset_name != "agents" or self.num_prompts is None,
+            "num_prompts",
+            self.num_prompts,
+            "counts requests of the mooncake/random datasets; agent replay "
+            "is sized by --agents (and --max-turns)",
+        )
+        require(
+            self.num_prompts is None or self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1"
+        )
         require(1 <= self.num_agents <= 100_000, "num_agents", self.num_agents, "must be in [1, 100000]")
-        require(self.maxlen >= 2, "maxlen", self.maxlen,
-                "must be >= 2 tokens (one prompt token and one generated token)")
+        require(
+            self.maxlen >= 2,
+            "maxlen",
+            self.maxlen,
+            "must be >= 2 tokens (one prompt token and one generated token)",
+        )
         require(self.input_len >= 1, "input_len", self.input_len, "must be >= 1 token")
-        require(self.output_len is None or self.output_len >= 1, "output_len", self.output_len,
-                "must be >= 1 token")
+        require(
+            self.output_len is None or self.output_len >= 1,
+            "output_len",
+            self.output_len,
+            "must be >= 1 token",
+        )
         require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1 token per hash block")
-        require(math.isfinite(self.time_scale) and self.time_scale > 0, "time_scale",
-                self.time_scale, "must be > 0 (2 = replay the trace twice as fast)")
-        require(self.request_rate > 0, "request_rate", self.request_rate,
-                "must be > 0 per second (inf: all at once)")
-        require(math.isfinite(self.burstiness) and self.burstiness > 0, "burstiness",
-                self.burstiness, "must be > 0 (1 = Poisson)")
-        require(self.max_concurrency is None or self.max_concurrency >= 1, "max_concurrency",
-                self.max_concurrency, "must be >= 1 (or omitted: no cap)")
-        require(self.max_context_len is None or self.max_context_len >= 2, "max_context_len",
-                self.max_context_len, "must be >= 2 tokens")
+        require(
+            math.isfinite(self.time_scale) and self.time_scale > 0,
+            "time_scale",
+            self.time_scale,
+            "must be > 0 (2 = replay the trace twice as fast)",
+        )
+        require(
+            self.request_rate > 0,
+            "request_rate",
+            self.request_rate,
+            "must be > 0 per second (inf: all at once)",
+        )
+        require(
+            math.isfinite(self.burstiness) and self.burstiness > 0,
+            "burstiness",
+            self.burstiness,
+            "must be > 0 (1 = Poisson)",
+        )
+        require(
+            self.max_concurrency is None or self.max_concurrency >= 1,
+            "max_concurrency",
+            self.max_concurrency,
+            "must be >= 1 (or omitted: no cap)",
+        )
+        require(
+            self.max_context_len is None or self.max_context_len >= 2,
+            "max_context_len",
+            self.max_context_len,
+            "must be >= 2 tokens",
+        )
         require(self.max_turns is None or self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
         require(self.ttft_slo_s > 0, "ttft_slo_s", self.ttft_slo_s, "must be > 0")
         require(self.tpot_slo_s > 0, "tpot_slo_s", self.tpot_slo_s, "must be > 0")
         require(self.duration_s > 0, "duration_s", self.duration_s, "must be > 0")
-        require(math.isfinite(self.request_timeout_s) and self.request_timeout_s > 0,
-                "request_timeout_s", self.request_timeout_s, "must be > 0 seconds")
-        require(self.vocab_size is None or self.vocab_size > self.min_token_id, "vocab_size",
-                self.vocab_size, f"must exceed min_token_id ({self.min_token_id})")
+        require(
+            math.isfinite(self.request_timeout_s) and self.request_timeout_s > 0,
+            "request_timeout_s",
+            self.request_timeout_s,
+            "must be > 0 seconds",
+        )
+        require(
+            self.vocab_size is None or self.vocab_size > self.min_token_id,
+            "vocab_size",
+            self.vocab_size,
+            f"must exceed min_token_id ({self.min_token_id})",
+        )
         require(self.min_token_id >= 0, "min_token_id", self.min_token_id, "must be >= 0")
         require(self.max_retries_429 >= 0, "max_retries_429", self.max_retries_429, "must be >= 0")
         parse_metric_list(self.percentile_metrics)

@@ -7,12 +7,14 @@ import re
 from typing import Any
 
 WIDTH = 50
-HEADERS = {"ttft": ("TTFT", "Time to First Token"),
-           "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-           "itl": ("ITL", "Inter-token Latency"),
-           "e2el": ("E2EL", "End-to-end Latency"),
-           "ttst": ("TTST", "Time to Second Token"),
-           "jct": ("JCT", "Agent Job Completion Time")}
+HEADERS = {
+    "ttft": ("TTFT", "Time to First Token"),
+    "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+    "itl": ("ITL", "Inter-token Latency"),
+    "e2el": ("E2EL", "End-to-end Latency"),
+    "ttst": ("TTST", "Time to Second Token"),
+    "jct": ("JCT", "Agent Job Completion Time"),
+}
 
 
 def _line(label: str, value: Any, fmt: str = ".2f") -> str:
@@ -32,56 +34,76 @@ def _rule(title: str, fill: str) -> str:
 def _metric_lines(result: dict[str, Any], name: str) -> list[str]:
     short, header = HEADERS[name]
     keys = [k for k in result if re.fullmatch(rf"p[0-9.]+_{name}_ms", k)]
-    lines = [_rule(header, "-"),
-             _line(f"Mean {short} (ms):", result.get(f"mean_{name}_ms")),
-             _line(f"Median {short} (ms):", result.get(f"median_{name}_ms"))]
+    lines = [
+        _rule(header, "-"),
+        _line(f"Mean {short} (ms):", result.get(f"mean_{name}_ms")),
+        _line(f"Median {short} (ms):", result.get(f"median_{name}_ms")),
+    ]
     lines += [_line(f"P{k.split('_', 1)[0][1:]} {short} (ms):", result[k]) for k in keys]
     if result.get(f"mean_{name}_ms") is None:
-        lines.append("  (no samples: " + ("no agent finished every turn" if name == "jct"
-                                          else "every answer was one token") + ")")
+        lines.append(
+            "  (no samples: "
+            + ("no agent finished every turn" if name == "jct" else "every answer was one token")
+            + ")"
+        )
     return lines
 
 
 def format_summary(result: dict[str, Any], metrics: tuple[str, ...]) -> str:
     """The whole block as text (no trailing newline)."""
-    lines = [_rule(" Serving Benchmark Result ", "="),
-             _line("Successful requests:", result["completed"]),
-             _line("Failed requests:", result["failed"])]
+    lines = [
+        _rule(" Serving Benchmark Result ", "="),
+        _line("Successful requests:", result["completed"]),
+        _line("Failed requests:", result["failed"]),
+    ]
     if result.get("max_concurrency") is not None:
         lines.append(_line("Maximum request concurrency:", result["max_concurrency"]))
     if result.get("request_rate") != "inf":
         lines.append(_line("Request rate configured (RPS):", float(result["request_rate"])))
-    lines += [_line("Benchmark duration (s):", result["duration"]),
-              _line("Total input tokens:", result["total_input_tokens"]),
-              _line("Total generated tokens:", result["total_output_tokens"]),
-              _line("Request throughput (req/s):", result["request_throughput"]),
-              _line("Request goodput (req/s):", result["request_goodput"]),
-              _line("Output token throughput (tok/s):", result["output_throughput"]),
-              _line("Peak output token throughput (tok/s):", result["max_output_tokens_per_s"]),
-              _line("Peak concurrent requests:", float(result["max_concurrent_requests"])),
-              _line("Total token throughput (tok/s):", result["total_token_throughput"])]
+    lines += [
+        _line("Benchmark duration (s):", result["duration"]),
+        _line("Total input tokens:", result["total_input_tokens"]),
+        _line("Total generated tokens:", result["total_output_tokens"]),
+        _line("Request throughput (req/s):", result["request_throughput"]),
+        _line("Request goodput (req/s):", result["request_goodput"]),
+        _line("Output token throughput (tok/s):", result["output_throughput"]),
+        _line("Peak output token throughput (tok/s):", result["max_output_tokens_per_s"]),
+        _line("Peak concurrent requests:", float(result["max_concurrent_requests"])),
+        _line("Total token throughput (tok/s):", result["total_token_throughput"]),
+    ]
     if not result["completed"]:
         lines += [_rule("Latency", "-"), "  (no successful request: no latency to report)"]
     for name in metrics if result["completed"] else ():
         if name != "jct":
             lines += _metric_lines(result, name)
     if result.get("num_agents") is not None:
-        lines += [_rule("Agents", "-"),
-                  _line("Agents completed:", f"{result['agents_completed']}/{result['num_agents']}"),
-                  _line("Agent throughput (agents/s):", result["agent_throughput"], ".3f")]
+        lines += [
+            _rule("Agents", "-"),
+            _line("Agents completed:", f"{result['agents_completed']}/{result['num_agents']}"),
+            _line("Agent throughput (agents/s):", result["agent_throughput"], ".3f"),
+        ]
         if "jct" in metrics and result["completed"]:
             lines += _metric_lines(result, "jct")[1:]
-    lines += [_rule("SLO and cache", "-"),
-              _line("SLO attainment:", f"{result['slo_attainment']:.1%} (TTFT <= "
-                    f"{result['ttft_slo_ms']:g} ms and TPOT <= {result['tpot_slo_ms']:g} ms)")]
+    lines += [
+        _rule("SLO and cache", "-"),
+        _line(
+            "SLO attainment:",
+            f"{result['slo_attainment']:.1%} (TTFT <= "
+            f"{result['ttft_slo_ms']:g} ms and TPOT <= {result['tpot_slo_ms']:g} ms)",
+        ),
+    ]
     rate = result.get("cache_hit_rate")
     if rate is None:
-        why = ("no prompt tokens counted" if result.get("cache_counters") else
-               "not reported by the server")
+        why = "no prompt tokens counted" if result.get("cache_counters") else "not reported by the server"
         lines.append(_line("Server cache hit rate:", f"n/a ({why})"))
     else:
-        lines.append(_line("Server cache hit rate:", f"{rate:.1%} ({result['cache_hit_tokens']:.0f}"
-                           f" of {result['cache_query_tokens']:.0f} prompt tokens)"))
+        lines.append(
+            _line(
+                "Server cache hit rate:",
+                f"{rate:.1%} ({result['cache_hit_tokens']:.0f}"
+                f" of {result['cache_query_tokens']:.0f} prompt tokens)",
+            )
+        )
     if result.get("truncated_requests"):
         lines.append(_line("Requests cut to fit the context:", result["truncated_requests"]))
     reasons = result.get("failure_reasons") or {}
@@ -97,9 +119,11 @@ def _hints(reasons: dict[str, int]) -> list[str]:
     text = " ".join(reasons)
     out = []
     if "no token from the cluster within" in text:
-        out.append("the server gave up waiting for a first token (its token timeout): prompts "
-                   "are too long for its prefill speed; size the run down (--maxlen 512, "
-                   "--max-turns, --output-len; docs/bench.md has a CPU example)")
+        out.append(
+            "the server gave up waiting for a first token (its token timeout): prompts "
+            "are too long for its prefill speed; size the run down (--maxlen 512, "
+            "--max-turns, --output-len; docs/bench.md has a CPU example)"
+        )
     if "request timeout" in text:
         out.append("raise --request-timeout, or size the run down (--maxlen, --output-len)")
     if "cancelled at the duration limit" in text or "not sent before" in text:

@@ -39,9 +39,14 @@ def _fit(spec: RequestSpec, context_len: int) -> RequestSpec:
     if spec.input_len + spec.output_len <= context_len:
         return spec
     out = min(spec.output_len, max(1, context_len // 2))
-    return RequestSpec(index=spec.index, arrival_s=spec.arrival_s, output_len=out,
-                       input_len=max(1, min(spec.input_len, context_len - out)),
-                       hash_ids=spec.hash_ids, truncated=True)
+    return RequestSpec(
+        index=spec.index,
+        arrival_s=spec.arrival_s,
+        output_len=out,
+        input_len=max(1, min(spec.input_len, context_len - out)),
+        hash_ids=spec.hash_ids,
+        truncated=True,
+    )
 
 
 def mooncake_requests(cfg: BenchConfig, context_len: int) -> list[RequestSpec]:
@@ -57,11 +62,16 @@ def mooncake_requests(cfg: BenchConfig, context_len: int) -> list[RequestSpec]:
     out = []
     for i, (rec, t) in enumerate(zip(records, times)):
         last = rec.input_len - MOONCAKE_BLOCK_LEN * (len(rec.hash_ids) - 1)
-        input_len = (cfg.block_len * (len(rec.hash_ids) - 1)
-                     + min(cfg.block_len, max(1, round(last * factor))))
+        input_len = cfg.block_len * (len(rec.hash_ids) - 1) + min(cfg.block_len, max(1, round(last * factor)))
         output_len = cfg.output_len or max(1, round(rec.output_len * factor))
-        out.append(_fit(RequestSpec(index=i, arrival_s=t, input_len=input_len,
-                                    output_len=output_len, hash_ids=rec.hash_ids), context_len))
+        out.append(
+            _fit(
+                RequestSpec(
+                    index=i, arrival_s=t, input_len=input_len, output_len=output_len, hash_ids=rec.hash_ids
+                ),
+                context_len,
+            )
+        )
     return out
 
 
@@ -71,11 +81,16 @@ def random_requests(cfg: BenchConfig, context_len: int) -> list[RequestSpec]:
     n = cfg.num_prompts or 8
     output_len = cfg.output_len or 16
     if cfg.input_len + output_len > context_len:
-        raise ConfigError("input_len", cfg.input_len, f"+ output_len {output_len} exceeds the "
-                          f"endpoint's context of {context_len} tokens")
+        raise ConfigError(
+            "input_len",
+            cfg.input_len,
+            f"+ output_len {output_len} exceeds the endpoint's context of {context_len} tokens",
+        )
     times = arrival_times_s(n, cfg.request_rate, cfg.burstiness, cfg.seed)
-    return [RequestSpec(index=i, arrival_s=t, input_len=cfg.input_len, output_len=output_len)
-            for i, t in enumerate(times)]
+    return [
+        RequestSpec(index=i, arrival_s=t, input_len=cfg.input_len, output_len=output_len)
+        for i, t in enumerate(times)
+    ]
 
 
 class PromptBuilder:

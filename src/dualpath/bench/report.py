@@ -28,9 +28,11 @@ def metric_stats(name: str, values_s: list[float], percentiles: tuple[float, ...
     """``mean_<name>_ms``, ``median_``, ``std_``, ``p<q>_`` in ms (None when no values)."""
     arr = np.asarray(values_s, dtype=float) * 1e3
     has = arr.size > 0
-    out: dict[str, Any] = {f"mean_{name}_ms": float(arr.mean()) if has else None,
-                           f"median_{name}_ms": float(np.median(arr)) if has else None,
-                           f"std_{name}_ms": float(arr.std()) if has else None}
+    out: dict[str, Any] = {
+        f"mean_{name}_ms": float(arr.mean()) if has else None,
+        f"median_{name}_ms": float(np.median(arr)) if has else None,
+        f"std_{name}_ms": float(arr.std()) if has else None,
+    }
     for p in percentiles:
         word = str(int(p)) if int(p) == p else str(p)
         out[f"p{word}_{name}_ms"] = float(np.percentile(arr, p)) if has else None
@@ -50,8 +52,12 @@ def metric_values(run: BenchRun, name: str) -> list[float]:
 
 def _meets(res: TurnResult, ttft_slo_s: float, tpot_slo_s: float) -> bool:
     tpot = res.tpot_s
-    return (res.ok and res.ttft_s is not None and res.ttft_s <= ttft_slo_s
-            and (tpot is None or tpot <= tpot_slo_s))
+    return (
+        res.ok
+        and res.ttft_s is not None
+        and res.ttft_s <= ttft_slo_s
+        and (tpot is None or tpot <= tpot_slo_s)
+    )
 
 
 def _peaks(ok: list[TurnResult]) -> tuple[float, int]:
@@ -60,8 +66,9 @@ def _peaks(ok: list[TurnResult]) -> tuple[float, int]:
         return 0.0, 0
     first = min(r.sent_s or 0.0 for r in ok)
     seconds = Counter(int((r.sent_s or 0.0) + t - first) for r in ok for t in r.token_times_s)
-    events = sorted([((r.sent_s or 0.0), 1) for r in ok]
-                    + [((r.sent_s or 0.0) + (r.e2e_s or 0.0), -1) for r in ok])
+    events = sorted(
+        [((r.sent_s or 0.0), 1) for r in ok] + [((r.sent_s or 0.0) + (r.e2e_s or 0.0), -1) for r in ok]
+    )
     level = peak = 0
     for _, delta in events:  # ends sort before starts at the same instant (half-open intervals)
         level += delta
@@ -87,49 +94,71 @@ def summarize(run: BenchRun) -> dict[str, Any]:
     peak_tok_s, peak_conc = _peaks(ok)
     agents_done = sum(v is not None for v in run.jct_s.values())
     result: dict[str, Any] = {
-        "date": run.date, "endpoint_type": "openai", "backend": "openai", "label": "dualpath",
-        "model_id": run.endpoint.model, "tokenizer_id": None, "num_prompts": n,
+        "date": run.date,
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "label": "dualpath",
+        "model_id": run.endpoint.model,
+        "tokenizer_id": None,
+        "num_prompts": n,
         "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
-        "burstiness": cfg.burstiness, "max_concurrency": cfg.max_concurrency,
-        "duration": run.wall_s, "completed": len(ok), "failed": n - len(ok),
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
-        "request_throughput": len(ok) / dur, "request_goodput": good / dur,
-        "output_throughput": total_out / dur, "total_token_throughput": (total_in + total_out) / dur,
-        "max_output_tokens_per_s": peak_tok_s, "max_concurrent_requests": peak_conc,
+        "burstiness": cfg.burstiness,
+        "max_concurrency": cfg.max_concurrency,
+        "duration": run.wall_s,
+        "completed": len(ok),
+        "failed": n - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur,
+        "request_goodput": good / dur,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+        "max_output_tokens_per_s": peak_tok_s,
+        "max_concurrent_requests": peak_conc,
     }
     for name in cfg.metrics:
         result.update(metric_stats(name, metric_values(run, name), cfg.percentiles))
     cache = run.cache
-    result.update({
-        "base_url": cfg.url, "dataset_name": cfg.dataset_name, "mode": cfg.mode,
-        "num_agents": len(run.agents) if run.agents else None,
-        "agents_completed": agents_done if run.agents else None,
-        "agent_throughput": agents_done / dur if run.agents else None,
-        "max_context_len": run.endpoint.max_context_len,
-        "exact_token_ids": run.exact_token_ids,
-        "truncated_requests": sum(s.truncated for s in run.requests),
-        "ttft_slo_ms": cfg.ttft_slo_s * 1e3, "tpot_slo_ms": cfg.tpot_slo_s * 1e3,
-        "slo_attainment": good / max(n, 1),
-        "cache_hit_rate": cache.hit_rate if cache is not None else None,
-        "cache_hit_tokens": cache.hit_tokens if cache is not None else None,
-        "cache_query_tokens": cache.query_tokens if cache is not None else None,
-        "cache_counters": cache.source if cache is not None else None,
-        "num_429_retries": sum(r.num_429 for r in run.results),
-        "request_timeout_s": cfg.request_timeout_s,
-        "failure_reasons": failure_reasons(run),
-    })
+    result.update(
+        {
+            "base_url": cfg.url,
+            "dataset_name": cfg.dataset_name,
+            "mode": cfg.mode,
+            "num_agents": len(run.agents) if run.agents else None,
+            "agents_completed": agents_done if run.agents else None,
+            "agent_throughput": agents_done / dur if run.agents else None,
+            "max_context_len": run.endpoint.max_context_len,
+            "exact_token_ids": run.exact_token_ids,
+            "truncated_requests": sum(s.truncated for s in run.requests),
+            "ttft_slo_ms": cfg.ttft_slo_s * 1e3,
+            "tpot_slo_ms": cfg.tpot_slo_s * 1e3,
+            "slo_attainment": good / max(n, 1),
+            "cache_hit_rate": cache.hit_rate if cache is not None else None,
+            "cache_hit_tokens": cache.hit_tokens if cache is not None else None,
+            "cache_query_tokens": cache.query_tokens if cache is not None else None,
+            "cache_counters": cache.source if cache is not None else None,
+            "num_429_retries": sum(r.num_429 for r in run.results),
+            "request_timeout_s": cfg.request_timeout_s,
+            "failure_reasons": failure_reasons(run),
+        }
+    )
     return result
 
 
 def detailed(run: BenchRun) -> dict[str, Any]:
     """vLLM's ``--save-detailed`` per-request lists (seconds), plus the agent and turn of each."""
     res = run.results
-    return {"input_lens": [r.prompt_len for r in res],
-            "output_lens": [r.num_generated if r.ok else 0 for r in res],
-            "ttfts": [r.ttft_s or 0.0 for r in res], "itls": [r.itls_s for r in res],
-            "latencies": [r.e2e_s or 0.0 for r in res],
-            "start_times": [r.sent_s for r in res], "errors": [r.error or "" for r in res],
-            "agents": [r.agent_index for r in res], "turns": [r.turn_index for r in res]}
+    return {
+        "input_lens": [r.prompt_len for r in res],
+        "output_lens": [r.num_generated if r.ok else 0 for r in res],
+        "ttfts": [r.ttft_s or 0.0 for r in res],
+        "itls": [r.itls_s for r in res],
+        "latencies": [r.e2e_s or 0.0 for r in res],
+        "start_times": [r.sent_s for r in res],
+        "errors": [r.error or "" for r in res],
+        "agents": [r.agent_index for r in res],
+        "turns": [r.turn_index for r in res],
+    }
 
 
 def cdf_figure(run: BenchRun) -> Any:
@@ -142,8 +171,11 @@ def cdf_figure(run: BenchRun) -> Any:
 
     cfg = run.config
     last = ("JCT (s)", "jct") if run.agents else ("E2EL (s)", "e2el")
-    series = [("TTFT (s)", "ttft", 1.0, cfg.ttft_slo_s), ("TPOT (ms)", "tpot", 1e3, cfg.tpot_slo_s * 1e3),
-              (last[0], last[1], 1.0, None)]
+    series = [
+        ("TTFT (s)", "ttft", 1.0, cfg.ttft_slo_s),
+        ("TPOT (ms)", "tpot", 1e3, cfg.tpot_slo_s * 1e3),
+        (last[0], last[1], 1.0, None),
+    ]
     failed = sum(not r.ok for r in run.results)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, (label, name, unit, slo) in zip(axes, series):
@@ -154,16 +186,20 @@ def cdf_figure(run: BenchRun) -> Any:
                 ax.axvline(slo, linestyle="--", color="gray", label="SLO")
                 ax.legend(loc="lower right")
         else:
-            why = (f"no data: {failed} of {len(run.results)} requests failed" if failed
-                   else "no data (one-token answers have no TPOT)" if name == "tpot" else "no data")
+            why = (
+                f"no data: {failed} of {len(run.results)} requests failed"
+                if failed
+                else "no data (one-token answers have no TPOT)"
+                if name == "tpot"
+                else "no data"
+            )
             ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, wrap=True)
             ax.set_xticks([])
             ax.set_yticks([])
         ax.set_xlabel(label)
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
-    who = (f"{len(run.agents)} agents" if run.agents
-           else f"{len(run.results)} requests ({cfg.dataset_name})")
+    who = f"{len(run.agents)} agents" if run.agents else f"{len(run.results)} requests ({cfg.dataset_name})"
     fig.suptitle(f"dualpath bench: {who}, {cfg.mode}, {run.endpoint.model}")
     fig.tight_layout()
     return fig

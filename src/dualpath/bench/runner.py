@@ -58,8 +58,9 @@ async def discover(http: httpx.AsyncClient, cfg: BenchConfig) -> Endpoint:
     except httpx.HTTPError as exc:
         raise ConfigError("base_url", cfg.url, f"cannot reach the server: {exc}") from None
     if resp.status_code != 200:
-        raise ConfigError("base_url", cfg.url,
-                          f"GET /v1/models answered {resp.status_code}: {resp.text[:200]}")
+        raise ConfigError(
+            "base_url", cfg.url, f"GET /v1/models answered {resp.status_code}: {resp.text[:200]}"
+        )
     data = resp.json().get("data") or [{}]
     entry = next((m for m in data if m.get("id") == cfg.model), data[0])
     model = cfg.model or entry.get("id")
@@ -73,19 +74,29 @@ async def discover(http: httpx.AsyncClient, cfg: BenchConfig) -> Endpoint:
 class _Sender:
     """Sends one request under the concurrency cap; records cancellation as the failure reason."""
 
-    def __init__(self, run: BenchRun, http: httpx.AsyncClient, t0: float,
-                 on_turn: Callable[[TurnResult], None] | None) -> None:
+    def __init__(
+        self, run: BenchRun, http: httpx.AsyncClient, t0: float, on_turn: Callable[[TurnResult], None] | None
+    ) -> None:
         cfg = run.config
         self.run, self.http, self.t0, self.on_turn = run, http, t0, on_turn
-        self.slots = (asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency
-                      else contextlib.nullcontext())
+        self.slots = (
+            asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else contextlib.nullcontext()
+        )
 
     async def send(self, res: TurnResult, prompt_ids: list[int]) -> None:
         cfg = self.run.config
         try:
             async with self.slots:
-                await stream_completion(self.http, cfg.url, self.run.endpoint.model, prompt_ids,
-                                        res, cfg.max_retries_429, self.t0, cfg.request_timeout_s)
+                await stream_completion(
+                    self.http,
+                    cfg.url,
+                    self.run.endpoint.model,
+                    prompt_ids,
+                    res,
+                    cfg.max_retries_429,
+                    self.t0,
+                    cfg.request_timeout_s,
+                )
         except asyncio.CancelledError:
             res.error = f"cancelled at the duration limit ({cfg.duration_s:g} s)"
             raise
@@ -106,8 +117,9 @@ async def _run_agent(sender: _Sender, agent: Agent) -> None:
     run.jct_s[agent.index] = None
     for turn in agent.turns:
         context.extend(tokens.take(turn.append_len))
-        res = TurnResult(agent_index=agent.index, turn_index=turn.turn_index,
-                         prompt_len=len(context), gen_len=turn.gen_len)
+        res = TurnResult(
+            agent_index=agent.index, turn_index=turn.turn_index, prompt_len=len(context), gen_len=turn.gen_len
+        )
         run.results.append(res)
         await sender.send(res, list(context))
         if res.error is not None:
@@ -120,8 +132,7 @@ async def _run_agent(sender: _Sender, agent: Agent) -> None:
     run.jct_s[agent.index] = time.perf_counter() - started
 
 
-async def _run_request(sender: _Sender, spec: RequestSpec, res: TurnResult,
-                       prompts: PromptBuilder) -> None:
+async def _run_request(sender: _Sender, spec: RequestSpec, res: TurnResult, prompts: PromptBuilder) -> None:
     try:
         await _sleep_until(sender.t0, spec.arrival_s)
     except asyncio.CancelledError:
@@ -135,26 +146,32 @@ def _plan(run: BenchRun) -> None:
     if cfg.dataset_name == "agents":
         run.agents = build_agents(cfg, ctx)
         return
-    run.requests = (mooncake_requests(cfg, ctx) if cfg.dataset_name == "mooncake"
-                    else random_requests(cfg, ctx))
-    run.results = [TurnResult(agent_index=None, turn_index=s.index, prompt_len=s.input_len,
-                              gen_len=s.output_len) for s in run.requests]
+    run.requests = (
+        mooncake_requests(cfg, ctx) if cfg.dataset_name == "mooncake" else random_requests(cfg, ctx)
+    )
+    run.results = [
+        TurnResult(agent_index=None, turn_index=s.index, prompt_len=s.input_len, gen_len=s.output_len)
+        for s in run.requests
+    ]
 
 
-async def run_bench(cfg: BenchConfig, on_turn: Callable[[TurnResult], None] | None = None,
-                    on_start: Callable[[BenchRun], None] | None = None) -> BenchRun:
+async def run_bench(
+    cfg: BenchConfig,
+    on_turn: Callable[[TurnResult], None] | None = None,
+    on_start: Callable[[BenchRun], None] | None = None,
+) -> BenchRun:
     """Replay ``cfg`` against ``cfg.url``; never raises for a failed request (ConfigError when
     the server cannot be reached or the dataset is bad)."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     # like vLLM's connector: as many connections as requests in flight (no cap without one), so
     # no request waits in the client's pool after its send time was taken
-    limits = httpx.Limits(max_connections=cfg.max_concurrency,
-                          max_keepalive_connections=cfg.max_concurrency or 256)
+    limits = httpx.Limits(
+        max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency or 256
+    )
     timeout = httpx.Timeout(None, connect=10.0)  # per request: cfg.request_timeout_s
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as http:
         endpoint = await discover(http, cfg)
-        run = BenchRun(config=cfg, endpoint=endpoint,
-                       date=datetime.now().strftime("%Y%m%d-%H%M%S"))
+        run = BenchRun(config=cfg, endpoint=endpoint, date=datetime.now().strftime("%Y%m%d-%H%M%S"))
         _plan(run)
         if on_start is not None:
             on_start(run)

@@ -69,6 +69,7 @@ def cache_hits(before: dict[str, float] | None, after: dict[str, float] | None) 
         return None
     for hit, query, source in CACHE_COUNTERS:
         if all(k in before and k in after for k in (hit, query)):
-            return CacheHits(source=source, hit_tokens=after[hit] - before[hit],
-                             query_tokens=after[query] - before[query])
+            return CacheHits(
+                source=source, hit_tokens=after[hit] - before[hit], query_tokens=after[query] - before[query]
+            )
     return None

@@ -55,8 +55,7 @@ def _min_width(text: str) -> int:
 
 def _widths(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
     """(narrowest, natural) content width of each column."""
-    lo = [max([_min_width(columns[i]), *(_min_width(r[i]) for r in rows)])
-          for i in range(len(columns))]
+    lo = [max([_min_width(columns[i]), *(_min_width(r[i]) for r in rows)]) for i in range(len(columns))]
     hi = [max([cell_len(columns[i]), *(cell_len(r[i]) for r in rows)]) for i in range(len(columns))]
     return lo, hi
 
@@ -77,8 +76,9 @@ def _frame(n: int) -> int:
     return 3 * n + 1
 
 
-def column_groups(columns: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-                  key_columns: int = 1) -> list[list[int]]:
+def column_groups(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], width: int, key_columns: int = 1
+) -> list[list[int]]:
     """Split column indices into groups whose table fits ``width`` cells with no word cut; each
     group repeats the first ``key_columns`` (the row names). One group when everything fits."""
     lo, _ = _widths(columns, rows)
@@ -108,9 +108,16 @@ def fit_widths(lo: Sequence[int], hi: Sequence[int], width: int, key_columns: in
     return out
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
-                legend: Sequence[str] = (), out: Console | None = None, key_columns: int = 1,
-                right_align: bool = True) -> None:
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    legend: Sequence[str] = (),
+    out: Console | None = None,
+    key_columns: int = 1,
+    right_align: bool = True,
+) -> None:
     """Print rows as one rich table, or as several narrower ones (each repeating the first
     ``key_columns``) when one would not fit the console; headers wrap at spaces, no cell is cut,
     numeric columns are right-aligned (``right_align=False``: none). ``legend`` lines (what
@@ -121,13 +128,13 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     lo, hi = _widths(columns, cells)
     for n, group in enumerate(groups, 1):
         suffix = f" ({n}/{len(groups)})" if len(groups) > 1 else ""
-        widths = fit_widths([lo[i] for i in group], [hi[i] for i in group], con.width,
-                            min(key_columns, len(group)))
+        widths = fit_widths(
+            [lo[i] for i in group], [hi[i] for i in group], con.width, min(key_columns, len(group))
+        )
         table = Table(title=title + suffix)
         for i, w in zip(group, widths):
             right = right_align and i >= key_columns and _numeric(row[i] for row in cells)
-            table.add_column(columns[i], width=w, overflow="fold",
-                             justify="right" if right else "left")
+            table.add_column(columns[i], width=w, overflow="fold", justify="right" if right else "left")
         for row in cells:
             table.add_row(*(row[i] for i in group))
         con.print(table)
@@ -176,8 +183,17 @@ def check_choice(kind: str, value: str, names: Iterable[str]) -> str:
 
 
 # The real system's libraries (pyproject's serve extra; isal is optional, zlib is the fallback).
-SERVE_MODULES = ("torch", "transformers", "tokenizers", "gguf", "safetensors", "fastapi", "uvicorn",
-                 "zmq", "prometheus_client")
+SERVE_MODULES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "gguf",
+    "safetensors",
+    "fastapi",
+    "uvicorn",
+    "zmq",
+    "prometheus_client",
+)
 SERVE_COMMANDS = ("serve", "engine", "demo", "check")
 
 
@@ -202,5 +218,7 @@ def require_serve_extra(command: str) -> None:
     """Raise MissingExtraError (one line naming the pip command) unless the serve extra is there."""
     missing = missing_modules(SERVE_MODULES)
     if missing:
-        raise MissingExtraError(f"`dualpath {command}` needs the serve extra (missing: "
-                                f"{', '.join(missing)}): pip install 'dualpath[serve]'")
+        raise MissingExtraError(
+            f"`dualpath {command}` needs the serve extra (missing: "
+            f"{', '.join(missing)}): pip install 'dualpath[serve]'"
+        )

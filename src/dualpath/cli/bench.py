@@ -30,16 +30,22 @@ def _run_with_progress(cfg: Any, show: bool) -> Any:
     from dualpath.cli.progress import Progress
 
     with Progress("bench requests", total=None) as bar:
-        return asyncio.run(run_bench(
-            cfg, on_turn=lambda _res: bar.advance(),
-            on_start=lambda run: bar.update(total=total_requests(run))))
+        return asyncio.run(
+            run_bench(
+                cfg,
+                on_turn=lambda _res: bar.advance(),
+                on_start=lambda run: bar.update(total=total_requests(run)),
+            )
+        )
 
 
 def result_path(result: dict[str, Any], result_dir: str | None, result_filename: str | None) -> Path:
     """vLLM's default name: ``{label}-{request_rate}qps[-concurrency{N}]-{model}-{date}.json``."""
     conc = f"-concurrency{result['max_concurrency']}" if result["max_concurrency"] is not None else ""
-    name = result_filename or (f"{result['label']}-{result['request_rate']}qps{conc}-"
-                               f"{str(result['model_id']).split('/')[-1]}-{result['date']}.json")
+    name = result_filename or (
+        f"{result['label']}-{result['request_rate']}qps{conc}-"
+        f"{str(result['model_id']).split('/')[-1]}-{result['date']}.json"
+    )
     return Path(result_dir or ".") / name
 
 
@@ -58,54 +64,83 @@ def register(app: typer.Typer) -> None:
 
     @app.command("bench")
     def bench_cmd(
-        base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", "--url",
-                                     help="Server base URL without /v1 (ours, vLLM, SGLang)."),
+        base_url: str = typer.Option(
+            "http://127.0.0.1:8000",
+            "--base-url",
+            "--url",
+            help="Server base URL without /v1 (ours, vLLM, SGLang).",
+        ),
         model: str = typer.Option(None, help="Model name (default: the first of /v1/models)."),
-        dataset_name: str = typer.Option("agents", help="agents (multi-turn agents), mooncake "
-                                         "(a Mooncake JSONL trace at its own timing) or random."),
+        dataset_name: str = typer.Option(
+            "agents",
+            help="agents (multi-turn agents), mooncake (a Mooncake JSONL trace at its own timing) or random.",
+        ),
         dataset_path: str = typer.Option(None, help="The Mooncake JSONL trace (mooncake only)."),
-        agents: int = typer.Option(4, help="agents: number of agents (each sends one request "
-                                   "per turn; clones beyond the trajectory set)."),
-        maxlen: str = typer.Option("32k", help="agents: longest context of a trajectory (any "
-                                   "size, e.g. 512, 8k, 32k); capped by the endpoint's context."),
-        trace: str = typer.Option("synthetic", help="agents: synthetic, or a trace name/path whose "
-                                  "sessions become agents."),
+        agents: int = typer.Option(
+            4,
+            help="agents: number of agents (each sends one request "
+            "per turn; clones beyond the trajectory set).",
+        ),
+        maxlen: str = typer.Option(
+            "32k",
+            help="agents: longest context of a trajectory (any "
+            "size, e.g. 512, 8k, 32k); capped by the endpoint's context.",
+        ),
+        trace: str = typer.Option(
+            "synthetic", help="agents: synthetic, or a trace name/path whose sessions become agents."
+        ),
         max_turns: int = typer.Option(None, help="agents: cap on turns per agent."),
-        num_prompts: int = typer.Option(None, help="mooncake: first N records (default all); "
-                                        "random: N prompts (default 8)."),
+        num_prompts: int = typer.Option(
+            None, help="mooncake: first N records (default all); random: N prompts (default 8)."
+        ),
         input_len: int = typer.Option(256, help="random: prompt tokens per request."),
-        output_len: int = typer.Option(None, help="Output tokens of every request/turn "
-                                       "(default: the dataset's; random: 16)."),
-        block_len: int = typer.Option(512, help="mooncake: tokens sent per 512-token hash block "
-                                      "(smaller sizes the trace down, sharing kept)."),
+        output_len: int = typer.Option(
+            None, help="Output tokens of every request/turn (default: the dataset's; random: 16)."
+        ),
+        block_len: int = typer.Option(
+            512,
+            help="mooncake: tokens sent per 512-token hash block "
+            "(smaller sizes the trace down, sharing kept).",
+        ),
         time_scale: float = typer.Option(1.0, help="mooncake: replay speed-up (2 = twice as fast)."),
-        request_rate: float = typer.Option(math.inf, "--request-rate", "--aps",
-                                           help="Arrivals per second (agents: agent arrivals; "
-                                           "inf: all at once, mooncake: the trace's timing)."),
+        request_rate: float = typer.Option(
+            math.inf,
+            "--request-rate",
+            "--aps",
+            help="Arrivals per second (agents: agent arrivals; "
+            "inf: all at once, mooncake: the trace's timing).",
+        ),
         burstiness: float = typer.Option(1.0, help="Gamma shape of arrival gaps (1 = Poisson)."),
         max_concurrency: int = typer.Option(None, help="Most requests in flight (default: no cap)."),
         seed: int = typer.Option(0, help="Seed of trajectories, token ids and arrivals."),
-        max_context: int = typer.Option(None, help="Context limit in tokens (default: the "
-                                        "endpoint's max_model_len)."),
-        request_timeout: float = typer.Option(300.0, help="Seconds one request may take, send "
-                                              "to last token, before it fails."),
+        max_context: int = typer.Option(
+            None, help="Context limit in tokens (default: the endpoint's max_model_len)."
+        ),
+        request_timeout: float = typer.Option(
+            300.0, help="Seconds one request may take, send to last token, before it fails."
+        ),
         duration: float = typer.Option(600.0, help="Stop the run after this many seconds."),
         ttft_slo: float = typer.Option(4.0, help="TTFT SLO in seconds (goodput, attainment)."),
         tpot_slo_ms: float = typer.Option(50.0, help="TPOT SLO in milliseconds."),
-        percentile_metrics: str = typer.Option("ttft,tpot,itl,e2el,ttst,jct",
-                                               help="Metrics to report (vLLM names + ttst, jct)."),
+        percentile_metrics: str = typer.Option(
+            "ttft,tpot,itl,e2el,ttst,jct", help="Metrics to report (vLLM names + ttst, jct)."
+        ),
         metric_percentiles: str = typer.Option("99", help="Percentiles to report, e.g. 50,90,99."),
         api_key: str = typer.Option(None, envvar="DUALPATH_API_KEY", help="Bearer API key."),
-        save_result: bool = typer.Option(False, "--save-result", help="Write the result JSON "
-                                         "(and a CDF plot beside it)."),
-        save_detailed: bool = typer.Option(False, "--save-detailed", help="Add per-request "
-                                           "lists (input_lens, ttfts, itls, errors, ...)."),
+        save_result: bool = typer.Option(
+            False, "--save-result", help="Write the result JSON (and a CDF plot beside it)."
+        ),
+        save_detailed: bool = typer.Option(
+            False, "--save-detailed", help="Add per-request lists (input_lens, ttfts, itls, errors, ...)."
+        ),
         result_dir: str = typer.Option(None, help="Folder of the result JSON (default: .)."),
-        result_filename: str = typer.Option(None, help="Name of the result JSON (default: "
-                                            "{label}-{rate}qps-{model}-{date}.json)."),
+        result_filename: str = typer.Option(
+            None, help="Name of the result JSON (default: {label}-{rate}qps-{model}-{date}.json)."
+        ),
         label: str = typer.Option("dualpath", help="Label in the result and its file name."),
-        allow_failures: bool = typer.Option(False, "--allow-failures",
-                                            help="Exit 0 even when requests failed."),
+        allow_failures: bool = typer.Option(
+            False, "--allow-failures", help="Exit 0 even when requests failed."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     ) -> None:
         """Replay agents or a trace against an endpoint; vLLM's summary plus JCT/TTST/cache hits."""
@@ -118,16 +153,33 @@ def register(app: typer.Typer) -> None:
             maxlen_tokens = parse_tokens(maxlen)
         except ConfigError as exc:
             raise ConfigError("maxlen", maxlen, exc.reason) from None
-        cfg = BenchConfig(url=base_url.rstrip("/"), dataset_name=dataset_name,
-                          dataset_path=dataset_path, num_agents=agents, maxlen=maxlen_tokens,
-                          trace=trace, num_prompts=num_prompts, input_len=input_len,
-                          output_len=output_len, block_len=block_len, time_scale=time_scale,
-                          request_rate=request_rate, burstiness=burstiness,
-                          max_concurrency=max_concurrency, model=model, api_key=api_key,
-                          max_context_len=max_context, max_turns=max_turns, seed=seed,
-                          ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo_ms / 1e3, duration_s=duration,
-                          request_timeout_s=request_timeout, percentile_metrics=percentile_metrics,
-                          metric_percentiles=metric_percentiles)
+        cfg = BenchConfig(
+            url=base_url.rstrip("/"),
+            dataset_name=dataset_name,
+            dataset_path=dataset_path,
+            num_agents=agents,
+            maxlen=maxlen_tokens,
+            trace=trace,
+            num_prompts=num_prompts,
+            input_len=input_len,
+            output_len=output_len,
+            block_len=block_len,
+            time_scale=time_scale,
+            request_rate=request_rate,
+            burstiness=burstiness,
+            max_concurrency=max_concurrency,
+            model=model,
+            api_key=api_key,
+            max_context_len=max_context,
+            max_turns=max_turns,
+            seed=seed,
+            ttft_slo_s=ttft_slo,
+            tpot_slo_s=tpot_slo_ms / 1e3,
+            duration_s=duration,
+            request_timeout_s=request_timeout,
+            percentile_metrics=percentile_metrics,
+            metric_percentiles=metric_percentiles,
+        )
         run = _run_with_progress(cfg, show=not json_out)
         result = {**summarize(run), "label": label}
         if save_detailed:
@@ -142,6 +194,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {', '.join(files)}", err=json_out)
         if result["failed"] and not allow_failures:
             where = "failure_reasons" if json_out else "Failures above"
-            typer.echo(f"error: {result['failed']} of {result['num_prompts']} requests failed "
-                       f"(reasons: {where}); --allow-failures exits 0 anyway", err=True)
+            typer.echo(
+                f"error: {result['failed']} of {result['num_prompts']} requests failed "
+                f"(reasons: {where}); --allow-failures exits 0 anyway",
+                err=True,
+            )
             raise typer.Exit(1)

@@ -6,8 +6,7 @@ import typer
 
 from dualpath.cli._common import print_json, require_serve_extra
 
-model_app = typer.Typer(help="Model files: export the default model for other engines.",
-                        no_args_is_help=True)
+model_app = typer.Typer(help="Model files: export the default model for other engines.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -30,8 +29,16 @@ def export(
 
     result = export_hf_folder(model, out_dir, overwrite=overwrite)
     if json_out:
-        print_json({"out_dir": result.out_dir, "model_type": result.model_type,
-                    "num_params": result.num_params, "files": list(result.files)})
+        print_json(
+            {
+                "out_dir": result.out_dir,
+                "model_type": result.model_type,
+                "num_params": result.num_params,
+                "files": list(result.files),
+            }
+        )
     else:
-        typer.echo(f"wrote {result.out_dir}: {result.model_type}, {result.num_params:,} parameters, "
-                   f"files {', '.join(result.files)}")
+        typer.echo(
+            f"wrote {result.out_dir}: {result.model_type}, {result.num_params:,} parameters, "
+            f"files {', '.join(result.files)}"
+        )

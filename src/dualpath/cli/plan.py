@@ -12,8 +12,9 @@ import typer
 
 from dualpath.cli._common import print_json, print_table
 
-plan_app = typer.Typer(help="Closed-form analysis: P/D range, cache-compute ratio, working set, trend.",
-                       no_args_is_help=True)
+plan_app = typer.Typer(
+    help="Closed-form analysis: P/D range, cache-compute ratio, working set, trend.", no_args_is_help=True
+)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
@@ -25,8 +26,9 @@ def pd_range_cmd(
     snic_gbps: Annotated[float, typer.Option(help="Gbps of each storage NIC.")] = 400.0,
     cnic_gbps: Annotated[float, typer.Option(help="Gbps of each GPU's compute NIC (B).")] = 400.0,
     dram_gbs: Annotated[float, typer.Option(help="DRAM bandwidth per node M, GB/s.")] = 500.0,
-    node: Annotated[str | None, typer.Option(help="Take g, s, NICs and M from a node "
-                                                  "(see `dualpath hardware`).")] = None,
+    node: Annotated[
+        str | None, typer.Option(help="Take g, s, NICs and M from a node (see `dualpath hardware`).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Bottleneck-free P/D interval (equations 1-9) and the constraint that binds."""
@@ -38,38 +40,58 @@ def pd_range_cmd(
         from dualpath.spec.hardware import get_node
 
         n = get_node(node)
-        g, s, snic_gbps, cnic_gbps, dram_gbs = (n.num_gpus, n.num_snics, n.snic_gbps, n.cnic_gbps,
-                                                n.dram_bandwidth_gbs)
+        g, s, snic_gbps, cnic_gbps, dram_gbs = (
+            n.num_gpus,
+            n.num_snics,
+            n.snic_gbps,
+            n.cnic_gbps,
+            n.dram_bandwidth_gbs,
+        )
 
     b = Fraction(str(cnic_gbps)) / 8
     storage = s * Fraction(str(snic_gbps)) / 8
     r = pd_range(g, s, b, dram_gbs, storage_per_node=storage)
     lo = None if r.min_p_over_d is None else float(r.min_p_over_d)
     out = {
-        "min_p_over_d": lo, "max_p_over_d": float(r.max_p_over_d), "binding": r.binding,
-        "min_p_over_d_exact": str(r.min_p_over_d), "max_p_over_d_exact": str(r.max_p_over_d),
-        "binding_lower": r.binding_lower, "feasible": r.feasible,
+        "min_p_over_d": lo,
+        "max_p_over_d": float(r.max_p_over_d),
+        "binding": r.binding,
+        "min_p_over_d_exact": str(r.min_p_over_d),
+        "max_p_over_d_exact": str(r.max_p_over_d),
+        "binding_lower": r.binding_lower,
+        "feasible": r.feasible,
         "pe_cnic_read_ok": r.pe_cnic_read_ok,
         "upper_bounds": {k: float(v) for k, v in r.upper_bounds.items()},
     }
     if json_out:
         print_json(out)
         return
-    rows: list[list[object]] = [["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
-            ["max P/D", str(r.max_p_over_d), float(r.max_p_over_d), r.binding]]
+    rows: list[list[object]] = [
+        ["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
+        ["max P/D", str(r.max_p_over_d), float(r.max_p_over_d), r.binding],
+    ]
     rows += [[f"  bound {k}", str(v), float(v), ""] for k, v in r.upper_bounds.items()]
-    print_table(f"P/D range: {g} GPUs and {s} storage NICs per node (feasible={r.feasible})",
-                ["quantity", "exact (fraction)", "P/D (prefill/decode nodes)", "binding constraint"],
-                rows, legend=["P/D: prefill nodes per decode node with no bottleneck (equations "
-                              "1-9); 'bound X': the upper limit constraint X alone sets."])
+    print_table(
+        f"P/D range: {g} GPUs and {s} storage NICs per node (feasible={r.feasible})",
+        ["quantity", "exact (fraction)", "P/D (prefill/decode nodes)", "binding constraint"],
+        rows,
+        legend=[
+            "P/D: prefill nodes per decode node with no bottleneck (equations "
+            "1-9); 'bound X': the upper limit constraint X alone sets."
+        ],
+    )
 
 
 @plan_app.command("cache-ratio")
 def cache_ratio_cmd(
     model: Annotated[str, typer.Option(help="Model name (see `dualpath models`).")] = "deepseek-v3.2",
     append: Annotated[str, typer.Option(help="Appended (new) tokens per turn.")] = "429",
-    context: Annotated[list[str] | None, typer.Option(
-        help="Context length(s): repeat the option or separate by commas, e.g. --context 16k,64k.")] = None,
+    context: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Context length(s): repeat the option or separate by commas, e.g. --context 16k,64k."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """GB of cached KV to load per PFLOP of prefill compute."""
@@ -80,14 +102,23 @@ def cache_ratio_cmd(
     spec = get_model(model)
     contexts = [parse_tokens(c) for arg in (context or ["16k,32k,64k"]) for c in arg.split(",") if c]
     ratios = cache_compute_ratios(spec, parse_tokens(append), contexts)
-    rows = [{"context": r.context_len, "gb_per_pflop": r.gb_per_pflop, "kv_gb": r.kv_gb,
-             "prefill_pflop": r.prefill_pflop} for r in ratios]
+    rows = [
+        {
+            "context": r.context_len,
+            "gb_per_pflop": r.gb_per_pflop,
+            "kv_gb": r.kv_gb,
+            "prefill_pflop": r.prefill_pflop,
+        }
+        for r in ratios
+    ]
     if json_out:
         print_json({"model": model, "append": parse_tokens(append), "ratios": rows})
         return
-    print_table(f"Cache-compute ratio: {model}, append {parse_tokens(append)} tokens",
-                ["context (tokens)", "cache-compute (GB/PFLOP)", "cached KV (GB)", "prefill (PFLOP)"],
-                [[r["context"], r["gb_per_pflop"], r["kv_gb"], r["prefill_pflop"]] for r in rows])
+    print_table(
+        f"Cache-compute ratio: {model}, append {parse_tokens(append)} tokens",
+        ["context (tokens)", "cache-compute (GB/PFLOP)", "cached KV (GB)", "prefill (PFLOP)"],
+        [[r["context"], r["gb_per_pflop"], r["kv_gb"], r["prefill_pflop"]] for r in rows],
+    )
 
 
 @plan_app.command("working-set")
@@ -104,16 +135,32 @@ def working_set_cmd(
     from dualpath.spec.models import get_model
 
     ws = working_set(get_model(model), aps, mean_jct_s, mean_total_len, basis)  # type: ignore[arg-type]
-    out = {"model": model, "aps": aps, "mean_jct_s": mean_jct_s, "mean_total_len": mean_total_len,
-           "basis": basis, "agents_in_flight": ws.agents_in_flight,
-           "bytes_per_token": ws.bytes_per_token, "working_set_gb": ws.working_set_gb}
+    out = {
+        "model": model,
+        "aps": aps,
+        "mean_jct_s": mean_jct_s,
+        "mean_total_len": mean_total_len,
+        "basis": basis,
+        "agents_in_flight": ws.agents_in_flight,
+        "bytes_per_token": ws.bytes_per_token,
+        "working_set_gb": ws.working_set_gb,
+    }
     if json_out:
         print_json(out)
         return
-    units = {"aps": "agents/s", "mean_jct_s": "s", "mean_total_len": "tokens",
-             "agents_in_flight": "agents", "bytes_per_token": "bytes", "working_set_gb": "GB"}
-    print_table(f"Working set: {model}", ["quantity", "value", "unit"],
-                [[k, v, units.get(k, "")] for k, v in out.items()])
+    units = {
+        "aps": "agents/s",
+        "mean_jct_s": "s",
+        "mean_total_len": "tokens",
+        "agents_in_flight": "agents",
+        "bytes_per_token": "bytes",
+        "working_set_gb": "GB",
+    }
+    print_table(
+        f"Working set: {model}",
+        ["quantity", "value", "unit"],
+        [[k, v, units.get(k, "")] for k, v in out.items()],
+    )
 
 
 @plan_app.command("trend")
@@ -124,18 +171,43 @@ def trend_cmd(json_out: JsonOpt = False) -> None:
     from dualpath.analysis.trend import io_compute_trend
 
     t = io_compute_trend()
-    summary = {"compute_x": t.compute_x, "nic_x": t.nic_x, "hbm_capacity_x": t.hbm_capacity_x,
-               "hbm_bandwidth_x": t.hbm_bandwidth_x, "io_to_compute_drop_x": t.io_to_compute_drop_x}
+    summary = {
+        "compute_x": t.compute_x,
+        "nic_x": t.nic_x,
+        "hbm_capacity_x": t.hbm_capacity_x,
+        "hbm_bandwidth_x": t.hbm_bandwidth_x,
+        "io_to_compute_drop_x": t.io_to_compute_drop_x,
+    }
     if json_out:
-        print_json({"points": [asdict(p) for p in t.points], **summary,
-                    "dtype_basis": "narrowest dense float dtype per generation"})
+        print_json(
+            {
+                "points": [asdict(p) for p in t.points],
+                **summary,
+                "dtype_basis": "narrowest dense float dtype per generation",
+            }
+        )
         return
-    print_table("I/O-to-compute trend", ["GPU", "year", "dtype", "dense (TFLOPS)", "NIC (Gbit/s)",
-                                         "HBM (GB)", "I/O per compute (bytes/kFLOP)"],
-                [[p.gpu, p.year, p.dtype, p.dense_tflops, p.nic_gbps, p.hbm_gb,
-                  p.io_bytes_per_kflop] for p in t.points])
-    print_table(f"{t.points[0].gpu} -> {t.points[-1].gpu}", ["quantity", "factor (x)"],
-                [[k, v] for k, v in summary.items()])
+    print_table(
+        "I/O-to-compute trend",
+        [
+            "GPU",
+            "year",
+            "dtype",
+            "dense (TFLOPS)",
+            "NIC (Gbit/s)",
+            "HBM (GB)",
+            "I/O per compute (bytes/kFLOP)",
+        ],
+        [
+            [p.gpu, p.year, p.dtype, p.dense_tflops, p.nic_gbps, p.hbm_gb, p.io_bytes_per_kflop]
+            for p in t.points
+        ],
+    )
+    print_table(
+        f"{t.points[0].gpu} -> {t.points[-1].gpu}",
+        ["quantity", "factor (x)"],
+        [[k, v] for k, v in summary.items()],
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,38 +27,65 @@ from dualpath.cli.plan_disagg_show import (
 )
 from dualpath.core.errors import ConfigError, require
 
-disagg_app = typer.Typer(help="Disaggregation planner: when do PD, AF and PDAF beat ND?",
-                         invoke_without_command=True, no_args_is_help=False)
+disagg_app = typer.Typer(
+    help="Disaggregation planner: when do PD, AF and PDAF beat ND?",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 OutOpt = Annotated[str | None, typer.Option("--out", help="Folder to write the JSON result into.")]
-CatalogOpt = Annotated[str, typer.Option("--catalog", help="Design space: npu (power budget) "
-                                         "or gpu (USD/hour budget).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Model ablation NAME=VALUE (repeatable): kv_width, kv_lora_rank, active_experts_x, "
-                  "total_experts_x, ffn_expansion, dtype_bytes.")]
-ScaleOpt = Annotated[float | None, typer.Option(
-    "--budget-scale", help="Budget = scale x cost of the cheapest ND deployment holding the "
-                           "16-bit weights (default: the fitted PlanConfig.budget_scale).")]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Allocations simulated end to end "
-                                             "(default 8).")]
-PrecOpt = Annotated[str | None, typer.Option(
-    "--precision", help="Stage bits: 16, or PA,PF,DA,DF such as 16,8,16,4, or 'search' "
-                        "(with --accuracy-table).")]
-AccOpt = Annotated[Path | None, typer.Option("--accuracy-table", help="JSON workload -> stage -> "
-                                             "allowed bits, for --precision search.")]
+CatalogOpt = Annotated[
+    str, typer.Option("--catalog", help="Design space: npu (power budget) or gpu (USD/hour budget).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Model ablation NAME=VALUE (repeatable): kv_width, kv_lora_rank, active_experts_x, "
+        "total_experts_x, ffn_expansion, dtype_bytes.",
+    ),
+]
+ScaleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--budget-scale",
+        help="Budget = scale x cost of the cheapest ND deployment holding the "
+        "16-bit weights (default: the fitted PlanConfig.budget_scale).",
+    ),
+]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Allocations simulated end to end (default 8).")]
+PrecOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--precision",
+        help="Stage bits: 16, or PA,PF,DA,DF such as 16,8,16,4, or 'search' (with --accuracy-table).",
+    ),
+]
+AccOpt = Annotated[
+    Path | None,
+    typer.Option("--accuracy-table", help="JSON workload -> stage -> allowed bits, for --precision search."),
+]
 ReqOpt = Annotated[int | None, typer.Option("--requests", help="Requests per run (default 500).")]
-RateOpt = Annotated[float | None, typer.Option("--rate", help="Arrival rate, requests/s "
-                                               "(default 125).")]
-OutLenOpt = Annotated[int | None, typer.Option("--output-len", help="Output tokens O per request "
-                                               "(default 1000); input = O x I/O.")]
+RateOpt = Annotated[float | None, typer.Option("--rate", help="Arrival rate, requests/s (default 125).")]
+OutLenOpt = Annotated[
+    int | None,
+    typer.Option("--output-len", help="Output tokens O per request (default 1000); input = O x I/O."),
+]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the request lengths.")]
-WorkOpt = Annotated[str | None, typer.Option("--workload", help="io (I/O ratio), agentic "
-                                             "(synthetic agent turns) or chatbot (Azure trace).")]
-EffOpt = Annotated[str | None, typer.Option("--efficiency", help="ideal (the paper's Eq. 1) or "
-                                            "fitted (the project's H100 values).")]
-PricesOpt = Annotated[Path | None, typer.Option("--prices", help="JSON GPU name -> USD/hour, "
-                                                "overriding the dated price table.")]
+WorkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workload", help="io (I/O ratio), agentic (synthetic agent turns) or chatbot (Azure trace)."
+    ),
+]
+EffOpt = Annotated[
+    str | None,
+    typer.Option("--efficiency", help="ideal (the paper's Eq. 1) or fitted (the project's H100 values)."),
+]
+PricesOpt = Annotated[
+    Path | None, typer.Option("--prices", help="JSON GPU name -> USD/hour, overriding the dated price table.")
+]
 
 
 def _config(**given: Any) -> Any:
@@ -90,12 +117,24 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
     return tuple(_split(text))
 
 
-def _budget(budget_w: float | None, budget_usd_hr: float | None,
-            budget_scale: float | None) -> dict[str, float | None]:
-    given = {k: v for k, v in (("--budget-w", budget_w), ("--budget-usd-hr", budget_usd_hr),
-                               ("--budget-scale", budget_scale)) if v is not None}
-    require(len(given) <= 1, "budget", ", ".join(given), "give at most one of --budget-w, "
-            "--budget-usd-hr and --budget-scale")
+def _budget(
+    budget_w: float | None, budget_usd_hr: float | None, budget_scale: float | None
+) -> dict[str, float | None]:
+    given = {
+        k: v
+        for k, v in (
+            ("--budget-w", budget_w),
+            ("--budget-usd-hr", budget_usd_hr),
+            ("--budget-scale", budget_scale),
+        )
+        if v is not None
+    }
+    require(
+        len(given) <= 1,
+        "budget",
+        ", ".join(given),
+        "give at most one of --budget-w, --budget-usd-hr and --budget-scale",
+    )
     return {"budget_w": budget_w, "budget_usd_hr": budget_usd_hr, "budget_scale": budget_scale}
 
 
@@ -106,8 +145,9 @@ def _write(out: str | None, name: str, obj: dict) -> None:
             json.dump(obj, fh, indent=2, default=str)
 
 
-def _emit(result: dict, json_out: bool, show: Callable[[dict], None], out: str | None = None,
-          name: str = "") -> None:
+def _emit(
+    result: dict, json_out: bool, show: Callable[[dict], None], out: str | None = None, name: str = ""
+) -> None:
     """Write ``result`` to ``out/name`` (with ``--out``), then print it as JSON or as tables."""
     if name:
         _write(out, name, result)
@@ -120,15 +160,14 @@ def _emit(result: dict, json_out: bool, show: Callable[[dict], None], out: str |
 @disagg_app.callback()
 def disagg(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option("--model", help="Model name (see `dualpath models`).")]
-    = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model name (see `dualpath models`).")] = None,
     catalog: CatalogOpt = "npu",
     io: Annotated[float | None, typer.Option("--io", help="Input/output length ratio I/O.")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="Comma list of nd, pd, af, pdaf.")] = None,
-    budget_w: Annotated[float | None, typer.Option("--budget-w", help="Power budget, W (npu).")]
-    = None,
-    budget_usd_hr: Annotated[float | None, typer.Option("--budget-usd-hr",
-                                                        help="Price budget, USD/hour (gpu).")] = None,
+    budget_w: Annotated[float | None, typer.Option("--budget-w", help="Power budget, W (npu).")] = None,
+    budget_usd_hr: Annotated[
+        float | None, typer.Option("--budget-usd-hr", help="Price budget, USD/hour (gpu).")
+    ] = None,
     budget_scale: ScaleOpt = None,
     top_k: TopKOpt = None,
     precision: PrecOpt = None,
@@ -137,34 +176,57 @@ def disagg(
     requests: ReqOpt = None,
     rate: RateOpt = None,
     output_len: OutLenOpt = None,
-    length_cv: Annotated[float | None, typer.Option("--length-cv", help="CV of the normal request "
-                                                    "lengths (default 0.1).")] = None,
+    length_cv: Annotated[
+        float | None, typer.Option("--length-cv", help="CV of the normal request lengths (default 0.1).")
+    ] = None,
     seed: SeedOpt = None,
-    arrivals: Annotated[str | None, typer.Option("--arrivals", help="uniform (fixed spacing) or "
-                                                 "poisson.")] = None,
+    arrivals: Annotated[
+        str | None, typer.Option("--arrivals", help="uniform (fixed spacing) or poisson.")
+    ] = None,
     workload: WorkOpt = None,
     efficiency: EffOpt = None,
     prices: PricesOpt = None,
-    link_latency_us: Annotated[float | None, typer.Option("--link-latency-us",
-                                                          help="Per-transfer latency, us.")] = None,
-    af_microbatches: Annotated[int | None, typer.Option("--af-microbatches", help="AF ping-pong "
-                                                        "micro-batches m (default 2).")] = None,
+    link_latency_us: Annotated[
+        float | None, typer.Option("--link-latency-us", help="Per-transfer latency, us.")
+    ] = None,
+    af_microbatches: Annotated[
+        int | None, typer.Option("--af-microbatches", help="AF ping-pong micro-batches m (default 2).")
+    ] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
     """Plan one model: search each mode's pools under the budget, simulate the top K, compare."""
     if ctx.invoked_subcommand is not None:
         return
-    require(model is not None, "model", model, "--model is required (or use a sub-command: "
-            "sweep, ablate, profile, catalog, figures)")
+    require(
+        model is not None,
+        "model",
+        model,
+        "--model is required (or use a sub-command: sweep, ablate, profile, catalog, figures)",
+    )
     require(io is not None, "io", io, "--io (the input/output length ratio) is required")
-    config = _config(model=model, catalog=catalog, io_ratio=io, modes=_modes(mode),
-                     **_budget(budget_w, budget_usd_hr, budget_scale), top_k=top_k,
-                     precision=precision, accuracy_table=accuracy_table,
-                     overrides=parse_sets(sets) or None, num_requests=requests, rate_rps=rate,
-                     output_len=output_len, length_cv=length_cv, seed=seed, arrivals=arrivals,
-                     workload=workload, efficiency=efficiency, prices=prices,
-                     link_latency_us=link_latency_us, af_microbatches=af_microbatches)
+    config = _config(
+        model=model,
+        catalog=catalog,
+        io_ratio=io,
+        modes=_modes(mode),
+        **_budget(budget_w, budget_usd_hr, budget_scale),
+        top_k=top_k,
+        precision=precision,
+        accuracy_table=accuracy_table,
+        overrides=parse_sets(sets) or None,
+        num_requests=requests,
+        rate_rps=rate,
+        output_len=output_len,
+        length_cv=length_cv,
+        seed=seed,
+        arrivals=arrivals,
+        workload=workload,
+        efficiency=efficiency,
+        prices=prices,
+        link_latency_us=link_latency_us,
+        af_microbatches=af_microbatches,
+    )
     from dualpath.planner.api import plan_disagg
 
     with progress_lines(f"planning {config.model}", total=None) as step:
@@ -175,10 +237,12 @@ def disagg(
 @disagg_app.command("sweep")
 def sweep_cmd(
     catalog: CatalogOpt = "npu",
-    models: Annotated[str, typer.Option("--models", help="'all' (the paper's eight) or a comma "
-                                        "list.")] = "all",
-    io: Annotated[str, typer.Option("--io", help="Comma list of I/O ratios.")]
-    = "0.01,0.1,1,10,50,100,200,500,1000",
+    models: Annotated[
+        str, typer.Option("--models", help="'all' (the paper's eight) or a comma list.")
+    ] = "all",
+    io: Annotated[
+        str, typer.Option("--io", help="Comma list of I/O ratios.")
+    ] = "0.01,0.1,1,10,50,100,200,500,1000",
     mode: Annotated[str | None, typer.Option("--mode", help="Comma list of nd, pd, af, pdaf.")] = None,
     budget_scale: ScaleOpt = None,
     top_k: TopKOpt = None,
@@ -196,10 +260,21 @@ def sweep_cmd(
     from dualpath.planner.report import parse_floats, parse_models, sweep
 
     names, ratios = parse_models(models), parse_floats("io", io)
-    base = _config(model=names[0], catalog=catalog, io_ratio=ratios[0], modes=_modes(mode),
-                   budget_scale=budget_scale, top_k=top_k, precision=precision,
-                   num_requests=requests, rate_rps=rate, output_len=output_len, seed=seed,
-                   efficiency=efficiency, prices=prices)
+    base = _config(
+        model=names[0],
+        catalog=catalog,
+        io_ratio=ratios[0],
+        modes=_modes(mode),
+        budget_scale=budget_scale,
+        top_k=top_k,
+        precision=precision,
+        num_requests=requests,
+        rate_rps=rate,
+        output_len=output_len,
+        seed=seed,
+        efficiency=efficiency,
+        prices=prices,
+    )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
     _emit(result, json_out, show_sweep, out, f"sweep_{base.catalog}.json")
@@ -207,12 +282,18 @@ def sweep_cmd(
 
 @disagg_app.command("ablate")
 def ablate_cmd(
-    factor: Annotated[str, typer.Option("--factor", help="kv_width, active_experts_x, "
-                                        "total_experts_x, ffn_expansion or dtype_bytes.")],
-    values: Annotated[str | None, typer.Option("--values", help="Comma list (default: the "
-                                               "paper's points for the factor).")] = None,
-    models: Annotated[str, typer.Option("--models", help="Comma list or 'all'.")]
-    = "gpt-oss-120b,glm-4.6,deepseek-v4-flash",
+    factor: Annotated[
+        str,
+        typer.Option(
+            "--factor", help="kv_width, active_experts_x, total_experts_x, ffn_expansion or dtype_bytes."
+        ),
+    ],
+    values: Annotated[
+        str | None, typer.Option("--values", help="Comma list (default: the paper's points for the factor).")
+    ] = None,
+    models: Annotated[
+        str, typer.Option("--models", help="Comma list or 'all'.")
+    ] = "gpt-oss-120b,glm-4.6,deepseek-v4-flash",
     io: Annotated[float, typer.Option("--io", help="I/O ratio.")] = 100.0,
     catalog: CatalogOpt = "npu",
     budget_scale: ScaleOpt = None,
@@ -225,12 +306,23 @@ def ablate_cmd(
     """One model factor swept at a fixed budget: PD/AF/PDAF x ND, DA intensity and KV share."""
     from dualpath.planner.report import ABLATION_VALUES, ablate, parse_floats, parse_models
 
-    require(factor in ABLATION_VALUES, "factor", factor,
-            f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}")
+    require(
+        factor in ABLATION_VALUES,
+        "factor",
+        factor,
+        f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}",
+    )
     points = parse_floats("values", values) if values is not None else ABLATION_VALUES[factor]
     names = parse_models(models)
-    base = _config(model=names[0], catalog=catalog, io_ratio=io, budget_scale=budget_scale,
-                   top_k=top_k, num_requests=requests, seed=seed)
+    base = _config(
+        model=names[0],
+        catalog=catalog,
+        io_ratio=io,
+        budget_scale=budget_scale,
+        top_k=top_k,
+        num_requests=requests,
+        seed=seed,
+    )
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)
     _emit(result, json_out, show_ablate, out, f"ablate_{factor}.json")
@@ -242,17 +334,21 @@ def profile_cmd(
     io: Annotated[float, typer.Option("--io", help="I/O ratio.")] = 100.0,
     sets: SetOpt = None,
     precision: Annotated[str, typer.Option("--precision", help="16 or PA,PF,DA,DF bits.")] = "16",
-    catalog: Annotated[str, typer.Option("--catalog", help="npu or gpu (roofline position).")]
-    = "npu",
+    catalog: Annotated[str, typer.Option("--catalog", help="npu or gpu (roofline position).")] = "npu",
     json_out: JsonOpt = False,
 ) -> None:
     """Stage FLOPs and bytes, KV share, arithmetic intensity and roofline position."""
     from dualpath.planner.api import stage_profile
 
-    stages = stage_profile(model, io, overrides=parse_sets(sets), precision=precision,
-                           catalog=catalog)
-    result = {"model": model, "io_ratio": io, "catalog": catalog, "precision": precision,
-              "overrides": parse_sets(sets), "stages": stages}
+    stages = stage_profile(model, io, overrides=parse_sets(sets), precision=precision, catalog=catalog)
+    result = {
+        "model": model,
+        "io_ratio": io,
+        "catalog": catalog,
+        "precision": precision,
+        "overrides": parse_sets(sets),
+        "stages": stages,
+    }
     _emit(result, json_out, show_profile)
 
 
@@ -271,10 +367,12 @@ def catalog_cmd(
 
 @disagg_app.command("figures")
 def figures_cmd(
-    out: Annotated[str, typer.Option("--out", help="Output folder (PNG, CSV, JSON, index.json).")]
-    = "plan_figures",
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 "
-                                        "requests) for tests.")] = False,
+    out: Annotated[
+        str, typer.Option("--out", help="Output folder (PNG, CSV, JSON, index.json).")
+    ] = "plan_figures",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 requests) for tests.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Every planner plot (Figs. 5-7, Table 5, ablations, rooflines, power fit, workloads)."""
@@ -285,5 +383,7 @@ def figures_cmd(
     if json_out:
         print_json(index)
     else:
-        typer.echo(f"wrote {len(index['files'])} files to {out}"
-                   + (f" (skipped: {', '.join(index['skipped'])})" if index["skipped"] else ""))
+        typer.echo(
+            f"wrote {len(index['files'])} files to {out}"
+            + (f" (skipped: {', '.join(index['skipped'])})" if index["skipped"] else "")
+        )

@@ -48,8 +48,10 @@ def _gb(value: float | None) -> float | None:
 
 def _pool_text(pool: dict) -> str:
     dev = pool["device"]
-    return (f"{pool['name']}: {pool['num_devices']}x {dev['name']} "
-            f"(t{pool['tp']} p{pool['pp']} d{pool['dp']} e{pool['ep']}, {pool['precision_bits']}b)")
+    return (
+        f"{pool['name']}: {pool['num_devices']}x {dev['name']} "
+        f"(t{pool['tp']} p{pool['pp']} d{pool['dp']} e{pool['ep']}, {pool['precision_bits']}b)"
+    )
 
 
 def show_plan(res: dict) -> None:
@@ -58,25 +60,64 @@ def show_plan(res: dict) -> None:
     rows = []
     for mode, rec in res["modes"].items():
         if not rec.get("feasible", True):
-            rows.append([mode, None, None, None, None, None, None, None,
-                         "no allocation fits the budget"])
+            rows.append([mode, None, None, None, None, None, None, None, "no allocation fits the budget"])
             continue
-        rows.append([mode + (" *" if mode == res["best_mode"] else ""), rec["x_nd"],
-                     rec["tokens_per_s"], rec["output_tokens_per_s"], rec["makespan_s"],
-                     rec["sigma_joint"], rec["budget_used"], _gb(rec["n2n_bytes"]),
-                     "; ".join(_pool_text(p) for p in rec["pools"])])
+        rows.append(
+            [
+                mode + (" *" if mode == res["best_mode"] else ""),
+                rec["x_nd"],
+                rec["tokens_per_s"],
+                rec["output_tokens_per_s"],
+                rec["makespan_s"],
+                rec["sigma_joint"],
+                rec["budget_used"],
+                _gb(rec["n2n_bytes"]),
+                "; ".join(_pool_text(p) for p in rec["pools"]),
+            ]
+        )
     wl = res["workload"]
-    print_table(f"{res['model']} on {res['catalog']}, I/O={res['io_ratio']:g} "
-                f"({wl['num_requests']} requests at {wl['rate_rps']:g}/s, mean input "
-                f"{wl['input_len']:.0f}, output {wl['output_len']:.0f} tokens); budget {budget['value']:.4g} {unit} "
-                f"(scale {budget['scale']:.3g}); * = best",
-                ["mode", "x ND", "tokens/s", "output tok/s", "makespan s", "sigma_joint",
-                 f"budget used {unit}", "N2N GB", "pools (devices, t p d e, bits)"], rows)
+    print_table(
+        f"{res['model']} on {res['catalog']}, I/O={res['io_ratio']:g} "
+        f"({wl['num_requests']} requests at {wl['rate_rps']:g}/s, mean input "
+        f"{wl['input_len']:.0f}, output {wl['output_len']:.0f} tokens); budget {budget['value']:.4g} {unit} "
+        f"(scale {budget['scale']:.3g}); * = best",
+        [
+            "mode",
+            "x ND",
+            "tokens/s",
+            "output tok/s",
+            "makespan s",
+            "sigma_joint",
+            f"budget used {unit}",
+            "N2N GB",
+            "pools (devices, t p d e, bits)",
+        ],
+        rows,
+    )
     s = res["search"]
-    print_table("search", ["top K", "candidates", "pruned (budget)", "pruned (residency)",
-                           "allocations ranked", "simulated", "wall s"],
-                [[s["top_k"], s["candidates"], s["pruned_budget"], s["pruned_residency"],
-                  s["allocations_ranked"], s["simulated"], res.get("wall_s")]])
+    print_table(
+        "search",
+        [
+            "top K",
+            "candidates",
+            "pruned (budget)",
+            "pruned (residency)",
+            "allocations ranked",
+            "simulated",
+            "wall s",
+        ],
+        [
+            [
+                s["top_k"],
+                s["candidates"],
+                s["pruned_budget"],
+                s["pruned_residency"],
+                s["allocations_ranked"],
+                s["simulated"],
+                res.get("wall_s"),
+            ]
+        ],
+    )
 
 
 def show_sweep(res: dict) -> None:
@@ -87,47 +128,98 @@ def show_sweep(res: dict) -> None:
         cell[row["mode"]] = row["x_nd"]
         if row["is_best"]:
             cell["best"] = row["mode"]
-    rows = [[m, f"{r:g}", *(c.get(mode) for mode in modes), c.get("best", "")]
-            for (m, r), c in by.items()]
+    rows = [[m, f"{r:g}", *(c.get(mode) for mode in modes), c.get("best", "")] for (m, r), c in by.items()]
     ratios = list(next(iter(res["model_mean_x_nd"].values()), {}))
-    rows += [["model mean", k, *(res["model_mean_x_nd"][mode].get(k) for mode in modes), ""]
-             for k in ratios]
-    print_table(f"sweep on {res['catalog']}: throughput x ND", ["model", "I/O",
-                *(f"{m} x ND" for m in modes), "best"], rows)
-    count_rows = [[k, *(f"{c[m]['beats_nd']} / {c[m]['best']}" for m in modes)]
-                  for k, c in res["counts"].items()]
+    rows += [["model mean", k, *(res["model_mean_x_nd"][mode].get(k) for mode in modes), ""] for k in ratios]
+    print_table(
+        f"sweep on {res['catalog']}: throughput x ND",
+        ["model", "I/O", *(f"{m} x ND" for m in modes), "best"],
+        rows,
+    )
+    count_rows = [
+        [k, *(f"{c[m]['beats_nd']} / {c[m]['best']}" for m in modes)] for k, c in res["counts"].items()
+    ]
     print_table("models where the mode beats ND / is best", ["I/O", *modes], count_rows)
 
 
 def show_ablate(res: dict) -> None:
-    rows = [[r["model"], r["value"], r["x_nd"].get("pd"), r["x_nd"].get("af"),
-             r["x_nd"].get("pdaf"), r["best_mode"], r["da_arithmetic_intensity"],
-             r["da_kv_share"], r["df_arithmetic_intensity"]] for r in res["rows"]]
-    print_table(f"ablation {res['factor']} at I/O={res['io_ratio']:g} (fixed budget)",
-                ["model", res["factor"], "PD x ND", "AF x ND", "PDAF x ND", "best",
-                 "DA FLOP/B", "DA KV share", "DF FLOP/B"], rows)
+    rows = [
+        [
+            r["model"],
+            r["value"],
+            r["x_nd"].get("pd"),
+            r["x_nd"].get("af"),
+            r["x_nd"].get("pdaf"),
+            r["best_mode"],
+            r["da_arithmetic_intensity"],
+            r["da_kv_share"],
+            r["df_arithmetic_intensity"],
+        ]
+        for r in res["rows"]
+    ]
+    print_table(
+        f"ablation {res['factor']} at I/O={res['io_ratio']:g} (fixed budget)",
+        [
+            "model",
+            res["factor"],
+            "PD x ND",
+            "AF x ND",
+            "PDAF x ND",
+            "best",
+            "DA FLOP/B",
+            "DA KV share",
+            "DF FLOP/B",
+        ],
+        rows,
+    )
 
 
 def show_profile(res: dict) -> None:
     rows = []
     for name, st in res["stages"].items():
         at = st.get("at", {})
-        rows.append([name, st["flops"] / 1e12, _gb(st["weight_bytes"]), _gb(st["kv_bytes"]),
-                     st["kv_share"], st["arithmetic_intensity"], st["bound"], at.get("batch"),
-                     at.get("context_len")])
-    print_table(f"stage profile {res['model']}, I/O={res['io_ratio']:g} ({res['catalog']} "
-                "roofline)", ["stage", "TFLOP", "weights GB", "KV GB", "KV share", "FLOP/B",
-                              "bound", "batch", "context tokens"], rows)
+        rows.append(
+            [
+                name,
+                st["flops"] / 1e12,
+                _gb(st["weight_bytes"]),
+                _gb(st["kv_bytes"]),
+                st["kv_share"],
+                st["arithmetic_intensity"],
+                st["bound"],
+                at.get("batch"),
+                at.get("context_len"),
+            ]
+        )
+    print_table(
+        f"stage profile {res['model']}, I/O={res['io_ratio']:g} ({res['catalog']} roofline)",
+        ["stage", "TFLOP", "weights GB", "KV GB", "KV share", "FLOP/B", "bound", "batch", "context tokens"],
+        rows,
+    )
 
 
 def show_catalog(res: dict) -> None:
-    rows = [[d["name"], d["compute_tflops"], d["memory"], d["capacity_gb"], d["bandwidth_gbs"],
-             d["power_w"], d.get("usd_per_hr")] for d in res["devices"]]
-    print_table(f"{res['catalog']} catalogue ({len(rows)} devices)",
-                ["device", "TFLOPS", "memory", "GB", "GB/s", "power W", "USD/h"], rows)
+    rows = [
+        [
+            d["name"],
+            d["compute_tflops"],
+            d["memory"],
+            d["capacity_gb"],
+            d["bandwidth_gbs"],
+            d["power_w"],
+            d.get("usd_per_hr"),
+        ]
+        for d in res["devices"]
+    ]
+    print_table(
+        f"{res['catalog']} catalogue ({len(rows)} devices)",
+        ["device", "TFLOPS", "memory", "GB", "GB/s", "power W", "USD/h"],
+        rows,
+    )
     fit = res["power_fit"]
-    print_table(f"power fit: alpha={fit['alpha']:.3f}, P_ref={fit['p_ref_w']:.4g} W at "
-                f"{fit['f_ref_tflops']:g} TFLOPS, max error {fit['max_rel_error']:.1%}",
-                ["anchor", "modelled W", "datasheet W", "rel. error"],
-                [[a["name"], a["modelled_w"], a["datasheet_w"], a["rel_error"]]
-                 for a in fit["anchors"]])
+    print_table(
+        f"power fit: alpha={fit['alpha']:.3f}, P_ref={fit['p_ref_w']:.4g} W at "
+        f"{fit['f_ref_tflops']:g} TFLOPS, max error {fit['max_rel_error']:.1%}",
+        ["anchor", "modelled W", "datasheet W", "rel. error"],
+        [[a["name"], a["modelled_w"], a["datasheet_w"], a["rel_error"]] for a in fit["anchors"]],
+    )

@@ -18,12 +18,36 @@ from dualpath.cli._common import print_json, print_table
 from dualpath.core.errors import ConfigError, DualpathError
 
 CSV_COLUMNS = (
-    "model_path", "system", "backend", "precision", "mode", "isl", "osl", "gemm_quant_mode",
-    "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
-    "moe_ep_size", "prefill_batch_size", "prefill_num_workers", "prefill_tp_size",
-    "prefill_pp_size", "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size",
-    "decode_batch_size", "decode_num_workers", "decode_tp_size", "decode_pp_size",
-    "decode_attention_dp_size", "decode_moe_tp_size", "decode_moe_ep_size")
+    "model_path",
+    "system",
+    "backend",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "prefill_batch_size",
+    "prefill_num_workers",
+    "prefill_tp_size",
+    "prefill_pp_size",
+    "prefill_attention_dp_size",
+    "prefill_moe_tp_size",
+    "prefill_moe_ep_size",
+    "decode_batch_size",
+    "decode_num_workers",
+    "decode_tp_size",
+    "decode_pp_size",
+    "decode_attention_dp_size",
+    "decode_moe_tp_size",
+    "decode_moe_ep_size",
+)
 PRED_COLUMNS = ("pred_ttft_ms", "pred_tpot_ms", "error")
 
 Int = Annotated[int | None, typer.Option()]
@@ -52,25 +76,37 @@ def deployment_from_row(row: dict[str, str]):  # type: ignore[no-untyped-def]
     from dualpath.cost.deployment import Deployment, Layout
 
     def layout(prefix: str) -> Layout:
-        return Layout(tp=_int(row, f"{prefix}tp_size"), pp=_int(row, f"{prefix}pp_size"),
-                      attention_dp=_int(row, f"{prefix}attention_dp_size"),
-                      moe_tp=_int(row, f"{prefix}moe_tp_size"), moe_ep=_int(row, f"{prefix}moe_ep_size"))
+        return Layout(
+            tp=_int(row, f"{prefix}tp_size"),
+            pp=_int(row, f"{prefix}pp_size"),
+            attention_dp=_int(row, f"{prefix}attention_dp_size"),
+            moe_tp=_int(row, f"{prefix}moe_tp_size"),
+            moe_ep=_int(row, f"{prefix}moe_ep_size"),
+        )
 
     for key in ("model_path", "system", "isl", "osl", "batch_size"):
         if not (row.get(key) or "").strip():
             raise ConfigError(key, row.get(key), "missing")
-    text = {k: (row.get(k) or "").strip() or None for k in
-            ("precision", "gemm_quant_mode", "moe_quant_mode")}
+    text = {k: (row.get(k) or "").strip() or None for k in ("precision", "gemm_quant_mode", "moe_quant_mode")}
     return Deployment(
-        model=row["model_path"].strip(), system=row["system"].strip(),
-        backend=(row.get("backend") or "trtllm").strip().lower(), mode=_mode(row.get("mode") or "agg"),
-        precision=text["precision"], gemm_quant_mode=text["gemm_quant_mode"],
-        moe_quant_mode=text["moe_quant_mode"], isl=_int(row, "isl") or 0,
-        osl=_int(row, "osl") or 0, batch_size=_int(row, "batch_size") or 0, layout=layout(""),
+        model=row["model_path"].strip(),
+        system=row["system"].strip(),
+        backend=(row.get("backend") or "trtllm").strip().lower(),
+        mode=_mode(row.get("mode") or "agg"),
+        precision=text["precision"],
+        gemm_quant_mode=text["gemm_quant_mode"],
+        moe_quant_mode=text["moe_quant_mode"],
+        isl=_int(row, "isl") or 0,
+        osl=_int(row, "osl") or 0,
+        batch_size=_int(row, "batch_size") or 0,
+        layout=layout(""),
         prefill_batch=_int(row, "prefill_batch_size") or 1,
-        prefill_workers=_int(row, "prefill_num_workers") or 1, prefill=layout("prefill_"),
+        prefill_workers=_int(row, "prefill_num_workers") or 1,
+        prefill=layout("prefill_"),
         decode_batch=_int(row, "decode_batch_size"),
-        decode_workers=_int(row, "decode_num_workers") or 1, decode=layout("decode_"))
+        decode_workers=_int(row, "decode_num_workers") or 1,
+        decode=layout("decode_"),
+    )
 
 
 def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int, int]:
@@ -93,15 +129,17 @@ def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int,
         for row in rows:
             try:
                 p = predict(deployment_from_row(row), data_dir)
-                row.update(pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}", pred_tpot_ms=f"{p.tpot_s * 1e3:.4f}",
-                           error="")
+                row.update(
+                    pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}", pred_tpot_ms=f"{p.tpot_s * 1e3:.4f}", error=""
+                )
             except DualpathError as exc:
                 errors += 1
                 row.update(pred_ttft_ms="", pred_tpot_ms="", error=str(exc).replace("\n", " "))
             except Exception as exc:  # noqa: BLE001 - one bad row must not stop the run
                 errors += 1
-                row.update(pred_ttft_ms="", pred_tpot_ms="",
-                           error=f"{type(exc).__name__}: {exc}".replace("\n", " "))
+                row.update(
+                    pred_ttft_ms="", pred_tpot_ms="", error=f"{type(exc).__name__}: {exc}".replace("\n", " ")
+                )
             bar.advance()
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open(dst, "w", newline="", encoding="utf-8") as fh:
@@ -112,37 +150,58 @@ def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int,
 
 
 def latency_cmd(
-    model: Annotated[str | None, typer.Option(help="Model name or Hugging Face id "
-                                              "(see `dualpath models`).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name or Hugging Face id (see `dualpath models`).")
+    ] = None,
     system: Annotated[str, typer.Option(help="h100_sxm, h200_sxm, b200_sxm or gb200.")] = "h100_sxm",
-    backend: Annotated[str, typer.Option(help="trtllm, vllm or sglang (sets the per-iteration "
-                                         "host overhead; kernels come from the system's tables).")] = "trtllm",
-    precision: Annotated[str | None, typer.Option(help="bf16, fp8, fp8_block, nvfp4 (default: the "
-                                                  "checkpoint's).")] = None,
-    gemm_quant_mode: Annotated[str | None, typer.Option(help="Dense GEMM dtype (overrides "
-                                                        "--precision).")] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="trtllm, vllm or sglang (sets the per-iteration "
+            "host overhead; kernels come from the system's tables)."
+        ),
+    ] = "trtllm",
+    precision: Annotated[
+        str | None, typer.Option(help="bf16, fp8, fp8_block, nvfp4 (default: the checkpoint's).")
+    ] = None,
+    gemm_quant_mode: Annotated[
+        str | None, typer.Option(help="Dense GEMM dtype (overrides --precision).")
+    ] = None,
     moe_quant_mode: Annotated[str | None, typer.Option(help="Routed-expert dtype.")] = None,
-    kv_dtype: Annotated[str | None, typer.Option(help="KV cache: bf16 or fp8 (default: fp8 with "
-                                                 "FP8 GEMMs).")] = None,
-    mode: Annotated[str, typer.Option(help="agg (one replica) or disagg (prefill/decode "
-                                      "workers).")] = "agg",
+    kv_dtype: Annotated[
+        str | None, typer.Option(help="KV cache: bf16 or fp8 (default: fp8 with FP8 GEMMs).")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="agg (one replica) or disagg (prefill/decode workers).")] = "agg",
     isl: Annotated[int, typer.Option(help="Input tokens per request.")] = 1024,
     osl: Annotated[int, typer.Option(help="Output tokens per request.")] = 128,
     batch: Annotated[int, typer.Option("--batch", help="Client concurrency.")] = 1,
-    tp: Int = None, pp: Int = None, attention_dp: Int = None, moe_tp: Int = None, moe_ep: Int = None,
-    prefill_tp: Int = None, prefill_pp: Int = None, prefill_attention_dp: Int = None,
-    prefill_moe_tp: Int = None, prefill_moe_ep: Int = None,
+    tp: Int = None,
+    pp: Int = None,
+    attention_dp: Int = None,
+    moe_tp: Int = None,
+    moe_ep: Int = None,
+    prefill_tp: Int = None,
+    prefill_pp: Int = None,
+    prefill_attention_dp: Int = None,
+    prefill_moe_tp: Int = None,
+    prefill_moe_ep: Int = None,
     prefill_workers: Annotated[int, typer.Option()] = 1,
     prefill_batch: Annotated[int, typer.Option(help="Prompts per prefill batch.")] = 1,
-    decode_tp: Int = None, decode_pp: Int = None, decode_attention_dp: Int = None,
-    decode_moe_tp: Int = None, decode_moe_ep: Int = None,
+    decode_tp: Int = None,
+    decode_pp: Int = None,
+    decode_attention_dp: Int = None,
+    decode_moe_tp: Int = None,
+    decode_moe_ep: Int = None,
     decode_workers: Annotated[int, typer.Option()] = 1,
-    decode_batch: Annotated[int | None, typer.Option(help="Max decode batch per worker "
-                                                     "(default: concurrency / workers).")] = None,
-    csv_in: Annotated[Path | None, typer.Option("--csv", help="Predict every row of this CSV "
-                                                "(AIConfigurator columns).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="With --csv: where to write the "
-                                             "rows with predictions.")] = None,
+    decode_batch: Annotated[
+        int | None, typer.Option(help="Max decode batch per worker (default: concurrency / workers).")
+    ] = None,
+    csv_in: Annotated[
+        Path | None, typer.Option("--csv", help="Predict every row of this CSV (AIConfigurator columns).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="With --csv: where to write the rows with predictions.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Steady-state TTFT / TPOT of a deployment from measured kernel tables (roofline where a
@@ -162,30 +221,69 @@ def latency_cmd(
     if model is None:
         raise ConfigError("model", None, "give --model (or --csv)")
     dep = Deployment(
-        model=model, system=system, backend=backend.lower(), precision=precision,
-        gemm_quant_mode=gemm_quant_mode, moe_quant_mode=moe_quant_mode, kv_dtype=kv_dtype,
-        mode=_mode(mode), isl=isl, osl=osl, batch_size=batch,
+        model=model,
+        system=system,
+        backend=backend.lower(),
+        precision=precision,
+        gemm_quant_mode=gemm_quant_mode,
+        moe_quant_mode=moe_quant_mode,
+        kv_dtype=kv_dtype,
+        mode=_mode(mode),
+        isl=isl,
+        osl=osl,
+        batch_size=batch,
         layout=Layout(tp=tp, pp=pp, attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep),
-        prefill_batch=prefill_batch, prefill_workers=prefill_workers,
-        prefill=Layout(tp=prefill_tp, pp=prefill_pp, attention_dp=prefill_attention_dp,
-                       moe_tp=prefill_moe_tp, moe_ep=prefill_moe_ep),
-        decode_batch=decode_batch, decode_workers=decode_workers,
-        decode=Layout(tp=decode_tp, pp=decode_pp, attention_dp=decode_attention_dp,
-                      moe_tp=decode_moe_tp, moe_ep=decode_moe_ep))
+        prefill_batch=prefill_batch,
+        prefill_workers=prefill_workers,
+        prefill=Layout(
+            tp=prefill_tp,
+            pp=prefill_pp,
+            attention_dp=prefill_attention_dp,
+            moe_tp=prefill_moe_tp,
+            moe_ep=prefill_moe_ep,
+        ),
+        decode_batch=decode_batch,
+        decode_workers=decode_workers,
+        decode=Layout(
+            tp=decode_tp,
+            pp=decode_pp,
+            attention_dp=decode_attention_dp,
+            moe_tp=decode_moe_tp,
+            moe_ep=decode_moe_ep,
+        ),
+    )
     pred = predict(dep)
-    result = {**pred.to_json(), "model": model, "system": system, "backend": dep.backend,
-              "mode": dep.mode, "isl": isl, "osl": osl, "batch_size": batch}
+    result = {
+        **pred.to_json(),
+        "model": model,
+        "system": system,
+        "backend": dep.backend,
+        "mode": dep.mode,
+        "isl": isl,
+        "osl": osl,
+        "batch_size": batch,
+    }
     if json_out:
         print_json(result)
         return
     ops = sorted(set(pred.breakdown_ms["ttft"]) | set(pred.breakdown_ms.get("tpot", {})))
-    print_table(f"{model} on {system} ({dep.mode}): TTFT {pred.ttft_s * 1e3:.4g} ms, "
-                f"TPOT {pred.tpot_s * 1e3:.4g} ms",
-                ["op", "TTFT share (ms)", "TPOT share (ms)", "source"],
-                [[op, pred.breakdown_ms["ttft"].get(op), pred.breakdown_ms.get("tpot", {}).get(op),
-                  pred.source.get(op, "")] for op in ops],
-                legend=["source: the kernel table an op was read from, or 'roofline' and why "
-                        "(no table point); see docs/cost.md."])
+    print_table(
+        f"{model} on {system} ({dep.mode}): TTFT {pred.ttft_s * 1e3:.4g} ms, TPOT {pred.tpot_s * 1e3:.4g} ms",
+        ["op", "TTFT share (ms)", "TPOT share (ms)", "source"],
+        [
+            [
+                op,
+                pred.breakdown_ms["ttft"].get(op),
+                pred.breakdown_ms.get("tpot", {}).get(op),
+                pred.source.get(op, ""),
+            ]
+            for op in ops
+        ],
+        legend=[
+            "source: the kernel table an op was read from, or 'roofline' and why "
+            "(no table point); see docs/cost.md."
+        ],
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -50,8 +50,14 @@ def _interval_from_env() -> float:
 class Progress:
     """One task's progress (context manager). ``advance``/``update`` may be called from any thread."""
 
-    def __init__(self, description: str, total: int | None = None, *, console: Console | None = None,
-                 interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        description: str,
+        total: int | None = None,
+        *,
+        console: Console | None = None,
+        interval_s: float | None = None,
+    ) -> None:
         self.description = description
         self.total = total
         self.completed = 0
@@ -76,21 +82,27 @@ class Progress:
                 self._ticker = threading.Thread(target=self._tick, name="progress-lines", daemon=True)
                 self._ticker.start()
         else:
-            from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                ProgressColumn,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
             from rich.progress import Progress as RichBar
-            from rich.progress import TextColumn, TimeElapsedColumn
 
             columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
-            self._bar = RichBar(*columns, TimeElapsedColumn(), console=self.console,
-                                transient=True)
+            self._bar = RichBar(*columns, TimeElapsedColumn(), console=self.console, transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.description, total=self.total)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=1.0)
@@ -111,8 +123,9 @@ class Progress:
         elif self.plain and (changed or self._due()):
             self._line()
 
-    def update(self, description: str | None = None, completed: int | None = None,
-               total: int | None = None) -> None:
+    def update(
+        self, description: str | None = None, completed: int | None = None, total: int | None = None
+    ) -> None:
         """Set the description, the completed count and/or the total (known only once a run has
         started, e.g. bench's request count); a new description prints a line."""
         with self._lock:
@@ -124,8 +137,9 @@ class Progress:
             if completed is not None:
                 self.completed = completed
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=self.description, completed=self.completed,
-                             total=self.total)
+            self._bar.update(
+                self._task, description=self.description, completed=self.completed, total=self.total
+            )
         elif self.plain and changed:
             self._line()
 

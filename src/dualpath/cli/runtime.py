@@ -37,21 +37,37 @@ def check(
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
                       device=device or default_device())  # fmt: skip
-    with Progress(f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}",
-                  total=len(cfg.paths) * cfg.turns, console=_stderr()) as bar:
+    with Progress(
+        f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}",
+        total=len(cfg.paths) * cfg.turns,
+        console=_stderr(),
+    ) as bar:
         report = run_check(cfg, on_turn=bar.advance)
     if json_out:
         print_json(report)
     else:
         rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
                  r["max_abs_logit_diff"], r["tokens_equal"]) for r in report["per_turn"]]  # fmt: skip
-        print_table(f"dualpath check: {report['model']} ({report['device']}, fp32)",
-                    ["path", "conversation", "turn", "read side", "prompt (tokens)",
-                     "store hits (tokens)", "max |logit diff|", "tokens equal"], rows,
-                    legend=["path: pe / de = every turn reads its cached KV on the prefill / decode "
-                            "engine; mixed = two conversations batched, on opposite read sides "
-                            "that swap every turn. max |logit diff|: largest absolute difference "
-                            "from transformers' logits (fp32)."])
+        print_table(
+            f"dualpath check: {report['model']} ({report['device']}, fp32)",
+            [
+                "path",
+                "conversation",
+                "turn",
+                "read side",
+                "prompt (tokens)",
+                "store hits (tokens)",
+                "max |logit diff|",
+                "tokens equal",
+            ],
+            rows,
+            legend=[
+                "path: pe / de = every turn reads its cached KV on the prefill / decode "
+                "engine; mixed = two conversations batched, on opposite read sides "
+                "that swap every turn. max |logit diff|: largest absolute difference "
+                "from transformers' logits (fp32)."
+            ],
+        )
         verdict = "OK" if report["ok"] else "MISMATCH"
         typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
                    f"tokens_equal={report['tokens_equal']} wall_s={report['wall_s']:.1f}")  # fmt: skip

@@ -4,17 +4,27 @@ cluster)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from dualpath.cli._common import (
-    check_choice, choices_help, console, default_of, print_json, require_serve_extra,
+    check_choice,
+    choices_help,
+    console,
+    default_of,
+    print_json,
+    require_serve_extra,
 )
 from dualpath.policy.scheduler import POLICY_NAMES
 from dualpath.runtime.choices import ROLES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.config import (
-    DEMO_SYSTEMS, ClusterConfig, DemoConfig, EngineArgs, EngineConfig, SchedulerServiceConfig,
+    DEMO_SYSTEMS,
+    ClusterConfig,
+    DemoConfig,
+    EngineArgs,
+    EngineConfig,
+    SchedulerServiceConfig,
     TrafficConfig,
 )
 from dualpath.runtime.server.config import ServerConfig
@@ -27,11 +37,12 @@ def register(app: typer.Typer) -> None:
     app.command(name="demo")(demo)
 
 
-_CAPACITY_HELP = ("KV store capacity in GB (default: 90% of the free space at start); LRU leaf "
-                  "blocks are evicted beyond it.")
+_CAPACITY_HELP = (
+    "KV store capacity in GB (default: 90% of the free space at start); LRU leaf "
+    "blocks are evicted beyond it."
+)
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
-_QUOTA_HELP = ("DualPath PE batches: predicted attention time per forward pass, measured at PE "
-               "start (ms).")
+_QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
@@ -46,24 +57,28 @@ def serve(
     model: str = _cluster_option("model", "Model name, HF folder, .gguf, or 'tiny'."),
     kv_dir: str = typer.Option(..., help="Shared KV block directory (a distributed FS for many hosts)."),
     policy: str = _cluster_option("policy", choices_help("Scheduling policy", POLICY_NAMES)),
-    snic_gbps: Optional[float] = typer.Option(default_of(TrafficConfig, "snic_gbps"),
-                                              help="Emulated storage-NIC cap per node (default: none)."),
-    cnic_gbps: Optional[float] = typer.Option(default_of(TrafficConfig, "cnic_gbps"),
-                                              help="Emulated compute-NIC cap per engine (default: none)."),
-    storage_read_gbps: Optional[float] = typer.Option(
+    snic_gbps: float | None = typer.Option(
+        default_of(TrafficConfig, "snic_gbps"), help="Emulated storage-NIC cap per node (default: none)."
+    ),
+    cnic_gbps: float | None = typer.Option(
+        default_of(TrafficConfig, "cnic_gbps"), help="Emulated compute-NIC cap per engine (default: none)."
+    ),
+    storage_read_gbps: float | None = typer.Option(
         default_of(SchedulerServiceConfig, "storage_read_gbps"),
-        help="Storage read rate per node behind alpha when no SNIC cap is set (default: measured "
-             "at start)."),
-    engines_per_node: int = _cluster_option("engines_per_node",
-                                            "Engines per emulated node (one group per node)."),
+        help="Storage read rate per node behind alpha when no SNIC cap is set (default: measured at start).",
+    ),
+    engines_per_node: int = _cluster_option(
+        "engines_per_node", "Engines per emulated node (one group per node)."
+    ),
     transport: str = _cluster_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
     host: str = typer.Option(default_of(ServerConfig, "host"), help="HTTP bind address."),
     port: int = typer.Option(default_of(ServerConfig, "port"), help="HTTP port."),
-    scheduler_port: int = _cluster_option("scheduler_port",
-                                          "Scheduler port for remote engines (0 = any free)."),
+    scheduler_port: int = _cluster_option(
+        "scheduler_port", "Scheduler port for remote engines (0 = any free)."
+    ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
-    kv_capacity_gb: Optional[float] = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
+    kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
 ) -> None:
@@ -72,17 +87,25 @@ def serve(
     from dualpath.runtime.cluster.local import LocalCluster
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
-    cfg = ClusterConfig(kv_dir=kv_dir, model=model, num_prefill_engines=prefill_engines,
-                        num_decode_engines=decode_engines, engines_per_node=engines_per_node,
-                        policy=policy, transport=transport, scheduler_port=scheduler_port,
-                        kv_capacity_gb=kv_capacity_gb, kv_file_mode=parse_file_mode(kv_file_mode),
-                        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
-                        traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
-                        scheduler=SchedulerServiceConfig(storage_read_gbps=storage_read_gbps))
+    cfg = ClusterConfig(
+        kv_dir=kv_dir,
+        model=model,
+        num_prefill_engines=prefill_engines,
+        num_decode_engines=decode_engines,
+        engines_per_node=engines_per_node,
+        policy=policy,
+        transport=transport,
+        scheduler_port=scheduler_port,
+        kv_capacity_gb=kv_capacity_gb,
+        kv_file_mode=parse_file_mode(kv_file_mode),
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
+        scheduler=SchedulerServiceConfig(storage_read_gbps=storage_read_gbps),
+    )
     try:
         from dualpath.runtime.server.run import preflight, run_server
     except ImportError as exc:  # the HTTP layer is optional at import time
-        raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}")
+        raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}") from exc
     if model != "tiny":  # argument and model errors before any engine starts
         from dualpath.runtime.model.loader import resolve_model
 
@@ -94,17 +117,34 @@ def serve(
 
         with Progress("starting scheduler and engines"):
             cluster.start()
-        info = {"url": f"http://{host}:{port}", "scheduler": cluster.address, "logs": str(cluster.run_dir),
-                "key_file": str(cluster.key_file)}
+        info = {
+            "url": f"http://{host}:{port}",
+            "scheduler": cluster.address,
+            "logs": str(cluster.run_dir),
+            "key_file": str(cluster.key_file),
+        }
         if json_out:
             print_json(info)
         else:
-            console.print(f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
-                          f"CURVE key file {cluster.key_file})", style="green")
-            console.print(f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
-                          "deploy/grafana/dualpath.json, docs/server.md)", highlight=False)
-        run_server(cluster.address, host=host, port=port, model=model, api_key=api_key or None,
-                   tokenizer=tokenizer, cluster_key_file=str(cluster.key_file))
+            console.print(
+                f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
+                f"CURVE key file {cluster.key_file})",
+                style="green",
+            )
+            console.print(
+                f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
+                "deploy/grafana/dualpath.json, docs/server.md)",
+                highlight=False,
+            )
+        run_server(
+            cluster.address,
+            host=host,
+            port=port,
+            model=model,
+            api_key=api_key or None,
+            tokenizer=tokenizer,
+            cluster_key_file=str(cluster.key_file),
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -117,25 +157,34 @@ def engine(
     kv_dir: str = typer.Option(..., help="The shared KV block directory (same files as the others)."),
     model: str = _cluster_option("model", "Model name, HF folder or .gguf."),
     node_id: int = typer.Option(..., help="Emulated node id (engines of one node form a group)."),
-    engine_id: int = typer.Option(default_of(EngineArgs, "engine_id"),
-                                  help="Engine id (-1: the scheduler picks)."),
+    engine_id: int = typer.Option(
+        default_of(EngineArgs, "engine_id"), help="Engine id (-1: the scheduler picks)."
+    ),
     host: str = _cluster_option("host", "Address peers reach this engine's transport at."),
-    transport: str = _cluster_option("transport", choices_help(
-        "KV transport (zmq across hosts, shm on one host)", TRANSPORT_NAMES)),
-    policy: str = _cluster_option("policy", choices_help("Policy for this PE's batch planning",
-                                                         POLICY_NAMES)),
-    snic_gbps: Optional[float] = typer.Option(default_of(TrafficConfig, "snic_gbps"),
-                                              help="Emulated storage-NIC cap of this node (default: none)."),
-    cnic_gbps: Optional[float] = typer.Option(default_of(TrafficConfig, "cnic_gbps"),
-                                              help="Emulated compute-NIC cap (default: none)."),
-    cluster_id: str = typer.Option(default_of(EngineArgs, "cluster_id"),
-                                   help="Engines of one node on one host with the same id share "
-                                        "their emulated storage NIC."),
+    transport: str = _cluster_option(
+        "transport", choices_help("KV transport (zmq across hosts, shm on one host)", TRANSPORT_NAMES)
+    ),
+    policy: str = _cluster_option(
+        "policy", choices_help("Policy for this PE's batch planning", POLICY_NAMES)
+    ),
+    snic_gbps: float | None = typer.Option(
+        default_of(TrafficConfig, "snic_gbps"), help="Emulated storage-NIC cap of this node (default: none)."
+    ),
+    cnic_gbps: float | None = typer.Option(
+        default_of(TrafficConfig, "cnic_gbps"), help="Emulated compute-NIC cap (default: none)."
+    ),
+    cluster_id: str = typer.Option(
+        default_of(EngineArgs, "cluster_id"),
+        help="Engines of one node on one host with the same id share their emulated storage NIC.",
+    ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
-    kv_capacity_gb: Optional[float] = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
+    kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
-    key_file: str = typer.Option("", help="The cluster's CURVE key file (printed by dualpath serve "
-                                  "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster."),
+    key_file: str = typer.Option(
+        "",
+        help="The cluster's CURVE key file (printed by dualpath serve "
+        "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
@@ -144,15 +193,31 @@ def engine(
     from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
 
     check_choice("role", role, ROLES)
-    cluster = ClusterConfig(kv_dir=kv_dir, model=model, policy=policy, transport=transport, host=host,
-                            kv_capacity_gb=kv_capacity_gb, kv_file_mode=parse_file_mode(kv_file_mode),
-                            engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
-                            traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps))
+    cluster = ClusterConfig(
+        kv_dir=kv_dir,
+        model=model,
+        policy=policy,
+        transport=transport,
+        host=host,
+        kv_capacity_gb=kv_capacity_gb,
+        kv_file_mode=parse_file_mode(kv_file_mode),
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
+    )
     capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
-    run_engine(EngineArgs(cluster=cluster, scheduler=addr, role=role, node_id=node_id,
-                          engine_id=engine_id, cluster_id=cluster_id, kv_capacity_bytes=capacity,
-                          key_file=key_file))
+    run_engine(
+        EngineArgs(
+            cluster=cluster,
+            scheduler=addr,
+            role=role,
+            node_id=node_id,
+            engine_id=engine_id,
+            cluster_id=cluster_id,
+            kv_capacity_bytes=capacity,
+            key_file=key_file,
+        )
+    )
     if json_out:
         print_json({"role": role, "scheduler": addr, "stopped": True})
 
@@ -164,14 +229,17 @@ def _demo_option(name: str, text: str) -> Any:
 def demo(
     tiny: bool = typer.Option(False, "--tiny", help="Use a small random model (fast)."),
     model: str = _demo_option("model", "Model (ignored with --tiny)."),
-    systems: str = typer.Option(",".join(default_of(DemoConfig, "systems")),
-                                help=choices_help("Comma-separated systems to compare", DEMO_SYSTEMS)),
+    systems: str = typer.Option(
+        ",".join(default_of(DemoConfig, "systems")),
+        help=choices_help("Comma-separated systems to compare", DEMO_SYSTEMS),
+    ),
     agents: int = _demo_option("num_agents", "Concurrent agents."),
     turns: int = _demo_option("max_turns", "Turns per agent (at most)."),
     scale: float = _demo_option("scale", "Scale of the paper's append/generation lengths."),
     max_len: int = _demo_option("max_len", "Context cap per agent (tokens)."),
-    snic_gbps: Optional[float] = _demo_option("snic_gbps", "Storage-NIC cap per node (default: "
-                                              "per model, runtime.cluster.config.DEMO_SNIC_GBPS)."),
+    snic_gbps: float | None = _demo_option(
+        "snic_gbps", "Storage-NIC cap per node (default: per model, runtime.cluster.config.DEMO_SNIC_GBPS)."
+    ),
     transport: str = _demo_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
     seed: int = _demo_option("seed", "Workload seed."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -180,14 +248,22 @@ def demo(
 
     About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
     require_serve_extra("demo")
+    from dualpath.bench.agents import scaled_turns
     from dualpath.cli.demo_tables import print_demo
     from dualpath.cli.progress import Progress
-    from dualpath.bench.agents import scaled_turns
     from dualpath.runtime.cluster.demo import run_demo
 
-    cfg = DemoConfig(model="tiny" if tiny else model, systems=tuple(systems.split(",")),
-                     num_agents=agents, max_turns=turns, scale=scale, max_len=max_len,
-                     snic_gbps=snic_gbps, transport=transport, seed=seed)
+    cfg = DemoConfig(
+        model="tiny" if tiny else model,
+        systems=tuple(systems.split(",")),
+        num_agents=agents,
+        max_turns=turns,
+        scale=scale,
+        max_len=max_len,
+        snic_gbps=snic_gbps,
+        transport=transport,
+        seed=seed,
+    )
     steps = [-1]  # run_demo says "starting ..." once, then "running <system> ..." per system
 
     def said(msg: str) -> None:
@@ -195,8 +271,9 @@ def demo(
         bar.update(f"dualpath demo: {msg}", completed=steps[0])
 
     with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
-        plans = scaled_turns(cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns,
-                             scale=cfg.scale, seed=cfg.seed)
+        plans = scaled_turns(
+            cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns, scale=cfg.scale, seed=cfg.seed
+        )
         result = run_demo(cfg, plans, progress=said)
         bar.update(completed=len(cfg.systems) + 1)
     if json_out:

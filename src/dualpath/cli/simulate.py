@@ -32,20 +32,24 @@ def register(app: typer.Typer) -> None:
     def simulate(
         ctx: typer.Context,
         model: str = typer.Option(_DEFAULT.model, help="Model name (see `dualpath models`)."),
-        pd: str = typer.Option(f"{_DEFAULT.num_prefill_nodes}p{_DEFAULT.num_decode_nodes}d",
-                               help="Prefill/decode nodes, e.g. 2p4d, 48p96d."),
-        node: str = typer.Option(_DEFAULT.node, help=choices_help("Node preset (spec.hardware)",
-                                                                  NODES)),
-        snic_gbps: float = typer.Option(None, help="Each storage NIC's rate in Gbit/s instead of "
-                                        "the node preset's."),
+        pd: str = typer.Option(
+            f"{_DEFAULT.num_prefill_nodes}p{_DEFAULT.num_decode_nodes}d",
+            help="Prefill/decode nodes, e.g. 2p4d, 48p96d.",
+        ),
+        node: str = typer.Option(_DEFAULT.node, help=choices_help("Node preset (spec.hardware)", NODES)),
+        snic_gbps: float = typer.Option(
+            None, help="Each storage NIC's rate in Gbit/s instead of the node preset's."
+        ),
         snic_directions: str = typer.Option(
             default_of(SimConfig, "snic_directions"),
-            help=choices_help("SNIC model: one link for reads and persists (shared) or one per "
-                              "direction (duplex)", SNIC_DIRECTIONS)),
+            help=choices_help(
+                "SNIC model: one link for reads and persists (shared) or one per direction (duplex)",
+                SNIC_DIRECTIONS,
+            ),
+        ),
         maxlen: str = typer.Option("64k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."),
         agents: int = typer.Option(64, help="Number of agents (offline)."),
-        system: str = typer.Option(_DEFAULT_SYSTEMS,
-                                   help=choices_help("Comma list of systems", SYSTEMS)),
+        system: str = typer.Option(_DEFAULT_SYSTEMS, help=choices_help("Comma list of systems", SYSTEMS)),
         online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
         aps: str = typer.Option("0.1:0.5:0.05", help="Online rates lo:hi:step or a comma list."),
         horizon: float = typer.Option(3600.0, help="Online: seconds of arrivals per rate."),
@@ -53,26 +57,44 @@ def register(app: typer.Typer) -> None:
         append_scale: float = typer.Option(1.0, help="Scale every append length."),
         gen_scale: float = typer.Option(1.0, help="Scale every generation length."),
         dram_buffer_gb: float = typer.Option(None, help="DRAM buffer per node (default per model)."),
-        cost_model: str = typer.Option(default_of(SimConfig, "cost_model"),
-                                       help=choices_help("Cost model", COST_MODEL_NAMES)),
-        seed: int = typer.Option(default_of(SimConfig, "seed"),
-                                 help="Seed for the workload and arrivals."),
+        cost_model: str = typer.Option(
+            default_of(SimConfig, "cost_model"), help=choices_help("Cost model", COST_MODEL_NAMES)
+        ),
+        seed: int = typer.Option(default_of(SimConfig, "seed"), help="Seed for the workload and arrivals."),
         out: str = typer.Option(None, help="Folder for per-request CSV records and results."),
         calibrate: list[str] = typer.Option(
-            None, help="Override a calibration constant for this run, NAME=VALUE (repeatable; "
-                       "see sim/calibration.py), e.g. --calibrate STORAGE_EFFICIENCY=0.6."),
+            None,
+            help="Override a calibration constant for this run, NAME=VALUE (repeatable; "
+            "see sim/calibration.py), e.g. --calibrate STORAGE_EFFICIENCY=0.6.",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
         from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
-        run_cli(model=model, pd=pd, maxlen=maxlen, agents=agents, system=system,
-                online=online, aps=aps, horizon=horizon, trace=trace,
-                append_scale=append_scale, gen_scale=gen_scale,
-                dram_buffer_gb=dram_buffer_gb, cost_model=cost_model, seed=seed, out=out,
-                json_out=json_out, calibration=DEFAULT_CALIBRATION.with_overrides(calibrate or []),
-                node=node, snic_gbps=snic_gbps, snic_directions=snic_directions)
+        run_cli(
+            model=model,
+            pd=pd,
+            maxlen=maxlen,
+            agents=agents,
+            system=system,
+            online=online,
+            aps=aps,
+            horizon=horizon,
+            trace=trace,
+            append_scale=append_scale,
+            gen_scale=gen_scale,
+            dram_buffer_gb=dram_buffer_gb,
+            cost_model=cost_model,
+            seed=seed,
+            out=out,
+            json_out=json_out,
+            calibration=DEFAULT_CALIBRATION.with_overrides(calibrate or []),
+            node=node,
+            snic_gbps=snic_gbps,
+            snic_directions=snic_directions,
+        )
 
     @sim.command("figures")
     def figures(
@@ -90,16 +112,47 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(f"wrote {len(index['files'])} files to {out}")
 
+    @sim.command("fidelity")
+    def fidelity(
+        quick: bool = typer.Option(
+            False,
+            help="Agents / 16, 600 s online horizon, coarse rates, "
+            "large-scale points on 8P16D / 4P8D (under ~1 min).",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: str = typer.Option(None, help="Folder for fidelity.csv, fidelity.png, fidelity.json."),
+    ) -> None:
+        """Run every published point (spec section 10): simulated vs published, relative errors."""
+        from dualpath.cli.sim_fidelity import run_fidelity_cli
+
+        run_fidelity_cli(quick=quick, json_out=json_out, out=out)
+
     app.add_typer(sim, name="simulate")
 
 
-
-def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, online: bool,
-            aps: str, horizon: float, trace: str | None, append_scale: float, gen_scale: float,
-            dram_buffer_gb: float | None, cost_model: str, seed: int, out: str | None,
-            json_out: bool, calibration: Calibration, node: str = _DEFAULT.node,
-            snic_gbps: float | None = None,
-            snic_directions: str = default_of(SimConfig, "snic_directions")) -> None:
+def run_cli(
+    *,
+    model: str,
+    pd: str,
+    maxlen: str,
+    agents: int,
+    system: str,
+    online: bool,
+    aps: str,
+    horizon: float,
+    trace: str | None,
+    append_scale: float,
+    gen_scale: float,
+    dram_buffer_gb: float | None,
+    cost_model: str,
+    seed: int,
+    out: str | None,
+    json_out: bool,
+    calibration: Calibration,
+    node: str = _DEFAULT.node,
+    snic_gbps: float | None = None,
+    snic_directions: str = default_of(SimConfig, "snic_directions"),
+) -> None:
     import dataclasses
 
     from rich.console import Console
@@ -117,8 +170,9 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     check_choice("cost model", cost_model, COST_MODEL_NAMES)
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
     check_choice("node", node, NODES)
-    cluster = dataclasses.replace(make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb),
-                                  snic_gbps=snic_gbps)
+    cluster = dataclasses.replace(
+        make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb), snic_gbps=snic_gbps
+    )
     started = time.perf_counter()
     err = Console(stderr=True)
     from dualpath.sim import compiled
@@ -127,12 +181,19 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
     if build["pure"] and not online and agents * len(systems) >= 4096:
         err.print(f"[dim]note: {compiled.PURE_NOTICE}")
     if build["stale"]:
-        err.print(f"[yellow]warning: compiled modules older than their source (rebuild with "
-                  f"DUALPATH_COMPILE=1, or delete the .so files): {', '.join(build['stale'])}")
-    result: dict = {"model": model, "pd": cluster.pd_label, "maxlen": maxlen, "systems": {},
-                    "calibration": calibration.as_constants(),
-                    "calibration_overrides": calibration.overrides(),
-                    "compiled": not build["pure"]}
+        err.print(
+            f"[yellow]warning: compiled modules older than their source (rebuild with "
+            f"DUALPATH_COMPILE=1, or delete the .so files): {', '.join(build['stale'])}"
+        )
+    result: dict = {
+        "model": model,
+        "pd": cluster.pd_label,
+        "maxlen": maxlen,
+        "systems": {},
+        "calibration": calibration.as_constants(),
+        "calibration_overrides": calibration.overrides(),
+        "compiled": not build["pure"],
+    }
     # (present only when asked for, so the default runs' JSON stays as it was)
     if node != _DEFAULT.node:
         result["node"] = node
@@ -144,8 +205,9 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
         from dualpath.sim.harness.online import capacity_sweep, parse_aps
 
         rates = parse_aps(aps)
-        base = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=500,
-                                              seed=seed, trace=trace))
+        base = make_trajectories(
+            WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=500, seed=seed, trace=trace)
+        )
         result["mode"] = "online"
         ordered = sorted(rates)  # capacity_sweep runs the rates in increasing order
         with Progress("online sweep", total=len(rates) * len(systems), console=err) as bar:
@@ -154,35 +216,59 @@ def run_cli(*, model: str, pd: str, maxlen: str, agents: int, system: str, onlin
 
                 def step(name: str = name, done: list[int] = done) -> None:
                     done[0] += 1
-                    nxt = (f"aps={ordered[done[0]]:g}" if done[0] < len(ordered) else "done")
+                    nxt = f"aps={ordered[done[0]]:g}" if done[0] < len(ordered) else "done"
                     bar.advance(description=f"online {name} {nxt}")
 
                 bar.update(f"online {name} aps={ordered[0]:g}")
-                sweep = capacity_sweep(name, cluster, base, rates, horizon_s=horizon, seed=seed,
-                                       cost_model=cost_model, calibration=calibration,
-                                       progress=step, snic_directions=snic_directions)
+                sweep = capacity_sweep(
+                    name,
+                    cluster,
+                    base,
+                    rates,
+                    horizon_s=horizon,
+                    seed=seed,
+                    cost_model=cost_model,
+                    calibration=calibration,
+                    progress=step,
+                    snic_directions=snic_directions,
+                )
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
     else:
-        trajs = make_trajectories(WorkloadSpec(maxlen=parse_tokens(maxlen), num_agents=agents,
-                                               seed=seed, trace=trace, append_scale=append_scale,
-                                               gen_scale=gen_scale))
+        trajs = make_trajectories(
+            WorkloadSpec(
+                maxlen=parse_tokens(maxlen),
+                num_agents=agents,
+                seed=seed,
+                trace=trace,
+                append_scale=append_scale,
+                gen_scale=gen_scale,
+            )
+        )
         result["mode"] = "offline"
         result["agents"] = len(trajs)
         with Progress("simulating", total=len(systems), console=err) as bar:
             for name in systems:
                 bar.update(f"simulating {name} ({len(trajs)} agents)")
-                cfg = SimConfig(system=get_system(name), cluster=cluster, seed=seed,
-                                cost_model=cost_model, out_dir=out, calibration=calibration,
-                                snic_directions=snic_directions)
+                cfg = SimConfig(
+                    system=get_system(name),
+                    cluster=cluster,
+                    seed=seed,
+                    cost_model=cost_model,
+                    out_dir=out,
+                    calibration=calibration,
+                    snic_directions=snic_directions,
+                )
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0
                 res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None
                 result["systems"][name] = res
                 bar.advance()
     result["wall_s"] = time.perf_counter() - started
-    result["events"] = sum(r.get("events", 0) or sum(p["events"] for p in r.get("points", []))
-                           for r in result["systems"].values())
+    result["events"] = sum(
+        r.get("events", 0) or sum(p["events"] for p in r.get("points", []))
+        for r in result["systems"].values()
+    )
     if out:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as fh:

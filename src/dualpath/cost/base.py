@@ -10,8 +10,8 @@ put them on the CNIC's high-priority lane and end the iteration at max(compute, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Integral
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dualpath.core.errors import ConfigError, require
@@ -80,8 +80,7 @@ class CostConfig:
 
     def __post_init__(self) -> None:
         require(self.ep_size >= 1, "ep_size", self.ep_size, "must be >= 1")
-        require(self.num_gpus_per_node >= 1, "num_gpus_per_node", self.num_gpus_per_node,
-                "must be >= 1")
+        require(self.num_gpus_per_node >= 1, "num_gpus_per_node", self.num_gpus_per_node, "must be >= 1")
 
 
 def check_items(items: Sequence[Item]) -> None:

@@ -27,10 +27,18 @@ from typing import TYPE_CHECKING, Any
 from dualpath.cost.base import CostConfig, Item
 from dualpath.cost.roofline import RooflineCostModel
 from dualpath.cost.shapes import (
-    attention_flops_split, decode_attention_flops, is_uniform, model_shape,
+    attention_flops_split,
+    decode_attention_flops,
+    is_uniform,
+    model_shape,
 )
 from dualpath.cost.tables import (
-    Curve, PerfTables, Surface, curve_from_rows, perf_db_dir, resolve_data_dir, select,
+    PerfTables,
+    Surface,
+    curve_from_rows,
+    perf_db_dir,
+    resolve_data_dir,
+    select,
 )
 from dualpath.spec.model_spec import causal_kv_sum
 
@@ -51,8 +59,9 @@ class CalibratedCostModel(RooflineCostModel):
     _lookups: dict[tuple[str, str], Lookup] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, *, gpu: GPUSpec, config: CostConfig, data_dir: str | Path | None = None
-             ) -> CalibratedCostModel:
+    def load(
+        cls, *, gpu: GPUSpec, config: CostConfig, data_dir: str | Path | None = None
+    ) -> CalibratedCostModel:
         """Open ``gpu``'s tables (lazily read); ConfigError naming the path if they are absent."""
         root = perf_db_dir(resolve_data_dir(data_dir), gpu.name)
         return cls(gpu=gpu, config=config, tables=PerfTables(root))
@@ -81,13 +90,20 @@ class CalibratedCostModel(RooflineCostModel):
     def _bind_moe(self, model: ModelSpec) -> tuple[Lookup, str]:
         if not model.is_moe:
             return None, "dense model"
-        frame = select(self.tables.frame("moe", "moe_perf"), hidden_size=model.hidden_size,
-                       inter_size=model.moe_intermediate_size, topk=model.num_active_experts,
-                       num_experts=model.num_routed_experts, moe_tp_size=1, distribution="balanced")
+        frame = select(
+            self.tables.frame("moe", "moe_perf"),
+            hidden_size=model.hidden_size,
+            inter_size=model.moe_intermediate_size,
+            topk=model.num_active_experts,
+            num_experts=model.num_routed_experts,
+            moe_tp_size=1,
+            distribution="balanced",
+        )
         if frame is None:
             return None, "no moe_perf rows for this expert shape"
-        dtypes = {1: ("fp8_block", "fp8"), 2: ("bfloat16",)}.get(int(model.weight_dtype_bytes),
-                                                                  ("w4a16_mxfp4",))
+        dtypes = {1: ("fp8_block", "fp8"), 2: ("bfloat16",)}.get(
+            int(model.weight_dtype_bytes), ("w4a16_mxfp4",)
+        )
         dtype = next((d for d in dtypes if (frame["moe_dtype"] == d).any()), None)
         if dtype is None:
             return None, f"moe_perf has no {'/'.join(dtypes)} rows for this shape"
@@ -107,13 +123,20 @@ class CalibratedCostModel(RooflineCostModel):
         kv = "fp8" if model.kv_dtype_bytes <= 1 else "bfloat16"
         if model.attention_kind == "mla":
             table = f"{phase}_mla_perf"
-            rows = select(self.tables.frame("mla", table), num_heads=model.num_heads, tp_size=1,
-                          kv_cache_dtype=kv)
+            rows = select(
+                self.tables.frame("mla", table), num_heads=model.num_heads, tp_size=1, kv_cache_dtype=kv
+            )
         else:
             table = f"{phase}_attention_perf"
-            rows = select(self.tables.frame("attention", table), num_heads=model.num_heads,
-                          num_key_value_heads=model.num_kv_heads, head_dim=model.head_dim,
-                          window_size=0, attn_dtype="bfloat16", kv_cache_dtype=kv)
+            rows = select(
+                self.tables.frame("attention", table),
+                num_heads=model.num_heads,
+                num_key_value_heads=model.num_kv_heads,
+                head_dim=model.head_dim,
+                window_size=0,
+                attn_dtype="bfloat16",
+                kv_cache_dtype=kv,
+            )
         if rows is None:
             return None, f"no {table} rows for {model.num_heads} heads"
         return rows, table

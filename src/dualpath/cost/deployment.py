@@ -50,12 +50,10 @@ class Layout:
         if moe_tp is None and moe_ep is None:
             moe_tp, moe_ep = gpus, 1
         elif moe_tp is None and moe_ep is not None:
-            require(gpus % moe_ep == 0, f"{prefix}moe_ep", moe_ep,
-                    f"must divide tp x attention_dp = {gpus}")
+            require(gpus % moe_ep == 0, f"{prefix}moe_ep", moe_ep, f"must divide tp x attention_dp = {gpus}")
             moe_tp = gpus // moe_ep
         elif moe_ep is None and moe_tp is not None:
-            require(gpus % moe_tp == 0, f"{prefix}moe_tp", moe_tp,
-                    f"must divide tp x attention_dp = {gpus}")
+            require(gpus % moe_tp == 0, f"{prefix}moe_tp", moe_tp, f"must divide tp x attention_dp = {gpus}")
             moe_ep = gpus // moe_tp
         assert moe_tp is not None and moe_ep is not None
         return Parallel(tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep)
@@ -102,23 +100,26 @@ def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
     """TTFT / TPOT of ``dep``; ConfigError naming the value that does not fit."""
     model = get_model(dep.model)
     kernels = kernels_for(dep.system, data_dir)
-    prec = Precision.resolve(model, dep.precision, gemm=dep.gemm_quant_mode,
-                             moe=dep.moe_quant_mode, kv=dep.kv_dtype)
+    prec = Precision.resolve(
+        model, dep.precision, gemm=dep.gemm_quant_mode, moe=dep.moe_quant_mode, kv=dep.kv_dtype
+    )
 
     def forward(layout: Layout, prefix: str) -> Forward:
-        return Forward(kernels=kernels, model=model, par=layout.resolve(prefix), prec=prec,
-                       backend=dep.backend)
+        return Forward(
+            kernels=kernels, model=model, par=layout.resolve(prefix), prec=prec, backend=dep.backend
+        )
 
     if dep.mode == "agg":
-        pred = predict_agg(forward(dep.layout, ""), isl=dep.isl, osl=dep.osl,
-                           concurrency=dep.batch_size)
+        pred = predict_agg(forward(dep.layout, ""), isl=dep.isl, osl=dep.osl, concurrency=dep.batch_size)
         return replace(pred, tables=kernels.describe())
     if dep.prefill.tp is None and dep.decode.tp is None:
         raise ConfigError("prefill_tp", None, "disagg mode needs --prefill-tp and --decode-tp")
     decode_batch = dep.decode_batch or max(1, round(dep.batch_size / dep.decode_workers))
-    pred = predict_disagg(Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch,
-                               workers=dep.prefill_workers),
-                          Pool(fw=forward(dep.decode, "decode_"), batch=decode_batch,
-                               workers=dep.decode_workers),
-                          isl=dep.isl, osl=dep.osl, concurrency=dep.batch_size)
+    pred = predict_disagg(
+        Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch, workers=dep.prefill_workers),
+        Pool(fw=forward(dep.decode, "decode_"), batch=decode_batch, workers=dep.decode_workers),
+        isl=dep.isl,
+        osl=dep.osl,
+        concurrency=dep.batch_size,
+    )
     return replace(pred, tables=kernels.describe())

@@ -72,9 +72,17 @@ DEFAULT_EFFICIENCY = Efficiency()
 # The paper's Eq. 1 (heteropanacea.md): every peak reached, no kernel-launch term. The planner's
 # default for both catalogues, so that NPUs and GPUs are compared on the same terms.
 IDEAL_EFFICIENCY = Efficiency(
-    gemm_bf16_compute=1.0, gemm_fp8_compute=1.0, gemm_memory=1.0, attention_compute=1.0,
-    attention_memory=1.0, moe_compute=1.0, moe_memory=1.0, kernel_launch_s=0.0,
-    attention_kernels=0, dense_kernels=0, moe_kernels=0,
+    gemm_bf16_compute=1.0,
+    gemm_fp8_compute=1.0,
+    gemm_memory=1.0,
+    attention_compute=1.0,
+    attention_memory=1.0,
+    moe_compute=1.0,
+    moe_memory=1.0,
+    kernel_launch_s=0.0,
+    attention_kernels=0,
+    dense_kernels=0,
+    moe_kernels=0,
 )
 EFFICIENCY_PRESETS: dict[str, Efficiency] = {"ideal": IDEAL_EFFICIENCY, "fitted": DEFAULT_EFFICIENCY}
 
@@ -85,8 +93,14 @@ def get_efficiency(name: str) -> Efficiency:
 
 
 def roofline_s(
-    flops: float, num_bytes: float, peak_flops: float, bytes_per_s: float,
-    compute_eff: float, memory_eff: float, num_kernels: int, kernel_launch_s: float,
+    flops: float,
+    num_bytes: float,
+    peak_flops: float,
+    bytes_per_s: float,
+    compute_eff: float,
+    memory_eff: float,
+    num_kernels: int,
+    kernel_launch_s: float,
 ) -> float:
     """Time of one operation: the slower of its compute and memory sides, plus launches."""
     compute_s = flops / (peak_flops * compute_eff) if flops > 0 else 0.0

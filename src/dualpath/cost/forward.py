@@ -25,7 +25,11 @@ from dataclasses import dataclass, field
 from dualpath.core.errors import require
 from dualpath.cost.kernels import KernelTables, OpTime
 from dualpath.cost.latency_terms import (
-    ELEMENTWISE_KERNELS, FUSED_NORMS_TRTLLM, Parallel, Precision, iteration_overhead_s,
+    ELEMENTWISE_KERNELS,
+    FUSED_NORMS_TRTLLM,
+    Parallel,
+    Precision,
+    iteration_overhead_s,
 )
 from dualpath.spec.model_spec import ModelSpec
 
@@ -43,8 +47,12 @@ class Step:
     kv_len: float = 0.0
 
     def __post_init__(self) -> None:
-        require(self.ctx_requests >= 0 and self.gen_requests >= 0, "requests",
-                (self.ctx_requests, self.gen_requests), "must be >= 0")
+        require(
+            self.ctx_requests >= 0 and self.gen_requests >= 0,
+            "requests",
+            (self.ctx_requests, self.gen_requests),
+            "must be >= 0",
+        )
         require(self.ctx_requests == 0 or self.isl >= 1, "isl", self.isl, "must be >= 1")
 
     @property
@@ -98,10 +106,13 @@ class Forward:
             self._moe(out, tokens, num_moe)
         self._elementwise(out, tokens, m.num_layers)
         emitting = step.ctx_requests + step.gen_requests
-        out.add("lm_head", self.kernels.gemm(emitting, -(-m.vocab_size // self.par.tp), m.hidden_size,
-                                             "bfloat16"))
-        out.add("iteration_overhead", OpTime(iteration_overhead_s(self.backend),
-                                             f"constant ({self.backend}, cost/latency_terms.py)"))
+        out.add(
+            "lm_head", self.kernels.gemm(emitting, -(-m.vocab_size // self.par.tp), m.hidden_size, "bfloat16")
+        )
+        out.add(
+            "iteration_overhead",
+            OpTime(iteration_overhead_s(self.backend), f"constant ({self.backend}, cost/latency_terms.py)"),
+        )
         return out
 
     # ---- attention -------------------------------------------------------------------------
@@ -122,55 +133,106 @@ class Forward:
         tokens = step.num_tokens
         qkv_n = (heads + 2 * kv_heads) * m.head_dim
         out.add("attn_qkv_gemm", k.gemm(tokens, qkv_n, m.hidden_size, self.prec.gemm), layers)
-        out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm),
-                layers)
+        out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm), layers)
         kv = self.prec.kv
         if step.ctx_requests:
-            out.add("attn_context", _frac(step.ctx_requests, lambda b: k.context_attention(
-                batch=b, isl=step.isl, prefix=step.prefix, heads=heads, kv_heads=kv_heads,
-                head_dim=m.head_dim, kv_dtype=kv, window=window)), layers)
+            out.add(
+                "attn_context",
+                _frac(
+                    step.ctx_requests,
+                    lambda b: k.context_attention(
+                        batch=b,
+                        isl=step.isl,
+                        prefix=step.prefix,
+                        heads=heads,
+                        kv_heads=kv_heads,
+                        head_dim=m.head_dim,
+                        kv_dtype=kv,
+                        window=window,
+                    ),
+                ),
+                layers,
+            )
         if step.gen_requests:
-            out.add("attn_generation", _frac(step.gen_requests, lambda b: k.generation_attention(
-                batch=b, kv_len=step.kv_len, heads=heads, kv_heads=kv_heads, head_dim=m.head_dim,
-                kv_dtype=kv, window=window)), layers)
+            out.add(
+                "attn_generation",
+                _frac(
+                    step.gen_requests,
+                    lambda b: k.generation_attention(
+                        batch=b,
+                        kv_len=step.kv_len,
+                        heads=heads,
+                        kv_heads=kv_heads,
+                        head_dim=m.head_dim,
+                        kv_dtype=kv,
+                        window=window,
+                    ),
+                ),
+                layers,
+            )
         self._allreduce(out, tokens, layers)
 
     def _mla(self, out: StepTime, step: Step, layers: int) -> None:
         m, k, prec = self.model, self.kernels, self.prec
         heads = m.num_heads // self.par.tp
-        for phase, count, length in (("context", step.ctx_requests, step.isl + step.prefix),
-                                     ("generation", step.gen_requests, step.kv_len)):
+        for phase, count, length in (
+            ("context", step.ctx_requests, step.isl + step.prefix),
+            ("generation", step.gen_requests, step.kv_len),
+        ):
             if not count:
                 continue
             if m.sparse_top_k is not None and phase == "generation":
                 length = min(length, m.sparse_top_k)
             module = None
             if (m.hidden_size, m.num_heads, m.q_lora_rank) == V3_MLA_SHAPE:  # the module tables' shape
-                module = k.mla_module(phase, batch=max(count, 1.0), length=length, heads=heads,
-                                      gemm_dtype=prec.gemm, kv_dtype=prec.kv)
+                module = k.mla_module(
+                    phase,
+                    batch=max(count, 1.0),
+                    length=length,
+                    heads=heads,
+                    gemm_dtype=prec.gemm,
+                    kv_dtype=prec.kv,
+                )
             if module is not None:
                 out.add(f"mla_{phase}_module", module * (count / max(count, 1.0)), layers)
                 continue
             self._mla_parts(out, phase, count, length, heads, layers)
         self._allreduce(out, step.num_tokens, layers)
 
-    def _mla_parts(self, out: StepTime, phase: str, count: float, length: float, heads: int,
-                   layers: int) -> None:
+    def _mla_parts(
+        self, out: StepTime, phase: str, count: float, length: float, heads: int, layers: int
+    ) -> None:
         m, k, g = self.model, self.kernels, self.prec.gemm
         tokens = count * (length if phase == "context" else 1)
         rope, nope, v = m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim, m.v_head_dim
         q_in = m.q_lora_rank or m.hidden_size
-        gemms = [(m.kv_lora_rank + rope + (m.q_lora_rank or 0), m.hidden_size),
-                 (heads * m.head_dim, q_in), (heads * (nope + v), m.kv_lora_rank),
-                 (m.hidden_size, heads * v)]
+        gemms = [
+            (m.kv_lora_rank + rope + (m.q_lora_rank or 0), m.hidden_size),
+            (heads * m.head_dim, q_in),
+            (heads * (nope + v), m.kv_lora_rank),
+            (m.hidden_size, heads * v),
+        ]
         for n, kk in gemms:
             out.add("attn_proj_gemm", k.gemm(tokens, n, kk, g), layers)
         pairs = count * (length * (length + 1) / 2 if phase == "context" else length)
         flops = pairs * m.attention_flops_per_pair / self.par.tp
         kv_bytes = count * length * m.kv_bytes_per_token_layer
-        out.add(f"mla_{phase}", _frac(count, lambda b: k.mla_kernel(
-            phase, batch=b, length=length, heads=heads, kv_dtype=self.prec.kv,
-            flops=flops * b / count, num_bytes=kv_bytes * b / count)), layers)
+        out.add(
+            f"mla_{phase}",
+            _frac(
+                count,
+                lambda b: k.mla_kernel(
+                    phase,
+                    batch=b,
+                    length=length,
+                    heads=heads,
+                    kv_dtype=self.prec.kv,
+                    flops=flops * b / count,
+                    num_bytes=kv_bytes * b / count,
+                ),
+            ),
+            layers,
+        )
 
     # ---- MLP / MoE --------------------------------------------------------------------------
     def _mlp(self, out: StepTime, tokens: float, layers: int) -> None:
@@ -184,13 +246,22 @@ class Forward:
 
     def _moe(self, out: StepTime, tokens: float, layers: int) -> None:
         m, k, par = self.model, self.kernels, self.par
-        out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"),
-                layers)
+        out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"), layers)
         group = tokens * par.attention_dp
-        out.add("moe_experts", k.moe(tokens=group, hidden=m.hidden_size,
-                                     inter=m.moe_intermediate_size, topk=m.num_active_experts,
-                                     experts=m.num_routed_experts, moe_tp=par.moe_tp,
-                                     moe_ep=par.moe_ep, dtype=self.prec.moe), layers)
+        out.add(
+            "moe_experts",
+            k.moe(
+                tokens=group,
+                hidden=m.hidden_size,
+                inter=m.moe_intermediate_size,
+                topk=m.num_active_experts,
+                experts=m.num_routed_experts,
+                moe_tp=par.moe_tp,
+                moe_ep=par.moe_ep,
+                dtype=self.prec.moe,
+            ),
+            layers,
+        )
         if m.num_shared_experts:
             inter = -(-m.num_shared_experts * m.moe_intermediate_size // par.tp)
             out.add("moe_shared_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
@@ -198,16 +269,26 @@ class Forward:
         gpus = par.tp * par.attention_dp
         if par.attention_dp > 1:  # gather every rank's tokens for the experts, scatter the sums
             for op in ("all_gather", "reduce_scatter"):
-                out.add("moe_comm", k.collective(op, elements=group * m.hidden_size, num_gpus=gpus,
-                                                 backend=self.backend), layers)
+                out.add(
+                    "moe_comm",
+                    k.collective(op, elements=group * m.hidden_size, num_gpus=gpus, backend=self.backend),
+                    layers,
+                )
         else:
             self._allreduce(out, tokens, layers)
 
     def _allreduce(self, out: StepTime, tokens: float, layers: int) -> None:
         if self.par.tp > 1:
-            out.add("tp_allreduce", self.kernels.collective(
-                "all_reduce", elements=tokens * self.model.hidden_size, num_gpus=self.par.tp,
-                backend=self.backend), layers)
+            out.add(
+                "tp_allreduce",
+                self.kernels.collective(
+                    "all_reduce",
+                    elements=tokens * self.model.hidden_size,
+                    num_gpus=self.par.tp,
+                    backend=self.backend,
+                ),
+                layers,
+            )
 
     def _elementwise(self, out: StepTime, tokens: float, layers: int) -> None:
         """Norms, rope/KV append, activation, residual: bandwidth-bound, each at least the
@@ -219,5 +300,8 @@ class Forward:
         num_bytes = tokens * self.model.hidden_size * 2 * 2  # read + write BF16 activations
         eff = k.efficiency.gemm_memory
         each = max(k.launch_floor_s, num_bytes / (k.system.gpu.mem_bytes_per_s * eff))
-        out.add("elementwise", OpTime(each, "roofline: elementwise kernels (no table), floored at "
-                                            "the fastest measured kernel"), count * layers)
+        out.add(
+            "elementwise",
+            OpTime(each, "roofline: elementwise kernels (no table), floored at the fastest measured kernel"),
+            count * layers,
+        )

@@ -53,25 +53,31 @@ class Grid:
     root: Node
 
     @classmethod
-    def from_points(cls, axes: Sequence[str], growth: Sequence[float],
-                    points: Sequence[tuple[Sequence[float], float]]) -> Grid:
+    def from_points(
+        cls, axes: Sequence[str], growth: Sequence[float], points: Sequence[tuple[Sequence[float], float]]
+    ) -> Grid:
         """``points``: ``(axis values, latency_s)`` pairs; non-positive values are dropped."""
         if len(axes) != len(growth):
             raise ConfigError("growth", tuple(growth), f"needs one exponent per axis {tuple(axes)}")
-        clean = [(tuple(float(v) for v in key), float(y)) for key, y in points
-                 if y > 0 and all(v > 0 for v in key) and len(key) == len(axes)]
+        clean = [
+            (tuple(float(v) for v in key), float(y))
+            for key, y in points
+            if y > 0 and all(v > 0 for v in key) and len(key) == len(axes)
+        ]
         if not clean:
             raise ConfigError("points", len(points), "a grid needs at least one positive point")
         return cls(tuple(axes), tuple(float(g) for g in growth), _build(clean, 0, len(axes)))
 
     @classmethod
-    def from_rows(cls, rows: Any, axes: Sequence[str], growth: Sequence[float],
-                  y: str = "latency", scale: float = 1e-3) -> Grid:
+    def from_rows(
+        cls, rows: Any, axes: Sequence[str], growth: Sequence[float], y: str = "latency", scale: float = 1e-3
+    ) -> Grid:
         """From a ``Frame`` of a kernel table (``latency`` in ms -> seconds by default)."""
         cols = [rows[a].tolist() for a in axes]
         ys = rows[y].tolist()
-        return cls.from_points(axes, growth, [(tuple(c[i] for c in cols), ys[i] * scale)
-                                              for i in range(len(ys))])
+        return cls.from_points(
+            axes, growth, [(tuple(c[i] for c in cols), ys[i] * scale) for i in range(len(ys))]
+        )
 
     def __call__(self, *x: float) -> float:
         return self.evaluate(*x)[0]

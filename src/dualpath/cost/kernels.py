@@ -32,13 +32,33 @@ from dualpath.cost.grid import Grid
 from dualpath.cost.tables import EXTRA_HINT, PERF_DB, PerfTables, resolve_data_dir, select
 from dualpath.spec.systems import SystemSpec
 
-DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
-               "w4a16_mxfp4": 0.53, "int4_wo": 0.53, "w4afp8": 0.53}
+DTYPE_BYTES = {
+    "bfloat16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0,
+    "nvfp4": 0.5625,
+    "w4a16_mxfp4": 0.53,
+    "int4_wo": 0.53,
+    "w4afp8": 0.53,
+}
 # weight-only int4 / mxfp4 compute in BF16, W4AFP8 in FP8
-DTYPE_BITS = {"bfloat16": 16, "fp8": 8, "fp8_block": 8, "nvfp4": 4, "w4a16_mxfp4": 16,
-              "int4_wo": 16, "w4afp8": 8}
-PREFERRED_SOURCES = ("torch_flow", "default", "vllm_flashinfer", "vllm_fused_moe",
-                     "moe_torch_flow", "moe_torch_flow_cutlass")
+DTYPE_BITS = {
+    "bfloat16": 16,
+    "fp8": 8,
+    "fp8_block": 8,
+    "nvfp4": 4,
+    "w4a16_mxfp4": 16,
+    "int4_wo": 16,
+    "w4afp8": 8,
+}
+PREFERRED_SOURCES = (
+    "torch_flow",
+    "default",
+    "vllm_flashinfer",
+    "vllm_fused_moe",
+    "moe_torch_flow",
+    "moe_torch_flow_cutlass",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +89,13 @@ class KernelTables:
 
         root = resolve_data_dir(data_dir) / PERF_DB / system.perf_db
         if importlib.util.find_spec("pyarrow") is None:
-            return cls(system=system, tables=None, missing=f"reading kernel tables needs pyarrow: "
-                                                           f"{EXTRA_HINT}")
+            return cls(
+                system=system, tables=None, missing=f"reading kernel tables needs pyarrow: {EXTRA_HINT}"
+            )
         if not root.is_dir():
-            return cls(system=system, tables=None,
-                       missing=f"no kernel tables at {root} (set DUALPATH_DATA_DIR)")
+            return cls(
+                system=system, tables=None, missing=f"no kernel tables at {root} (set DUALPATH_DATA_DIR)"
+            )
         return cls(system=system, tables=PerfTables(root))
 
     def describe(self) -> dict[str, str]:
@@ -87,8 +109,9 @@ class KernelTables:
         return out
 
     # ---- table access ------------------------------------------------------------------------
-    def _grid(self, op: str, table: str, axes: tuple[str, ...], growth: tuple[float, ...],
-              **equal: object) -> Grid | None:
+    def _grid(
+        self, op: str, table: str, axes: tuple[str, ...], growth: tuple[float, ...], **equal: object
+    ) -> Grid | None:
         key = (op, table, axes, tuple(sorted(equal.items())))
         if key not in self._grids:
             frame = self.tables.frame(op, table) if self.tables is not None else None
@@ -120,11 +143,20 @@ class KernelTables:
         return float(frame["latency"].min()) * 1e-3
 
     # ---- roofline ----------------------------------------------------------------------------
-    def roofline(self, flops: float, num_bytes: float, bits: int, compute_eff: float,
-                 memory_eff: float) -> float:
+    def roofline(
+        self, flops: float, num_bytes: float, bits: int, compute_eff: float, memory_eff: float
+    ) -> float:
         gpu = self.system.gpu
-        return roofline_s(flops, num_bytes, gpu.peak_flops(bits), gpu.mem_bytes_per_s,
-                          compute_eff, memory_eff, 1, self.efficiency.kernel_launch_s)
+        return roofline_s(
+            flops,
+            num_bytes,
+            gpu.peak_flops(bits),
+            gpu.mem_bytes_per_s,
+            compute_eff,
+            memory_eff,
+            1,
+            self.efficiency.kernel_launch_s,
+        )
 
     # ---- operations --------------------------------------------------------------------------
     def gemm(self, m: float, n: int, k: int, dtype: str) -> OpTime:
@@ -134,18 +166,41 @@ class KernelTables:
             return self._from(grid, f"gemm_perf {dtype}", n, k, m)
         eff = self.efficiency
         b = DTYPE_BYTES[dtype]
-        time_s = self.roofline(2.0 * m * n * k, (m * k + m * n) * 2 + n * k * b, DTYPE_BITS[dtype],
-                               eff.gemm_compute(1 if b <= 1 else 2), eff.gemm_memory)
+        time_s = self.roofline(
+            2.0 * m * n * k,
+            (m * k + m * n) * 2 + n * k * b,
+            DTYPE_BITS[dtype],
+            eff.gemm_compute(1 if b <= 1 else 2),
+            eff.gemm_memory,
+        )
         return OpTime(time_s, self._why_not("gemm_perf", dtype))
 
-    def context_attention(self, *, batch: float, isl: float, prefix: float, heads: int,
-                          kv_heads: int, head_dim: int, kv_dtype: str, window: int = 0) -> OpTime:
+    def context_attention(
+        self,
+        *,
+        batch: float,
+        isl: float,
+        prefix: float,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        kv_dtype: str,
+        window: int = 0,
+    ) -> OpTime:
         """Causal prefill attention of ``batch`` prompts of ``isl`` new tokens after ``prefix``."""
         full = isl + prefix
         keep = (full * full - prefix * prefix) / (full * full)
-        grid = self._grid("attention", "context_attention_perf", ("num_heads", "isl", "batch_size"),
-                          (1, 2, 1), num_key_value_heads=kv_heads, head_dim=head_dim,
-                          window_size=window, attn_dtype="bfloat16", kv_cache_dtype=kv_dtype)
+        grid = self._grid(
+            "attention",
+            "context_attention_perf",
+            ("num_heads", "isl", "batch_size"),
+            (1, 2, 1),
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            window_size=window,
+            attn_dtype="bfloat16",
+            kv_cache_dtype=kv_dtype,
+        )
         if grid is not None:
             return self._from(grid, "context_attention_perf", heads, full, batch) * keep
         pairs = batch * isl * (isl + 1) / 2 + batch * isl * prefix
@@ -153,60 +208,126 @@ class KernelTables:
             pairs = min(pairs, batch * isl * window)
         kv_bytes = batch * full * 2 * kv_heads * head_dim * DTYPE_BYTES[kv_dtype]
         eff = self.efficiency
-        time_s = self.roofline(4.0 * heads * head_dim * pairs, kv_bytes, 16, eff.attention_compute,
-                               eff.attention_memory)
-        return OpTime(time_s, self._why_not("context_attention_perf",
-                                            f"{kv_heads} KV heads x {head_dim}, window {window}"))
+        time_s = self.roofline(
+            4.0 * heads * head_dim * pairs, kv_bytes, 16, eff.attention_compute, eff.attention_memory
+        )
+        return OpTime(
+            time_s,
+            self._why_not("context_attention_perf", f"{kv_heads} KV heads x {head_dim}, window {window}"),
+        )
 
-    def generation_attention(self, *, batch: float, kv_len: float, heads: int, kv_heads: int,
-                             head_dim: int, kv_dtype: str, window: int = 0) -> OpTime:
+    def generation_attention(
+        self,
+        *,
+        batch: float,
+        kv_len: float,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        kv_dtype: str,
+        window: int = 0,
+    ) -> OpTime:
         """One decode token for each of ``batch`` requests over ``kv_len`` cached tokens."""
-        grid = self._grid("attention", "generation_attention_perf",
-                          ("num_heads", "batch_size", "step"), (1, 1, 1),
-                          num_key_value_heads=kv_heads, head_dim=head_dim, window_size=window,
-                          kv_cache_dtype=kv_dtype)
+        grid = self._grid(
+            "attention",
+            "generation_attention_perf",
+            ("num_heads", "batch_size", "step"),
+            (1, 1, 1),
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            window_size=window,
+            kv_cache_dtype=kv_dtype,
+        )
         if grid is not None:
             return self._from(grid, "generation_attention_perf", heads, batch, kv_len)
         keys = min(kv_len, window) if window else kv_len
         kv_bytes = batch * keys * 2 * kv_heads * head_dim * DTYPE_BYTES[kv_dtype]
         eff = self.efficiency
-        time_s = self.roofline(4.0 * heads * head_dim * keys * batch, kv_bytes, 16,
-                               eff.attention_compute, eff.attention_memory)
-        return OpTime(time_s, self._why_not("generation_attention_perf",
-                                            f"{kv_heads} KV heads x {head_dim}, window {window}"))
+        time_s = self.roofline(
+            4.0 * heads * head_dim * keys * batch, kv_bytes, 16, eff.attention_compute, eff.attention_memory
+        )
+        return OpTime(
+            time_s,
+            self._why_not("generation_attention_perf", f"{kv_heads} KV heads x {head_dim}, window {window}"),
+        )
 
-    def mla_module(self, phase: str, *, batch: float, length: float, heads: int, gemm_dtype: str,
-                   kv_dtype: str) -> OpTime | None:
+    def mla_module(
+        self, phase: str, *, batch: float, length: float, heads: int, gemm_dtype: str, kv_dtype: str
+    ) -> OpTime | None:
         """The whole DeepSeek-V3 MLA block (None when no module table has this point)."""
         table = f"mla_{phase}_module_perf"
         axis = "isl" if phase == "context" else "step"
-        grid = self._grid("mla", table, ("num_heads", "batch_size", axis),
-                          (1, 1, 2 if phase == "context" else 1), gemm_type=gemm_dtype,
-                          kv_cache_dtype=kv_dtype)
+        grid = self._grid(
+            "mla",
+            table,
+            ("num_heads", "batch_size", axis),
+            (1, 1, 2 if phase == "context" else 1),
+            gemm_type=gemm_dtype,
+            kv_cache_dtype=kv_dtype,
+        )
         return None if grid is None else self._from(grid, f"{table} {gemm_dtype}", heads, batch, length)
 
-    def mla_kernel(self, phase: str, *, batch: float, length: float, heads: int, kv_dtype: str,
-                   flops: float, num_bytes: float) -> OpTime:
+    def mla_kernel(
+        self,
+        phase: str,
+        *,
+        batch: float,
+        length: float,
+        heads: int,
+        kv_dtype: str,
+        flops: float,
+        num_bytes: float,
+    ) -> OpTime:
         """MLA attention kernel alone (``flops`` / ``num_bytes`` for the roofline fallback)."""
         table = f"{phase}_mla_perf"
         axis = "isl" if phase == "context" else "step"
-        grid = self._grid("mla", table, ("num_heads", "batch_size", axis),
-                          (1, 1, 2 if phase == "context" else 1), kv_cache_dtype=kv_dtype)
+        grid = self._grid(
+            "mla",
+            table,
+            ("num_heads", "batch_size", axis),
+            (1, 1, 2 if phase == "context" else 1),
+            kv_cache_dtype=kv_dtype,
+        )
         if grid is not None:
             return self._from(grid, table, heads, batch, length)
         eff = self.efficiency
-        return OpTime(self.roofline(flops, num_bytes, 16, eff.attention_compute,
-                                    eff.attention_memory), self._why_not(table, f"{heads} heads"))
+        return OpTime(
+            self.roofline(flops, num_bytes, 16, eff.attention_compute, eff.attention_memory),
+            self._why_not(table, f"{heads} heads"),
+        )
 
-    def moe(self, *, tokens: float, hidden: int, inter: int, topk: int, experts: int, moe_tp: int,
-            moe_ep: int, dtype: str) -> OpTime:
+    def moe(
+        self,
+        *,
+        tokens: float,
+        hidden: int,
+        inter: int,
+        topk: int,
+        experts: int,
+        moe_tp: int,
+        moe_ep: int,
+        dtype: str,
+    ) -> OpTime:
         """Routed experts of one MoE layer on one GPU when the EP group routes ``tokens``."""
-        shape = dict(hidden_size=hidden, inter_size=inter, topk=topk, num_experts=experts,
-                     distribution="balanced", moe_dtype=dtype)
+        shape = dict(
+            hidden_size=hidden,
+            inter_size=inter,
+            topk=topk,
+            num_experts=experts,
+            distribution="balanced",
+            moe_dtype=dtype,
+        )
         layout = self._moe_layout(shape, moe_tp, moe_ep)
         if layout is not None:
-            grid = self._grid("moe", "moe_perf", ("num_tokens",), (1,), moe_tp_size=layout[0],
-                              moe_ep_size=layout[1], **shape)
+            grid = self._grid(
+                "moe",
+                "moe_perf",
+                ("num_tokens",),
+                (1,),
+                moe_tp_size=layout[0],
+                moe_ep_size=layout[1],
+                **shape,
+            )
             assert grid is not None
             note = "" if layout == (moe_tp, moe_ep) else f" for tp{moe_tp} ep{moe_ep}"
             return self._from(grid, f"moe_perf {dtype} tp{layout[0]} ep{layout[1]}{note}", tokens)
@@ -216,19 +337,23 @@ class KernelTables:
         flops = 2.0 * 3 * hidden * inter / moe_tp * tokens * topk / moe_ep
         eff = self.efficiency
         time_s = self.roofline(flops, weights, DTYPE_BITS[dtype], eff.moe_compute, eff.moe_memory)
-        return OpTime(time_s, self._why_not("moe_perf", f"{experts}x{hidden}x{inter} top{topk} "
-                                            f"{dtype} tp{moe_tp} ep{moe_ep}"))
+        return OpTime(
+            time_s,
+            self._why_not("moe_perf", f"{experts}x{hidden}x{inter} top{topk} {dtype} tp{moe_tp} ep{moe_ep}"),
+        )
 
-    def _moe_layout(self, shape: dict[str, object], moe_tp: int, moe_ep: int
-                    ) -> tuple[int, int] | None:
+    def _moe_layout(self, shape: dict[str, object], moe_tp: int, moe_ep: int) -> tuple[int, int] | None:
         """The measured (moe_tp, moe_ep) to read: the asked one, else the one with the same GPU
         count (so the same expert weights and FLOPs per GPU) closest in moe_tp; None if neither."""
         key = tuple(sorted(shape.items()))
         if key not in self._layouts:
             frame = self.tables.frame("moe", "moe_perf") if self.tables is not None else None
             rows = select(frame, **shape)
-            self._layouts[key] = set() if rows is None else set(zip(
-                rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
+            self._layouts[key] = (
+                set()
+                if rows is None
+                else set(zip(rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
+            )
         have = self._layouts[key]
         if not have:
             return None
@@ -237,23 +362,33 @@ class KernelTables:
         same = [(t, e) for t, e in have if t * e == moe_tp * moe_ep]
         return min(same, key=lambda te: (abs(te[0] - moe_tp), te)) if same else None
 
-    def collective(self, op: str, *, elements: float, num_gpus: int, dtype_bytes: float = 2.0,
-                   backend: str = "trtllm") -> OpTime:
+    def collective(
+        self, op: str, *, elements: float, num_gpus: int, dtype_bytes: float = 2.0, backend: str = "trtllm"
+    ) -> OpTime:
         """``op`` (all_reduce, all_gather, reduce_scatter, alltoall) of ``elements`` values."""
         if num_gpus <= 1 or elements <= 0:
             return OpTime(0.0, "none (one GPU)")
         if op == "all_reduce" and backend == "trtllm" and dtype_bytes == 2.0:
-            grid = self._grid("comm", "custom_allreduce_perf", ("message_size",), (1,),
-                              num_gpus=num_gpus, allreduce_dtype="bfloat16")
+            grid = self._grid(
+                "comm",
+                "custom_allreduce_perf",
+                ("message_size",),
+                (1,),
+                num_gpus=num_gpus,
+                allreduce_dtype="bfloat16",
+            )
             if grid is not None:
                 return self._from(grid, f"custom_allreduce_perf {num_gpus} GPUs", elements)
         nccl_dtype = "half" if dtype_bytes >= 2 else "int8"
-        grid = self._grid("comm", "nccl_perf", ("message_size",), (1,), op_name=op,
-                          num_gpus=num_gpus, nccl_dtype=nccl_dtype)
+        grid = self._grid(
+            "comm", "nccl_perf", ("message_size",), (1,), op_name=op, num_gpus=num_gpus, nccl_dtype=nccl_dtype
+        )
         if grid is not None:
             return self._from(grid, f"nccl_perf {op} {num_gpus} GPUs", elements)
         # ring: all-reduce moves 2 (n-1)/n of the buffer per GPU, the others (n-1)/n
         share = (2.0 if op == "all_reduce" else 1.0) * (num_gpus - 1) / num_gpus
-        time_s = (share * elements * dtype_bytes / self.system.link_bytes_per_s(num_gpus)
-                  + (num_gpus - 1) * self.system.p2p_latency_s)
+        time_s = (
+            share * elements * dtype_bytes / self.system.link_bytes_per_s(num_gpus)
+            + (num_gpus - 1) * self.system.p2p_latency_s
+        )
         return OpTime(time_s, f"ring over {num_gpus} GPUs ({self._why_not('nccl_perf', op)[10:]})")

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from dualpath.core.errors import require
 from dualpath.cost.forward import Forward, Step, StepTime
 from dualpath.cost.latency_terms import (
-    ARRIVAL_WAIT_ITERATIONS, KV_TRANSFER_EFFICIENCY, MAX_NUM_TOKENS,
+    ARRIVAL_WAIT_ITERATIONS,
+    KV_TRANSFER_EFFICIENCY,
+    MAX_NUM_TOKENS,
 )
 from dualpath.cost.memory import max_requests_per_rank
 
@@ -60,14 +62,18 @@ class Prediction:
     @property
     def fallback_ops(self) -> tuple[str, ...]:
         """Ops at least partly from the roofline or the ring formula (no table point)."""
-        return tuple(op for op, src in self.source.items()
-                     if "roofline" in src or src.startswith("ring"))
+        return tuple(op for op, src in self.source.items() if "roofline" in src or src.startswith("ring"))
 
     def to_json(self) -> dict[str, object]:
-        return {"ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
-                "breakdown": self.breakdown_ms, "source": self.source,
-                "fallback_ops": list(self.fallback_ops), "notes": list(self.notes),
-                "tables": self.tables or {}}
+        return {
+            "ttft_ms": self.ttft_s * 1e3,
+            "tpot_ms": self.tpot_s * 1e3,
+            "breakdown": self.breakdown_ms,
+            "source": self.source,
+            "fallback_ops": list(self.fallback_ops),
+            "notes": list(self.notes),
+            "tables": self.tables or {},
+        }
 
 
 def _ms(step: StepTime, extra: dict[str, float] | None = None) -> dict[str, float]:
@@ -106,10 +112,13 @@ def _kv_cap(fw: Forward, batch: float, context_len: float, what: str) -> tuple[f
     if cap >= batch:
         return batch, []
     if cap < 1:
-        return batch, [f"{what}: weights leave KV room for {cap:.2f} requests of {context_len:.0f} "
-                       "tokens per rank (cost/memory.py); predicted as if they fit"]
-    return float(math.floor(cap)), [f"{what}: the KV cache holds {math.floor(cap)} of {batch:g} "
-                                    "requests per rank; the rest queue"]
+        return batch, [
+            f"{what}: weights leave KV room for {cap:.2f} requests of {context_len:.0f} "
+            "tokens per rank (cost/memory.py); predicted as if they fit"
+        ]
+    return float(math.floor(cap)), [
+        f"{what}: the KV cache holds {math.floor(cap)} of {batch:g} requests per rank; the rest queue"
+    ]
 
 
 def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
@@ -130,8 +139,7 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     own_s = 0.0
     for c in range(chunks):
         new = min(budget, isl - c * budget)
-        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget, gen_requests=decodes,
-                          kv_len=kv))
+        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget, gen_requests=decodes, kv_len=kv))
         own_s += st.time_s + _pp_s(fw, group * new + decodes)
         _accumulate(own, st, 1.0)
     dec = fw.step(Step(gen_requests=decodes, kv_len=kv)) if decodes > 0 else StepTime()
@@ -152,13 +160,23 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     wait_s = max(arrival_s - queue_s, 0.0)
     ttft_s = own_s + queue_s + wait_s
     return Prediction(
-        ttft_s=ttft_s, tpot_s=tpot_s,
-        breakdown_ms={"ttft": _ms(own, {"wait_for_iteration": wait_s, "queue_wait": queue_s,
-                                        "pp_p2p": own_s - own.time_s}),
-                      "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
-                      "batch": {"prefill_group": group, "prefill_iteration_share": frac,
-                                "decodes_per_iteration": decodes * pp, "running_per_rank": b}},
-        source=_sources(own, dec), notes=tuple(notes))
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        breakdown_ms={
+            "ttft": _ms(
+                own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own.time_s}
+            ),
+            "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
+            "batch": {
+                "prefill_group": group,
+                "prefill_iteration_share": frac,
+                "decodes_per_iteration": decodes * pp,
+                "running_per_rank": b,
+            },
+        },
+        source=_sources(own, dec),
+        notes=tuple(notes),
+    )
 
 
 def _accumulate(into: StepTime, step: StepTime, weight: float) -> None:
@@ -195,8 +213,7 @@ def kv_transfer_s(prefill: Pool, decode: Pool, isl: int) -> float:
     return isl * per_token / bandwidth + system.p2p_latency_s
 
 
-def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int,
-                   concurrency: float) -> Prediction:
+def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int, concurrency: float) -> Prediction:
     """Disaggregated serving (see the module doc)."""
     _check(isl, osl, concurrency)
     pfw, dfw = prefill.fw, decode.fw
@@ -240,9 +257,13 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int,
     tpot_s = d_s if osl > 1 else 0.0
     ttft_s = wait_s + p_s + transfer_s
     return Prediction(
-        ttft_s=ttft_s, tpot_s=tpot_s,
-        breakdown_ms={"ttft": _ms(p_st, {"queue_wait": wait_s, "kv_transfer": transfer_s,
-                                         "pp_p2p": p_s - p_st.time_s}),
-                      "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
-                      "batch": {"prefill_batch": p_batch, "decode_batch": d_batch}},
-        source=_sources(p_st, d_st), notes=tuple(notes))
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        breakdown_ms={
+            "ttft": _ms(p_st, {"queue_wait": wait_s, "kv_transfer": transfer_s, "pp_p2p": p_s - p_st.time_s}),
+            "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
+            "batch": {"prefill_batch": p_batch, "decode_batch": d_batch},
+        },
+        source=_sources(p_st, d_st),
+        notes=tuple(notes),
+    )

@@ -43,13 +43,34 @@ KV_TRANSFER_EFFICIENCY = 0.8
 BACKENDS = tuple(ITERATION_OVERHEAD_S)
 
 # precision names (CLI and AIConfigurator's quant-mode columns) -> kernel-table dtype
-_GEMM = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "bfloat16", "float16": "bfloat16",
-         "fp8": "fp8", "fp8_static": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
-         "fp4": "nvfp4"}
-_MOE = {**_GEMM, "w4a16_mxfp4": "w4a16_mxfp4", "mxfp4": "w4a16_mxfp4", "int4_wo": "int4_wo",
-        "w4afp8": "w4afp8"}
-_KV = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "bfloat16", "float16": "bfloat16",
-       "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp8", "fp4": "fp8"}
+_GEMM = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "bfloat16",
+    "float16": "bfloat16",
+    "fp8": "fp8",
+    "fp8_static": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "fp4": "nvfp4",
+}
+_MOE = {
+    **_GEMM,
+    "w4a16_mxfp4": "w4a16_mxfp4",
+    "mxfp4": "w4a16_mxfp4",
+    "int4_wo": "int4_wo",
+    "w4afp8": "w4afp8",
+}
+_KV = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "bfloat16",
+    "float16": "bfloat16",
+    "fp8": "fp8",
+    "fp8_block": "fp8",
+    "nvfp4": "fp8",
+    "fp4": "fp8",
+}
 
 
 def iteration_overhead_s(backend: str) -> float:
@@ -77,19 +98,32 @@ class Parallel:
 
     def check(self, model: ModelSpec) -> None:
         """ConfigError when the layout does not fit ``model``'s heads and experts."""
-        require(model.num_heads % self.tp == 0, "tp", self.tp,
-                f"must divide {model.name}'s {model.num_heads} attention heads")
-        require(model.num_layers >= self.pp, "pp", self.pp,
-                f"exceeds {model.name}'s {model.num_layers} layers")
+        require(
+            model.num_heads % self.tp == 0,
+            "tp",
+            self.tp,
+            f"must divide {model.name}'s {model.num_heads} attention heads",
+        )
+        require(
+            model.num_layers >= self.pp, "pp", self.pp, f"exceeds {model.name}'s {model.num_layers} layers"
+        )
         if model.is_moe:
-            require(self.moe_tp * self.moe_ep == self.tp * self.attention_dp, "moe_tp x moe_ep",
-                    (self.moe_tp, self.moe_ep),
-                    f"must equal tp x attention_dp = {self.tp * self.attention_dp}")
-            require(model.num_routed_experts % self.moe_ep == 0, "moe_ep", self.moe_ep,
-                    f"must divide {model.name}'s {model.num_routed_experts} experts")
+            require(
+                self.moe_tp * self.moe_ep == self.tp * self.attention_dp,
+                "moe_tp x moe_ep",
+                (self.moe_tp, self.moe_ep),
+                f"must equal tp x attention_dp = {self.tp * self.attention_dp}",
+            )
+            require(
+                model.num_routed_experts % self.moe_ep == 0,
+                "moe_ep",
+                self.moe_ep,
+                f"must divide {model.name}'s {model.num_routed_experts} experts",
+            )
         elif (self.moe_tp, self.moe_ep) != (1, 1) and self.moe_tp * self.moe_ep != self.tp:
-            raise ConfigError("moe_tp x moe_ep", (self.moe_tp, self.moe_ep),
-                              f"{model.name} is dense: leave them 1")
+            raise ConfigError(
+                "moe_tp x moe_ep", (self.moe_tp, self.moe_ep), f"{model.name} is dense: leave them 1"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +135,15 @@ class Precision:
     kv: str
 
     @classmethod
-    def resolve(cls, model: ModelSpec, precision: str | None = None, *, gemm: str | None = None,
-                moe: str | None = None, kv: str | None = None) -> Precision:
+    def resolve(
+        cls,
+        model: ModelSpec,
+        precision: str | None = None,
+        *,
+        gemm: str | None = None,
+        moe: str | None = None,
+        kv: str | None = None,
+    ) -> Precision:
         """From a precision name and/or per-part quant modes; unset parts follow the checkpoint:
         FP8 checkpoints (1 B/param: DeepSeek, Qwen3-FP8) run block-scaled FP8, MXFP4 experts
         (gpt-oss) W4A16 with BF16 dense layers, the rest BF16. ``fp8`` on an FP8-block checkpoint
@@ -116,8 +157,11 @@ class Precision:
         if g == "fp8" and block:
             g = "fp8_block"
         native_moe = "w4a16_mxfp4" if model.weight_dtype_bytes < 1 else native
-        mo = _pick(_MOE, moe, "moe_quant_mode") if moe else (
-            native_moe if model.weight_dtype_bytes < 1 else (base or native))
+        mo = (
+            _pick(_MOE, moe, "moe_quant_mode")
+            if moe
+            else (native_moe if model.weight_dtype_bytes < 1 else (base or native))
+        )
         if mo == "fp8" and block:
             mo = "fp8_block"
         kv_dtype = _pick(_KV, kv, "kv_dtype") if kv else ("fp8" if g != "bfloat16" else "bfloat16")

@@ -38,8 +38,7 @@ def weight_bytes_per_gpu(model: ModelSpec, par: Parallel, prec: Precision) -> fl
     return (replicated / par.tp + routed / (par.moe_tp * par.moe_ep)) / par.pp
 
 
-def kv_bytes_per_token_gpu(model: ModelSpec, par: Parallel, prec: Precision,
-                           context_len: float) -> float:
+def kv_bytes_per_token_gpu(model: ModelSpec, par: Parallel, prec: Precision, context_len: float) -> float:
     """Mean KV bytes one GPU keeps per token of a ``context_len``-token request."""
     kv_b = DTYPE_BYTES[prec.kv]
     if model.attention_kind == "mla":
@@ -53,8 +52,9 @@ def kv_bytes_per_token_gpu(model: ModelSpec, par: Parallel, prec: Precision,
     return per_layer * tokens / context_len / par.pp
 
 
-def max_requests_per_rank(model: ModelSpec, par: Parallel, prec: Precision, gpu: GPUSpec,
-                          context_len: float) -> float:
+def max_requests_per_rank(
+    model: ModelSpec, par: Parallel, prec: Precision, gpu: GPUSpec, context_len: float
+) -> float:
     """Requests of ``context_len`` tokens one attention rank's KV pool holds (may be < 1: the
     weights leave too little; callers say so)."""
     gpus = par.tp * par.attention_dp * par.pp

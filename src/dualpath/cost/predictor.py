@@ -34,8 +34,9 @@ GRID_BATCH_SIZES = (1, 4, 16)
 class _AttentionTimed(Protocol):
     def peak_flops(self, dtype_bytes: float) -> float: ...
 
-    def prefill_layer_times_s(self, model: ModelSpec, items: Sequence[tuple[int, int]],
-                              *, group_num_tokens: int | None = None) -> tuple[float, float]: ...
+    def prefill_layer_times_s(
+        self, model: ModelSpec, items: Sequence[tuple[int, int]], *, group_num_tokens: int | None = None
+    ) -> tuple[float, float]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +101,10 @@ def fit_attention_predictor(
         intercept, slope = 0.0, float(np.sum(x * y * w * w) / np.sum(x * x * w * w))
     pred = intercept + slope * x
     return FittedAttentionPredictor(
-        model=model, indexer_weight=weight, seconds_per_flop=float(slope), intercept_s=float(intercept),
-        max_rel_error=float(np.max(np.abs(pred - y) / y)), source=getattr(cost, "name", "?"),
+        model=model,
+        indexer_weight=weight,
+        seconds_per_flop=float(slope),
+        intercept_s=float(intercept),
+        max_rel_error=float(np.max(np.abs(pred - y) / y)),
+        source=getattr(cost, "name", "?"),
     )

@@ -12,7 +12,11 @@ if TYPE_CHECKING:
 
 
 def prefill_tokens_per_s(
-    cost: CostModel, model: ModelSpec, *, cached_len: int = 32768, new_len: int = 429,
+    cost: CostModel,
+    model: ModelSpec,
+    *,
+    cached_len: int = 32768,
+    new_len: int = 429,
     num_requests: int = 8,
 ) -> float:
     """New tokens one GPU prefills per second in batches of ``num_requests`` x
@@ -23,8 +27,9 @@ def prefill_tokens_per_s(
     return num_requests * new_len / cost.prefill_iteration_time_s(model, items)
 
 
-def decode_tokens_per_s(cost: CostModel, model: ModelSpec, *, context_len: int = 32768,
-                        batch_size: int = 64) -> float:
+def decode_tokens_per_s(
+    cost: CostModel, model: ModelSpec, *, context_len: int = 32768, batch_size: int = 64
+) -> float:
     """Tokens one GPU generates per second with ``batch_size`` contexts of ``context_len``."""
     require(batch_size >= 1, "batch_size", batch_size, "must be >= 1")
     return batch_size / cost.decode_step_time_s(model, [context_len] * batch_size)

@@ -21,7 +21,11 @@ from dualpath.core.errors import require
 from dualpath.cost.base import CostConfig, Item, check_contexts, check_group, check_items
 from dualpath.cost.efficiency import roofline_s
 from dualpath.cost.shapes import (
-    attention_flops_split, decode_attention_flops, kv_layer_bytes, model_shape, touched_local_experts,
+    attention_flops_split,
+    decode_attention_flops,
+    kv_layer_bytes,
+    model_shape,
+    touched_local_experts,
 )
 
 if TYPE_CHECKING:
@@ -41,8 +45,9 @@ class RooflineCostModel:
     name: str = "roofline"
 
     def __post_init__(self) -> None:
-        require(self.gpu.mem_bytes_per_s > 0, "gpu.mem_bytes_per_s", self.gpu.mem_bytes_per_s,
-                "must be positive")
+        require(
+            self.gpu.mem_bytes_per_s > 0, "gpu.mem_bytes_per_s", self.gpu.mem_bytes_per_s, "must be positive"
+        )
 
     # ---- hardware ---------------------------------------------------------------------------
     @property
@@ -61,17 +66,30 @@ class RooflineCostModel:
         eff = self.config.efficiency
         bf16_peak = self.peak_flops(2)
         flops = main_flops + indexer_flops * bf16_peak / self.peak_flops(1)  # BF16-equivalent
-        return roofline_s(flops, num_bytes, bf16_peak, self.hbm_bytes_per_s,
-                          eff.attention_compute, eff.attention_memory, eff.attention_kernels,
-                          eff.kernel_launch_s)
+        return roofline_s(
+            flops,
+            num_bytes,
+            bf16_peak,
+            self.hbm_bytes_per_s,
+            eff.attention_compute,
+            eff.attention_memory,
+            eff.attention_kernels,
+            eff.kernel_launch_s,
+        )
 
     def dense_op_s(self, model: ModelSpec, num_tokens: float) -> float:
         shape = model_shape(model)
         eff = self.config.efficiency
-        return roofline_s(num_tokens * shape.replicated_flops_per_token_layer,
-                          shape.replicated_weight_bytes_layer, self.peak_flops(shape.weight_dtype_bytes),
-                          self.hbm_bytes_per_s, eff.gemm_compute(int(shape.weight_dtype_bytes)),
-                          eff.gemm_memory, eff.dense_kernels, eff.kernel_launch_s)
+        return roofline_s(
+            num_tokens * shape.replicated_flops_per_token_layer,
+            shape.replicated_weight_bytes_layer,
+            self.peak_flops(shape.weight_dtype_bytes),
+            self.hbm_bytes_per_s,
+            eff.gemm_compute(int(shape.weight_dtype_bytes)),
+            eff.gemm_memory,
+            eff.dense_kernels,
+            eff.kernel_launch_s,
+        )
 
     def moe_op_s(self, model: ModelSpec, group_tokens: float) -> float:
         """Routed experts of one average layer on this GPU when the group routes ``group_tokens``."""
@@ -85,9 +103,19 @@ class RooflineCostModel:
         num_bytes = shape.moe_layer_fraction * touched * shape.expert_weight_bytes
         # flops and bytes are averages over all layers (MoE layers x fraction); so are launches
         launches_s = shape.moe_layer_fraction * eff.moe_kernels * eff.kernel_launch_s
-        return roofline_s(flops, num_bytes, self.peak_flops(shape.weight_dtype_bytes),
-                          self.hbm_bytes_per_s, eff.moe_compute, eff.moe_memory, 0,
-                          0.0) + launches_s
+        return (
+            roofline_s(
+                flops,
+                num_bytes,
+                self.peak_flops(shape.weight_dtype_bytes),
+                self.hbm_bytes_per_s,
+                eff.moe_compute,
+                eff.moe_memory,
+                0,
+                0.0,
+            )
+            + launches_s
+        )
 
     # ---- prefill ----------------------------------------------------------------------------
     def prefill_attention_layer_s(self, model: ModelSpec, items: Sequence[Item]) -> float:
@@ -144,8 +172,9 @@ class RooflineCostModel:
     def decode_step_time_s(
         self, model: ModelSpec, context_lens: Sequence[int], *, group_batch_size: int | None = None
     ) -> float:
-        attention_s, other_s = self.decode_layer_times_s(model, context_lens,
-                                                         group_batch_size=group_batch_size)
+        attention_s, other_s = self.decode_layer_times_s(
+            model, context_lens, group_batch_size=group_batch_size
+        )
         return model.num_layers * (attention_s + other_s)
 
     # ---- policy seam and description ----------------------------------------------------------
@@ -157,5 +186,9 @@ class RooflineCostModel:
     def describe(self) -> dict[str, object]:
         from dataclasses import asdict
 
-        return {"name": self.name, "gpu": self.gpu.name, "ep_size": self.config.ep_size,
-                "efficiency": asdict(self.config.efficiency)}
+        return {
+            "name": self.name,
+            "gpu": self.gpu.name,
+            "ep_size": self.config.ep_size,
+            "efficiency": asdict(self.config.efficiency),
+        }

@@ -79,19 +79,28 @@ def _build_coefficients(model: ModelSpec) -> Coefficients:
         alike.setdefault((model.layer_window(layer), ratio), []).append(layer)
     groups = tuple((n, window, ratio) for (window, ratio), n in sorted(counts.items()))
     uniform = model.window_len is None and not csa
-    attention_layers = ((model.num_layers, -1),) if uniform else tuple(
-        (len(layers), layers[0]) for _, layers in sorted(alike.items(), key=lambda kv: kv[1][0]))
+    attention_layers = (
+        ((model.num_layers, -1),)
+        if uniform
+        else tuple((len(layers), layers[0]) for _, layers in sorted(alike.items(), key=lambda kv: kv[1][0]))
+    )
     return Coefficients(
-        num_layers=model.num_layers, hidden=model.hidden_size,
-        a_linear_flops_per_token=a_linear, f_linear_flops_per_token=f_linear,
-        routed_flops_per_token=2.0 * model.num_moe_layers * model.num_active_experts
-        * expert_params(model),
-        a_weight_elements=attention, f_weight_elements=ffn_non_expert_params(model),
-        expert_elements=expert_params(model), num_moe_layers=model.num_moe_layers,
-        num_routed=model.num_routed_experts, num_active=model.num_active_experts,
+        num_layers=model.num_layers,
+        hidden=model.hidden_size,
+        a_linear_flops_per_token=a_linear,
+        f_linear_flops_per_token=f_linear,
+        routed_flops_per_token=2.0 * model.num_moe_layers * model.num_active_experts * expert_params(model),
+        a_weight_elements=attention,
+        f_weight_elements=ffn_non_expert_params(model),
+        expert_elements=expert_params(model),
+        num_moe_layers=model.num_moe_layers,
+        num_routed=model.num_routed_experts,
+        num_active=model.num_active_experts,
         kv_elements=model.kv_elements_per_token_layer,
         index_elements=model.index_head_dim if model.index_num_heads else 0,
-        groups=groups, attention_layers=attention_layers, csa=csa,
+        groups=groups,
+        attention_layers=attention_layers,
+        csa=csa,
         sparse_top_k=model.sparse_top_k,
     )
 
@@ -107,8 +116,7 @@ def attention_flops(model: ModelSpec, cached_len: int, new_len: int) -> float:
             memo.clear()
         flops = 0.0
         for count, layer in c.attention_layers:
-            flops += count * model.attention_flops_layer(cached_len, new_len,
-                                                         None if layer < 0 else layer)
+            flops += count * model.attention_flops_layer(cached_len, new_len, None if layer < 0 else layer)
         memo[key] = flops
     return flops
 

@@ -138,8 +138,7 @@ def touched_experts(model: ModelSpec, num_tokens: float) -> float:
     return c.num_routed * (1.0 - math.exp(num_tokens * math.log(miss)) if miss > 0 else 1.0)
 
 
-def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int,
-               bits: int = 16) -> StageWork:
+def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int, bits: int = 16) -> StageWork:
     """Work of one iteration of ``stage``. Prefill (pa, pf): ``batch`` prompts of ``context_len``
     new tokens each (causal, empty cache). Decode (da, df): ``batch`` sequences, each with
     ``context_len`` cached tokens and one new token."""
@@ -153,8 +152,9 @@ def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int,
     tokens = batch * context_len if prefill else batch
     act = 2.0 * tokens * c.hidden * c.num_layers * eb
     if stage in ATTENTION_STAGES:
-        core = batch * (_attention_flops(model, 0, context_len) if prefill
-                        else _attention_flops(model, context_len, 1))
+        core = batch * (
+            _attention_flops(model, 0, context_len) if prefill else _attention_flops(model, context_len, 1)
+        )
         if prefill:
             entries, keys = _kv_entries(c, context_len, read=False)
             kv_read, kv_write = 0.0, batch * (entries * c.kv_elements + keys * c.index_elements)
@@ -163,18 +163,32 @@ def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int,
             kv_read = batch * (entries * c.kv_elements + keys * c.index_elements)
             kv_write = batch * c.num_layers * (c.kv_elements + (0 if c.csa else c.index_elements))
         return StageWork(
-            flops=tokens * c.a_linear_flops_per_token + core, weight_bytes=c.a_weight_elements * eb,
-            kv_read_bytes=kv_read * kv_eb, kv_write_bytes=kv_write * kv_eb, act_bytes=act,
-            num_layers=c.num_layers, stage=stage, attention_flops=core)
+            flops=tokens * c.a_linear_flops_per_token + core,
+            weight_bytes=c.a_weight_elements * eb,
+            kv_read_bytes=kv_read * kv_eb,
+            kv_write_bytes=kv_write * kv_eb,
+            act_bytes=act,
+            num_layers=c.num_layers,
+            stage=stage,
+            attention_flops=core,
+        )
     routed = c.num_moe_layers * touched_experts(model, tokens) * c.expert_elements * eb
     return StageWork(
-        flops=tokens * c.f_linear_flops_per_token, weight_bytes=c.f_weight_elements * eb + routed,
-        kv_read_bytes=0.0, kv_write_bytes=0.0, act_bytes=act, num_layers=c.num_layers,
-        stage=stage, routed_flops=tokens * c.routed_flops_per_token, routed_weight_bytes=routed)
+        flops=tokens * c.f_linear_flops_per_token,
+        weight_bytes=c.f_weight_elements * eb + routed,
+        kv_read_bytes=0.0,
+        kv_write_bytes=0.0,
+        act_bytes=act,
+        num_layers=c.num_layers,
+        stage=stage,
+        routed_flops=tokens * c.routed_flops_per_token,
+        routed_weight_bytes=routed,
+    )
 
 
-def stage_time_s(work: StageWork, device: Device, *, efficiency: Efficiency = IDEAL_EFFICIENCY,
-                 bits: int = 16) -> float:
+def stage_time_s(
+    work: StageWork, device: Device, *, efficiency: Efficiency = IDEAL_EFFICIENCY, bits: int = 16
+) -> float:
     """Roofline time of ``work`` on ``device``: ``max(flops / peak, bytes / bandwidth)`` (the
     paper's Eq. 1; ``cost.efficiency.roofline_s``, the function every cost model uses) with the
     efficiencies of ``efficiency`` (IDEAL: all 1.0, no launch term). Fitted efficiencies rate
@@ -184,14 +198,26 @@ def stage_time_s(work: StageWork, device: Device, *, efficiency: Efficiency = ID
     if efficiency is IDEAL_EFFICIENCY:
         kernels = 0
     else:
-        kernels = work.num_layers * (efficiency.attention_kernels if work.stage in ATTENTION_STAGES
-                                     else efficiency.dense_kernels + efficiency.moe_kernels)
-    return roofline_s(flops, num_bytes, device.peak_flops(bits), device.mem_bytes_per_s, 1.0, 1.0,
-                      kernels, efficiency.kernel_launch_s)
+        kernels = work.num_layers * (
+            efficiency.attention_kernels
+            if work.stage in ATTENTION_STAGES
+            else efficiency.dense_kernels + efficiency.moe_kernels
+        )
+    return roofline_s(
+        flops,
+        num_bytes,
+        device.peak_flops(bits),
+        device.mem_bytes_per_s,
+        1.0,
+        1.0,
+        kernels,
+        efficiency.kernel_launch_s,
+    )
 
 
-def stage_roofline_s(work: StageWork, device: Device, *,
-                     efficiency: Efficiency = IDEAL_EFFICIENCY, bits: int = 16) -> tuple[float, float]:
+def stage_roofline_s(
+    work: StageWork, device: Device, *, efficiency: Efficiency = IDEAL_EFFICIENCY, bits: int = 16
+) -> tuple[float, float]:
     """(compute seconds, memory seconds) of ``work`` on ``device``, before the max (no launches)."""
     flops, num_bytes = _effective(work, efficiency, bits)
     return flops / device.peak_flops(bits), num_bytes / device.mem_bytes_per_s
@@ -202,11 +228,17 @@ def _effective(work: StageWork, eff: Efficiency, bits: int) -> tuple[float, floa
     if eff is IDEAL_EFFICIENCY:
         return work.flops, work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes + work.act_bytes
     gemm = work.flops - work.attention_flops - work.routed_flops
-    flops = (gemm / eff.gemm_compute(int(bits // 8)) + work.attention_flops / eff.attention_compute
-             + work.routed_flops / eff.moe_compute)
+    flops = (
+        gemm / eff.gemm_compute(int(bits // 8))
+        + work.attention_flops / eff.attention_compute
+        + work.routed_flops / eff.moe_compute
+    )
     dense_bytes = work.weight_bytes - work.routed_weight_bytes + work.act_bytes
-    num_bytes = (dense_bytes / eff.gemm_memory + work.kv_bytes() / eff.attention_memory
-                 + work.routed_weight_bytes / eff.moe_memory)
+    num_bytes = (
+        dense_bytes / eff.gemm_memory
+        + work.kv_bytes() / eff.attention_memory
+        + work.routed_weight_bytes / eff.moe_memory
+    )
     return flops, num_bytes
 
 

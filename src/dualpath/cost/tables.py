@@ -21,7 +21,7 @@ import numpy as np
 
 from dualpath.core.errors import ConfigError
 from dualpath.core.paths import DATA_DIR_ENV
-from dualpath.core.paths import data_dir as resolve_data_dir  # the name cost callers use
+from dualpath.core.paths import data_dir as resolve_data_dir  # noqa: F401 (the name cost callers use)
 
 PERF_DB = Path("hardware") / "aiconfigurator-perf-db"
 MS = 1e-3
@@ -33,9 +33,13 @@ def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:
     """Folder of ``gpu_name``'s kernel tables; ConfigError naming the path when absent."""
     path = data_dir / PERF_DB / f"{gpu_name}_sxm"
     if not path.is_dir():
-        raise ConfigError("data_dir", str(path), f"no measured kernel tables for gpu {gpu_name!r} "
-                          f"(set {DATA_DIR_ENV} or pass data_dir=; h100/h200 have full tables, "
-                          "b200 attention and MoE only)")
+        raise ConfigError(
+            "data_dir",
+            str(path),
+            f"no measured kernel tables for gpu {gpu_name!r} "
+            f"(set {DATA_DIR_ENV} or pass data_dir=; h100/h200 have full tables, "
+            "b200 attention and MoE only)",
+        )
     return path
 
 
@@ -64,8 +68,9 @@ def read_table(path: Path) -> Frame:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConfigError("kernel table", str(path), "reading kernel tables needs pyarrow: "
-                          f"{EXTRA_HINT}") from None
+        raise ConfigError(
+            "kernel table", str(path), f"reading kernel tables needs pyarrow: {EXTRA_HINT}"
+        ) from None
     table = pq.read_table(path)
     return Frame({name: table.column(name).to_numpy() for name in table.column_names})
 

@@ -22,8 +22,7 @@ from dualpath.core.errors import ConfigError, UnknownNameError, require
 from dualpath.spec.models import ModelSpec
 from dualpath.spec.params import shape_active_params, shape_total_params
 
-FACTORS = ("kv_width", "kv_lora_rank", "active_experts_x", "total_experts_x", "ffn_expansion",
-           "dtype_bytes")
+FACTORS = ("kv_width", "kv_lora_rank", "active_experts_x", "total_experts_x", "ffn_expansion", "dtype_bytes")
 DTYPE_SCOPES = ("weights", "all")
 
 
@@ -37,8 +36,12 @@ def _number(key: str, value: object) -> float:
 def _whole(key: str, factor: float, value: float, what: str) -> int:
     """``value`` (what ``factor`` gives) as a whole number >= 1; the error names ``factor``."""
     rounded = round(value)
-    require(abs(value - rounded) < 1e-9 and rounded >= 1, key, factor,
-            f"gives {value:g} {what}; must be a whole number >= 1")
+    require(
+        abs(value - rounded) < 1e-9 and rounded >= 1,
+        key,
+        factor,
+        f"gives {value:g} {what}; must be a whole number >= 1",
+    )
     return int(rounded)
 
 
@@ -47,12 +50,20 @@ def _experts(model: ModelSpec, key: str, factor: float, *, active: bool) -> dict
     require(factor > 0, key, factor, "must be positive")
     if active:
         k = _whole(key, factor, model.num_active_experts * factor, "active experts")
-        require(k <= model.num_routed_experts, key, factor,
-                f"{k} active experts exceed the {model.num_routed_experts} routed experts")
+        require(
+            k <= model.num_routed_experts,
+            key,
+            factor,
+            f"{k} active experts exceed the {model.num_routed_experts} routed experts",
+        )
         return {"num_active_experts": k}
     total = _whole(key, factor, model.num_routed_experts * factor, "routed experts")
-    require(total >= model.num_active_experts, key, factor,
-            f"{total} routed experts are fewer than the {model.num_active_experts} active")
+    require(
+        total >= model.num_active_experts,
+        key,
+        factor,
+        f"{total} routed experts are fewer than the {model.num_active_experts} active",
+    )
     return {"num_routed_experts": total}
 
 
@@ -76,8 +87,9 @@ def _change(model: ModelSpec, key: str, value: float, scope: str) -> dict[str, o
     raise UnknownNameError("ablation factor", key, FACTORS)
 
 
-def apply_overrides(model: ModelSpec, overrides: Mapping[str, object], *,
-                    dtype_scope: str | None = None) -> ModelSpec:
+def apply_overrides(
+    model: ModelSpec, overrides: Mapping[str, object], *, dtype_scope: str | None = None
+) -> ModelSpec:
     """``model`` with ``overrides`` (factor -> value) applied, totals recomputed from shapes.
 
     ``dtype_scope`` ("weights", default, or "all") may also be given as ``overrides["dtype_scope"]``.
@@ -108,7 +120,8 @@ def apply_overrides(model: ModelSpec, overrides: Mapping[str, object], *,
         # the spec's KV layout (FP8 + scales) scales with the element count
         scale = draft.kv_elements_per_token_layer / model.kv_elements_per_token_layer
         changes["kv_bytes_per_token_layer_override"] = max(
-            1, round(model.kv_bytes_per_token_layer_override * scale))
+            1, round(model.kv_bytes_per_token_layer_override * scale)
+        )
     changes["total_params"] = max(total, active)
     changes["active_params"] = active
     return dataclasses.replace(model, **changes)  # type: ignore[arg-type]

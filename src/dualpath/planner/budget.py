@@ -52,8 +52,7 @@ def budget_kind(catalog_name: str) -> str:
     return "power_w" if catalog_name == "npu" else "usd_per_hr"
 
 
-def cheapest_nd(model: ModelSpec, devices: tuple[CatalogDevice, ...],
-                kind: str) -> tuple[float, str]:
+def cheapest_nd(model: ModelSpec, devices: tuple[CatalogDevice, ...], kind: str) -> tuple[float, str]:
     """(cost, description) of the cheapest ND deployment holding the 16-bit weights."""
     best: tuple[float, str] | None = None
     for dev in devices:
@@ -68,14 +67,24 @@ def cheapest_nd(model: ModelSpec, devices: tuple[CatalogDevice, ...],
                 if best is None or (cost, desc) < best:
                     best = (cost, desc)
     if best is None:
-        raise ConfigError("model", model.name, "no catalogue deployment of up to "
-                          f"{max(TP_DEGREES) * max(PP_DEGREES)} devices holds its 16-bit weights")
+        raise ConfigError(
+            "model",
+            model.name,
+            "no catalogue deployment of up to "
+            f"{max(TP_DEGREES) * max(PP_DEGREES)} devices holds its 16-bit weights",
+        )
     return best
 
 
-def resolve_budget(model: ModelSpec, devices: tuple[CatalogDevice, ...], catalog_name: str, *,
-                   budget_w: float | None, budget_usd_hr: float | None,
-                   budget_scale: float) -> Budget:
+def resolve_budget(
+    model: ModelSpec,
+    devices: tuple[CatalogDevice, ...],
+    catalog_name: str,
+    *,
+    budget_w: float | None,
+    budget_usd_hr: float | None,
+    budget_scale: float,
+) -> Budget:
     """The run's budget: explicit (``budget_w`` for NPUs, ``budget_usd_hr`` for GPUs) or
     ``budget_scale x cheapest_nd``. ``model`` must be the unmodified model."""
     kind = budget_kind(catalog_name)
@@ -88,9 +97,9 @@ def resolve_budget(model: ModelSpec, devices: tuple[CatalogDevice, ...], catalog
         raise ConfigError(key, wrong, f"the {catalog_name} catalogue is budgeted in {kind}")
     if explicit is not None:
         require(explicit > 0, "budget", explicit, "must be > 0")
-        return Budget(kind=kind, value=float(explicit), scale=None, reference_cost=None,
-                      reference=None)
+        return Budget(kind=kind, value=float(explicit), scale=None, reference_cost=None, reference=None)
     require(budget_scale > 0, "budget_scale", budget_scale, "must be > 0")
     cost, desc = cheapest_nd(model, devices, kind)
-    return Budget(kind=kind, value=budget_scale * cost, scale=budget_scale, reference_cost=cost,
-                  reference=desc)
+    return Budget(
+        kind=kind, value=budget_scale * cost, scale=budget_scale, reference_cost=cost, reference=desc
+    )

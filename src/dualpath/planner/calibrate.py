@@ -44,23 +44,35 @@ def fig5_loss(pdaf_means: Mapping[str, float | None]) -> float:
     return loss
 
 
-def scan(scales: Sequence[float], *, models: Sequence[str] = PAPER_MODELS,
-         ratios: Sequence[float] = FIT_RATIOS, cache: PlanCache | None = None,
-         progress: Callable[[str], None] | None = None, **config: Any) -> list[dict]:
+def scan(
+    scales: Sequence[float],
+    *,
+    models: Sequence[str] = PAPER_MODELS,
+    ratios: Sequence[float] = FIT_RATIOS,
+    cache: PlanCache | None = None,
+    progress: Callable[[str], None] | None = None,
+    **config: Any,
+) -> list[dict]:
     """One NPU sweep per scale; ``config`` sets other PlanConfig fields (e.g. ``top_k``)."""
     from dualpath.planner.api import PlanConfig
 
     cache = cache or PlanCache()
     points = []
     for scale in scales:
-        base = PlanConfig(model=models[0], catalog="npu", io_ratio=ratios[0],
-                          budget_scale=scale, **config)
+        base = PlanConfig(model=models[0], catalog="npu", io_ratio=ratios[0], budget_scale=scale, **config)
         res = sweep(base, models, ratios, cache=cache, progress=progress)
         means = res["model_mean_x_nd"].get("pdaf", {})
-        points.append({"budget_scale": scale, "loss": fig5_loss(means), "pdaf_mean": means,
-                       "pd_mean": res["model_mean_x_nd"].get("pd", {}),
-                       "af_mean": res["model_mean_x_nd"].get("af", {}),
-                       "counts": res["counts"], "rows": res["rows"]})
+        points.append(
+            {
+                "budget_scale": scale,
+                "loss": fig5_loss(means),
+                "pdaf_mean": means,
+                "pd_mean": res["model_mean_x_nd"].get("pd", {}),
+                "af_mean": res["model_mean_x_nd"].get("af", {}),
+                "counts": res["counts"],
+                "rows": res["rows"],
+            }
+        )
     return points
 
 

@@ -34,20 +34,28 @@ from pathlib import Path
 from typing import Literal
 
 from dualpath.core.errors import ConfigError, UnknownNameError, require
+from dualpath.planner.power import MEMORY_POWER, device_power_w, memory_power_w, power_fit
 from dualpath.spec.device import Device, DeviceSpec, npu_name
 from dualpath.spec.hardware import GPUSpec, get_gpu
-from dualpath.planner.power import MEMORY_POWER, device_power_w, memory_power_w, power_fit
 
 CatalogName = Literal["npu", "gpu"]
 BudgetKind = Literal["power_w", "usd_per_hr"]
 CATALOGS = ("npu", "gpu")
 NPU_COMPUTE_TIERS_TFLOPS = (25.0, 100.0, 250.0, 2500.0, 10000.0, 20000.0)
 NPU_MEMORY_POINTS: tuple[tuple[str, float, float], ...] = (
-    ("sram", 0.23, 80000.0), ("sram", 2.0, 150000.0),
-    ("hbm", 16.0, 1000.0), ("hbm", 80.0, 3350.0), ("hbm", 141.0, 4800.0), ("hbm", 190.0, 8000.0),
-    ("gddr", 24.0, 1008.0), ("gddr", 48.0, 864.0),
-    ("lpddr", 32.0, 200.0), ("lpddr", 128.0, 546.0), ("lpddr", 480.0, 512.0),
-    ("ddr", 256.0, 307.0), ("ddr", 1024.0, 614.0),
+    ("sram", 0.23, 80000.0),
+    ("sram", 2.0, 150000.0),
+    ("hbm", 16.0, 1000.0),
+    ("hbm", 80.0, 3350.0),
+    ("hbm", 141.0, 4800.0),
+    ("hbm", 190.0, 8000.0),
+    ("gddr", 24.0, 1008.0),
+    ("gddr", 48.0, 864.0),
+    ("lpddr", 32.0, 200.0),
+    ("lpddr", 128.0, 546.0),
+    ("lpddr", 480.0, 512.0),
+    ("ddr", 256.0, 307.0),
+    ("ddr", 1024.0, 614.0),
 )
 GPU_CATALOG = ("h100", "a100", "a100-40gb", "l40s", "l4", "a10g", "t4", "v100", "m60")
 PRICES_FILE = Path(__file__).with_name("gpu_prices.json")
@@ -94,9 +102,14 @@ class CatalogDevice:
         raise UnknownNameError("budget kind", str(budget_kind), ("power_w", "usd_per_hr"))
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "kind": self.kind, "compute_tflops": self.compute_tflops,
-                "memory": self.memory, "capacity_gb": self.capacity_gb,
-                "bandwidth_gbs": self.bandwidth_gbs}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "compute_tflops": self.compute_tflops,
+            "memory": self.memory,
+            "capacity_gb": self.capacity_gb,
+            "bandwidth_gbs": self.bandwidth_gbs,
+        }
 
 
 @lru_cache(maxsize=1)
@@ -105,10 +118,18 @@ def npu_catalog() -> tuple[CatalogDevice, ...]:
     out = []
     for tflops in NPU_COMPUTE_TIERS_TFLOPS:
         for family, gb, gbs in NPU_MEMORY_POINTS:
-            dev = DeviceSpec(name=npu_name(tflops, family, gb), compute_tflops=tflops,
-                             memory_family=family, capacity_gb=gb, bandwidth_gbs=gbs)
-            out.append(CatalogDevice(device=dev, kind="npu", usd_per_hr=None,
-                                     power_w=device_power_w(tflops, family, gb, gbs)))
+            dev = DeviceSpec(
+                name=npu_name(tflops, family, gb),
+                compute_tflops=tflops,
+                memory_family=family,
+                capacity_gb=gb,
+                bandwidth_gbs=gbs,
+            )
+            out.append(
+                CatalogDevice(
+                    device=dev, kind="npu", usd_per_hr=None, power_w=device_power_w(tflops, family, gb, gbs)
+                )
+            )
     return tuple(out)
 
 
@@ -153,8 +174,7 @@ def gpu_catalog(prices: Path | None = None) -> tuple[CatalogDevice, ...]:
     for name in GPU_CATALOG:
         gpu: GPUSpec = get_gpu(name)
         require(name in table, "prices", name, "no price for this catalogue GPU")
-        out.append(CatalogDevice(device=gpu, kind="gpu", power_w=gpu.tdp_w,
-                                 usd_per_hr=table[name]))
+        out.append(CatalogDevice(device=gpu, kind="gpu", power_w=gpu.tdp_w, usd_per_hr=table[name]))
     return tuple(out)
 
 
@@ -177,24 +197,42 @@ def catalog_report(name: str, prices: Path | None = None) -> dict[str, object]:
         if d.kind == "gpu":
             mem = memory_power_w(d.memory, d.capacity_gb, d.bandwidth_gbs)
             modelled = fit.compute_power_w(d.compute_tflops) + mem
-            row.update(datasheet_tdp_w=d.power_w, modelled_power_w=modelled, memory_power_w=mem,
-                       power_rel_error=modelled / d.power_w - 1.0)
+            row.update(
+                datasheet_tdp_w=d.power_w,
+                modelled_power_w=modelled,
+                memory_power_w=mem,
+                power_rel_error=modelled / d.power_w - 1.0,
+            )
         rows.append(row)
     report: dict[str, object] = {
-        "catalog": name, "efficiency_default": "ideal", "alpha": fit.alpha, "p_ref_w": fit.p_ref_w,
-        "f_ref_tflops": fit.f_ref_tflops, "fit_max_rel_error": fit.max_rel_error,
+        "catalog": name,
+        "efficiency_default": "ideal",
+        "alpha": fit.alpha,
+        "p_ref_w": fit.p_ref_w,
+        "f_ref_tflops": fit.f_ref_tflops,
+        "fit_max_rel_error": fit.max_rel_error,
         "power_fit": fit.to_json(),
-        "memory_power": {k: {"pj_per_bit": v.pj_per_bit, "idle_w_per_gb": v.idle_w_per_gb,
-                             "on_chip": v.on_chip, "source": v.source}
-                         for k, v in MEMORY_POWER.items()},
+        "memory_power": {
+            k: {
+                "pj_per_bit": v.pj_per_bit,
+                "idle_w_per_gb": v.idle_w_per_gb,
+                "on_chip": v.on_chip,
+                "source": v.source,
+            }
+            for k, v in MEMORY_POWER.items()
+        },
         "devices": rows,
     }
     if name == "gpu":
         shipped = json.loads(PRICES_FILE.read_text(encoding="utf-8"))
-        report["prices"] = {"source": shipped["source"], "date": shipped["date"],
-                            "override": None if prices is None else str(prices)}
+        report["prices"] = {
+            "source": shipped["source"],
+            "date": shipped["date"],
+            "override": None if prices is None else str(prices),
+        }
     else:
         report["compute_tiers_tflops"] = list(NPU_COMPUTE_TIERS_TFLOPS)
-        report["memory_points"] = [{"memory": f, "capacity_gb": gb, "bandwidth_gbs": gbs}
-                                   for f, gb, gbs in NPU_MEMORY_POINTS]
+        report["memory_points"] = [
+            {"memory": f, "capacity_gb": gb, "bandwidth_gbs": gbs} for f, gb, gbs in NPU_MEMORY_POINTS
+        ]
     return report

@@ -21,12 +21,27 @@ from typing import Any
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
 from dualpath.planner import figures_roofline as fr
-from dualpath.planner.report import (ABLATION_MODELS, ABLATION_VALUES, PAPER_MODELS, SWEEP_RATIOS,
-                                     PlanCache, ablate, sweep)
+from dualpath.planner.report import (
+    ABLATION_MODELS,
+    ABLATION_VALUES,
+    PAPER_MODELS,
+    SWEEP_RATIOS,
+    PlanCache,
+    ablate,
+    sweep,
+)
 
-FIGURES = ("fig5_crossover", "fig6_npu_modes", "fig7_gpu_modes", "table5_allocations",
-           "fig_ablation", "fig_roofline_gap", "fig_power_fit", "fig_roofline_vs_measured",
-           "fig_workloads")
+FIGURES = (
+    "fig5_crossover",
+    "fig6_npu_modes",
+    "fig7_gpu_modes",
+    "table5_allocations",
+    "fig_ablation",
+    "fig_roofline_gap",
+    "fig_power_fit",
+    "fig_roofline_vs_measured",
+    "fig_workloads",
+)
 PANEL_RATIOS = (0.01, 1.0, 100.0)
 TABLE_RATIO = 100.0
 
@@ -38,8 +53,7 @@ class FigureGrid:
     models: tuple[str, ...] = PAPER_MODELS
     ratios: tuple[float, ...] = SWEEP_RATIOS
     ablation_models: tuple[str, ...] = ABLATION_MODELS
-    ablation_values: Mapping[str, tuple[float, ...]] = field(
-        default_factory=lambda: dict(ABLATION_VALUES))
+    ablation_values: Mapping[str, tuple[float, ...]] = field(default_factory=lambda: dict(ABLATION_VALUES))
     workload_models: tuple[str, ...] = PAPER_MODELS
     gpu_ratios: tuple[float, ...] | None = None  # None: the NPU ratios
     num_requests: int | None = None
@@ -49,25 +63,45 @@ class FigureGrid:
     def base(self, catalog: str, model: str, io_ratio: float):  # -> PlanConfig
         from dualpath.planner.api import PlanConfig
 
-        given: dict[str, Any] = {"num_requests": self.num_requests, "top_k": self.top_k,
-                                 "budget_scale": self.budget_scale}
-        return PlanConfig(model=model, catalog=catalog, io_ratio=io_ratio,  # type: ignore[arg-type]
-                          **{k: v for k, v in given.items() if v is not None})
+        given: dict[str, Any] = {
+            "num_requests": self.num_requests,
+            "top_k": self.top_k,
+            "budget_scale": self.budget_scale,
+        }
+        return PlanConfig(
+            model=model,
+            catalog=catalog,
+            io_ratio=io_ratio,  # type: ignore[arg-type]
+            **{k: v for k, v in given.items() if v is not None},
+        )
 
 
 FULL_GRID = FigureGrid()
 QUICK_GRID = FigureGrid(
-    models=("gpt-oss-120b", "glm-4.6", "deepseek-v4-flash"), ratios=(0.01, 1.0, 10.0, 100.0),
+    models=("gpt-oss-120b", "glm-4.6", "deepseek-v4-flash"),
+    ratios=(0.01, 1.0, 10.0, 100.0),
     ablation_models=("deepseek-v4-flash",),
-    ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0),
-                     "total_experts_x": (1.0, 4.0), "ffn_expansion": (1.0, 4.0),
-                     "dtype_bytes": (2.0, 1.0)},
-    workload_models=("gpt-oss-120b",), num_requests=100, top_k=2)
+    ablation_values={
+        "kv_width": (128.0, 4096.0),
+        "active_experts_x": (1.0, 4.0),
+        "total_experts_x": (1.0, 4.0),
+        "ffn_expansion": (1.0, 4.0),
+        "dtype_bytes": (2.0, 1.0),
+    },
+    workload_models=("gpt-oss-120b",),
+    num_requests=100,
+    top_k=2,
+)
 
 
-def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | None = None,
-                 only: tuple[str, ...] | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict:
+def make_figures(
+    out: str | Path,
+    *,
+    quick: bool = False,
+    grid: FigureGrid | None = None,
+    only: tuple[str, ...] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Plan what the figures need, draw them, write index.json; returns the index object.
 
     ``only`` limits the run to some of :data:`FIGURES`; a figure whose data are missing is
@@ -89,8 +123,11 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
     sweeps: dict[str, dict] = {}
     ratios = tuple(sorted(set(grid.ratios) | ({TABLE_RATIO} if _wants_table(names) else set())))
 
-    gpu_ratios = ratios if grid.gpu_ratios is None else tuple(
-        sorted(set(grid.gpu_ratios) | ({TABLE_RATIO} if _wants_table(names) else set())))
+    gpu_ratios = (
+        ratios
+        if grid.gpu_ratios is None
+        else tuple(sorted(set(grid.gpu_ratios) | ({TABLE_RATIO} if _wants_table(names) else set())))
+    )
 
     def get_sweep(catalog: str) -> dict:
         if catalog not in sweeps:
@@ -113,13 +150,13 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
     if "fig_ablation" in names:
         for factor, values in grid.ablation_values.items():
             base = grid.base("npu", grid.ablation_models[0], TABLE_RATIO)
-            ablations[factor] = ablate(base, factor, values, grid.ablation_models,
-                                       io_ratio=TABLE_RATIO, cache=cache, progress=note)
+            ablations[factor] = ablate(
+                base, factor, values, grid.ablation_models, io_ratio=TABLE_RATIO, cache=cache, progress=note
+            )
             files.append(_dump(outdir / f"ablate_{factor}.json", ablations[factor]))
         files += fm.fig_ablation(outdir, ablations)
     if "fig_roofline_gap" in names:
-        panels = {c: {m: cache(grid.base(c, m, TABLE_RATIO)) for m in grid.models}
-                  for c in ("npu", "gpu")}
+        panels = {c: {m: cache(grid.base(c, m, TABLE_RATIO)) for m in grid.models} for c in ("npu", "gpu")}
         files += fr.fig_roofline_gap(outdir, panels)
     if "fig_power_fit" in names:
         from dualpath.planner.figures_power import plot_power_fit
@@ -128,28 +165,38 @@ def make_figures(out: str | Path, *, quick: bool = False, grid: FigureGrid | Non
     data = data_dir()
     if "fig_roofline_vs_measured" in names:
         if importlib.util.find_spec("pyarrow") is None:
-            skipped["fig_roofline_vs_measured"] = ("reading the kernel tables needs pyarrow: "
-                                                   "pip install 'dualpath[calibrated]'")
+            skipped["fig_roofline_vs_measured"] = (
+                "reading the kernel tables needs pyarrow: pip install 'dualpath[calibrated]'"
+            )
         elif (data / fr.GEMM_TABLE).is_file() and (data / fr.NCCL_TABLE).is_file():
             files += fr.fig_roofline_vs_measured(outdir, data)
         else:
             skipped["fig_roofline_vs_measured"] = (
-                f"no H100 GEMM/NCCL tables under {data / fr.GEMM_TABLE.parents[3]} "
-                f"(set {DATA_DIR_ENV})")
+                f"no H100 GEMM/NCCL tables under {data / fr.GEMM_TABLE.parents[3]} (set {DATA_DIR_ENV})"
+            )
     if "fig_workloads" in names:
         files += _workloads(outdir, grid, cache, note, skipped)
     findings_files = _findings(outdir, sweeps, ablations, grid)
     files += findings_files
-    index = {"figures": [n for n in names if n not in skipped], "skipped": skipped,
-             "files": [str(p) for p in files], "quick": quick,
-             "grid": {"models": list(grid.models), "ratios": list(ratios),
-                      "gpu_ratios": list(gpu_ratios),
-                      "ablation_models": list(grid.ablation_models),
-                      "ablation_values": {k: list(v) for k, v in grid.ablation_values.items()},
-                      "num_requests": grid.num_requests, "top_k": grid.top_k,
-                      "budget_scale": grid.budget_scale},
-             "plans_run": cache.calls, "plan_wall_s": cache.wall_s,
-             "wall_s": time.perf_counter() - started}
+    index = {
+        "figures": [n for n in names if n not in skipped],
+        "skipped": skipped,
+        "files": [str(p) for p in files],
+        "quick": quick,
+        "grid": {
+            "models": list(grid.models),
+            "ratios": list(ratios),
+            "gpu_ratios": list(gpu_ratios),
+            "ablation_models": list(grid.ablation_models),
+            "ablation_values": {k: list(v) for k, v in grid.ablation_values.items()},
+            "num_requests": grid.num_requests,
+            "top_k": grid.top_k,
+            "budget_scale": grid.budget_scale,
+        },
+        "plans_run": cache.calls,
+        "plan_wall_s": cache.wall_s,
+        "wall_s": time.perf_counter() - started,
+    }
     (outdir / "index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
     return index
 
@@ -163,8 +210,9 @@ def _dump(path: Path, obj: dict) -> Path:
     return path
 
 
-def _workloads(out: Path, grid: FigureGrid, cache: PlanCache, note: Callable[[str], None],
-               skipped: dict[str, str]) -> list[Path]:
+def _workloads(
+    out: Path, grid: FigureGrid, cache: PlanCache, note: Callable[[str], None], skipped: dict[str, str]
+) -> list[Path]:
     """PD x ND for agentic and chatbot workloads, at each model's I/O = 100 budget and rate."""
     from dualpath.core.errors import ConfigError
 
@@ -172,8 +220,9 @@ def _workloads(out: Path, grid: FigureGrid, cache: PlanCache, note: Callable[[st
     for model in grid.workload_models:
         results[model] = {}
         for kind in ("agentic", "chatbot"):
-            base = dataclasses.replace(grid.base("npu", model, TABLE_RATIO), workload=kind,
-                                       modes=("nd", "pd"))
+            base = dataclasses.replace(
+                grid.base("npu", model, TABLE_RATIO), workload=kind, modes=("nd", "pd")
+            )
             try:
                 results[model][kind] = cache(base)
             except ConfigError as exc:  # the chatbot trace needs the shared data
@@ -183,8 +232,7 @@ def _workloads(out: Path, grid: FigureGrid, cache: PlanCache, note: Callable[[st
     return fm.fig_workloads(out, results)
 
 
-def _findings(out: Path, sweeps: dict[str, dict], ablations: dict[str, dict],
-              grid: FigureGrid) -> list[Path]:
+def _findings(out: Path, sweeps: dict[str, dict], ablations: dict[str, dict], grid: FigureGrid) -> list[Path]:
     from dualpath.planner.findings import findings, findings_markdown
 
     table = findings(sweeps.get("npu"), sweeps.get("gpu"), ablations)

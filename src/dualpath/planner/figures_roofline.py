@@ -36,8 +36,15 @@ def _points(result: Mapping) -> list[tuple[str, str, float, float, float]]:
         for stage in pool["stages"]:
             if stage in ("da", "df"):
                 dev = pool["device"]
-                out.append((stage, dev["name"], prof[stage]["arithmetic_intensity"],
-                            float(dev["compute_tflops"]), float(dev["bandwidth_gbs"])))
+                out.append(
+                    (
+                        stage,
+                        dev["name"],
+                        prof[stage]["arithmetic_intensity"],
+                        float(dev["compute_tflops"]),
+                        float(dev["bandwidth_gbs"]),
+                    )
+                )
     return out
 
 
@@ -57,23 +64,59 @@ def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> 
                 devices[dev] = (peak, bw)
                 y = _attained(ai, peak, bw)
                 xy.append((ai, y))
-                ax.scatter([ai], [y / 1e12], marker="o" if stage == "da" else "s", color=color,
-                           s=40, zorder=3, edgecolors="black" if stage == "df" else "none")
-                rows.append([catalog, model, stage, dev, ai, peak, bw, y / 1e12,
-                             "memory" if ai * bw * 1e9 < peak * 1e12 else "compute"])
+                ax.scatter(
+                    [ai],
+                    [y / 1e12],
+                    marker="o" if stage == "da" else "s",
+                    color=color,
+                    s=40,
+                    zorder=3,
+                    edgecolors="black" if stage == "df" else "none",
+                )
+                rows.append(
+                    [
+                        catalog,
+                        model,
+                        stage,
+                        dev,
+                        ai,
+                        peak,
+                        bw,
+                        y / 1e12,
+                        "memory" if ai * bw * 1e9 < peak * 1e12 else "compute",
+                    ]
+                )
             if len(xy) == 2:
-                ax.plot([p[0] for p in xy], [p[1] / 1e12 for p in xy], color=color, lw=0.8,
-                        label=SHORT.get(model, model))
+                ax.plot(
+                    [p[0] for p in xy],
+                    [p[1] / 1e12 for p in xy],
+                    color=color,
+                    lw=0.8,
+                    label=SHORT.get(model, model),
+                )
         xs = [10 ** (k / 10) for k in range(-10, 51)]
         for dev, (peak, bw) in devices.items():
-            ax.plot(xs, [_attained(x, peak, bw) / 1e12 for x in xs], color="grey", lw=0.7,
-                    alpha=0.6)
+            ax.plot(xs, [_attained(x, peak, bw) / 1e12 for x in xs], color="grey", lw=0.7, alpha=0.6)
             knee = peak * 1e12 / (bw * 1e9)  # ridge point, FLOP/B
-            ax.annotate(f"{dev} (ridge {knee:.3g} FLOP/B)", (knee, peak), fontsize=6,
-                        color="grey", ha="left", va="bottom", rotation=0)
+            ax.annotate(
+                f"{dev} (ridge {knee:.3g} FLOP/B)",
+                (knee, peak),
+                fontsize=6,
+                color="grey",
+                ha="left",
+                va="bottom",
+                rotation=0,
+            )
         if not devices:
-            ax.text(0.5, 0.5, "no PDAF allocation fits the budget", transform=ax.transAxes,
-                    ha="center", va="center", color="grey")
+            ax.text(
+                0.5,
+                0.5,
+                "no PDAF allocation fits the budget",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="grey",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity, FLOP/byte")
@@ -84,10 +127,18 @@ def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> 
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    header = ["catalog", "model", "stage", "device", "arithmetic_intensity", "peak_tflops",
-              "bandwidth_gbs", "attained_tflops", "bound"]
-    return [save(fig, out / "fig_roofline_gap.png"),
-            write_csv(out / "fig_roofline_gap.csv", header, rows)]
+    header = [
+        "catalog",
+        "model",
+        "stage",
+        "device",
+        "arithmetic_intensity",
+        "peak_tflops",
+        "bandwidth_gbs",
+        "attained_tflops",
+        "bound",
+    ]
+    return [save(fig, out / "fig_roofline_gap.png"), write_csv(out / "fig_roofline_gap.csv", header, rows)]
 
 
 def gemm_points(data: Path) -> list[tuple[int, int, int, float, float]]:
@@ -109,11 +160,16 @@ def gemm_points(data: Path) -> list[tuple[int, int, int, float, float]]:
     out = []
     for m, n, k, lat_ms in frame:
         flops = 2.0 * m * n * k
-        work = StageWork(flops=flops, weight_bytes=2.0 * n * k, kv_read_bytes=0.0,
-                         kv_write_bytes=0.0, act_bytes=2.0 * (m * k + m * n), num_layers=1)
+        work = StageWork(
+            flops=flops,
+            weight_bytes=2.0 * n * k,
+            kv_read_bytes=0.0,
+            kv_write_bytes=0.0,
+            act_bytes=2.0 * (m * k + m * n),
+            num_layers=1,
+        )
         predicted_s = stage_time_s(work, h100, efficiency=IDEAL_EFFICIENCY, bits=16)
-        out.append((int(m), int(n), int(k), flops / (lat_ms * 1e-3) / 1e12,
-                    flops / predicted_s / 1e12))
+        out.append((int(m), int(n), int(k), flops / (lat_ms * 1e-3) / 1e12, flops / predicted_s / 1e12))
     return out
 
 
@@ -138,8 +194,18 @@ def collective_rows(data: Path) -> list[list[Any]]:
                 measured_s = float(np.median(hit["latency"])) * 1e-3
                 sim_s = links.collective_s(kind, nbytes, n)
                 nvl_s = links.collective_s(kind, nbytes, n, d2d_gbs=h100_nvlink_gbs)
-                rows.append([op, n, nbytes, measured_s * 1e6, sim_s * 1e6, sim_s / measured_s,
-                             nvl_s * 1e6, nvl_s / measured_s])
+                rows.append(
+                    [
+                        op,
+                        n,
+                        nbytes,
+                        measured_s * 1e6,
+                        sim_s * 1e6,
+                        sim_s / measured_s,
+                        nvl_s * 1e6,
+                        nvl_s / measured_s,
+                    ]
+                )
     return rows
 
 
@@ -147,8 +213,14 @@ def fig_roofline_vs_measured(out: Path, data: Path) -> list[Path]:
     pts = gemm_points(data)
     pyplot = plt()
     fig, ax = pyplot.subplots(figsize=(6, 5))
-    sc = ax.scatter([p[4] for p in pts], [p[3] for p in pts], c=[math.log2(p[0]) for p in pts],
-                    s=4, alpha=0.5, cmap="viridis")
+    sc = ax.scatter(
+        [p[4] for p in pts],
+        [p[3] for p in pts],
+        c=[math.log2(p[0]) for p in pts],
+        s=4,
+        alpha=0.5,
+        cmap="viridis",
+    )
     lim = (min(min(p[3], p[4]) for p in pts) * 0.8, 1200)
     ax.plot(lim, lim, color="black", ls="--", lw=1, label="measured = roofline")
     ax.set_xscale("log")
@@ -159,23 +231,40 @@ def fig_roofline_vs_measured(out: Path, data: Path) -> list[Path]:
     ax.set_ylabel("measured TFLOPS (TensorRT-LLM GEMM, H100 SXM)")
     ratios = sorted(p[3] / p[4] for p in pts)
     median = ratios[len(ratios) // 2]
-    ax.set_title(f"BF16 GEMMs on H100: measured / roofline median {median:.2f} "
-                 f"({len(pts)} shapes)", fontsize=10)
+    ax.set_title(
+        f"BF16 GEMMs on H100: measured / roofline median {median:.2f} ({len(pts)} shapes)", fontsize=10
+    )
     fig.colorbar(sc, ax=ax, label="log2 m (tokens)")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3, which="both")
-    files = [save(fig, out / "fig_roofline_vs_measured.png"),
-             write_csv(out / "fig_roofline_vs_measured.csv",
-                       ["m", "n", "k", "measured_tflops", "roofline_tflops"], pts)]
+    files = [
+        save(fig, out / "fig_roofline_vs_measured.png"),
+        write_csv(
+            out / "fig_roofline_vs_measured.csv", ["m", "n", "k", "measured_tflops", "roofline_tflops"], pts
+        ),
+    ]
     coll = collective_rows(data)
-    header = ["op", "num_gpus", "message_bytes", "measured_us", "simulated_us",
-              "simulated_over_measured", "simulated_at_h100_nvlink_us", "nvlink_over_measured"]
+    header = [
+        "op",
+        "num_gpus",
+        "message_bytes",
+        "measured_us",
+        "simulated_us",
+        "simulated_over_measured",
+        "simulated_at_h100_nvlink_us",
+        "nvlink_over_measured",
+    ]
     md = out / "table_collectives.md"
-    lines = ["Planner D2D collective model (`planner.links.collective_s`) against measured NCCL "
-             "(H100 SXM, half). `simulated` uses the planner's D2D of 3,600 GB/s per device "
-             "(the paper's value); `at_h100_nvlink` the same formula at H100's 450 GB/s.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r) + " |"
-              for r in coll]
+    lines = [
+        "Planner D2D collective model (`planner.links.collective_s`) against measured NCCL "
+        "(H100 SXM, half). `simulated` uses the planner's D2D of 3,600 GB/s per device "
+        "(the paper's value); `at_h100_nvlink` the same formula at H100's 450 GB/s.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    lines += [
+        "| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r) + " |" for r in coll
+    ]
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [*files, md, write_csv(out / "table_collectives.csv", header, coll)]

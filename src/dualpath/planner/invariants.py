@@ -64,8 +64,7 @@ def check_invariants(run: _Run) -> RunResult:
             raise fail(f"pool {pool.name} cannot hold its weights")
     if run.max_kv > run.kv_cap * (1 + 1e-12):
         raise fail(f"KV admitted {run.max_kv} exceeds capacity {run.kv_cap}")
-    kv_expected = (sum(run._handoff_bytes(r) for r in range(len(reqs)))
-                   if run.kv_links else 0.0)
+    kv_expected = sum(run._handoff_bytes(r) for r in range(len(reqs))) if run.kv_links else 0.0
     af_expected = 0.0
     layers = model.num_layers
     for u in run.units.values():
@@ -81,8 +80,15 @@ def check_invariants(run: _Run) -> RunResult:
     check_utilisation(run.links, makespan)
     out_tokens = sum(reqs.output_len)
     return RunResult(
-        makespan_s=makespan, tokens_per_s=reqs.total_tokens / makespan,
-        output_tokens_per_s=out_tokens / makespan, n2n_bytes=moved,
-        kv_handoff_bytes=kv_expected, af_bytes=af_expected, num_events=k.events,
-        pool_busy_s=dict(run.busy), kv_capacity_bytes=run.kv_cap,
-        max_kv_used_bytes=run.max_kv, num_finished=run.num_done)
+        makespan_s=makespan,
+        tokens_per_s=reqs.total_tokens / makespan,
+        output_tokens_per_s=out_tokens / makespan,
+        n2n_bytes=moved,
+        kv_handoff_bytes=kv_expected,
+        af_bytes=af_expected,
+        num_events=k.events,
+        pool_busy_s=dict(run.busy),
+        kv_capacity_bytes=run.kv_cap,
+        max_kv_used_bytes=run.max_kv,
+        num_finished=run.num_done,
+    )

@@ -20,10 +20,10 @@ from typing import Final
 from dualpath.core.errors import require
 from dualpath.sim.links import Link, transfer
 
-D2D_GBS: Final = 3600.0     # NVLink-4/NVSwitch class, per device and direction (paper: 3,600 GB/s)
-D2D_DOMAIN: Final = 8       # devices per D2D domain (one NVSwitch node); TP stays inside it
-N2N_GBS: Final = 50.0       # 400 Gb/s InfiniBand class, per device and direction (paper: 50 GB/s)
-N2N_CLASS: Final = "n2n"    # accounting class of every planner link
+D2D_GBS: Final = 3600.0  # NVLink-4/NVSwitch class, per device and direction (paper: 3,600 GB/s)
+D2D_DOMAIN: Final = 8  # devices per D2D domain (one NVSwitch node); TP stays inside it
+N2N_GBS: Final = 50.0  # 400 Gb/s InfiniBand class, per device and direction (paper: 50 GB/s)
+N2N_CLASS: Final = "n2n"  # accounting class of every planner link
 
 
 def allreduce_bytes(message_bytes: float, tp: int) -> float:

@@ -95,21 +95,36 @@ def _both(name: str, a: str, f: str) -> UnitSpec:
 
 
 MODE_SPECS: Final[dict[str, ModeSpec]] = {
-    "nd": ModeSpec(name="nd", pools=(PoolSpec(name="nd", stages=("pa", "pf", "da", "df")),),
-                   units=(_both("nd", "nd", "nd"),), kv_boundary=None),
-    "pd": ModeSpec(name="pd", pools=(PoolSpec(name="p", stages=("pa", "pf")),
-                                     PoolSpec(name="d", stages=("da", "df"))),
-                   units=(UnitSpec(name="p", a_pool="p", f_pool="p", phases=("prefill",)),
-                          UnitSpec(name="d", a_pool="d", f_pool="d", phases=("decode",))),
-                   kv_boundary=("p", "d")),
-    "af": ModeSpec(name="af", pools=(PoolSpec(name="a", stages=("pa", "da")),
-                                     PoolSpec(name="f", stages=("pf", "df"))),
-                   units=(_both("af", "a", "f"),), kv_boundary=None),
-    "pdaf": ModeSpec(name="pdaf", pools=tuple(PoolSpec(name=s, stages=(s,))
-                                              for s in ("pa", "pf", "da", "df")),
-                     units=(UnitSpec(name="p", a_pool="pa", f_pool="pf", phases=("prefill",)),
-                            UnitSpec(name="d", a_pool="da", f_pool="df", phases=("decode",))),
-                     kv_boundary=("pa", "da")),
+    "nd": ModeSpec(
+        name="nd",
+        pools=(PoolSpec(name="nd", stages=("pa", "pf", "da", "df")),),
+        units=(_both("nd", "nd", "nd"),),
+        kv_boundary=None,
+    ),
+    "pd": ModeSpec(
+        name="pd",
+        pools=(PoolSpec(name="p", stages=("pa", "pf")), PoolSpec(name="d", stages=("da", "df"))),
+        units=(
+            UnitSpec(name="p", a_pool="p", f_pool="p", phases=("prefill",)),
+            UnitSpec(name="d", a_pool="d", f_pool="d", phases=("decode",)),
+        ),
+        kv_boundary=("p", "d"),
+    ),
+    "af": ModeSpec(
+        name="af",
+        pools=(PoolSpec(name="a", stages=("pa", "da")), PoolSpec(name="f", stages=("pf", "df"))),
+        units=(_both("af", "a", "f"),),
+        kv_boundary=None,
+    ),
+    "pdaf": ModeSpec(
+        name="pdaf",
+        pools=tuple(PoolSpec(name=s, stages=(s,)) for s in ("pa", "pf", "da", "df")),
+        units=(
+            UnitSpec(name="p", a_pool="pa", f_pool="pf", phases=("prefill",)),
+            UnitSpec(name="d", a_pool="da", f_pool="df", phases=("decode",)),
+        ),
+        kv_boundary=("pa", "da"),
+    ),
 }
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
 
 DECODE_CTX_GRID: Final = 128  # decode work is read at contexts 128 tokens apart, linear between
-TP_DEGREES: Final = (1, 2, 4, 8)          # TP stays inside one D2D domain (8 devices)
+TP_DEGREES: Final = (1, 2, 4, 8)  # TP stays inside one D2D domain (8 devices)
 PP_DEGREES: Final = (1, 2, 4, 8, 16, 32)  # enough to hold the largest model on small memories
 assert max(TP_DEGREES) <= D2D_DOMAIN
 
@@ -64,8 +64,7 @@ class Layout:
     def __post_init__(self) -> None:
         for key in ("tp", "pp", "dp", "ep"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
-        require(self.ep <= self.num_devices, "ep", self.ep,
-                f"must be <= t*p*d = {self.num_devices}")
+        require(self.ep <= self.num_devices, "ep", self.ep, f"must be <= t*p*d = {self.num_devices}")
 
     @property
     def replica_devices(self) -> int:
@@ -105,15 +104,15 @@ def split_weight_bytes(model: ModelSpec, bits: Mapping[str, int]) -> tuple[float
     return non_expert, experts
 
 
-def weight_bytes_per_device(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int,
-                            ep: int) -> float:
+def weight_bytes_per_device(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int, ep: int) -> float:
     """Weights one device of the pool holds: non-expert / (t p) + routed experts / e."""
     non_expert, experts = split_weight_bytes(model, bits)
     return non_expert / (tp * pp) + experts / ep
 
 
-def min_replicas(model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int,
-                 capacity_bytes: float) -> int | None:
+def min_replicas(
+    model: ModelSpec, bits: Mapping[str, int], tp: int, pp: int, capacity_bytes: float
+) -> int | None:
     """Fewest replicas of ``t x p`` devices whose devices hold their weights, experts spread over
     all ``t p d`` of them (MoE F pools, ``default_ep``); None when the non-expert share alone does
     not fit."""
@@ -133,23 +132,31 @@ def kv_capacity_bytes(device: Device, weights_per_device: float, num_devices: in
 
 # ---- one stage on one lane ------------------------------------------------------------------
 def _scaled(work: StageWork, factor: float, num_layers: int) -> StageWork:
-    return StageWork(flops=work.flops * factor, weight_bytes=work.weight_bytes * factor,
-                     kv_read_bytes=work.kv_read_bytes * factor,
-                     kv_write_bytes=work.kv_write_bytes * factor,
-                     act_bytes=work.act_bytes * factor, num_layers=num_layers, stage=work.stage,
-                     attention_flops=work.attention_flops * factor,
-                     routed_flops=work.routed_flops * factor,
-                     routed_weight_bytes=work.routed_weight_bytes * factor)
+    return StageWork(
+        flops=work.flops * factor,
+        weight_bytes=work.weight_bytes * factor,
+        kv_read_bytes=work.kv_read_bytes * factor,
+        kv_write_bytes=work.kv_write_bytes * factor,
+        act_bytes=work.act_bytes * factor,
+        num_layers=num_layers,
+        stage=work.stage,
+        attention_flops=work.attention_flops * factor,
+        routed_flops=work.routed_flops * factor,
+        routed_weight_bytes=work.routed_weight_bytes * factor,
+    )
 
 
 def _lerp(a: StageWork, b: StageWork, w: float) -> StageWork:
     if w <= 0.0:
         return a
     v = 1.0 - w
-    return replace(a, flops=a.flops * v + b.flops * w,
-                   kv_read_bytes=a.kv_read_bytes * v + b.kv_read_bytes * w,
-                   kv_write_bytes=a.kv_write_bytes * v + b.kv_write_bytes * w,
-                   attention_flops=a.attention_flops * v + b.attention_flops * w)
+    return replace(
+        a,
+        flops=a.flops * v + b.flops * w,
+        kv_read_bytes=a.kv_read_bytes * v + b.kv_read_bytes * w,
+        kv_write_bytes=a.kv_write_bytes * v + b.kv_write_bytes * w,
+        attention_flops=a.attention_flops * v + b.attention_flops * w,
+    )
 
 
 def sum_prefill(works: Sequence[StageWork]) -> StageWork:
@@ -157,18 +164,26 @@ def sum_prefill(works: Sequence[StageWork]) -> StageWork:
     first = works[0]
     if len(works) == 1:
         return first
-    return replace(first, flops=sum(w.flops for w in works),
-                   kv_read_bytes=sum(w.kv_read_bytes for w in works),
-                   kv_write_bytes=sum(w.kv_write_bytes for w in works),
-                   act_bytes=sum(w.act_bytes for w in works),
-                   attention_flops=sum(w.attention_flops for w in works))
+    return replace(
+        first,
+        flops=sum(w.flops for w in works),
+        kv_read_bytes=sum(w.kv_read_bytes for w in works),
+        kv_write_bytes=sum(w.kv_write_bytes for w in works),
+        act_bytes=sum(w.act_bytes for w in works),
+        attention_flops=sum(w.attention_flops for w in works),
+    )
 
 
 @lru_cache(maxsize=200_000)
 def cached_work(model: ModelSpec, stage: str, batch: int, context_len: int, bits: int) -> StageWork:
     """:func:`stage_work`, memoised (the run asks for the same shapes many times)."""
-    return stage_work(model, stage, batch=batch, context_len=context_len,  # type: ignore[arg-type]
-                      bits=bits)
+    return stage_work(
+        model,
+        stage,
+        batch=batch,
+        context_len=context_len,  # type: ignore[arg-type]
+        bits=bits,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,8 +201,9 @@ class StageTimer:
     d2d_gbs: float = D2D_GBS
     pp_handoff: bool = True  # the pool's first stage pays its PP hand-offs (merged: once)
     expert_groups: int = 1  # replicas whose tokens share the experts (e / (t p)); 1: replica-local
-    _memo: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict, compare=False,
-                                                             hash=False, repr=False)
+    _memo: dict[tuple[int, int], tuple[float, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def _group_work(self, work: StageWork) -> StageWork:
         """One PP group's share of one TP device: ``work / (t p)`` over ``layers / p``."""
@@ -196,8 +212,9 @@ class StageTimer:
 
     def lane_s(self, work: StageWork, tokens: float) -> float:
         """Latency of one micro-batch through the lane: p groups of compute + collectives."""
-        per_group = stage_time_s(self._group_work(work), self.device, efficiency=self.efficiency,
-                                 bits=self.bits)
+        per_group = stage_time_s(
+            self._group_work(work), self.device, efficiency=self.efficiency, bits=self.bits
+        )
         return self.pp * per_group + self.collectives_s(tokens)
 
     def _point(self, work: StageWork) -> tuple[float, float, float]:
@@ -205,8 +222,7 @@ class StageTimer:
         ``max(compute, memory) + fixed``, and compute and memory are linear in the work."""
         w = self._group_work(work)
         c, m = stage_roofline_s(w, self.device, efficiency=self.efficiency, bits=self.bits)
-        return c, m, stage_time_s(w, self.device, efficiency=self.efficiency, bits=self.bits) \
-            - max(c, m)
+        return c, m, stage_time_s(w, self.device, efficiency=self.efficiency, bits=self.bits) - max(c, m)
 
     def collectives_s(self, tokens: float) -> float:
         """TP all-reduce per layer, EP all-to-all per MoE layer, PP hand-offs (all over D2D)."""
@@ -238,10 +254,15 @@ class StageTimer:
         if g <= 1 or self.stage not in ("pf", "df") or work.routed_weight_bytes <= 0:
             return work
         phase_batch = (1, tokens * g) if self.stage == "pf" else (tokens * g, 1)
-        routed = cached_work(self.model, self.stage, phase_batch[0], phase_batch[1],
-                             self.bits).routed_weight_bytes / g
-        return replace(work, weight_bytes=work.weight_bytes - work.routed_weight_bytes + routed,
-                       routed_weight_bytes=routed)
+        routed = (
+            cached_work(self.model, self.stage, phase_batch[0], phase_batch[1], self.bits).routed_weight_bytes
+            / g
+        )
+        return replace(
+            work,
+            weight_bytes=work.weight_bytes - work.routed_weight_bytes + routed,
+            routed_weight_bytes=routed,
+        )
 
     def prefill_uniform_s(self, num_prompts: int, length: int) -> float:
         """:meth:`prefill_s` of ``num_prompts`` prompts of ``length`` tokens each (the search)."""
@@ -249,8 +270,7 @@ class StageTimer:
         if self.stage == "pa":
             work = cached_work(self.model, "pa", num_prompts, length, self.bits)
         else:
-            work = self._shared_experts(cached_work(self.model, "pf", 1, tokens, self.bits),
-                                        tokens)
+            work = self._shared_experts(cached_work(self.model, "pf", 1, tokens, self.bits), tokens)
         return self.lane_s(work, tokens)
 
     def decode_s(self, batch: int, context_len: float) -> float:
@@ -267,8 +287,7 @@ class StageTimer:
         if pts is None:
             model, bits = self.model, self.bits
             if self.stage == "df":
-                p0 = self._point(self._shared_experts(cached_work(model, "df", batch, 1, bits),
-                                                      batch))
+                p0 = self._point(self._shared_experts(cached_work(model, "df", batch, 1, bits), batch))
                 p1 = p0
             else:
                 p0 = self._point(cached_work(model, "da", batch, base, bits))

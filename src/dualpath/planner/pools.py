@@ -64,10 +64,17 @@ class PoolPlan:
         bits = self.bits_map
         usd = self.device.usd_per_hr
         return {
-            "name": self.name, "stages": list(self.stages), "num_devices": self.num_devices,
-            "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
-            "precision_bits": max(bits.values()), "stage_bits": bits,
-            "sigma": self.sigma, "utilization": utilization,
+            "name": self.name,
+            "stages": list(self.stages),
+            "num_devices": self.num_devices,
+            "tp": lay.tp,
+            "pp": lay.pp,
+            "dp": lay.dp,
+            "ep": lay.ep,
+            "precision_bits": max(bits.values()),
+            "stage_bits": bits,
+            "sigma": self.sigma,
+            "utilization": utilization,
             "power_w": self.num_devices * self.device.power_w,
             "usd_per_hr": None if usd is None else self.num_devices * usd,
             "device": self.device.to_json(),
@@ -98,17 +105,27 @@ class PoolTimer:
 
     __slots__ = ("plan", "timers")
 
-    def __init__(self, model: ModelSpec, plan: PoolPlan, efficiency: Efficiency,
-                 d2d_gbs: float = D2D_GBS) -> None:
+    def __init__(
+        self, model: ModelSpec, plan: PoolPlan, efficiency: Efficiency, d2d_gbs: float = D2D_GBS
+    ) -> None:
         lay = plan.layout
         self.plan = plan
         self.timers: dict[str, StageTimer] = {}
         first = True
         for stage in plan.stages:
             self.timers[stage] = StageTimer(
-                model=model, stage=stage, bits=plan.bits_map[stage], device=plan.device.device,
-                tp=lay.tp, pp=lay.pp, ep=lay.ep, efficiency=efficiency, d2d_gbs=d2d_gbs,
-                pp_handoff=first, expert_groups=max(1, lay.ep // lay.replica_devices))
+                model=model,
+                stage=stage,
+                bits=plan.bits_map[stage],
+                device=plan.device.device,
+                tp=lay.tp,
+                pp=lay.pp,
+                ep=lay.ep,
+                efficiency=efficiency,
+                d2d_gbs=d2d_gbs,
+                pp_handoff=first,
+                expert_groups=max(1, lay.ep // lay.replica_devices),
+            )
             first = False
 
     @property
@@ -136,11 +153,32 @@ class IterTime:
 class UnitTimer:
     """Iteration times of one unit (modes.UnitSpec) over its pools' timers."""
 
-    __slots__ = ("unit", "a", "f", "layers", "m", "act_a", "act_f", "bw", "latency_s",
-                 "a_pre", "f_pre", "a_dec", "f_dec")
+    __slots__ = (
+        "unit",
+        "a",
+        "f",
+        "layers",
+        "m",
+        "act_a",
+        "act_f",
+        "bw",
+        "latency_s",
+        "a_pre",
+        "f_pre",
+        "a_dec",
+        "f_dec",
+    )
 
-    def __init__(self, model: ModelSpec, unit: UnitSpec, timers: Mapping[str, PoolTimer], *,
-                 microbatches: int, n2n_gbs: float = N2N_GBS, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        unit: UnitSpec,
+        timers: Mapping[str, PoolTimer],
+        *,
+        microbatches: int,
+        n2n_gbs: float = N2N_GBS,
+        latency_s: float = 0.0,
+    ) -> None:
         self.unit = unit
         self.a = timers[unit.a_pool]
         self.f = timers[unit.f_pool]
@@ -152,10 +190,14 @@ class UnitTimer:
         self.f_pre = [s for s in PREFILL_STAGES if s in f_bits and s == "pf"]
         self.a_dec = [s for s in DECODE_STAGES if s in a_bits and s == "da"]
         self.f_dec = [s for s in DECODE_STAGES if s in f_bits and s == "df"]
-        self.act_a = {ph: hidden_act_bytes_per_token(model, a_bits.get(s, 16))
-                      for ph, s in (("prefill", "pa"), ("decode", "da"))}
-        self.act_f = {ph: hidden_act_bytes_per_token(model, f_bits.get(s, 16))
-                      for ph, s in (("prefill", "pf"), ("decode", "df"))}
+        self.act_a = {
+            ph: hidden_act_bytes_per_token(model, a_bits.get(s, 16))
+            for ph, s in (("prefill", "pa"), ("decode", "da"))
+        }
+        self.act_f = {
+            ph: hidden_act_bytes_per_token(model, f_bits.get(s, 16))
+            for ph, s in (("prefill", "pf"), ("decode", "df"))
+        }
         self.bw = n2n_bytes_per_s(self.a.plan.num_devices, self.f.plan.num_devices, n2n_gbs)
 
     @property
@@ -165,19 +207,22 @@ class UnitTimer:
 
     def _combine(self, t_a: float, t_f: float, tokens: float, phase: str) -> IterTime:
         if not self.unit.is_split:
-            return IterTime(time_s=t_a + t_f, a_busy_s=t_a + t_f, f_busy_s=0.0,
-                            fwd_bytes=0.0, bwd_bytes=0.0)
+            return IterTime(time_s=t_a + t_f, a_busy_s=t_a + t_f, f_busy_s=0.0, fwd_bytes=0.0, bwd_bytes=0.0)
         fwd = self.layers * tokens * self.act_a[phase]
         bwd = self.layers * tokens * self.act_f[phase]
         t_x = max(fwd, bwd) / self.bw + self.layers * self.latency_s
-        return IterTime(time_s=af_layer_s(t_a, t_f, t_x, self.m), a_busy_s=t_a, f_busy_s=t_f,
-                        fwd_bytes=fwd, bwd_bytes=bwd)
+        return IterTime(
+            time_s=af_layer_s(t_a, t_f, t_x, self.m), a_busy_s=t_a, f_busy_s=t_f, fwd_bytes=fwd, bwd_bytes=bwd
+        )
 
     def prefill(self, lane_batches: Sequence[Sequence[int]]) -> IterTime:
         """One prefill iteration: lane ``i`` prefills prompts ``lane_batches[i]``; all lanes run
         at once, the iteration ends with the slowest."""
-        t_a = max(self.a.prefill_s(self.a_pre, b) + (self.a.prefill_s(self.f_pre, b)
-                  if not self.unit.is_split else 0.0) for b in lane_batches)
+        t_a = max(
+            self.a.prefill_s(self.a_pre, b)
+            + (self.a.prefill_s(self.f_pre, b) if not self.unit.is_split else 0.0)
+            for b in lane_batches
+        )
         tokens = sum(sum(b) for b in lane_batches)
         t_f = 0.0
         if self.unit.is_split:

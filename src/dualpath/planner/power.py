@@ -53,17 +53,33 @@ class MemoryPower:
 
 
 MEMORY_POWER: dict[str, MemoryPower] = {
-    "sram": MemoryPower(pj_per_bit=0.0, idle_w_per_gb=70.0, on_chip=True,
-                        source="on-chip estimate: 280 mm2/GB (N5 0.021 um2 bitcell / 0.6 array "
-                               "efficiency) x 0.25 W/mm2 = 70 W/GB, independent of bandwidth"),
-    "hbm": MemoryPower(pj_per_bit=3.9, idle_w_per_gb=0.1,
-                       source="O'Connor et al. MICRO 2017: HBM2 3.9 pJ/bit; ~0.1 W/GB background"),
-    "gddr": MemoryPower(pj_per_bit=7.5, idle_w_per_gb=0.3,
-                        source="GDDR6 ~7.5 pJ/bit (Micron; O'Connor 2017 GDDR5 ~14); ~0.3 W/GB idle"),
-    "lpddr": MemoryPower(pj_per_bit=4.0, idle_w_per_gb=0.02,
-                         source="LPDDR5/5X ~4 pJ/bit (O'Connor 2017 LPDDR4 4-5); self-refresh idle"),
-    "ddr": MemoryPower(pj_per_bit=15.0, idle_w_per_gb=0.15,
-                       source="DDR4/5 RDIMM ~15 pJ/bit incl. PHY (O'Connor 2017); ~0.15 W/GB idle"),
+    "sram": MemoryPower(
+        pj_per_bit=0.0,
+        idle_w_per_gb=70.0,
+        on_chip=True,
+        source="on-chip estimate: 280 mm2/GB (N5 0.021 um2 bitcell / 0.6 array "
+        "efficiency) x 0.25 W/mm2 = 70 W/GB, independent of bandwidth",
+    ),
+    "hbm": MemoryPower(
+        pj_per_bit=3.9,
+        idle_w_per_gb=0.1,
+        source="O'Connor et al. MICRO 2017: HBM2 3.9 pJ/bit; ~0.1 W/GB background",
+    ),
+    "gddr": MemoryPower(
+        pj_per_bit=7.5,
+        idle_w_per_gb=0.3,
+        source="GDDR6 ~7.5 pJ/bit (Micron; O'Connor 2017 GDDR5 ~14); ~0.3 W/GB idle",
+    ),
+    "lpddr": MemoryPower(
+        pj_per_bit=4.0,
+        idle_w_per_gb=0.02,
+        source="LPDDR5/5X ~4 pJ/bit (O'Connor 2017 LPDDR4 4-5); self-refresh idle",
+    ),
+    "ddr": MemoryPower(
+        pj_per_bit=15.0,
+        idle_w_per_gb=0.15,
+        source="DDR4/5 RDIMM ~15 pJ/bit incl. PHY (O'Connor 2017); ~0.15 W/GB idle",
+    ),
 }
 assert set(MEMORY_POWER) == set(MEMORY_FAMILIES)
 
@@ -82,23 +98,42 @@ class Anchor:
 
 
 ANCHORS: tuple[Anchor, ...] = (
-    Anchor(name="a100", compute_tflops=312.0, tdp_w=400.0, memory_family="hbm",
-           capacity_gb=85.899, bandwidth_gbs=2039.0,
-           source="aiconfigurator-systems/a100_sxm.yaml (bfloat16_tc_flops, power, mem_*)"),
-    Anchor(name="h100", compute_tflops=989.0, tdp_w=700.0, memory_family="hbm",
-           capacity_gb=85.899, bandwidth_gbs=3350.0,
-           source="aiconfigurator-systems/h100_sxm.yaml (bfloat16_tc_flops, power, mem_*)"),
-    Anchor(name="b200", compute_tflops=2250.0, tdp_w=1000.0, memory_family="hbm",
-           capacity_gb=193.274, bandwidth_gbs=7700.0,
-           source="aiconfigurator-systems/b200_sxm.yaml (bfloat16_tc_flops, power, mem_*)"),
+    Anchor(
+        name="a100",
+        compute_tflops=312.0,
+        tdp_w=400.0,
+        memory_family="hbm",
+        capacity_gb=85.899,
+        bandwidth_gbs=2039.0,
+        source="aiconfigurator-systems/a100_sxm.yaml (bfloat16_tc_flops, power, mem_*)",
+    ),
+    Anchor(
+        name="h100",
+        compute_tflops=989.0,
+        tdp_w=700.0,
+        memory_family="hbm",
+        capacity_gb=85.899,
+        bandwidth_gbs=3350.0,
+        source="aiconfigurator-systems/h100_sxm.yaml (bfloat16_tc_flops, power, mem_*)",
+    ),
+    Anchor(
+        name="b200",
+        compute_tflops=2250.0,
+        tdp_w=1000.0,
+        memory_family="hbm",
+        capacity_gb=193.274,
+        bandwidth_gbs=7700.0,
+        source="aiconfigurator-systems/b200_sxm.yaml (bfloat16_tc_flops, power, mem_*)",
+    ),
 )
 
 
 def memory_power_w(memory_family: str, capacity_gb: float, bandwidth_gbs: float) -> float:
     """Dynamic energy at full bandwidth plus background power of the capacity (on-chip SRAM:
     its per-GB on-chip estimate only)."""
-    require(memory_family in MEMORY_POWER, "memory_family", memory_family,
-            f"choices: {', '.join(MEMORY_POWER)}")
+    require(
+        memory_family in MEMORY_POWER, "memory_family", memory_family, f"choices: {', '.join(MEMORY_POWER)}"
+    )
     require(capacity_gb > 0, "capacity_gb", capacity_gb, "must be positive")
     require(bandwidth_gbs > 0, "bandwidth_gbs", bandwidth_gbs, "must be positive")
     mem = MEMORY_POWER[memory_family]
@@ -130,11 +165,22 @@ class PowerFit:
         return self.p_ref_w * (compute_tflops / self.f_ref_tflops) ** self.alpha
 
     def to_json(self) -> dict[str, object]:
-        return {"alpha": self.alpha, "p_ref_w": self.p_ref_w, "f_ref_tflops": self.f_ref_tflops,
-                "max_rel_error": self.max_rel_error,
-                "anchors": [{"name": a.name, "datasheet_w": a.datasheet_w,
-                             "modelled_w": a.modelled_w, "memory_w": a.memory_w,
-                             "rel_error": a.rel_error} for a in self.anchors]}
+        return {
+            "alpha": self.alpha,
+            "p_ref_w": self.p_ref_w,
+            "f_ref_tflops": self.f_ref_tflops,
+            "max_rel_error": self.max_rel_error,
+            "anchors": [
+                {
+                    "name": a.name,
+                    "datasheet_w": a.datasheet_w,
+                    "modelled_w": a.modelled_w,
+                    "memory_w": a.memory_w,
+                    "rel_error": a.rel_error,
+                }
+                for a in self.anchors
+            ],
+        }
 
 
 @lru_cache(maxsize=1)
@@ -153,13 +199,22 @@ def power_fit() -> PowerFit:
     for a in ANCHORS:
         mem = memory_power_w(a.memory_family, a.capacity_gb, a.bandwidth_gbs)
         modelled = p_ref * (a.compute_tflops / F_REF_TFLOPS) ** alpha + mem
-        fits.append(AnchorFit(name=a.name, datasheet_w=a.tdp_w, modelled_w=modelled, memory_w=mem,
-                              rel_error=modelled / a.tdp_w - 1.0))
+        fits.append(
+            AnchorFit(
+                name=a.name,
+                datasheet_w=a.tdp_w,
+                modelled_w=modelled,
+                memory_w=mem,
+                rel_error=modelled / a.tdp_w - 1.0,
+            )
+        )
     return PowerFit(alpha=alpha, p_ref_w=p_ref, f_ref_tflops=F_REF_TFLOPS, anchors=tuple(fits))
 
 
-def device_power_w(compute_tflops: float, memory_family: str, capacity_gb: float,
-                   bandwidth_gbs: float) -> float:
+def device_power_w(
+    compute_tflops: float, memory_family: str, capacity_gb: float, bandwidth_gbs: float
+) -> float:
     """Modelled power of one device: fitted compute power plus its memory's power."""
-    return (power_fit().compute_power_w(compute_tflops)
-            + memory_power_w(memory_family, capacity_gb, bandwidth_gbs))
+    return power_fit().compute_power_w(compute_tflops) + memory_power_w(
+        memory_family, capacity_gb, bandwidth_gbs
+    )

@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 
 # The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
 PAPER_MODELS: tuple[str, ...] = (
-    "deepseek-v4-pro", "deepseek-v4-flash", "llama-3.1-405b", "llama-4-maverick",
-    "llama-4-scout", "glm-4.6", "gpt-oss-120b", "qwen3-235b-a22b",
+    "deepseek-v4-pro",
+    "deepseek-v4-flash",
+    "llama-3.1-405b",
+    "llama-4-maverick",
+    "llama-4-scout",
+    "glm-4.6",
+    "gpt-oss-120b",
+    "qwen3-235b-a22b",
 )
 # The nine swept I/O ratios (the paper's Fig. 5 grid).
 SWEEP_RATIOS: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
@@ -117,13 +123,21 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 def _nothing_fits(modes: Sequence[str], reason: str) -> dict:
     """What a plan whose budget holds no ND deployment reports: every mode infeasible."""
-    return {"best_mode": None, "reason": reason,
-            "modes": {m: {"x_nd": None, "tokens_per_s": None, "pools": [], "feasible": False}
-                      for m in modes}}
+    return {
+        "best_mode": None,
+        "reason": reason,
+        "modes": {m: {"x_nd": None, "tokens_per_s": None, "pools": [], "feasible": False} for m in modes},
+    }
 
 
-def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
-          cache: PlanCache | None = None, progress: Progress | None = None) -> dict:
+def sweep(
+    base: PlanConfig,
+    models: Sequence[str],
+    ratios: Sequence[float],
+    *,
+    cache: PlanCache | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """The ``sweep --json`` object: every (model, ratio) planned with ``base``'s other fields.
 
     ``progress`` is called once per finished plan with a short label.
@@ -150,9 +164,17 @@ def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
                 feasible = rec.get("feasible", True)
                 x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
                 best = mode == res["best_mode"]
-                rows.append({"model": model, "io_ratio": float(ratio), "mode": mode, "x_nd": x_nd,
-                             "tokens_per_s": rec["tokens_per_s"] if feasible else None,
-                             "is_best": best, "feasible": feasible})
+                rows.append(
+                    {
+                        "model": model,
+                        "io_ratio": float(ratio),
+                        "mode": mode,
+                        "x_nd": x_nd,
+                        "tokens_per_s": rec["tokens_per_s"] if feasible else None,
+                        "is_best": best,
+                        "feasible": feasible,
+                    }
+                )
                 means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
                 slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
                 slot["infeasible"] += int(not feasible)
@@ -174,52 +196,80 @@ def sweep(base: PlanConfig, models: Sequence[str], ratios: Sequence[float], *,
     }
 
 
-def ablate(base: PlanConfig, factor: str, values: Sequence[float], models: Sequence[str], *,
-           io_ratio: float = ABLATION_IO_RATIO, cache: PlanCache | None = None,
-           progress: Progress | None = None) -> dict:
+def ablate(
+    base: PlanConfig,
+    factor: str,
+    values: Sequence[float],
+    models: Sequence[str],
+    *,
+    io_ratio: float = ABLATION_IO_RATIO,
+    cache: PlanCache | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """The ``ablate --json`` object: ``factor`` set to each value, same search and same budget.
 
     The budget stays the one of the unmodified model (plan_disagg derives it from the model
     before overrides), as the paper keeps its power budget fixed across ablation points.
     """
-    require(factor in ABLATION_VALUES, "factor", factor,
-            f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}")
+    require(
+        factor in ABLATION_VALUES,
+        "factor",
+        factor,
+        f"unknown ablation factor; choices: {', '.join(ABLATION_VALUES)}",
+    )
     cache = cache or PlanCache()
     started = time.perf_counter()
     rows = []
     for model in models:
         for value in values:
             overrides = {**dict(base.overrides), factor: float(value)}
-            config = dataclasses.replace(base, model=model, io_ratio=float(io_ratio),
-                                         overrides=overrides)
+            config = dataclasses.replace(base, model=model, io_ratio=float(io_ratio), overrides=overrides)
             try:
                 res = cache(config)
             except ConfigError as exc:
                 if exc.key != "budget":
                     raise
                 # the fixed budget holds no ND deployment of the modified model: a result too
-                rows.append({"model": model, "value": float(value),
-                             "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
-                             "best_mode": None, "budget": {"value": exc.value},
-                             "da_arithmetic_intensity": None, "da_kv_share": None,
-                             "df_arithmetic_intensity": None, "infeasible": str(exc)})
+                rows.append(
+                    {
+                        "model": model,
+                        "value": float(value),
+                        "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
+                        "best_mode": None,
+                        "budget": {"value": exc.value},
+                        "da_arithmetic_intensity": None,
+                        "da_kv_share": None,
+                        "df_arithmetic_intensity": None,
+                        "infeasible": str(exc),
+                    }
+                )
                 if progress is not None:
                     progress(f"{model} {factor}={value:g} (nothing fits the budget)")
                 continue
             prof = res["stage_profile"]
-            rows.append({
-                "model": model, "value": float(value),
-                "x_nd": {m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True)
-                         else None for m in SPLIT_MODES if m in res["modes"]},
-                "best_mode": res["best_mode"],
-                "budget": res["budget"],
-                "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
-                "da_kv_share": prof["da"]["kv_share"],
-                "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
-            })
+            rows.append(
+                {
+                    "model": model,
+                    "value": float(value),
+                    "x_nd": {
+                        m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True) else None
+                        for m in SPLIT_MODES
+                        if m in res["modes"]
+                    },
+                    "best_mode": res["best_mode"],
+                    "budget": res["budget"],
+                    "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
+                    "da_kv_share": prof["da"]["kv_share"],
+                    "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
+                }
+            )
             if progress is not None:
                 progress(f"{model} {factor}={value:g}")
-    return {"factor": factor, "io_ratio": float(io_ratio), "models": list(models),
-            "values": [float(v) for v in values], "rows": rows,
-            "wall_s": time.perf_counter() - started}
-
+    return {
+        "factor": factor,
+        "io_ratio": float(io_ratio),
+        "models": list(models),
+        "values": [float(v) for v in values],
+        "rows": rows,
+        "wall_s": time.perf_counter() - started,
+    }

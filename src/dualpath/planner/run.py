@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dualpath.cost.stages import kv_cache_bytes
+from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.links import n2n_bytes_per_s, n2n_link, n2n_transfer
 from dualpath.planner.parallel import DECODE_CTX_GRID
-from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Handle, Kernel
 from dualpath.sim.links import Link
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from dualpath.planner.modes import ModeSpec
     from dualpath.planner.workloads import Requests
     from dualpath.spec.models import ModelSpec
-
 
 
 @dataclass(slots=True)
@@ -63,24 +62,42 @@ class _Segment:
 
 
 class _Run:
-    def __init__(self, model: ModelSpec, mode: ModeSpec, alloc: Allocation, reqs: Requests,
-                 cfg: RunConfig, efficiency: Efficiency) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        mode: ModeSpec,
+        alloc: Allocation,
+        reqs: Requests,
+        cfg: RunConfig,
+        efficiency: Efficiency,
+    ) -> None:
         self.model, self.mode, self.alloc, self.reqs, self.cfg = model, mode, alloc, reqs, cfg
         self.k = Kernel()
         timers = {p.name: PoolTimer(model, p, efficiency, cfg.d2d_gbs) for p in alloc.pools}
-        self.units = {u.name: UnitTimer(model, u, timers, microbatches=cfg.af_microbatches,
-                                        n2n_gbs=cfg.n2n_gbs, latency_s=cfg.link_latency_s)
-                      for u in mode.units}
+        self.units = {
+            u.name: UnitTimer(
+                model,
+                u,
+                timers,
+                microbatches=cfg.af_microbatches,
+                n2n_gbs=cfg.n2n_gbs,
+                latency_s=cfg.link_latency_s,
+            )
+            for u in mode.units
+        }
         self.pre = next(u for u in self.units.values() if "prefill" in u.unit.phases)
         self.dec = next(u for u in self.units.values() if "decode" in u.unit.phases)
         kv_pool = alloc.pool(mode.kv_pool.name)
         self.kv_bits = kv_pool.bits_map["da"]
-        self.kv_cap = max(kv_pool.device.device.capacity_bytes - kv_pool.weights_per_device(model),
-                          0.0) * kv_pool.num_devices
+        self.kv_cap = (
+            max(kv_pool.device.device.capacity_bytes - kv_pool.weights_per_device(model), 0.0)
+            * kv_pool.num_devices
+        )
         # a decode iteration of any replica batches at most max_decode_batch sequences: the F side
         # of a split serves every A lane's sequences, so its replicas bound the batch too
-        self.slots = cfg.max_decode_batch * min(p.layout.dp for p in alloc.pools
-                                                if any(s in ("da", "df") for s in p.stages))
+        self.slots = cfg.max_decode_batch * min(
+            p.layout.dp for p in alloc.pools if any(s in ("da", "df") for s in p.stages)
+        )
         n = len(reqs)
         total = [i + o for i, o in zip(reqs.input_len, reqs.output_len, strict=True)]
         self.kv_req = [kv_cache_bytes(model, c, self.kv_bits) for c in total]
@@ -119,7 +136,7 @@ class _Run:
 
     # ---- admission and prefill ---------------------------------------------------------------
     def run(self) -> RunResult:
-        for rid, t in enumerate(self.reqs.arrival_s):
+        for t in self.reqs.arrival_s:
             self.k.call_at(t, self._arrive, PRIO_ARRIVAL)
         self.k.run()
         return self._check()
@@ -131,8 +148,12 @@ class _Run:
     def _admit(self) -> None:
         q = self.admit_q
         changed = False
-        while q and q[0] < self.arrived and self.num_admitted < self.slots \
-                and self.kv_used + self.kv_req[q[0]] <= self.kv_cap:
+        while (
+            q
+            and q[0] < self.arrived
+            and self.num_admitted < self.slots
+            and self.kv_used + self.kv_req[q[0]] <= self.kv_cap
+        ):
             rid = q.popleft()
             self.kv_used += self.kv_req[rid]
             self.max_kv = max(self.max_kv, self.kv_used)
@@ -178,8 +199,7 @@ class _Run:
             for i, lane in enumerate(lanes):
                 nbytes = sum(self._handoff_bytes(r) for r in lane)
                 link = self.kv_links[i // p]
-                arrive = n2n_transfer(link, nbytes, now + it.time_s / layers,
-                                      self.cfg.link_latency_s)
+                arrive = n2n_transfer(link, nbytes, now + it.time_s / layers, self.cfg.link_latency_s)
                 done = max(arrive, end + nbytes / layers / self.kv_bw)
                 self.k.call_at(done, _bind(self._join, lane), PRIO_COMPLETE)
             self.k.call_at(end, self._prefill_done_split, PRIO_COMPLETE)
@@ -212,8 +232,14 @@ class _Run:
             heapq.heappush(self.finish, (self.step + self.reqs.output_len[rid], rid))
         self.pending.clear()
         steps = self.finish[0][0] - self.step
-        seg = _Segment(start_s=self.k.now_s, step0=self.step, steps=steps, batch=self.batch,
-                       ctx_sum=self.ctx_sum, handle=None)  # type: ignore[arg-type]
+        seg = _Segment(
+            start_s=self.k.now_s,
+            step0=self.step,
+            steps=steps,
+            batch=self.batch,
+            ctx_sum=self.ctx_sum,
+            handle=None,
+        )  # type: ignore[arg-type]
         seg.sums = self._cum(seg, steps)
         seg.handle = self.k.at(seg.start_s + seg.sums[0], self._end_decode, PRIO_COMPLETE)
         self.seg = seg
@@ -268,8 +294,9 @@ class _Run:
         seg = self.seg
         assert seg is not None
         self.seg = None
-        it = IterTime(time_s=seg.sums[0], a_busy_s=seg.sums[1], f_busy_s=seg.sums[2],
-                      fwd_bytes=0.0, bwd_bytes=0.0)
+        it = IterTime(
+            time_s=seg.sums[0], a_busy_s=seg.sums[1], f_busy_s=seg.sums[2], fwd_bytes=0.0, bwd_bytes=0.0
+        )
         self._account(self.dec, it, seg.start_s, seg.steps, decode_tokens=seg.batch)
         self.step += seg.steps
         now = self.k.now_s
@@ -292,8 +319,9 @@ class _Run:
             self._next(self.dec)
 
     # ---- accounting and invariants -------------------------------------------------------------
-    def _account(self, unit: UnitTimer, it: IterTime, start_s: float, steps: int,
-                 decode_tokens: int = 0) -> None:
+    def _account(
+        self, unit: UnitTimer, it: IterTime, start_s: float, steps: int, decode_tokens: int = 0
+    ) -> None:
         a, f = unit.a.plan.name, unit.f.plan.name
         if unit.unit.is_split:
             self.busy[a] += it.a_busy_s
@@ -328,11 +356,20 @@ def _series(f: Callable[[int], IterTime], a: int, n: int) -> tuple[float, float,
     if n == 1:
         return (first.time_s, first.a_busy_s, first.f_busy_s)
     last = f(a + n - 1)
-    return (n * (first.time_s + last.time_s) / 2, n * (first.a_busy_s + last.a_busy_s) / 2,
-            n * (first.f_busy_s + last.f_busy_s) / 2)
+    return (
+        n * (first.time_s + last.time_s) / 2,
+        n * (first.a_busy_s + last.a_busy_s) / 2,
+        n * (first.f_busy_s + last.f_busy_s) / 2,
+    )
 
 
-def simulate(model: ModelSpec, mode: ModeSpec, alloc: Allocation, reqs: Requests,
-             cfg: RunConfig, efficiency: Efficiency) -> RunResult:
+def simulate(
+    model: ModelSpec,
+    mode: ModeSpec,
+    alloc: Allocation,
+    reqs: Requests,
+    cfg: RunConfig,
+    efficiency: Efficiency,
+) -> RunResult:
     """Run ``alloc`` (a deployment of ``mode``) on ``reqs``; invariants checked at the end."""
     return _Run(model, mode, alloc, reqs, cfg, efficiency).run()

@@ -71,10 +71,15 @@ class Counts:
     events: int = 0
 
     def to_json(self, top_k: int) -> dict[str, int]:
-        return {"top_k": top_k, "candidates": self.candidates, "pruned_budget": self.pruned_budget,
-                "pruned_residency": self.pruned_residency,
-                "allocations_ranked": self.allocations_ranked, "simulated": self.simulated,
-                "events": self.events}
+        return {
+            "top_k": top_k,
+            "candidates": self.candidates,
+            "pruned_budget": self.pruned_budget,
+            "pruned_residency": self.pruned_residency,
+            "allocations_ranked": self.allocations_ranked,
+            "simulated": self.simulated,
+            "events": self.events,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,14 +98,25 @@ class Candidate:
     order: int = field(default=0)  # position in the enumeration (tie-break)
 
     def plan(self, pool: PoolSpec, dp: int) -> PoolPlan:
-        return PoolPlan(name=pool.name, stages=pool.stages, device=self.device,
-                        layout=Layout(tp=self.tp, pp=self.pp, dp=dp,
-                                      ep=self.ep * dp if self.ep > 1 else 1),
-                        bits=self.bits, sigma=dp * self.sigma1)
+        return PoolPlan(
+            name=pool.name,
+            stages=pool.stages,
+            device=self.device,
+            layout=Layout(tp=self.tp, pp=self.pp, dp=dp, ep=self.ep * dp if self.ep > 1 else 1),
+            bits=self.bits,
+            sigma=dp * self.sigma1,
+        )
 
 
-def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficiency: Efficiency,
-                  prefill_token_budget: int, max_decode_batch: int) -> list[float] | None:
+def replica_sigma(
+    model: ModelSpec,
+    plan: PoolPlan,
+    demand: Demand,
+    *,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+) -> list[float] | None:
     """sigma1 of each phase of one replica of ``plan`` (its dp is ignored; the pool's sigma1 is
     the min); None when it cannot hold one of the longest requests' KV (hosting decode
     attention)."""
@@ -111,8 +127,7 @@ def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficienc
     length = max(1, round(demand.input_len))
     if "pa" in stages:  # the lane's batch: the prompts that fit the token budget
         k = max(1, prefill_token_budget // length)
-        time_s = sum(timer.timers[s].prefill_uniform_s(k, length) for s in stages
-                     if s in ("pa", "pf"))
+        time_s = sum(timer.timers[s].prefill_uniform_s(k, length) for s in stages if s in ("pa", "pf"))
         sigmas.append(p * k * length / time_s / demand.prefill_tokens_per_s)
     elif "pf" in stages:  # a split F side batches every A lane's tokens: as many as it holds
         free = max(plan.device.device.capacity_bytes - plan.weights_per_device(model), 0.0)
@@ -139,17 +154,27 @@ def replica_sigma(model: ModelSpec, plan: PoolPlan, demand: Demand, *, efficienc
     return sigmas
 
 
-def bits_options(pool: PoolSpec,
-                 allowed: Mapping[str, Sequence[int]]) -> list[tuple[tuple[str, int], ...]]:
+def bits_options(pool: PoolSpec, allowed: Mapping[str, Sequence[int]]) -> list[tuple[tuple[str, int], ...]]:
     """Every precision assignment of the pool's stages within ``allowed`` (stage -> bits)."""
     choices = [sorted(set(allowed[s]), reverse=True) for s in pool.stages]
     return [tuple(zip(pool.stages, combo, strict=True)) for combo in itertools.product(*choices)]
 
 
-def phase1(model: ModelSpec, pool: PoolSpec, devices: Sequence[CatalogDevice], demand: Demand,
-           allowed: Mapping[str, Sequence[int]], *, budget: float, budget_kind: str,
-           efficiency: Efficiency, prefill_token_budget: int, max_decode_batch: int,
-           shortlist: int, counts: Counts) -> list[list[Candidate]]:
+def phase1(
+    model: ModelSpec,
+    pool: PoolSpec,
+    devices: Sequence[CatalogDevice],
+    demand: Demand,
+    allowed: Mapping[str, Sequence[int]],
+    *,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    shortlist: int,
+    counts: Counts,
+) -> list[list[Candidate]]:
     """The short list of one pool: the ``shortlist`` best (device, precision) groups by their
     best sigma1 per unit cost, each with all its surviving (t, p) layouts."""
     kept: list[Candidate] = []
@@ -173,11 +198,21 @@ def phase1(model: ModelSpec, pool: PoolSpec, devices: Sequence[CatalogDevice], d
                     sigmas = None
                     while dmin * cost <= budget:
                         ep = default_ep(model, pool.stages, tp, pp, dmin)
-                        plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev,
-                                        layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep), bits=bits)
-                        sigmas = replica_sigma(model, plan, demand, efficiency=efficiency,
-                                               prefill_token_budget=prefill_token_budget,
-                                               max_decode_batch=max_decode_batch)
+                        plan = PoolPlan(
+                            name=pool.name,
+                            stages=pool.stages,
+                            device=dev,
+                            layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep),
+                            bits=bits,
+                        )
+                        sigmas = replica_sigma(
+                            model,
+                            plan,
+                            demand,
+                            efficiency=efficiency,
+                            prefill_token_budget=prefill_token_budget,
+                            max_decode_batch=max_decode_batch,
+                        )
                         if sigmas is not None or ep == 1:
                             break
                         dmin *= 2  # more replicas spread the experts thinner: room for KV
@@ -187,16 +222,30 @@ def phase1(model: ModelSpec, pool: PoolSpec, devices: Sequence[CatalogDevice], d
                     if sigmas is None:
                         counts.pruned_residency += 1
                         continue
-                    kept.append(Candidate(device=dev, tp=tp, pp=pp,
-                                          ep=default_ep(model, pool.stages, tp, pp), bits=bits,
-                                          replica_cost=cost, sigma1=min(sigmas),
-                                          sigma_sum=sum(sigmas), order=order, min_dp=dmin))
+                    kept.append(
+                        Candidate(
+                            device=dev,
+                            tp=tp,
+                            pp=pp,
+                            ep=default_ep(model, pool.stages, tp, pp),
+                            bits=bits,
+                            replica_cost=cost,
+                            sigma1=min(sigmas),
+                            sigma_sum=sum(sigmas),
+                            order=order,
+                            min_dp=dmin,
+                        )
+                    )
     return shortlist_of(kept, shortlist)
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
-    return (-float(f"{c.sigma1 / c.replica_cost:.9g}"), c.replica_cost,
-            -float(f"{c.sigma_sum / c.replica_cost:.9g}"), c.order)
+    return (
+        -float(f"{c.sigma1 / c.replica_cost:.9g}"),
+        c.replica_cost,
+        -float(f"{c.sigma_sum / c.replica_cost:.9g}"),
+        c.order,
+    )
 
 
 def shortlist_of(kept: Sequence[Candidate], size: int) -> list[list[Candidate]]:
@@ -264,8 +313,14 @@ def _splits(num_pools: int, grid: int) -> list[tuple[int, ...]]:
     return [s for s in itertools.product(range(1, grid), repeat=num_pools) if sum(s) == grid]
 
 
-def phase2(mode: ModeSpec, shortlists: Mapping[str, Sequence[Sequence[Candidate]]], *,
-           budget: float, grid: int, counts: Counts) -> list[Allocation]:
+def phase2(
+    mode: ModeSpec,
+    shortlists: Mapping[str, Sequence[Sequence[Candidate]]],
+    *,
+    budget: float,
+    grid: int,
+    counts: Counts,
+) -> list[Allocation]:
     """Ranked, de-duplicated allocations of ``mode`` (best first)."""
     pools = mode.pools
     seen: dict[tuple[object, ...], Allocation] = {}
@@ -282,22 +337,24 @@ def phase2(mode: ModeSpec, shortlists: Mapping[str, Sequence[Sequence[Candidate]
                     continue
                 pick = _pick(group, s)
                 if pick is not None:
-                    variants.append([*base[:i], pick, *base[i + 1:]])  # type: ignore[list-item]
+                    variants.append([*base[:i], pick, *base[i + 1 :]])  # type: ignore[list-item]
         for var in variants:
             chosen: list[list[object]] = [[c, d] for c, d in var]
             spent = sum(c.replica_cost * d for c, d in var)
             if spent > budget * (1 + 1e-9):
                 continue
             _fill(chosen, budget - spent)
-            plans = tuple(c.plan(p, d)  # type: ignore[attr-defined]
-                          for (c, d), p in zip(chosen, pools, strict=True))
+            plans = tuple(
+                c.plan(p, d)  # type: ignore[attr-defined]
+                for (c, d), p in zip(chosen, pools, strict=True)
+            )
             cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
-            alloc = Allocation(mode=mode.name, pools=plans, cost=cost,
-                               sigma_joint=min(p.sigma for p in plans))
+            alloc = Allocation(
+                mode=mode.name, pools=plans, cost=cost, sigma_joint=min(p.sigma for p in plans)
+            )
             key = alloc.key()
             if key not in seen:
                 seen[key] = alloc
-    ranked = sorted(seen.values(), key=lambda a: (-float(f"{a.sigma_joint:.9g}"), a.cost,
-                                                  repr(a.key())))
+    ranked = sorted(seen.values(), key=lambda a: (-float(f"{a.sigma_joint:.9g}"), a.cost, repr(a.key())))
     counts.allocations_ranked += len(ranked)
     return ranked

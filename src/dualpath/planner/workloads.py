@@ -26,7 +26,7 @@ from dualpath.workload import TRACE_FILES, generate_trajectories, iter_turn_requ
 from dualpath.workload.traces import resolve_trace
 
 WORKLOADS: Final = ("io", "agentic", "chatbot")
-AGENTIC_MAXLEN: Final = 32768      # the smallest calibrated Table 2 bucket
+AGENTIC_MAXLEN: Final = 32768  # the smallest calibrated Table 2 bucket
 AGENTIC_AGENTS_PER_TURN: Final = 64  # agents whose turns interleave (wave order)
 CHATBOT_TRACE: Final = "azure-conv"
 
@@ -68,9 +68,17 @@ def _lengths(rng: np.random.Generator, target: float, cv: float, num: int) -> li
     return [max(1, int(round(x))) for x in draws]
 
 
-def make_requests(*, workload: str = "io", num_requests: int = 500, rate_rps: float = 125.0,
-                  io_ratio: float = 1.0, output_len: int = 1000, length_cv: float = 0.1,
-                  seed: int = 0, arrivals: str = "uniform") -> Requests:
+def make_requests(
+    *,
+    workload: str = "io",
+    num_requests: int = 500,
+    rate_rps: float = 125.0,
+    io_ratio: float = 1.0,
+    output_len: int = 1000,
+    length_cv: float = 0.1,
+    seed: int = 0,
+    arrivals: str = "uniform",
+) -> Requests:
     """The request list of one run (see the module docstring)."""
     require(workload in WORKLOADS, "workload", workload, f"choices: {', '.join(WORKLOADS)}")
     require(num_requests >= 1, "num_requests", num_requests, "must be >= 1")
@@ -99,8 +107,7 @@ def _agentic(num: int, seed: int) -> tuple[list[int], list[int]]:
     while len(ins) < num:
         live = [ts[wave] for ts in turns if wave < len(ts)]
         if not live:  # every agent done: start the next set of agents
-            trajs = generate_trajectories(AGENTIC_MAXLEN, AGENTIC_AGENTS_PER_TURN,
-                                          seed=seed + 1 + len(ins))
+            trajs = generate_trajectories(AGENTIC_MAXLEN, AGENTIC_AGENTS_PER_TURN, seed=seed + 1 + len(ins))
             turns = [list(iter_turn_requests(t)) for t in trajs]
             wave = 0
             continue
@@ -114,9 +121,12 @@ def _agentic(num: int, seed: int) -> tuple[list[int], list[int]]:
 def _chatbot(num: int) -> tuple[list[int], list[int]]:
     path = resolve_trace(CHATBOT_TRACE)
     if not path.exists():
-        raise ConfigError("workload", "chatbot",
-                          f"needs the Azure conversation trace {TRACE_FILES[CHATBOT_TRACE]} "
-                          f"under the data directory ({path} not found); set {DATA_DIR_ENV}")
+        raise ConfigError(
+            "workload",
+            "chatbot",
+            f"needs the Azure conversation trace {TRACE_FILES[CHATBOT_TRACE]} "
+            f"under the data directory ({path} not found); set {DATA_DIR_ENV}",
+        )
     trajs = load_azure(path, limit=num)
     require(len(trajs) > 0, "workload", "chatbot", f"no rows in {path}")
     ins = [t.turns[0].append_len for t in trajs]

@@ -41,8 +41,9 @@ class BatchLimits:
 NO_LIMITS = BatchLimits()
 
 
-def batch_candidates(queue: Iterable[T], admit: Callable[[T], bool],
-                     prompt_len: Callable[[T], int], limits: BatchLimits) -> list[T]:
+def batch_candidates(
+    queue: Iterable[T], admit: Callable[[T], bool], prompt_len: Callable[[T], int], limits: BatchLimits
+) -> list[T]:
     """The requests a PE offers to its next batch, in assignment order. ``admit(req)`` is the
     driver's gate (reads done, and room taken in the DE buffer for the KV the PE will send): a
     request it refuses is skipped, not waited for, so the ones behind it may go. The offer stops
@@ -80,8 +81,9 @@ def fit_staging(entries: tuple[BatchEntry, ...], limits: BatchLimits) -> tuple[B
     return entries
 
 
-def plan_batch(view: BatchView, config: SchedulerConfig, mode: str,
-               limits: BatchLimits = NO_LIMITS) -> BatchPlan:
+def plan_batch(
+    view: BatchView, config: SchedulerConfig, mode: str, limits: BatchLimits = NO_LIMITS
+) -> BatchPlan:
     """Dispatch on ``mode`` ("quota" or "tokens"); the plan honours ``limits.staging_tokens``."""
     plan = _plan(view, config, mode)
     if limits.staging_tokens is None:
@@ -111,9 +113,7 @@ def _plan(view: BatchView, config: SchedulerConfig, mode: str) -> BatchPlan:
     raise ConfigError("batching", mode, "choices: quota, tokens")
 
 
-def quota_batch(
-    waiting: tuple[BatchItem, ...], pred: AttentionTimePredictor, quota_s: float
-) -> BatchPlan:
+def quota_batch(waiting: tuple[BatchItem, ...], pred: AttentionTimePredictor, quota_s: float) -> BatchPlan:
     """Add requests FIFO while predicted attention time stays <= ``quota_s``; the request that
     would overflow is cut to the largest chunk that fits (binary search), then the batch closes."""
     entries: list[BatchEntry] = []
@@ -121,24 +121,24 @@ def quota_batch(
     for item in waiting:
         flops = pred.attention_flops(item.cached_len, item.new_len)
         if pred.predict_s(total + flops) <= quota_s:
-            entries.append(BatchEntry(request_id=item.request_id, cached_len=item.cached_len,
-                                      chunk_len=item.new_len))
+            entries.append(
+                BatchEntry(request_id=item.request_id, cached_len=item.cached_len, chunk_len=item.new_len)
+            )
             total += flops
             continue
         chunk = _largest_chunk(item, pred, total, quota_s)
         if chunk == 0 and not entries:
             chunk = 1  # a lone request always progresses
         if chunk > 0:
-            entries.append(BatchEntry(request_id=item.request_id, cached_len=item.cached_len,
-                                      chunk_len=chunk))
+            entries.append(
+                BatchEntry(request_id=item.request_id, cached_len=item.cached_len, chunk_len=chunk)
+            )
             total += pred.attention_flops(item.cached_len, chunk)
         break
     return BatchPlan(entries=tuple(entries), attention_s=pred.predict_s(total))
 
 
-def _largest_chunk(
-    item: BatchItem, pred: AttentionTimePredictor, base_flops: float, quota_s: float
-) -> int:
+def _largest_chunk(item: BatchItem, pred: AttentionTimePredictor, base_flops: float, quota_s: float) -> int:
     """Largest k in [0, new_len) with predicted time of (base + flops(cached, k)) <= quota."""
     lo, hi = 0, item.new_len - 1  # invariant: lo fits (0 adds nothing); answer in [lo, hi]
     while lo < hi:
@@ -161,8 +161,7 @@ def token_batch(
         if left <= 0:
             break
         chunk = min(item.new_len, left)
-        entries.append(BatchEntry(request_id=item.request_id, cached_len=item.cached_len,
-                                  chunk_len=chunk))
+        entries.append(BatchEntry(request_id=item.request_id, cached_len=item.cached_len, chunk_len=chunk))
         left -= chunk
         if pred is not None:
             total += pred.attention_flops(item.cached_len, chunk)

@@ -144,6 +144,9 @@ class SchedulerConfig:
     ) -> SchedulerConfig:
         """Config for a ``dualpath.spec`` node and model (alpha from the node's SNICs and the
         model's KV bytes per token); ``prefill_tokens_per_s`` comes from a cost model."""
-        return cls.from_rates(snic_bytes_per_s=node.snic_bytes_per_s,
-                              kv_bytes_per_token=model.kv_bytes_per_token,
-                              prefill_tokens_per_s=prefill_tokens_per_s, **overrides)
+        return cls.from_rates(
+            snic_bytes_per_s=node.snic_bytes_per_s,
+            kv_bytes_per_token=model.kv_bytes_per_token,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            **overrides,
+        )

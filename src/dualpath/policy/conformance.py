@@ -32,11 +32,25 @@ KINDS: tuple[str, ...] = ("decode", "prefill", "batch")
 _TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
-        _views.RequestInfo, _views.EngineLoad, _views.NodeReadQueue, _views.GroupLoad,
-        _views.GroupTotal, _views.DecodeFetchView, _views.GroupRouting, _views.DecodeAssignment,
-        _views.DecodePlan, _views.PendingPrefill, _views.PrefillFetchView,
-        _views.PrefillAssignment, _views.PrefillPlan, _views.BatchItem, _views.BatchView,
-        _views.BatchEntry, _views.BatchPlan, SchedulerConfig, AttentionFlops,
+        _views.RequestInfo,
+        _views.EngineLoad,
+        _views.NodeReadQueue,
+        _views.GroupLoad,
+        _views.GroupTotal,
+        _views.DecodeFetchView,
+        _views.GroupRouting,
+        _views.DecodeAssignment,
+        _views.DecodePlan,
+        _views.PendingPrefill,
+        _views.PrefillFetchView,
+        _views.PrefillAssignment,
+        _views.PrefillPlan,
+        _views.BatchItem,
+        _views.BatchView,
+        _views.BatchEntry,
+        _views.BatchPlan,
+        SchedulerConfig,
+        AttentionFlops,
         LinearAttentionPredictor,
     )
 }
@@ -140,8 +154,11 @@ def same_plan(expected: object, actual: object) -> bool:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) or isinstance(b, float):
-        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(
-            a, b, rel_tol=1e-9, abs_tol=1e-15)
+        return (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+        )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -156,18 +173,26 @@ def replay(adapter: ConformanceAdapter, cases: tuple[Case, ...] | None = None) -
     out: list[Mismatch] = []
     for case in todo:
         for i, step in enumerate(case.steps):
-            actual = adapter.run_step(policy=case.policy, config=case.config, kind=step.kind,
-                                      view=step.view)
+            actual = adapter.run_step(policy=case.policy, config=case.config, kind=step.kind, view=step.view)
             if not same_plan(step.plan, actual):
-                out.append(Mismatch(case=case.name, step_index=i, kind=step.kind,
-                                    expected=step.plan, actual=actual))
+                out.append(
+                    Mismatch(case=case.name, step_index=i, kind=step.kind, expected=step.plan, actual=actual)
+                )
     return out
 
 
 def dumps_cases(cases: tuple[Case, ...]) -> str:
-    body = [{"name": c.name, "policy": c.policy, "config": to_jsonable(c.config),
-             "steps": [{"kind": s.kind, "view": to_jsonable(s.view), "plan": to_jsonable(s.plan)}
-                       for s in c.steps]} for c in cases]
+    body = [
+        {
+            "name": c.name,
+            "policy": c.policy,
+            "config": to_jsonable(c.config),
+            "steps": [
+                {"kind": s.kind, "view": to_jsonable(s.view), "plan": to_jsonable(s.plan)} for s in c.steps
+            ],
+        }
+        for c in cases
+    ]
     return json.dumps({"version": 1, "cases": body}, separators=(",", ":"), sort_keys=True)
 
 
@@ -176,9 +201,15 @@ def loads_cases(text: str) -> tuple[Case, ...]:
     if data.get("version") != 1:
         raise DualpathError(f"conformance cases version {data.get('version')!r}; expected 1")
     return tuple(
-        Case(name=c["name"], policy=c["policy"], config=from_jsonable(c["config"]),
-             steps=tuple(Step(kind=s["kind"], view=from_jsonable(s["view"]),
-                              plan=from_jsonable(s["plan"])) for s in c["steps"]))
+        Case(
+            name=c["name"],
+            policy=c["policy"],
+            config=from_jsonable(c["config"]),
+            steps=tuple(
+                Step(kind=s["kind"], view=from_jsonable(s["view"]), plan=from_jsonable(s["plan"]))
+                for s in c["steps"]
+            ),
+        )
         for c in data["cases"]
     )
 

@@ -48,8 +48,7 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
             cursor = (cursor + 1) % len(totals)
         return out, cursor
-    positions = route_balanced([g.num_tokens for g in totals],
-                               [req.decode_len for req in view.global_queue])
+    positions = route_balanced([g.num_tokens for g in totals], [req.decode_len for req in view.global_queue])
     for req, pos in zip(view.global_queue, positions):
         out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
     return out, view.group_rr_cursor
@@ -94,31 +93,39 @@ def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str
     gid = view.group.group_id
     private = list(view.private_queue)
     if routings:
-        private.extend(r for r, g in zip(view.global_queue, routings, strict=True)
-                       if g.group_id == gid)
+        private.extend(r for r, g in zip(view.global_queue, routings, strict=True) if g.group_id == gid)
     if de_choice == "balanced":
         assignments, cursor = _balanced(view, private, config.hbm_slack), view.rr_cursor
     else:
         assignments, cursor = _round_robin(view, private)
-    return DecodePlan(routings=tuple(routings), assignments=tuple(assignments),
-                      next_rr_cursor=cursor, next_group_rr_cursor=next_group_cursor)
+    return DecodePlan(
+        routings=tuple(routings),
+        assignments=tuple(assignments),
+        next_rr_cursor=cursor,
+        next_group_rr_cursor=next_group_cursor,
+    )
 
 
-def _balanced(
-    view: DecodeFetchView, private: list[RequestInfo], slack: float
-) -> list[DecodeAssignment]:
+def _balanced(view: DecodeFetchView, private: list[RequestInfo], slack: float) -> list[DecodeAssignment]:
     engines = view.group.engines
     if not engines or not private:
         return []
-    picks = balanced_picks([e.num_seqs for e in engines], [e.num_tokens for e in engines],
-                           [e.free_hbm_tokens for e in engines],
-                           [req.decode_len for req in private], slack)
-    return [DecodeAssignment(request_id=private[i].request_id, engine_id=engines[pick].engine_id)
-            for i, pick in enumerate(picks)]
+    picks = balanced_picks(
+        [e.num_seqs for e in engines],
+        [e.num_tokens for e in engines],
+        [e.free_hbm_tokens for e in engines],
+        [req.decode_len for req in private],
+        slack,
+    )
+    return [
+        DecodeAssignment(request_id=private[i].request_id, engine_id=engines[pick].engine_id)
+        for i, pick in enumerate(picks)
+    ]
 
 
-def balanced_picks(seq: list[int], tok: list[int], free: list[int], needs: list[int],
-                   slack: float) -> list[int]:
+def balanced_picks(
+    seq: list[int], tok: list[int], free: list[int], needs: list[int], slack: float
+) -> list[int]:
     """Phase 2 ``balanced`` as a kernel over plain lists: the DEs' ``seq_e`` / ``tok_e`` / free
     HBM (rank order; updated in place) and the ``decode_len`` of the private queue's head requests
     (``needs``, queue order). Returns the rank picked for each head request, in order, stopping at
@@ -165,9 +172,7 @@ def _balanced_pick(seq: list[int], tok: list[int], free: list[int], need: int, z
     return under if under >= 0 else over
 
 
-def _round_robin(
-    view: DecodeFetchView, private: list[RequestInfo]
-) -> tuple[list[DecodeAssignment], int]:
+def _round_robin(view: DecodeFetchView, private: list[RequestInfo]) -> tuple[list[DecodeAssignment], int]:
     engines = view.group.engines
     num = len(engines)
     if num == 0:

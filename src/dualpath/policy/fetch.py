@@ -46,8 +46,9 @@ class FetchOrder:
 
 
 SIM_ORDER: Final = FetchOrder()
-RUNTIME_ORDER: Final = FetchOrder(interval_s=0.002, route_round_robin=False, dirty_only=False,
-                                  rotate_pe=False)
+RUNTIME_ORDER: Final = FetchOrder(
+    interval_s=0.002, route_round_robin=False, dirty_only=False, rotate_pe=False
+)
 
 
 class FetchSink(Protocol):
@@ -62,8 +63,14 @@ class Fetcher:
     """One driver's fetch rounds: ledger, scheduler, order, sink. ``beta_tokens`` (the
     scheduler's beta) enables PE fetch elision; None fetches PE groups whenever there is work."""
 
-    def __init__(self, ledger: Ledger, scheduler: Scheduler, order: FetchOrder, sink: FetchSink,
-                 beta_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        scheduler: Scheduler,
+        order: FetchOrder,
+        sink: FetchSink,
+        beta_tokens: int | None = None,
+    ) -> None:
         self.ledger = ledger
         self.scheduler = scheduler
         self.order = order
@@ -112,8 +119,7 @@ class Fetcher:
     def fetch_prefill(self, node_id: int, now_s: float) -> int:
         """One PE group's fetch (strict leader fetch: this group only)."""
         if self.prefill_kernel:
-            plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config,
-                                              self.read_choice)
+            plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config, self.read_choice)
         else:
             plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
         self.fetches += 1
@@ -181,6 +187,9 @@ class Fetcher:
             dirty.discard(node)
             if not self.prefill_may_assign(node):
                 continue
-            while (self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
-                   and ledger.prefill_queue and self.prefill_may_assign(node)):
+            while (
+                self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
+                and ledger.prefill_queue
+                and self.prefill_may_assign(node)
+            ):
                 pass  # the plan took the whole prefix: continue with the next one

@@ -73,20 +73,26 @@ def decode_plan(ledger: Ledger, node_id: int, slack: float, elide: bool) -> Deco
     picks = balanced_picks(seq, tok, free, [e.decode_len for e in head], slack)
     return DecodePlan(
         routings=routings,
-        assignments=tuple([DecodeAssignment(request_id=head[i].info.request_id,
-                                            engine_id=ids[pick]) for i, pick in enumerate(picks)]),
-        next_rr_cursor=ledger.de_rr.get(node_id, 0), next_group_rr_cursor=ledger.group_rr)
+        assignments=tuple(
+            [
+                DecodeAssignment(request_id=head[i].info.request_id, engine_id=ids[pick])
+                for i, pick in enumerate(picks)
+            ]
+        ),
+        next_rr_cursor=ledger.de_rr.get(node_id, 0),
+        next_group_rr_cursor=ledger.group_rr,
+    )
 
 
-def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig,
-                 read_choice: str) -> PrefillPlan:
+def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig, read_choice: str) -> PrefillPlan:
     """``least-loaded`` for PE group ``node_id`` alone (strict leader fetch), read sides by
     ``read_choice``, over the head ``bounds.prefill_prefix`` carries."""
     head = ledger.prefill_head(ledger.bounds.prefill_prefix)
     engines = ledger.engines
     ids = ledger.members(PREFILL, node_id)
-    picks = least_loaded_picks([engines[g].num_tokens for g in ids],
-                               [e.prompt_len for e in head], config.beta_tokens)
+    picks = least_loaded_picks(
+        [engines[g].num_tokens for g in ids], [e.prompt_len for e in head], config.beta_tokens
+    )
     queues: dict[int, list[float]] = {}  # nodes whose read queue this plan grows
     out: list[PrefillAssignment] = []
     block = config.block_size
@@ -94,20 +100,26 @@ def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig,
         req = head[i].info
         pe_q = _queue(ledger, queues, node_id)
         de_q = _queue(ledger, queues, head[i].de_node)
-        side, pe_len, de_len = choose_read(read_choice, req.cached_len, pe_q, de_q, block,
-                                           req.request_id)
-        out.append(PrefillAssignment(request_id=req.request_id, engine_id=ids[pick],
-                                     read_side=side, pe_read_len=pe_len, de_read_len=de_len))
+        side, pe_len, de_len = choose_read(read_choice, req.cached_len, pe_q, de_q, block, req.request_id)
+        out.append(
+            PrefillAssignment(
+                request_id=req.request_id,
+                engine_id=ids[pick],
+                read_side=side,
+                pe_read_len=pe_len,
+                de_read_len=de_len,
+            )
+        )
     reads: list[NodeReadQueue] = []
     for n in ledger.read_nodes(node_id, head):
         obj = ledger.read_queue(n)
         grown = queues.get(n)
         if grown is not None and grown[0] != obj.read_queue_tokens:
-            obj = NodeReadQueue(node_id=n, read_queue_tokens=int(grown[0]),
-                                read_tokens_per_s=grown[1])
+            obj = NodeReadQueue(node_id=n, read_queue_tokens=int(grown[0]), read_tokens_per_s=grown[1])
         reads.append(obj)
-    return PrefillPlan(assignments=tuple(out), read_queues=tuple(reads),
-                       next_rr_cursor=ledger.pe_rr.get(node_id, 0))
+    return PrefillPlan(
+        assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=ledger.pe_rr.get(node_id, 0)
+    )
 
 
 def _queue(ledger: Ledger, queues: dict[int, list[float]], n: int) -> list[float]:

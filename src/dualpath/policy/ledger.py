@@ -57,8 +57,7 @@ def _entry(info: RequestInfo) -> Entry:
 
 def _check(entry: Entry, request_id: str, what: str) -> None:
     if entry.info.request_id != request_id:
-        raise DualpathError(f"{what} {request_id!r} is not the queue head "
-                            f"{entry.info.request_id!r}")
+        raise DualpathError(f"{what} {request_id!r} is not the queue head {entry.info.request_id!r}")
 
 
 class Ledger(LedgerViews):
@@ -73,14 +72,18 @@ class Ledger(LedgerViews):
         """:meth:`add_engine` for each ``(engine_id, node_id, role, hbm_tokens)``."""
         for engine_id, node_id, role, hbm_tokens in engines:
             if role not in (DECODE, PREFILL):
-                raise DualpathError(f"engine {engine_id}: role {role!r}; choices: {DECODE}, "
-                                    f"{PREFILL}")
+                raise DualpathError(f"engine {engine_id}: role {role!r}; choices: {DECODE}, {PREFILL}")
             eng = self.engines.get(engine_id)
             if eng is None:
                 is_de = role == DECODE
-                self.engines[engine_id] = Engine(engine_id=engine_id, node_id=node_id, role=role,
-                                                 is_de=is_de, key=2 * node_id + is_de,
-                                                 hbm_tokens=hbm_tokens)
+                self.engines[engine_id] = Engine(
+                    engine_id=engine_id,
+                    node_id=node_id,
+                    role=role,
+                    is_de=is_de,
+                    key=2 * node_id + is_de,
+                    hbm_tokens=hbm_tokens,
+                )
             else:
                 eng.alive, eng.hbm_tokens = True, hbm_tokens
             self.read_q.setdefault(node_id, 0)
@@ -151,8 +154,9 @@ class Ledger(LedgerViews):
             self.node_tok[eng.node_id] = self.node_tok[eng.node_id] + n
             self._changed(eng)
             entry.de, entry.de_node, entry.where = a.engine_id, eng.node_id, IN_PREFILL
-            entry.pending = PendingPrefill(request=entry.info, de_engine_id=a.engine_id,
-                                           de_node_id=eng.node_id)
+            entry.pending = PendingPrefill(
+                request=entry.info, de_engine_id=a.engine_id, de_node_id=eng.node_id
+            )
             self.prefill_queue.append(entry)
             out.append(entry)
         self.pe_all_dirty = True
@@ -167,8 +171,10 @@ class Ledger(LedgerViews):
             entry = pq.popleft()
             _check(entry, a.request_id, "assignment")
             if a.pe_read_len + a.de_read_len != entry.info.cached_len:
-                raise DualpathError(f"assignment {a.request_id!r}: reads {a.pe_read_len} + "
-                                    f"{a.de_read_len} != cached_len {entry.info.cached_len}")
+                raise DualpathError(
+                    f"assignment {a.request_id!r}: reads {a.pe_read_len} + "
+                    f"{a.de_read_len} != cached_len {entry.info.cached_len}"
+                )
             eng = self.engines[a.engine_id]
             eng.num_seqs += 1
             eng.num_tokens += entry.prompt_len
@@ -187,8 +193,7 @@ class Ledger(LedgerViews):
             out.append(entry)
         return out
 
-    def on_read_done(self, request_id: str, node_id: int | None = None,
-                     tokens: int | None = None) -> None:
+    def on_read_done(self, request_id: str, node_id: int | None = None, tokens: int | None = None) -> None:
         """``tokens`` (all, if None) of the request's read on ``node_id`` (every node, if None)
         finished: they leave that node's ``read_q``. Unknown requests are ignored (late reports)."""
         entry = self.requests.get(request_id)
@@ -292,4 +297,3 @@ class Ledger(LedgerViews):
         eng.num_tokens -= entry.prompt_len
         self._changed(eng)
         self.pe_dirty.add(eng.node_id)
-

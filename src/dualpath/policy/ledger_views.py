@@ -49,8 +49,7 @@ class ViewBounds:
     all_read_queues_up_to: int = 32
 
 
-UNBOUNDED: Final = ViewBounds(prefill_prefix=None, bound_private=False,
-                              all_read_queues_up_to=1 << 30)
+UNBOUNDED: Final = ViewBounds(prefill_prefix=None, bound_private=False, all_read_queues_up_to=1 << 30)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -91,8 +90,7 @@ class LedgerViews:
     """The ledger's state and views; :class:`dualpath.policy.ledger.Ledger` adds the mutators.
     ``read_tokens_per_s``: a node's SNIC read rate unless ``set_read_rate`` gives it its own."""
 
-    def __init__(self, *, read_tokens_per_s: float = 1.0,
-                 bounds: ViewBounds = ViewBounds()) -> None:
+    def __init__(self, *, read_tokens_per_s: float = 1.0, bounds: ViewBounds = ViewBounds()) -> None:
         self.bounds = bounds
         self.read_tokens_per_s = read_tokens_per_s
         self.engines: dict[int, Engine] = {}
@@ -188,8 +186,9 @@ class LedgerViews:
     @staticmethod
     def _load(e: Engine) -> EngineLoad:
         free = max(e.hbm_tokens - e.reserved_tokens, 0) if e.is_de else 0
-        return EngineLoad(engine_id=e.engine_id, num_seqs=e.num_seqs, num_tokens=e.num_tokens,
-                          free_hbm_tokens=free)
+        return EngineLoad(
+            engine_id=e.engine_id, num_seqs=e.num_seqs, num_tokens=e.num_tokens, free_hbm_tokens=free
+        )
 
     def token_totals(self) -> list[int]:
         """Every live DE group's engines' ``tok_e`` plus its private queue's ``decode_len``, in
@@ -225,10 +224,14 @@ class LedgerViews:
         totals = self.group_totals()
         group = self._group(2 * node_id + 1, node_id)
         return DecodeFetchView(
-            now_s=now_s, group=group,
+            now_s=now_s,
+            group=group,
             private_queue=self._private_prefix(self.private[node_id], group),
-            global_queue=tuple([e.info for e in self.global_queue]), group_totals=totals,
-            rr_cursor=self.de_rr.get(node_id, 0), group_rr_cursor=self.group_rr)
+            global_queue=tuple([e.info for e in self.global_queue]),
+            group_totals=totals,
+            rr_cursor=self.de_rr.get(node_id, 0),
+            group_rr_cursor=self.group_rr,
+        )
 
     def _private_prefix(self, queue: deque[Entry], group: GroupLoad) -> tuple[RequestInfo, ...]:
         bounds = self.bounds
@@ -246,19 +249,27 @@ class LedgerViews:
                 break
         return tuple(out)
 
-    def prefill_view(self, node_id: int, now_s: float, *, window: int | None = None,
-                     central: bool = False) -> PrefillFetchView:
+    def prefill_view(
+        self, node_id: int, now_s: float, *, window: int | None = None, central: bool = False
+    ) -> PrefillFetchView:
         """Group ``node_id``'s fetch (``central``: every live PE group is a candidate). ``window``
         overrides ``bounds.prefill_prefix`` for this view."""
         limit = self.bounds.prefill_prefix if window is None else window
         head = self.prefill_head(limit)
         prefix: list[PendingPrefill] = [e.pending for e in head]  # type: ignore[misc]
-        node_ids = self.read_nodes(node_id, head)
-        out = [self.read_queue(n) for n in node_ids]
-        groups = (tuple([self._group(2 * n, n) for n in self.pe_nodes]) if central
-                  else (self._group(2 * node_id, node_id),))
-        return PrefillFetchView(now_s=now_s, groups=groups, queue=tuple(prefix),
-                                read_queues=tuple(out), rr_cursor=self.pe_rr.get(node_id, 0))
+        out = [self.read_queue(n) for n in self.read_nodes(node_id, head)]
+        groups = (
+            tuple([self._group(2 * n, n) for n in self.pe_nodes])
+            if central
+            else (self._group(2 * node_id, node_id),)
+        )
+        return PrefillFetchView(
+            now_s=now_s,
+            groups=groups,
+            queue=tuple(prefix),
+            read_queues=tuple(out),
+            rr_cursor=self.pe_rr.get(node_id, 0),
+        )
 
     def prefill_head(self, limit: int | None) -> list[Entry]:
         """The first ``limit`` requests of the prefill queue (all if None)."""
@@ -280,8 +291,11 @@ class LedgerViews:
         q = self.read_q.get(n, 0)
         obj = self._reads.get(n)
         if obj is None or obj.read_queue_tokens != q:
-            obj = NodeReadQueue(node_id=n, read_queue_tokens=q,
-                                read_tokens_per_s=self.read_rate.get(n, self.read_tokens_per_s))
+            obj = NodeReadQueue(
+                node_id=n,
+                read_queue_tokens=q,
+                read_tokens_per_s=self.read_rate.get(n, self.read_tokens_per_s),
+            )
             self._reads[n] = obj
         return obj
 

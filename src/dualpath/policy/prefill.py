@@ -50,8 +50,7 @@ class _Reads:
         for q in self.queues:
             tokens, rate = self.table[q.node_id]
             if tokens != q.read_queue_tokens or type(q.read_queue_tokens) is not int:
-                q = NodeReadQueue(node_id=q.node_id, read_queue_tokens=int(tokens),
-                                  read_tokens_per_s=rate)
+                q = NodeReadQueue(node_id=q.node_id, read_queue_tokens=int(tokens), read_tokens_per_s=rate)
             out.append(q)
         return tuple(out)
 
@@ -75,7 +74,11 @@ def split_read(
 
 
 def choose_read(
-    choice: str, cached_len: int, pe_queue: list[float], de_queue: list[float], block_size: int,
+    choice: str,
+    cached_len: int,
+    pe_queue: list[float],
+    de_queue: list[float],
+    block_size: int,
     request_id: str = "",
 ) -> tuple[ReadSide, int, int]:
     """Return ``(side, pe_read_len, de_read_len)`` and add the reads to the queues (in place).
@@ -159,8 +162,12 @@ def assign_prefill(
         tok[pick] = tok[pick] + req.prompt_len
         g = group_of[pick]
         side, pe_len, de_len = choose_read(
-            read_choice, req.cached_len, group_queues[g], reads.get(pending.de_node_id),
-            config.block_size, req.request_id,
+            read_choice,
+            req.cached_len,
+            group_queues[g],
+            reads.get(pending.de_node_id),
+            config.block_size,
+            req.request_id,
         )
         if index is not None:
             best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
@@ -169,8 +176,15 @@ def assign_prefill(
                 for other in groups_of_node.get(node, ()):
                     if other != g:
                         index.refresh(other)
-        out.append(PrefillAssignment(request_id=req.request_id, engine_id=ids[pick],
-                                     read_side=side, pe_read_len=pe_len, de_read_len=de_len))
+        out.append(
+            PrefillAssignment(
+                request_id=req.request_id,
+                engine_id=ids[pick],
+                read_side=side,
+                pe_read_len=pe_len,
+                de_read_len=de_len,
+            )
+        )
     if pe_choice != "round-robin":
         cursor = view.rr_cursor  # untouched by policies that do not round-robin
     return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
@@ -213,9 +227,7 @@ class _Candidates:
 
     __slots__ = ("best", "tok", "queues", "alpha", "version", "heaps")
 
-    def __init__(
-        self, best: list[int], tok: list[int], queues: list[list[float]], alpha: int
-    ) -> None:
+    def __init__(self, best: list[int], tok: list[int], queues: list[list[float]], alpha: int) -> None:
         self.best, self.tok, self.queues, self.alpha = best, tok, queues, alpha
         self.version = [0] * len(best)
         self.heaps: tuple[list[tuple[int, int, int, int]], ...] = ([], [])

@@ -58,10 +58,18 @@ class ReferenceDriver:
         self.pe_nodes = list(range(num_pe_groups))
         self.de_nodes = list(range(num_pe_groups, num_pe_groups + num_de_groups))
         self.ledger = Ledger(read_tokens_per_s=read_tokens_per_s, bounds=bounds)
-        self.ledger.add_engines([
-            (node * engines_per_group + r, node, DECODE if node >= num_pe_groups else PREFILL,
-             de_hbm_tokens if node >= num_pe_groups else 0)
-            for node in self.pe_nodes + self.de_nodes for r in range(engines_per_group)])
+        self.ledger.add_engines(
+            [
+                (
+                    node * engines_per_group + r,
+                    node,
+                    DECODE if node >= num_pe_groups else PREFILL,
+                    de_hbm_tokens if node >= num_pe_groups else 0,
+                )
+                for node in self.pe_nodes + self.de_nodes
+                for r in range(engines_per_group)
+            ]
+        )
         beta = scheduler.config.beta_tokens if isinstance(scheduler, PolicyScheduler) else None
         self.fetcher = Fetcher(self.ledger, scheduler, order, self, beta_tokens=beta)
         self.read_total = {n: 0 for n in self.pe_nodes + self.de_nodes}  # tokens ever read
@@ -77,8 +85,10 @@ class ReferenceDriver:
     def engines(self) -> dict[int, list[EngineLoad]]:
         """Each node's engines with their current loads (rank order)."""
         ledger = self.ledger
-        return {n: list(ledger.group(DECODE if n in ledger.private else PREFILL, n).engines)
-                for n in self.pe_nodes + self.de_nodes}
+        return {
+            n: list(ledger.group(DECODE if n in ledger.private else PREFILL, n).engines)
+            for n in self.pe_nodes + self.de_nodes
+        }
 
     @property
     def read_q(self) -> dict[int, int]:
@@ -132,8 +142,8 @@ class ReferenceDriver:
                 self._reading[node].append(entry.info.request_id)
             info = entry.info
             self.waiting.setdefault(entry.pe, []).append(
-                BatchItem(request_id=info.request_id, cached_len=info.cached_len,
-                          new_len=info.new_len))
+                BatchItem(request_id=info.request_id, cached_len=info.cached_len, new_len=info.new_len)
+            )
         self.num_assigned += len(assigned)
         self.applied.append(("prefill", node_id, plan))
 
@@ -153,9 +163,13 @@ class ReferenceDriver:
             if entry is None:
                 left.append(item)
             elif entry.chunk_len < item.new_len:
-                left.append(BatchItem(request_id=item.request_id,
-                                      cached_len=item.cached_len + entry.chunk_len,
-                                      new_len=item.new_len - entry.chunk_len))
+                left.append(
+                    BatchItem(
+                        request_id=item.request_id,
+                        cached_len=item.cached_len + entry.chunk_len,
+                        new_len=item.new_len - entry.chunk_len,
+                    )
+                )
             else:
                 self.ledger.on_prefill_done(item.request_id)
                 self.prefilled.append(item.request_id)
@@ -190,8 +204,7 @@ class ReferenceDriver:
         self.ledger.on_prefill_done(request_id)
         entry = self.ledger.requests.get(request_id)
         if entry is not None and entry.pe >= 0:
-            self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ())
-                                      if i.request_id != request_id]
+            self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ()) if i.request_id != request_id]
 
     def finished(self, request_id: str) -> None:
         self.ledger.on_finished(request_id)
@@ -201,8 +214,7 @@ class ReferenceDriver:
         for rid in self.ledger.requests_on(engine_id):
             entry = self.ledger.requests[rid]
             if entry.pe >= 0:
-                self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ())
-                                          if i.request_id != rid]
+                self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ()) if i.request_id != rid]
             self.ledger.on_finished(rid, requeue=True)
         self.ledger.on_engine_lost(engine_id)
 

@@ -60,32 +60,67 @@ class PolicySpec:
     def __post_init__(self) -> None:
         require(self.pe_choice in PE_CHOICES, "pe_choice", self.pe_choice, f"choices: {PE_CHOICES}")
         require(self.de_choice in DE_CHOICES, "de_choice", self.de_choice, f"choices: {DE_CHOICES}")
-        require(self.read_choice in READ_CHOICES, "read_choice", self.read_choice,
-                f"choices: {READ_CHOICES}")
-        require(self.batching in BATCHING_MODES, "batching", self.batching,
-                f"choices: {BATCHING_MODES}")
+        require(self.read_choice in READ_CHOICES, "read_choice", self.read_choice, f"choices: {READ_CHOICES}")
+        require(self.batching in BATCHING_MODES, "batching", self.batching, f"choices: {BATCHING_MODES}")
 
 
 def _spec(name: str, pe: str, de: str, read: str, batching: str, text: str) -> PolicySpec:
-    return PolicySpec(name=name, pe_choice=pe, de_choice=de, read_choice=read, batching=batching,
-                      description=text)
+    return PolicySpec(
+        name=name, pe_choice=pe, de_choice=de, read_choice=read, batching=batching, description=text
+    )
 
 
 POLICIES: dict[str, PolicySpec] = {
     p.name: p
     for p in (
-        _spec("basic", "round-robin", "round-robin", "pe", "tokens",
-              "Basic: round-robin PE/DE, every read on the PE side"),
-        _spec("rr-shorter-queue", "round-robin", "round-robin", "shorter", "tokens",
-              "dual-path loading with naive scheduling: round robin, shorter read queue"),
-        _spec("always-de", "round-robin", "round-robin", "de", "tokens",
-              "round robin, every read on the DE side"),
-        _spec("dualpath", "least-loaded", "balanced", "shorter", "quota",
-              "full DualPath: C1/C2/C3 PE choice, two-level DE choice, shorter queue, quota"),
-        _spec("dualpath-split", "least-loaded", "balanced", "split", "quota",
-              "DualPath with each request's hit blocks split across both sides (beyond the paper)"),
-        _spec("rr-random-side", "round-robin", "round-robin", "random", "tokens",
-              "dual-path loading with naive scheduling: round robin, read side 50/50 by request id"),
+        _spec(
+            "basic",
+            "round-robin",
+            "round-robin",
+            "pe",
+            "tokens",
+            "Basic: round-robin PE/DE, every read on the PE side",
+        ),
+        _spec(
+            "rr-shorter-queue",
+            "round-robin",
+            "round-robin",
+            "shorter",
+            "tokens",
+            "dual-path loading with naive scheduling: round robin, shorter read queue",
+        ),
+        _spec(
+            "always-de",
+            "round-robin",
+            "round-robin",
+            "de",
+            "tokens",
+            "round robin, every read on the DE side",
+        ),
+        _spec(
+            "dualpath",
+            "least-loaded",
+            "balanced",
+            "shorter",
+            "quota",
+            "full DualPath: C1/C2/C3 PE choice, two-level DE choice, shorter queue, quota",
+        ),
+        _spec(
+            "dualpath-split",
+            "least-loaded",
+            "balanced",
+            "split",
+            "quota",
+            "DualPath with each request's hit blocks split across both sides (beyond the paper)",
+        ),
+        _spec(
+            "rr-random-side",
+            "round-robin",
+            "round-robin",
+            "random",
+            "tokens",
+            "dual-path loading with naive scheduling: round robin, read side 50/50 by request id",
+        ),
     )
 }
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)

@@ -26,8 +26,7 @@ from dualpath.policy.ledger import ViewBounds
 from dualpath.policy.views import DecodePlan, PrefillPlan, RequestInfo
 
 TRACES_FILE = "traces_v1.json"
-EVENT_KINDS: tuple[str, ...] = ("arrive", "tick", "read_done", "prefill_done", "finished",
-                                "engine_lost")
+EVENT_KINDS: tuple[str, ...] = ("arrive", "tick", "read_done", "prefill_done", "finished", "engine_lost")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,8 +68,11 @@ class Trace:
     def engines(self) -> list[tuple[int, int, str]]:
         """``(engine_id, node_id, "pe" | "de")`` of the trace's cluster."""
         e, p = self.engines_per_group, self.num_pe_groups
-        return [(node * e + r, node, "pe" if node < p else "de")
-                for node in range(p + self.num_de_groups) for r in range(e)]
+        return [
+            (node * e + r, node, "pe" if node < p else "de")
+            for node in range(p + self.num_de_groups)
+            for r in range(e)
+        ]
 
 
 register(Event, PlanRecord, Trace, FetchOrder, ViewBounds)
@@ -124,8 +126,9 @@ class TraceMismatch:
     actual: object
 
 
-def replay_traces(make_driver: Callable[[Trace], TraceDriver],
-                  traces: tuple[Trace, ...] | None = None) -> list[TraceMismatch]:
+def replay_traces(
+    make_driver: Callable[[Trace], TraceDriver], traces: tuple[Trace, ...] | None = None
+) -> list[TraceMismatch]:
     """Replay every trace through a fresh driver; the traces whose plan sequence differs."""
     out: list[TraceMismatch] = []
     for trace in default_traces() if traces is None else traces:
@@ -141,8 +144,9 @@ def replay_traces(make_driver: Callable[[Trace], TraceDriver],
 
 
 def dumps_traces(traces: tuple[Trace, ...]) -> str:
-    return json.dumps({"version": 1, "traces": [to_jsonable(t) for t in traces]},
-                      separators=(",", ":"), sort_keys=True)
+    return json.dumps(
+        {"version": 1, "traces": [to_jsonable(t) for t in traces]}, separators=(",", ":"), sort_keys=True
+    )
 
 
 def loads_traces(text: str) -> tuple[Trace, ...]:

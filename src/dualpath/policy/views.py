@@ -65,7 +65,6 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     free_hbm_tokens: int = 0
 
 
-
 class NodeReadQueue(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A node's storage read queue: ``read_queue_tokens`` is the paper's ``read_q`` (hit tokens
     queued to read from storage on that node), ``read_tokens_per_s`` its SNIC read rate in tokens/s
@@ -74,7 +73,6 @@ class NodeReadQueue(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node_id: int
     read_queue_tokens: int
     read_tokens_per_s: float = 1.0
-
 
 
 class GroupLoad(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -89,14 +87,12 @@ class GroupLoad(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     engines: tuple[EngineLoad, ...]
 
 
-
 class GroupTotal(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A DE group's total load for phase 1: ``num_tokens`` = sum of ``tok_e`` over its engines plus
     the ``decode_len`` of requests waiting in its private queue."""
 
     group_id: int
     num_tokens: int
-
 
 
 # --------------------------------------------------------------------------- decode fetch
@@ -121,7 +117,6 @@ class DecodeFetchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     group_rr_cursor: int = 0
 
 
-
 class GroupRouting(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Phase 1 decision: ``request_id`` joins the private queue of DE group ``group_id``."""
 
@@ -129,13 +124,11 @@ class GroupRouting(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     group_id: int
 
 
-
 class DecodeAssignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Phase 2 decision: ``request_id`` decodes on DE ``engine_id`` (reserve ``decode_len`` tokens)."""
 
     request_id: str
     engine_id: int
-
 
 
 class DecodePlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -150,7 +143,6 @@ class DecodePlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     next_group_rr_cursor: int
 
 
-
 # --------------------------------------------------------------------------- prefill fetch
 
 
@@ -160,7 +152,6 @@ class PendingPrefill(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     request: RequestInfo
     de_engine_id: int
     de_node_id: int
-
 
 
 class PrefillFetchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -180,7 +171,6 @@ class PrefillFetchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     rr_cursor: int = 0
 
 
-
 class PrefillAssignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """``request_id`` prefills on PE ``engine_id``. Its ``cached_len`` hit tokens are read as
     ``pe_read_len`` tokens on the PE node (the prefix) and ``de_read_len`` on the DE node (the
@@ -193,7 +183,6 @@ class PrefillAssignment(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     de_read_len: int
 
 
-
 class PrefillPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Result of ``assign_prefill``: assignments for a prefix of the queue, in queue order.
     ``read_queues`` is the plan's bookkeeping: each node's read queue after adding the reads
@@ -202,7 +191,6 @@ class PrefillPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     assignments: tuple[PrefillAssignment, ...]
     read_queues: tuple[NodeReadQueue, ...]
     next_rr_cursor: int
-
 
 
 # --------------------------------------------------------------------------- PE batch
@@ -217,7 +205,6 @@ class BatchItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     new_len: int
 
 
-
 class BatchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One PE's next iteration. ``waiting`` is FIFO (assignment order) and holds only requests the
     driver considers ready to compute (e.g. KV load started, for layerwise prefill)."""
@@ -227,14 +214,12 @@ class BatchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     waiting: tuple[BatchItem, ...]
 
 
-
 class BatchEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Compute ``chunk_len`` tokens of ``request_id`` on top of its ``cached_len`` tokens."""
 
     request_id: str
     cached_len: int
     chunk_len: int
-
 
 
 class BatchPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):

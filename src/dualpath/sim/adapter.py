@@ -55,19 +55,30 @@ class PolicyAdapter:
     tokens/s; ``de_hbm_tokens``: KV tokens a DE holds; ``pe_hbm_tokens``: Basic's PE HBM room for
     whole prompts (None: layerwise, no such cut)."""
 
-    def __init__(self, sim: SimSink, scheduler: PolicyScheduler, *,
-                 engines: list[tuple[int, int, str]], read_rates: dict[int, float],
-                 de_hbm_tokens: int, pe_hbm_tokens: int | None = None,
-                 order: FetchOrder = SIM_ORDER, bounds: ViewBounds = ViewBounds()) -> None:
+    def __init__(
+        self,
+        sim: SimSink,
+        scheduler: PolicyScheduler,
+        *,
+        engines: list[tuple[int, int, str]],
+        read_rates: dict[int, float],
+        de_hbm_tokens: int,
+        pe_hbm_tokens: int | None = None,
+        order: FetchOrder = SIM_ORDER,
+        bounds: ViewBounds = ViewBounds(),
+    ) -> None:
         self.sim = sim
         self.scheduler = scheduler
         self.ledger = ledger = Ledger(bounds=bounds)
-        ledger.add_engines([(g, n, DECODE if role == "de" else PREFILL,
-                             de_hbm_tokens if role == "de" else 0) for g, n, role in engines])
+        ledger.add_engines(
+            [
+                (g, n, DECODE if role == "de" else PREFILL, de_hbm_tokens if role == "de" else 0)
+                for g, n, role in engines
+            ]
+        )
         for node, rate in read_rates.items():
             ledger.set_read_rate(rate, node)
-        self.fetcher = Fetcher(ledger, scheduler, order, self,
-                               beta_tokens=scheduler.config.beta_tokens)
+        self.fetcher = Fetcher(ledger, scheduler, order, self, beta_tokens=scheduler.config.beta_tokens)
         self.batch_limits = BatchLimits(hbm_tokens=pe_hbm_tokens, max_items=BATCH_VIEW_LIMIT)
         self.reqs: dict[str, Req] = {}
 
@@ -138,12 +149,19 @@ class PolicyAdapter:
         ready = batch_candidates(st.queue, admit, _prompt_len, self.batch_limits)
         if not ready:
             return ready, claimed, None
-        items = tuple([BatchItem(request_id=r.rid, cached_len=r.hit_len + r.done_new,
-                                 new_len=r.miss_len - r.done_new) for r in ready])
+        items = tuple(
+            [
+                BatchItem(
+                    request_id=r.rid, cached_len=r.hit_len + r.done_new, new_len=r.miss_len - r.done_new
+                )
+                for r in ready
+            ]
+        )
         return ready, claimed, BatchView(now_s=sim.now(), engine_id=st.gpu_id, waiting=items)
 
-    def apply_batch(self, ready: list[Req], claimed: list[Req],
-                    plan: BatchPlan) -> list[tuple[Req, int, int]]:
+    def apply_batch(
+        self, ready: list[Req], claimed: list[Req], plan: BatchPlan
+    ) -> list[tuple[Req, int, int]]:
         sim = self.sim
         out: list[tuple[Req, int, int]] = []
         for req, entry in zip(ready, plan.entries):

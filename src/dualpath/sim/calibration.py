@@ -98,8 +98,7 @@ class Calibration:
             value = getattr(self, f.name)
             lo, hi, lo_open = _BOUNDS.get(f.name, (0.0, math.inf, True))
             if not ((lo < value if lo_open else lo <= value) and value <= hi):
-                raise ConfigError(f.name.upper(), value,
-                                  f"must be in {'(' if lo_open else '['}{lo}, {hi}]")
+                raise ConfigError(f.name.upper(), value, f"must be in {'(' if lo_open else '['}{lo}, {hi}]")
 
     def with_overrides(self, pairs: Iterable[str]) -> Calibration:
         """A copy with ``["NAME=VALUE", ...]`` applied (names in any case, values typed like the
@@ -139,8 +138,11 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, float | int]:
         name, sep, text = pair.partition("=")
         key = name.strip().lower()
         if not sep or key not in defaults:
-            raise ConfigError("calibrate", pair, "expected NAME=VALUE with NAME one of "
-                              + ", ".join(sorted(k.upper() for k in defaults)))
+            raise ConfigError(
+                "calibrate",
+                pair,
+                "expected NAME=VALUE with NAME one of " + ", ".join(sorted(k.upper() for k in defaults)),
+            )
         default, text = defaults[key], text.strip()
         try:
             value: float | int = int(text) if isinstance(default, int) else float(text)

@@ -25,17 +25,38 @@ if TYPE_CHECKING:
 
 
 class Node:
-    __slots__ = ("node_id", "role", "snic", "snic_tx", "dram", "buffer_bytes", "buffer_used",
-                 "read_q", "gpus", "snic_read_bytes", "snic_write_bytes")
+    __slots__ = (
+        "node_id",
+        "role",
+        "snic",
+        "snic_tx",
+        "dram",
+        "buffer_bytes",
+        "buffer_used",
+        "read_q",
+        "gpus",
+        "snic_read_bytes",
+        "snic_write_bytes",
+    )
 
-    def __init__(self, node_id: int, role: str, snic_bytes_per_s: float, dram_bytes_per_s: float,
-                 buffer_bytes: float, snic_directions: str = "shared") -> None:
+    def __init__(
+        self,
+        node_id: int,
+        role: str,
+        snic_bytes_per_s: float,
+        dram_bytes_per_s: float,
+        buffer_bytes: float,
+        snic_directions: str = "shared",
+    ) -> None:
         self.node_id = node_id
         self.role = role  # "pe" | "de"
         self.snic = Link(f"n{node_id}.snic", "snic", snic_bytes_per_s)  # reads (storage -> node)
         # persists (node -> storage): the same link ("shared") or the SNIC's other direction
-        self.snic_tx = (self.snic if snic_directions == "shared"
-                        else Link(f"n{node_id}.snic_tx", "snic", snic_bytes_per_s))
+        self.snic_tx = (
+            self.snic
+            if snic_directions == "shared"
+            else Link(f"n{node_id}.snic_tx", "snic", snic_bytes_per_s)
+        )
         self.dram = Link(f"n{node_id}.dram", "dram", dram_bytes_per_s)
         self.buffer_bytes = buffer_bytes
         self.buffer_used = 0.0
@@ -74,9 +95,21 @@ def engine_gpu_spec(gpu, tp: int):
     """The GPUSpec of a TP group of ``tp`` GPUs seen as one engine (same name: kernel tables)."""
     if tp == 1:
         return gpu
-    scale = {k: getattr(gpu, k) * tp for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops",
-                                                "int8_tflops", "hbm_gb", "hbm_bandwidth_gbs", "tdp_w",
-                                                "nic_gbps", "pcie_gbs") if getattr(gpu, k) is not None}
+    scale = {
+        k: getattr(gpu, k) * tp
+        for k in (
+            "bf16_tflops",
+            "fp8_tflops",
+            "fp4_tflops",
+            "int8_tflops",
+            "hbm_gb",
+            "hbm_bandwidth_gbs",
+            "tdp_w",
+            "nic_gbps",
+            "pcie_gbs",
+        )
+        if getattr(gpu, k) is not None
+    }
     return replace(gpu, **scale)
 
 
@@ -103,8 +136,7 @@ class Cluster:
         self.gpus: list[Gpu] = []
         for node_id in range(self.num_prefill_nodes + self.num_decode_nodes):
             role = "pe" if node_id < self.num_prefill_nodes else "de"
-            node = Node(node_id, role, snic, node_spec.dram_bytes_per_s, buffer_bytes,
-                        snic_directions)
+            node = Node(node_id, role, snic, node_spec.dram_bytes_per_s, buffer_bytes, snic_directions)
             self.nodes.append(node)
         for node in self.nodes:  # PE GPUs first (PE nodes come first), then DE GPUs
             for _ in range(self.num_gpus_per_node):
@@ -112,7 +144,7 @@ class Cluster:
                 node.gpus.append(gpu.gpu_id)
                 self.gpus.append(gpu)
         self.pe_nodes = self.nodes[: self.num_prefill_nodes]
-        self.de_nodes = self.nodes[self.num_prefill_nodes:]
+        self.de_nodes = self.nodes[self.num_prefill_nodes :]
         self.prefill_units = self._units(self.pe_nodes, cal.prefill_ep_nodes if is_ep else 0)
         self.decode_units = self._units(self.de_nodes, cal.decode_ep_nodes if is_ep else 0)
 
@@ -126,15 +158,16 @@ class Cluster:
         units, start = [], 0
         for i in range(num_units):
             count = len(nodes) // num_units + (1 if i < len(nodes) % num_units else 0)
-            units.append([g for node in nodes[start:start + count] for g in node.gpus])
+            units.append([g for node in nodes[start : start + count] for g in node.gpus])
             start += count
         return units
 
     def links(self) -> list[Link]:
         out: list[Link] = []
         for node in self.nodes:
-            out += [node.snic, node.dram] if node.snic_tx is node.snic else [
-                node.snic, node.snic_tx, node.dram]
+            out += (
+                [node.snic, node.dram] if node.snic_tx is node.snic else [node.snic, node.snic_tx, node.dram]
+            )
         for gpu in self.gpus:
             out += [gpu.tx, gpu.rx]
         return out
@@ -144,8 +177,7 @@ class Cluster:
         out: dict[str, float] = {}
         for node in self.nodes:
             out[f"{node.role}_snic_read"] = out.get(f"{node.role}_snic_read", 0.0) + node.snic_read_bytes
-            out[f"{node.role}_snic_write"] = (out.get(f"{node.role}_snic_write", 0.0)
-                                              + node.snic_write_bytes)
+            out[f"{node.role}_snic_write"] = out.get(f"{node.role}_snic_write", 0.0) + node.snic_write_bytes
             out[f"{node.role}_dram"] = out.get(f"{node.role}_dram", 0.0) + node.dram.kv_bytes
         for gpu in self.gpus:
             for link in (gpu.tx, gpu.rx):

@@ -27,13 +27,27 @@ import importlib
 import os
 
 MODULES: tuple[str, ...] = (
-    "dualpath.policy.batch", "dualpath.policy.decode", "dualpath.policy.fetch",
+    "dualpath.policy.batch",
+    "dualpath.policy.decode",
+    "dualpath.policy.fetch",
     "dualpath.policy.fetch_kernels",
-    "dualpath.policy.ledger", "dualpath.policy.ledger_views", "dualpath.policy.metrics",
-    "dualpath.policy.prefill", "dualpath.policy.scheduler",
-    "dualpath.sim.adapter", "dualpath.sim.cluster", "dualpath.sim.costs", "dualpath.sim.decode",
-    "dualpath.sim.driver", "dualpath.sim.kernel", "dualpath.sim.links", "dualpath.sim.load_path",
-    "dualpath.sim.metrics", "dualpath.sim.prefill", "dualpath.sim.request", "dualpath.sim.storage",
+    "dualpath.policy.ledger",
+    "dualpath.policy.ledger_views",
+    "dualpath.policy.metrics",
+    "dualpath.policy.prefill",
+    "dualpath.policy.scheduler",
+    "dualpath.sim.adapter",
+    "dualpath.sim.cluster",
+    "dualpath.sim.costs",
+    "dualpath.sim.decode",
+    "dualpath.sim.driver",
+    "dualpath.sim.kernel",
+    "dualpath.sim.links",
+    "dualpath.sim.load_path",
+    "dualpath.sim.metrics",
+    "dualpath.sim.prefill",
+    "dualpath.sim.request",
+    "dualpath.sim.storage",
 )
 
 
@@ -49,8 +63,11 @@ def status() -> dict:
         source = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[1] + ".py")
         # Only an in-place build in a source checkout can go stale; an installed wheel's files
         # get install-time mtimes in no particular order.
-        if (_in_checkout(path) and os.path.exists(source)
-                and os.path.getmtime(source) > os.path.getmtime(path)):
+        if (
+            _in_checkout(path)
+            and os.path.exists(source)
+            and os.path.getmtime(source) > os.path.getmtime(path)
+        ):
             out["stale"].append(name)
     return out
 
@@ -60,13 +77,15 @@ def _in_checkout(path: str) -> bool:
     parts = os.path.abspath(path).split(os.sep)
     if "src" not in parts:
         return False
-    root = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("src")])
+    root = os.sep.join(parts[: len(parts) - 1 - parts[::-1].index("src")])
     return os.path.exists(os.path.join(root, "setup.py"))
 
 
-PURE_NOTICE = ("pure-Python simulator (same results as the compiled one, ~4x slower): reinstall "
-               "with `pip install .` where a C compiler is present (an editable install stays pure "
-               "Python); docs/sim.md, Speed")
+PURE_NOTICE = (
+    "pure-Python simulator (same results as the compiled one, ~4x slower): reinstall "
+    "with `pip install .` where a C compiler is present (an editable install stays pure "
+    "Python); docs/sim.md, Speed"
+)
 
 
 def is_compiled() -> bool:
@@ -80,8 +99,10 @@ def source_root() -> str:
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     root = os.path.dirname(here)
     if os.path.basename(here) != "src" or not os.path.exists(os.path.join(root, "setup.py")):
-        raise FileNotFoundError(f"{here}: not a source checkout (no ../setup.py); build a compiled "
-                                "copy from a git clone of dualpath")
+        raise FileNotFoundError(
+            f"{here}: not a source checkout (no ../setup.py); build a compiled "
+            "copy from a git clone of dualpath"
+        )
     return root
 
 
@@ -95,13 +116,19 @@ def build_copy(dest: str, python: str | None = None) -> str:
 
     root = source_root()
     src = os.path.join(dest, "src")
-    shutil.copytree(os.path.join(root, "src"), src,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    shutil.copytree(
+        os.path.join(root, "src"), src, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info")
+    )
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(os.path.join(root, name), dest)
     env = {**os.environ, "DUALPATH_COMPILE": "1"}
-    proc = subprocess.run([python or sys.executable, "setup.py", "build_ext", "--inplace"],
-                          cwd=dest, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [python or sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=dest,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
         raise RuntimeError(f"mypyc build in {dest} failed (exit {proc.returncode}):\n{tail}")

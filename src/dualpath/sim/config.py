@@ -86,5 +86,9 @@ class SimConfig:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
         require(self.horizon_s > 0, "horizon_s", self.horizon_s, "must be > 0")
         require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1")
-        require(self.snic_directions in SNIC_DIRECTIONS, "snic_directions", self.snic_directions,
-                f"choices: {', '.join(SNIC_DIRECTIONS)}")
+        require(
+            self.snic_directions in SNIC_DIRECTIONS,
+            "snic_directions",
+            self.snic_directions,
+            f"choices: {', '.join(SNIC_DIRECTIONS)}",
+        )

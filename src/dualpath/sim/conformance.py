@@ -41,9 +41,14 @@ class SimTraceDriver:
         self.now_s = 0.0
         nodes = {n for _e, n, _r in trace.engines()}
         self.adapter = PolicyAdapter(
-            self, make_scheduler(trace.policy, trace.config), engines=trace.engines(),
+            self,
+            make_scheduler(trace.policy, trace.config),
+            engines=trace.engines(),
             read_rates={n: trace.read_tokens_per_s for n in nodes},
-            de_hbm_tokens=trace.de_hbm_tokens, order=trace.order, bounds=trace.bounds)
+            de_hbm_tokens=trace.de_hbm_tokens,
+            order=trace.order,
+            bounds=trace.bounds,
+        )
         self.log: list = []
         self.adapter.fetcher.sink = _Tap(self.adapter, self.log)
         self.reqs: dict[str, Req] = {}
@@ -75,8 +80,7 @@ class SimTraceDriver:
     # ------------------------------------------------------------------ TraceDriver
     def arrive(self, request: RequestInfo) -> None:
         index, turn = (int(x) for x in request.request_id.split(":"))
-        req = Req(Agent(index, "trace", []), turn, request.cached_len, request.new_len,
-                  request.gen_len, 1)
+        req = Req(Agent(index, "trace", []), turn, request.cached_len, request.new_len, request.gen_len, 1)
         assert req.info == request, (req.info, request)
         self.reqs[req.rid] = req
         self.adapter.arrive(req)

@@ -45,25 +45,34 @@ class MemoAttentionPredictor:
 
 
 class CostCache:
-    def __init__(self, model: Any, gpu: Any, *, name: str, pe_ep_size: int, de_ep_size: int,
-                 num_gpus_per_node: int, cal: Calibration = DEFAULT_CALIBRATION) -> None:
+    def __init__(
+        self,
+        model: Any,
+        gpu: Any,
+        *,
+        name: str,
+        pe_ep_size: int,
+        de_ep_size: int,
+        num_gpus_per_node: int,
+        cal: Calibration = DEFAULT_CALIBRATION,
+    ) -> None:
         self.model = model
         self._prefill_scale = cal.prefill_time_scale
         self._prefill_overhead_s = cal.prefill_iter_overhead_s
         self._decode_scale = cal.decode_time_scale
         self._decode_overhead_s = cal.decode_step_overhead_s
         self.num_layers: int = model.num_layers
-        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size,
-                                       num_gpus_per_node=num_gpus_per_node)
-        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size,
-                                       num_gpus_per_node=num_gpus_per_node)
+        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node)
+        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node)
         self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
-        self._traffic_pe: float = model_traffic_bytes(model, 1, ep_size=pe_ep_size,
-                                                      num_gpus_per_node=num_gpus_per_node)
-        self._traffic_de: float = model_traffic_bytes(model, 1, ep_size=de_ep_size,
-                                                      num_gpus_per_node=num_gpus_per_node)
+        self._traffic_pe: float = model_traffic_bytes(
+            model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
+        )
+        self._traffic_de: float = model_traffic_bytes(
+            model, 1, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node
+        )
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
         """Predicted attention seconds of one layer for ``(cached_len, new_len)`` entries."""
@@ -86,8 +95,7 @@ class CostCache:
 
     def iteration_s(self, layer_s: float) -> float:
         """Whole-iteration time from the (group-synchronised) per-layer time."""
-        return (layer_s * self.num_layers * self._prefill_scale
-                + self._prefill_overhead_s)
+        return layer_s * self.num_layers * self._prefill_scale + self._prefill_overhead_s
 
     def decode_step_s(self, batch_size: int, ctx_sum: float) -> float:
         """Seconds of one decode step of one GPU holding ``batch_size`` requests."""
@@ -98,8 +106,10 @@ class CostCache:
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = (self.de_cost.decode_step_time_s(self.model, lens) * self._decode_scale
-                     + self._decode_overhead_s)
+            value = (
+                self.de_cost.decode_step_time_s(self.model, lens) * self._decode_scale
+                + self._decode_overhead_s
+            )
             self._decode[key] = value
         return value
 

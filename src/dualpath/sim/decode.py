@@ -35,8 +35,21 @@ class DeState:
     """One DE: ``tok``/``seq`` as the scheduler sees them (assigned, unfinished), HBM reservation,
     and the running batch of its unit's forward pass."""
 
-    __slots__ = ("gpu_id", "node_id", "unit", "tok", "seq", "hbm_tokens", "reserved", "batch",
-                 "ctx_sum", "step_s", "slot", "model_mark", "model_t")
+    __slots__ = (
+        "gpu_id",
+        "node_id",
+        "unit",
+        "tok",
+        "seq",
+        "hbm_tokens",
+        "reserved",
+        "batch",
+        "ctx_sum",
+        "step_s",
+        "slot",
+        "model_mark",
+        "model_t",
+    )
 
     unit: DecodeUnit  # the DecodeUnit it steps in (set by the unit)
 
@@ -56,8 +69,16 @@ class DeState:
 
 
 class DecodeUnit:
-    def __init__(self, states: list[DeState], *, kernel: Kernel, costs: CostCache, gpus: list[Gpu],
-                 model_bytes_per_token: float, on_done: Callable[[Req, DeState], None]) -> None:
+    def __init__(
+        self,
+        states: list[DeState],
+        *,
+        kernel: Kernel,
+        costs: CostCache,
+        gpus: list[Gpu],
+        model_bytes_per_token: float,
+        on_done: Callable[[Req, DeState], None],
+    ) -> None:
         """``gpus``: the engines of ``states``, in order; ``on_done(req, st)``: ``req`` produced
         its last token on ``st``."""
         self.kernel = kernel
@@ -120,8 +141,7 @@ class DecodeUnit:
             self.handle = None
         if self.heap:
             wait = (self.heap[0][0] - self.counter) * self.step_s
-            self.handle = self.kernel.at(self.kernel.now_s + max(wait, 0.0), self._on_finish,
-                                         PRIO_COMPLETE)
+            self.handle = self.kernel.at(self.kernel.now_s + max(wait, 0.0), self._on_finish, PRIO_COMPLETE)
 
     def join(self, req: Req, st: DeState) -> None:
         """``req``'s KV is in ``st``'s HBM: add it to the running batch."""

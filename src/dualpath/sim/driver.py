@@ -45,8 +45,15 @@ class Simulation:
         gpn = cluster.num_gpus_per_node
         pe_ep = len(cluster.prefill_units[0]) if cluster.prefill_units[0] else 1
         de_ep = len(cluster.decode_units[0]) if cluster.decode_units[0] else 1
-        self.costs = CostCache(model, cluster.gpu_spec, name=config.cost_model, pe_ep_size=pe_ep,
-                               de_ep_size=de_ep, num_gpus_per_node=gpn, cal=cal)
+        self.costs = CostCache(
+            model,
+            cluster.gpu_spec,
+            name=config.cost_model,
+            pe_ep_size=pe_ep,
+            de_ep_size=de_ep,
+            num_gpus_per_node=gpn,
+            cal=cal,
+        )
         from dualpath.cost import weight_bytes_per_gpu
 
         hbm = cluster.gpu_spec.hbm_gb * 1e9 * cal.hbm_usable_fraction
@@ -54,46 +61,79 @@ class Simulation:
         self.pe_kv_tokens = max(0, int((hbm - weight_bytes_per_gpu(model, ep_size=pe_ep)) / self.bpt))
         if de_kv <= 0 or hbm < weight_bytes_per_gpu(model, ep_size=pe_ep):
             from dualpath.core.errors import ConfigError
-            raise ConfigError("cluster", config.cluster.name, "weights do not fit in PE or DE HBM (use more nodes per EP group)")
+
+            raise ConfigError(
+                "cluster",
+                config.cluster.name,
+                "weights do not fit in PE or DE HBM (use more nodes per EP group)",
+            )
         self.storage = Storage(self.kernel, cluster.nodes, self.bpt)
         self.max_de_tokens = de_kv
-        self.pe_states = {g.gpu_id: PeState(g.gpu_id, g.node_id) for g in cluster.gpus
-                          if g.role == "pe"}
-        self.de_states = {g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus
-                          if g.role == "de"}
+        self.pe_states = {g.gpu_id: PeState(g.gpu_id, g.node_id) for g in cluster.gpus if g.role == "pe"}
+        self.de_states = {
+            g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus if g.role == "de"
+        }
         # PE units that skipped a request for lack of DE buffer (the load path kicks them)
         self.starved_units: set[PrefillUnit] = set()
         self.load: LoadPath = load_path_class(self.system.load_path)(
-            kernel=self.kernel, cluster=cluster, storage=self.storage, costs=self.costs,
-            block_len=self.block_len, de_output_reserve=cal.de_output_reserve, ready=self._ready,
-            read_done=self._read_done, starved=self.starved_units)
+            kernel=self.kernel,
+            cluster=cluster,
+            storage=self.storage,
+            costs=self.costs,
+            block_len=self.block_len,
+            de_output_reserve=cal.de_output_reserve,
+            ready=self._ready,
+            read_done=self._read_done,
+            starved=self.starved_units,
+        )
         forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
-            snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s, kv_bytes_per_token=self.bpt,
+            snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s,
+            kv_bytes_per_token=self.bpt,
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
             attention_predictor=forward,
-            block_size=self.block_len, compute_quota_s=cal.compute_quota_per_forward_s)
+            block_size=self.block_len,
+            compute_quota_s=cal.compute_quota_per_forward_s,
+        )
         self.adapter = PolicyAdapter(
-            self, make_scheduler(self.system.policy, sched_cfg),
+            self,
+            make_scheduler(self.system.policy, sched_cfg),
             engines=[(g.gpu_id, g.node_id, g.role) for g in cluster.gpus],
             read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
             de_hbm_tokens=de_kv,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
-            order=dataclasses.replace(SIM_ORDER, interval_s=cal.fetch_interval_s))
+            order=dataclasses.replace(SIM_ORDER, interval_s=cal.fetch_interval_s),
+        )
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
-        self.prefill_units = [PrefillUnit([self.pe_states[g] for g in u], kernel=self.kernel,
-                                          costs=self.costs, load=self.load,
-                                          plan_batch=self.adapter.plan_batch,
-                                          on_done=self.prefill_done)
-                              for u in cluster.prefill_units]
-        self.decode_units = [DecodeUnit([self.de_states[g] for g in u], kernel=self.kernel,
-                                        costs=self.costs, gpus=[cluster.gpus[g] for g in u],
-                                        model_bytes_per_token=self.load.de_model_bytes_per_token,
-                                        on_done=self.decode_done)
-                             for u in cluster.decode_units]
-        self.metrics = Metrics(config.out_dir, system_name=self.system.name,
-                               keep_latency=config.aps is not None,
-                               stop_ttft_s=config.ttft_stop_s, kernel=self.kernel)
+        self.prefill_units = [
+            PrefillUnit(
+                [self.pe_states[g] for g in u],
+                kernel=self.kernel,
+                costs=self.costs,
+                load=self.load,
+                plan_batch=self.adapter.plan_batch,
+                on_done=self.prefill_done,
+            )
+            for u in cluster.prefill_units
+        ]
+        self.decode_units = [
+            DecodeUnit(
+                [self.de_states[g] for g in u],
+                kernel=self.kernel,
+                costs=self.costs,
+                gpus=[cluster.gpus[g] for g in u],
+                model_bytes_per_token=self.load.de_model_bytes_per_token,
+                on_done=self.decode_done,
+            )
+            for u in cluster.decode_units
+        ]
+        self.metrics = Metrics(
+            config.out_dir,
+            system_name=self.system.name,
+            keep_latency=config.aps is not None,
+            stop_ttft_s=config.ttft_stop_s,
+            kernel=self.kernel,
+        )
         self.agents = agents
         self.agents_left = len(agents)
         self.rng = random.Random(config.seed)
@@ -125,9 +165,13 @@ class Simulation:
         req.t_arrive = self.kernel.now_s
         if req.decode_len > self.max_de_tokens:
             from dualpath.core.errors import ConfigError
-            raise ConfigError("cluster", self.config.cluster.name,
-                              f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
-                              f"at most {self.max_de_tokens} (weights leave too little HBM)")
+
+            raise ConfigError(
+                "cluster",
+                self.config.cluster.name,
+                f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
+                f"at most {self.max_de_tokens} (weights leave too little HBM)",
+            )
         self.adapter.arrive(req)
         self._request_tick()
 

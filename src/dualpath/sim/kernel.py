@@ -118,5 +118,4 @@ class Kernel:
 
     @property
     def pending(self) -> int:
-        return sum(1 for entry in self._heap
-                   if not isinstance(entry[3], Handle) or entry[3].alive)
+        return sum(1 for entry in self._heap if not isinstance(entry[3], Handle) or entry[3].alive)

@@ -30,8 +30,16 @@ from dualpath.core.errors import require
 class Link:
     """One link direction. ``cls`` is its accounting class (``snic``, ``cnic_tx``, ``cnic_rx``, ``dram``)."""
 
-    __slots__ = ("name", "cls", "bytes_per_s", "free_at_s", "busy_s", "bytes_moved", "kv_bytes",
-                 "model_bytes")
+    __slots__ = (
+        "name",
+        "cls",
+        "bytes_per_s",
+        "free_at_s",
+        "busy_s",
+        "bytes_moved",
+        "kv_bytes",
+        "model_bytes",
+    )
 
     def __init__(self, name: str, cls: str, bytes_per_s: float) -> None:
         require(bytes_per_s > 0, f"{name}.bytes_per_s", bytes_per_s, "must be > 0")

@@ -50,10 +50,19 @@ class LoadPath:
     moves_kv: ClassVar[bool] = True
     whole_prompt_in_hbm: ClassVar[bool] = False
 
-    def __init__(self, *, kernel: Kernel, cluster: Cluster, storage: Storage, costs: CostCache,
-                 block_len: int, de_output_reserve: float, ready: Callable[[Req], None],
-                 read_done: Callable[[Req, int | None], None],
-                 starved: set[PrefillUnit]) -> None:
+    def __init__(
+        self,
+        *,
+        kernel: Kernel,
+        cluster: Cluster,
+        storage: Storage,
+        costs: CostCache,
+        block_len: int,
+        de_output_reserve: float,
+        ready: Callable[[Req], None],
+        read_done: Callable[[Req, int | None], None],
+        starved: set[PrefillUnit],
+    ) -> None:
         self.kernel = kernel
         self.nodes: list[Node] = cluster.nodes
         self.gpus = cluster.gpus
@@ -82,11 +91,18 @@ class LoadPath:
         bpt = self.bpt
         if de_read_len > 0:
             de_node = self.nodes[self.gpus[req.de_gpu].node_id]
-            self.storage.claim(de_node, req, de_read_len * bpt, de_read_len, self._de_read_done,
-                               limit_frac=self.de_read_limit)
+            self.storage.claim(
+                de_node,
+                req,
+                de_read_len * bpt,
+                de_read_len,
+                self._de_read_done,
+                limit_frac=self.de_read_limit,
+            )
         if pe_read_len > 0:
-            self.storage.claim(self.nodes[pe_node_id], req, pe_read_len * bpt, pe_read_len,
-                               self._pe_read_done)
+            self.storage.claim(
+                self.nodes[pe_node_id], req, pe_read_len * bpt, pe_read_len, self._pe_read_done
+            )
 
     def _de_read_done(self, req: Req) -> None:
         self.read_done(req, self.gpus[req.de_gpu].node_id)
@@ -143,15 +159,12 @@ class LoadPath:
                 pe_part = min(cached, req.pe_read_len)
                 de_part = cached - pe_part
                 if pe_part:
-                    last = max(last, transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx,
-                                               pe_part * bpt, now))
+                    last = max(last, transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx, pe_part * bpt, now))
                 if de_part:
-                    last = max(last, transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx,
-                                               de_part * bpt, now))
+                    last = max(last, transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx, de_part * bpt, now))
                 if with_sends:
                     send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    last = max(last, transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram,
-                                               send * bpt, now))
+                    last = max(last, transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram, send * bpt, now))
         return last
 
     # ------------------------------------------------------------------ after prefill / decode
@@ -206,8 +219,9 @@ class WholePromptLoad(LoadPath):
     def chunk_sent_at(self, st: PeState, req: Req, chunk: int, now: float, kv_at: float) -> float:
         de_gpu = self.gpus[req.de_gpu]
         send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-        return transfer3(self.gpus[st.gpu_id].tx, de_gpu.rx, self.nodes[de_gpu.node_id].dram,
-                         send * self.bpt, now)
+        return transfer3(
+            self.gpus[st.gpu_id].tx, de_gpu.rx, self.nodes[de_gpu.node_id].dram, send * self.bpt, now
+        )
 
 
 class FreeIO(LoadPath):
@@ -238,7 +252,9 @@ class FreeIO(LoadPath):
 
 
 LOAD_PATHS: dict[str, type[LoadPath]] = {
-    "layerwise": LayerwiseLoad, "whole-prompt": WholePromptLoad, "free-io": FreeIO,
+    "layerwise": LayerwiseLoad,
+    "whole-prompt": WholePromptLoad,
+    "free-io": FreeIO,
 }
 
 

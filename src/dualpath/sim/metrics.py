@@ -26,9 +26,25 @@ if TYPE_CHECKING:
     from dualpath.sim.request import Agent, Req
     from dualpath.sim.storage import Storage
 
-FIELDS = ("rid", "agent", "turn", "prompt_len", "hit_len", "gen_len", "de_gpu", "pe_gpu",
-          "read_side", "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join",
-          "t_done")
+FIELDS = (
+    "rid",
+    "agent",
+    "turn",
+    "prompt_len",
+    "hit_len",
+    "gen_len",
+    "de_gpu",
+    "pe_gpu",
+    "read_side",
+    "t_arrive",
+    "t_de",
+    "t_pe",
+    "t_alloc",
+    "t_read",
+    "t_first",
+    "t_join",
+    "t_done",
+)
 BREAKDOWN = ("queueing", "allocation", "reading", "prefill")
 STOP_WINDOW: Final = 1000  # requests in the online stopping rule's mean TTFT
 
@@ -48,8 +64,15 @@ class RunState(Protocol):
 
 
 class Metrics:
-    def __init__(self, out_dir: str | None, *, system_name: str, keep_latency: bool,
-                 stop_ttft_s: float | None, kernel: Kernel) -> None:
+    def __init__(
+        self,
+        out_dir: str | None,
+        *,
+        system_name: str,
+        keep_latency: bool,
+        stop_ttft_s: float | None,
+        kernel: Kernel,
+    ) -> None:
         """``keep_latency``: keep per-request arrays (online runs); ``stop_ttft_s``: the stopping
         rule's SLO (None: never stop); ``kernel`` is stopped when the rule fires."""
         self.kernel = kernel
@@ -107,15 +130,23 @@ class Metrics:
             if self.stop_ttft_s is not None:
                 self._stop_rule(ttft)
         if self._file is not None:
-            self._file.write(",".join(_fmt(getattr(req, f)) if f != "agent" else
-                                      str(req.agent.index) for f in FIELDS) + "\n")
+            self._file.write(
+                ",".join(_fmt(getattr(req, f)) if f != "agent" else str(req.agent.index) for f in FIELDS)
+                + "\n"
+            )
 
     @property
     def sums(self) -> dict[str, float]:
         """Running sums of ``ttft``, ``ttst``, ``tpot`` and the TTFT breakdown (seconds)."""
-        return {"ttft": self._ttft_sum, "ttst": self._ttst_sum, "tpot": self._tpot_sum,
-                "queueing": self._queueing_sum, "allocation": self._allocation_sum,
-                "reading": self._reading_sum, "prefill": self._prefill_sum}
+        return {
+            "ttft": self._ttft_sum,
+            "ttst": self._ttst_sum,
+            "tpot": self._tpot_sum,
+            "queueing": self._queueing_sum,
+            "allocation": self._allocation_sum,
+            "reading": self._reading_sum,
+            "prefill": self._prefill_sum,
+        }
 
     @property
     def counts(self) -> dict[str, int]:
@@ -153,8 +184,7 @@ class Metrics:
         return {
             "system": self.system_name,
             "jct_s": end,
-            "mean_agent_jct_s": (sum(self.agent_jct) / len(self.agent_jct)
-                                 if self.agent_jct else None),
+            "mean_agent_jct_s": (sum(self.agent_jct) / len(self.agent_jct) if self.agent_jct else None),
             "num_agents": len(sim.agents),
             "agents_finished": len(sim.agents) - sim.agents_left,
             "num_requests": self.num_requests,
@@ -170,9 +200,18 @@ class Metrics:
             "events": sim.kernel.events,
             "sim_time_s": sim.kernel.now_s,
             "stopped": self.stopped_reason or None,
-            **({"latency": {"t_arrive": list(self.t_arrive), "ttft": list(self.ttft),
-                            "ttst": list(self.ttst), "tpot": list(self.tpot)}}
-               if self.keep else {}),
+            **(
+                {
+                    "latency": {
+                        "t_arrive": list(self.t_arrive),
+                        "ttft": list(self.ttft),
+                        "ttst": list(self.ttst),
+                        "tpot": list(self.tpot),
+                    }
+                }
+                if self.keep
+                else {}
+            ),
         }
 
 

@@ -45,17 +45,24 @@ Entries = list[tuple["Req", int, int]]  # (request, cached_len, chunk_len) of on
 class PrefillTiming(Protocol):
     """What a unit needs of the load path (``LoadPath`` satisfies it)."""
 
-    def iteration_end(self, batches: list[tuple[PeState, Entries]], now: float,
-                      compute_s: float) -> tuple[float, float]: ...
+    def iteration_end(
+        self, batches: list[tuple[PeState, Entries]], now: float, compute_s: float
+    ) -> tuple[float, float]: ...
 
-    def chunk_sent_at(self, st: PeState, req: Req, chunk: int, now: float,
-                      kv_at: float) -> float: ...
+    def chunk_sent_at(self, st: PeState, req: Req, chunk: int, now: float, kv_at: float) -> float: ...
 
 
 class PrefillUnit:
-    def __init__(self, states: list[PeState], *, kernel: Kernel, costs: CostCache,
-                 load: PrefillTiming, plan_batch: Callable[[PeState], Entries],
-                 on_done: Callable[[Req, PeState, float], None]) -> None:
+    def __init__(
+        self,
+        states: list[PeState],
+        *,
+        kernel: Kernel,
+        costs: CostCache,
+        load: PrefillTiming,
+        plan_batch: Callable[[PeState], Entries],
+        on_done: Callable[[Req, PeState, float], None],
+    ) -> None:
         """``plan_batch(st)``: the GPU's next batch (may be empty); ``on_done(req, st, kv_at)``:
         ``req``'s last chunk is computed and its KV complete in the DE buffer at ``kv_at``."""
         self.kernel = kernel

@@ -19,14 +19,38 @@ class Req:
     ``miss_len`` = ``prompt_len - hit_len`` tokens to compute."""
 
     __slots__ = (
-        "rid", "agent", "turn", "prompt_len", "gen_len", "hit_len", "miss_len", "info",
-        "de_gpu", "pe_gpu", "pe_read_len", "de_read_len", "read_side", "done_new", "claims_left",
-        "out_claimed", "is_ready", "target", "pending",
-        "t_arrive", "t_de", "t_pe", "t_alloc", "t_read", "t_first", "t_join", "t_done",
+        "rid",
+        "agent",
+        "turn",
+        "prompt_len",
+        "gen_len",
+        "hit_len",
+        "miss_len",
+        "info",
+        "de_gpu",
+        "pe_gpu",
+        "pe_read_len",
+        "de_read_len",
+        "read_side",
+        "done_new",
+        "claims_left",
+        "out_claimed",
+        "is_ready",
+        "target",
+        "pending",
+        "t_arrive",
+        "t_de",
+        "t_pe",
+        "t_alloc",
+        "t_read",
+        "t_first",
+        "t_join",
+        "t_done",
     )
 
-    def __init__(self, agent: Agent, turn: int, cached_len: int, append_len: int, gen_len: int,
-                 block_len: int) -> None:
+    def __init__(
+        self, agent: Agent, turn: int, cached_len: int, append_len: int, gen_len: int, block_len: int
+    ) -> None:
         self.rid = f"{agent.index}:{turn}"
         self.agent = agent
         self.turn = turn
@@ -34,8 +58,9 @@ class Req:
         self.gen_len = gen_len
         self.hit_len = (cached_len // block_len) * block_len
         self.miss_len = self.prompt_len - self.hit_len
-        self.info = RequestInfo(request_id=self.rid, cached_len=self.hit_len,
-                                new_len=self.miss_len, gen_len=gen_len)
+        self.info = RequestInfo(
+            request_id=self.rid, cached_len=self.hit_len, new_len=self.miss_len, gen_len=gen_len
+        )
         self.de_gpu = -1
         self.pe_gpu = -1
         self.pe_read_len = 0

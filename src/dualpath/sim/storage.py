@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 class Claim:
     __slots__ = ("req", "nbytes", "read_tokens", "on_admit", "on_done", "limit_frac")
 
-    def __init__(self, req: Req, nbytes: float, read_tokens: int,
-                 on_admit: Callable[[Req], None] | None, on_done: Callable[[Req], None],
-                 limit_frac: float = 1.0) -> None:
+    def __init__(
+        self,
+        req: Req,
+        nbytes: float,
+        read_tokens: int,
+        on_admit: Callable[[Req], None] | None,
+        on_done: Callable[[Req], None],
+        limit_frac: float = 1.0,
+    ) -> None:
         self.limit_frac = limit_frac
         self.req = req
         self.nbytes = nbytes
@@ -49,9 +55,16 @@ class Storage:
         self.peak_buffer = [0.0] * len(nodes)
         self.gates: list[deque[Claim]] = [deque() for _ in nodes]
 
-    def claim(self, node: Node, req: Req, nbytes: float, read_tokens: int,
-              on_done: Callable[[Req], None], on_admit: Callable[[Req], None] | None = None,
-              limit_frac: float = 1.0) -> None:
+    def claim(
+        self,
+        node: Node,
+        req: Req,
+        nbytes: float,
+        read_tokens: int,
+        on_done: Callable[[Req], None],
+        on_admit: Callable[[Req], None] | None = None,
+        limit_frac: float = 1.0,
+    ) -> None:
         """Queue a buffer claim (and read). ``on_admit(req)`` runs when the buffer room is granted,
         ``on_done(req)`` once its read is in DRAM (at admission if there is nothing to read).
         ``limit_frac``: admit only while the buffer stays under this fraction of its size."""

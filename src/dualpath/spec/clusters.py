@@ -39,15 +39,21 @@ class ClusterPreset:
     def __post_init__(self) -> None:
         lookup(MODELS, self.model, "model")
         lookup(NODES, self.node, "node")
-        require(self.num_prefill_nodes > 0, "num_prefill_nodes", self.num_prefill_nodes,
-                "must be positive")
-        require(self.num_decode_nodes > 0, "num_decode_nodes", self.num_decode_nodes,
-                "must be positive")
+        require(self.num_prefill_nodes > 0, "num_prefill_nodes", self.num_prefill_nodes, "must be positive")
+        require(self.num_decode_nodes > 0, "num_decode_nodes", self.num_decode_nodes, "must be positive")
         require(self.dram_buffer_gb >= 0, "dram_buffer_gb", self.dram_buffer_gb, "must be >= 0")
-        require(self.parallelism in PARALLELISMS, "parallelism", self.parallelism,
-                f"choices: {', '.join(PARALLELISMS)}")
-        require(self.snic_gbps is None or self.snic_gbps > 0, "snic_gbps", self.snic_gbps,
-                "must be > 0 (or omitted: the node's)")
+        require(
+            self.parallelism in PARALLELISMS,
+            "parallelism",
+            self.parallelism,
+            f"choices: {', '.join(PARALLELISMS)}",
+        )
+        require(
+            self.snic_gbps is None or self.snic_gbps > 0,
+            "snic_gbps",
+            self.snic_gbps,
+            "must be > 0 (or omitted: the node's)",
+        )
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -92,9 +98,15 @@ DEFAULT_SIM_CLUSTER = "ds660b-2p4d"  # ``dualpath simulate`` without --model / -
 
 def _ds660b(pd: str) -> ClusterPreset:
     p, d = parse_pd(pd)
-    return ClusterPreset(name=f"ds660b-{pd}", model="deepseek-v3.2", node="hopper-8x400",
-                         num_prefill_nodes=p, num_decode_nodes=d, dram_buffer_gb=80.0,
-                         parallelism="ep_dp")
+    return ClusterPreset(
+        name=f"ds660b-{pd}",
+        model="deepseek-v3.2",
+        node="hopper-8x400",
+        num_prefill_nodes=p,
+        num_decode_nodes=d,
+        dram_buffer_gb=80.0,
+        parallelism="ep_dp",
+    )
 
 
 CLUSTERS: dict[str, ClusterPreset] = {
@@ -103,11 +115,24 @@ CLUSTERS: dict[str, ClusterPreset] = {
         _ds660b("2p4d"),  # default offline/online setting
         _ds660b("48p96d"),  # scale test, offline (1,152 GPUs)
         _ds660b("44p88d"),  # scale test, online
-        ClusterPreset(name="ds27b-1p1d", model="ds-27b", node="hopper-8x400", num_prefill_nodes=1,
-                      num_decode_nodes=1, dram_buffer_gb=80.0, parallelism="ep_dp"),
-        ClusterPreset(name="qwen32b-1p2d", model="qwen2.5-32b", node="hopper-8x400",
-                      num_prefill_nodes=1, num_decode_nodes=2, dram_buffer_gb=320.0,
-                      parallelism="dp"),
+        ClusterPreset(
+            name="ds27b-1p1d",
+            model="ds-27b",
+            node="hopper-8x400",
+            num_prefill_nodes=1,
+            num_decode_nodes=1,
+            dram_buffer_gb=80.0,
+            parallelism="ep_dp",
+        ),
+        ClusterPreset(
+            name="qwen32b-1p2d",
+            model="qwen2.5-32b",
+            node="hopper-8x400",
+            num_prefill_nodes=1,
+            num_decode_nodes=2,
+            dram_buffer_gb=320.0,
+            parallelism="dp",
+        ),
     )
 }
 

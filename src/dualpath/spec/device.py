@@ -56,8 +56,12 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         require(self.compute_tflops > 0, "compute_tflops", self.compute_tflops, "must be positive")
-        require(self.memory_family in MEMORY_FAMILIES, "memory_family", self.memory_family,
-                f"choices: {', '.join(MEMORY_FAMILIES)}")
+        require(
+            self.memory_family in MEMORY_FAMILIES,
+            "memory_family",
+            self.memory_family,
+            f"choices: {', '.join(MEMORY_FAMILIES)}",
+        )
         require(self.capacity_gb > 0, "capacity_gb", self.capacity_gb, "must be positive")
         require(self.bandwidth_gbs > 0, "bandwidth_gbs", self.bandwidth_gbs, "must be positive")
 

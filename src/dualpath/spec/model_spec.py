@@ -87,45 +87,103 @@ class ModelSpec:
     dtype_override_kv: bool = False  # dtype_bytes_override also sets the KV element bytes
 
     def __post_init__(self) -> None:
-        require(self.attention_kind in ATTENTION_KINDS, "attention_kind", self.attention_kind,
-                f"choices: {', '.join(ATTENTION_KINDS)}")
-        for key in ("num_layers", "hidden_size", "vocab_size", "num_heads", "num_kv_heads",
-                    "head_dim", "total_params", "active_params"):
+        require(
+            self.attention_kind in ATTENTION_KINDS,
+            "attention_kind",
+            self.attention_kind,
+            f"choices: {', '.join(ATTENTION_KINDS)}",
+        )
+        for key in (
+            "num_layers",
+            "hidden_size",
+            "vocab_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "total_params",
+            "active_params",
+        ):
             require(getattr(self, key) > 0, key, getattr(self, key), "must be positive")
         require(self.kv_dtype_bytes > 0, "kv_dtype_bytes", self.kv_dtype_bytes, "must be positive")
-        require(self.weight_dtype_bytes > 0, "weight_dtype_bytes", self.weight_dtype_bytes,
-                "must be positive")
-        require(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", self.num_kv_heads,
-                f"must divide num_heads={self.num_heads}")
-        require(self.active_params <= self.total_params, "active_params", self.active_params,
-                f"exceeds total_params={self.total_params}")
+        require(
+            self.weight_dtype_bytes > 0, "weight_dtype_bytes", self.weight_dtype_bytes, "must be positive"
+        )
+        require(
+            self.num_heads % self.num_kv_heads == 0,
+            "num_kv_heads",
+            self.num_kv_heads,
+            f"must divide num_heads={self.num_heads}",
+        )
+        require(
+            self.active_params <= self.total_params,
+            "active_params",
+            self.active_params,
+            f"exceeds total_params={self.total_params}",
+        )
         if self.attention_kind == "mla":
-            require(self.kv_lora_rank > 0 and self.v_head_dim > 0, "kv_lora_rank",
-                    self.kv_lora_rank, "MLA needs kv_lora_rank and v_head_dim")
+            require(
+                self.kv_lora_rank > 0 and self.v_head_dim > 0,
+                "kv_lora_rank",
+                self.kv_lora_rank,
+                "MLA needs kv_lora_rank and v_head_dim",
+            )
         if self.is_moe:
-            require(0 < self.num_active_experts <= self.num_routed_experts, "num_active_experts",
-                    self.num_active_experts, f"must be in 1..{self.num_routed_experts}")
-            require(self.moe_intermediate_size > 0, "moe_intermediate_size",
-                    self.moe_intermediate_size, "MoE needs an expert size")
-            require(0 <= self.num_dense_layers < self.num_layers, "num_dense_layers",
-                    self.num_dense_layers, f"must be below num_layers={self.num_layers}")
+            require(
+                0 < self.num_active_experts <= self.num_routed_experts,
+                "num_active_experts",
+                self.num_active_experts,
+                f"must be in 1..{self.num_routed_experts}",
+            )
+            require(
+                self.moe_intermediate_size > 0,
+                "moe_intermediate_size",
+                self.moe_intermediate_size,
+                "MoE needs an expert size",
+            )
+            require(
+                0 <= self.num_dense_layers < self.num_layers,
+                "num_dense_layers",
+                self.num_dense_layers,
+                f"must be below num_layers={self.num_layers}",
+            )
         if self.sparse_top_k is not None:
             require(self.sparse_top_k > 0, "sparse_top_k", self.sparse_top_k, "must be positive")
         if self.kv_width_override is not None:
-            require(self.kv_width_override > 0, "kv_width", self.kv_width_override,
-                    "must be a positive number of KV elements")
+            require(
+                self.kv_width_override > 0,
+                "kv_width",
+                self.kv_width_override,
+                "must be a positive number of KV elements",
+            )
         if self.dtype_bytes_override is not None:
-            require(0 < self.dtype_bytes_override <= 8, "dtype_bytes", self.dtype_bytes_override,
-                    "must be in (0, 8]")
+            require(
+                0 < self.dtype_bytes_override <= 8,
+                "dtype_bytes",
+                self.dtype_bytes_override,
+                "must be in (0, 8]",
+            )
         if self.attention_kind == "csa":
-            require(len(self.compress_ratios) == self.num_layers, "compress_ratios",
-                    self.compress_ratios, f"needs one ratio per layer ({self.num_layers})")
-            require(self.window_len is not None and self.kv_bytes_per_token_layer_override
-                    is not None and self.o_groups > 0, "attention_kind", self.attention_kind,
-                    "csa needs window_len, kv_bytes_per_token_layer_override and o_groups")
+            require(
+                len(self.compress_ratios) == self.num_layers,
+                "compress_ratios",
+                self.compress_ratios,
+                f"needs one ratio per layer ({self.num_layers})",
+            )
+            require(
+                self.window_len is not None
+                and self.kv_bytes_per_token_layer_override is not None
+                and self.o_groups > 0,
+                "attention_kind",
+                self.attention_kind,
+                "csa needs window_len, kv_bytes_per_token_layer_override and o_groups",
+            )
         elif self.window_len is not None:
-            require(self.window_len > 0 and self.full_attention_every > 1, "window_len",
-                    self.window_len, "needs a positive window and full_attention_every > 1")
+            require(
+                self.window_len > 0 and self.full_attention_every > 1,
+                "window_len",
+                self.window_len,
+                "needs a positive window and full_attention_every > 1",
+            )
 
     # ---- structure -------------------------------------------------------------------------
     @property
@@ -206,8 +264,10 @@ class ModelSpec:
             from dualpath.spec import compressed
 
             return compressed.kv_bytes(self, context_len)
-        tokens = sum(min(context_len, w) if (w := self.layer_window(i)) is not None else context_len
-                     for i in range(self.num_layers))
+        tokens = sum(
+            min(context_len, w) if (w := self.layer_window(i)) is not None else context_len
+            for i in range(self.num_layers)
+        )
         return float(tokens * self.kv_bytes_per_token_layer)
 
     # ---- weight term -----------------------------------------------------------------------
@@ -242,8 +302,7 @@ class ModelSpec:
         if self.attention_kind == "csa":
             from dualpath.spec import compressed
 
-            return compressed.attention_flops_layer(self, cached_len, new_len,
-                                                    self._csa_layer(layer))
+            return compressed.attention_flops_layer(self, cached_len, new_len, self._csa_layer(layer))
         window = None if layer is None else self.layer_window(layer)
         caps = [c for c in (window, self.sparse_top_k) if c is not None]
         pairs = causal_kv_sum(cached_len, new_len, min(caps) if caps else None)

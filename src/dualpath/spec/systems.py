@@ -17,10 +17,20 @@ from dualpath.core.registry import lookup
 from dualpath.spec.hardware import GPUS, GPUSpec
 
 # gb200.yaml: NVLink 5 at 900 GB/s; CX8 800 Gb/s per GPU between racks.
-GB200_GPU = GPUSpec(name="gb200", year=2024, bf16_tflops=2500.0, fp8_tflops=5000.0,
-                    fp4_tflops=10000.0, int8_tflops=5000.0, hbm_gb=198.675,
-                    hbm_bandwidth_gbs=8000.0, tdp_w=1200.0, nic_gbps=800.0, pcie_gbs=64.0,
-                    nvlink_gbs=900.0)
+GB200_GPU = GPUSpec(
+    name="gb200",
+    year=2024,
+    bf16_tflops=2500.0,
+    fp8_tflops=5000.0,
+    fp4_tflops=10000.0,
+    int8_tflops=5000.0,
+    hbm_gb=198.675,
+    hbm_bandwidth_gbs=8000.0,
+    tdp_w=1200.0,
+    nic_gbps=800.0,
+    pcie_gbs=64.0,
+    nvlink_gbs=900.0,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,16 +60,44 @@ SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
         # h100_sxm.yaml / h200_sxm.yaml: NVLink 450 GB/s, CX7 400 Gb/s (50 GB/s) per GPU, 10 us.
-        SystemSpec(name="h100_sxm", gpu=GPUS["h100"], nvlink_domain_gpus=8, intra_node_gbs=450.0,
-                   inter_node_gbs=50.0, p2p_latency_s=1e-5, perf_db="h100_sxm"),
-        SystemSpec(name="h200_sxm", gpu=GPUS["h200"], nvlink_domain_gpus=8, intra_node_gbs=450.0,
-                   inter_node_gbs=50.0, p2p_latency_s=1e-5, perf_db="h200_sxm"),
+        SystemSpec(
+            name="h100_sxm",
+            gpu=GPUS["h100"],
+            nvlink_domain_gpus=8,
+            intra_node_gbs=450.0,
+            inter_node_gbs=50.0,
+            p2p_latency_s=1e-5,
+            perf_db="h100_sxm",
+        ),
+        SystemSpec(
+            name="h200_sxm",
+            gpu=GPUS["h200"],
+            nvlink_domain_gpus=8,
+            intra_node_gbs=450.0,
+            inter_node_gbs=50.0,
+            p2p_latency_s=1e-5,
+            perf_db="h200_sxm",
+        ),
         # b200_sxm.yaml: NVLink 900 GB/s, CX8 800 Gb/s (100 GB/s) per GPU, 10 us.
-        SystemSpec(name="b200_sxm", gpu=GPUS["b200"], nvlink_domain_gpus=8, intra_node_gbs=900.0,
-                   inter_node_gbs=100.0, p2p_latency_s=1e-5, perf_db="b200_sxm"),
+        SystemSpec(
+            name="b200_sxm",
+            gpu=GPUS["b200"],
+            nvlink_domain_gpus=8,
+            intra_node_gbs=900.0,
+            inter_node_gbs=100.0,
+            p2p_latency_s=1e-5,
+            perf_db="b200_sxm",
+        ),
         # gb200.yaml: NVLink within the 72-GPU rack at 900 GB/s, 100 GB/s between racks.
-        SystemSpec(name="gb200", gpu=GB200_GPU, nvlink_domain_gpus=72, intra_node_gbs=900.0,
-                   inter_node_gbs=100.0, p2p_latency_s=1e-5, perf_db="gb200"),
+        SystemSpec(
+            name="gb200",
+            gpu=GB200_GPU,
+            nvlink_domain_gpus=72,
+            intra_node_gbs=900.0,
+            inter_node_gbs=100.0,
+            p2p_latency_s=1e-5,
+            perf_db="gb200",
+        ),
     )
 }
 

@@ -33,9 +33,16 @@ def _evaluate(v: np.ndarray, maxlen: int, num: int, seed: int) -> np.ndarray:
     return np.log([stats[s] for s in FIT_STATS])
 
 
-def fit_params(maxlen: int, targets: Mapping[str, float] | None = None, *, num: int = 2000,
-               seed: int = 0, iterations: int = 12, tol: float = 0.002,
-               start: SyntheticParams | None = None) -> tuple[SyntheticParams, dict[str, float]]:
+def fit_params(
+    maxlen: int,
+    targets: Mapping[str, float] | None = None,
+    *,
+    num: int = 2000,
+    seed: int = 0,
+    iterations: int = 12,
+    tol: float = 0.002,
+    start: SyntheticParams | None = None,
+) -> tuple[SyntheticParams, dict[str, float]]:
     """Return fitted parameters and the relative error per fitted statistic at (num, seed).
 
     ``targets`` defaults to the Table 2 row of ``maxlen``; it needs the keys of ``FIT_STATS``."""
@@ -62,8 +69,7 @@ def fit_params(maxlen: int, targets: Mapping[str, float] | None = None, *, num: 
                 break
         else:
             break
-    errors = {s: float(np.exp(c - g) - 1.0) for s, c, g in zip(FIT_STATS, current, goal,
-                                                              strict=True)}
+    errors = {s: float(np.exp(c - g) - 1.0) for s, c, g in zip(FIT_STATS, current, goal, strict=True)}
     return _from_vec(v), errors
 
 

@@ -34,8 +34,9 @@ def iter_turn_requests(traj: Trajectory, tool_latency_s: float = 0.0) -> Iterato
         cached_len = prompt_len + turn.gen_len
 
 
-def scale_turns(traj: Trajectory, append_scale: float, gen_scale: float,
-                skip_first: bool = False) -> Trajectory:
+def scale_turns(
+    traj: Trajectory, append_scale: float, gen_scale: float, skip_first: bool = False
+) -> Trajectory:
     """Multiply every append and generation length (rounded half-even, at least 1 token).
 
     ``skip_first`` leaves the first turn alone (a clone's synthetic prefix)."""
@@ -46,8 +47,12 @@ def scale_turns(traj: Trajectory, append_scale: float, gen_scale: float,
         if skip_first and index == 0:
             turns.append(turn)
             continue
-        turns.append(Turn(append_len=max(1, int(round(turn.append_len * append_scale))),
-                          gen_len=max(1, int(round(turn.gen_len * gen_scale)))))
+        turns.append(
+            Turn(
+                append_len=max(1, int(round(turn.append_len * append_scale))),
+                gen_len=max(1, int(round(turn.gen_len * gen_scale))),
+            )
+        )
     return Trajectory(traj.traj_id, tuple(turns), traj.arrival_s, traj.parent_id)
 
 
@@ -74,8 +79,9 @@ def truncate(traj: Trajectory, max_len: int) -> Trajectory:
 
 def _clone(parent: Trajectory, clone_index: int, prefix_len: int) -> Trajectory:
     prefix = Turn(append_len=prefix_len, gen_len=1)
-    return Trajectory(f"{parent.traj_id}#c{clone_index}", (prefix, *parent.turns),
-                      parent.arrival_s, parent.traj_id)
+    return Trajectory(
+        f"{parent.traj_id}#c{clone_index}", (prefix, *parent.turns), parent.arrival_s, parent.traj_id
+    )
 
 
 def expand_agents(trajs: Sequence[Trajectory], cfg: ReplayConfig) -> list[Trajectory]:
@@ -97,16 +103,16 @@ def expand_agents(trajs: Sequence[Trajectory], cfg: ReplayConfig) -> list[Trajec
         base.extend(_clone(trajs[int(p)], k, cfg.synthetic_prefix_len) for k, p in enumerate(picks))
     out = []
     for traj in base:
-        traj = scale_turns(traj, cfg.append_scale, cfg.gen_scale,
-                           skip_first=traj.parent_id is not None)
+        traj = scale_turns(traj, cfg.append_scale, cfg.gen_scale, skip_first=traj.parent_id is not None)
         if cfg.max_len is not None:
             traj = truncate(traj, cfg.max_len)
         out.append(traj)
     return out
 
 
-def with_poisson_arrivals(trajs: Sequence[Trajectory], rate_aps: float, seed: int = 0,
-                          start_s: float = 0.0) -> list[Trajectory]:
+def with_poisson_arrivals(
+    trajs: Sequence[Trajectory], rate_aps: float, seed: int = 0, start_s: float = 0.0
+) -> list[Trajectory]:
     """Copies of ``trajs`` (same order) whose ``arrival_s`` follow a Poisson process of
     ``rate_aps`` agents per second starting at ``start_s`` (online experiments, spec section 9).
     Exponential gaps from ``numpy.random.default_rng(seed)``; the first agent arrives after one
@@ -115,5 +121,6 @@ def with_poisson_arrivals(trajs: Sequence[Trajectory], rate_aps: float, seed: in
         raise ConfigError("rate_aps", rate_aps, "must be > 0 agents per second")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate_aps, size=len(trajs))
     arrivals = start_s + np.cumsum(gaps)
-    return [Trajectory(t.traj_id, t.turns, float(a), t.parent_id)
-            for t, a in zip(trajs, arrivals, strict=True)]
+    return [
+        Trajectory(t.traj_id, t.turns, float(a), t.parent_id) for t, a in zip(trajs, arrivals, strict=True)
+    ]

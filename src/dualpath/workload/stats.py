@@ -24,18 +24,32 @@ from dualpath.workload.types import Trajectory
 
 # The paper's Table 2 (spec section 1): 500 production coding-agent trajectories per MaxLen bucket.
 TABLE2: dict[int, dict[str, float]] = {
-    32768: {"turns": 60, "append_per_turn": 608, "gen_per_turn": 148, "final_len": 28639,
-            "context_len": 17183},
-    49152: {"turns": 106, "append_per_turn": 474, "gen_per_turn": 172, "final_len": 42607,
-            "context_len": 25120},
-    65536: {"turns": 157, "append_per_turn": 429, "gen_per_turn": 176, "final_len": 55958,
-            "context_len": 32721},
+    32768: {
+        "turns": 60,
+        "append_per_turn": 608,
+        "gen_per_turn": 148,
+        "final_len": 28639,
+        "context_len": 17183,
+    },
+    49152: {
+        "turns": 106,
+        "append_per_turn": 474,
+        "gen_per_turn": 172,
+        "final_len": 42607,
+        "context_len": 25120,
+    },
+    65536: {
+        "turns": 157,
+        "append_per_turn": 429,
+        "gen_per_turn": 176,
+        "final_len": 55958,
+        "context_len": 32721,
+    },
 }
 for _row in TABLE2.values():
     _row["hit_rate"] = 1.0 - _row["append_per_turn"] / _row["context_len"]
 
-STAT_COLUMNS = ("turns", "append_per_turn", "gen_per_turn", "final_len", "context_len",
-                "hit_rate")
+STAT_COLUMNS = ("turns", "append_per_turn", "gen_per_turn", "final_len", "context_len", "hit_rate")
 
 
 def _per_trajectory(traj: Trajectory) -> tuple[float, float, float, float, float, float]:
@@ -44,8 +58,14 @@ def _per_trajectory(traj: Trajectory) -> tuple[float, float, float, float, float
     steps = appends + gens
     # prompt of turn i = context after turn i-1 + append i
     prompts = np.cumsum(steps) - gens
-    return (float(traj.num_turns), float(appends.mean()), float(gens.mean()),
-            float(steps.sum()), float(prompts.mean()), float(prompts.sum()))
+    return (
+        float(traj.num_turns),
+        float(appends.mean()),
+        float(gens.mean()),
+        float(steps.sum()),
+        float(prompts.mean()),
+        float(prompts.sum()),
+    )
 
 
 def workload_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.workload.types import Trajectory, Turn
 
 MOONCAKE_BLOCK_LEN = 512  # tokens per hash block in the Mooncake traces
-MIN_SESSION_BLOCKS = 2    # a shared single block is usually a common system prompt, not a session
+MIN_SESSION_BLOCKS = 2  # a shared single block is usually a common system prompt, not a session
 
 TRACE_FILES: dict[str, str] = {
     "mooncake-conversation": "traces/mooncake/conversation_trace.jsonl",
@@ -36,9 +36,13 @@ def resolve_trace(name_or_path: str | Path) -> Path:
     if text in TRACE_FILES:
         path = data_dir() / TRACE_FILES[text]
         if not path.is_file():
-            raise ConfigError("trace", text, f"{path} not found: named traces are read from the "
-                              f"reference data; set {DATA_DIR_ENV} to its folder (README, "
-                              "'Reference data'), or pass a trace file's path")
+            raise ConfigError(
+                "trace",
+                text,
+                f"{path} not found: named traces are read from the "
+                f"reference data; set {DATA_DIR_ENV} to its folder (README, "
+                "'Reference data'), or pass a trace file's path",
+            )
         return path
     path = Path(text)
     if path.suffix in (".jsonl", ".csv", ".json") or path.exists():
@@ -83,10 +87,18 @@ def _read_mooncake(path: Path, limit: int | None) -> list[tuple[float, int, int,
             input_len = _int_field(obj, "input_length", 1)
             need = -(-input_len // MOONCAKE_BLOCK_LEN)
             if len(hashes) != need:
-                raise ValueError(f"{len(hashes)} hash_ids for input_length {input_len} "
-                                 f"(expected {need} blocks of {MOONCAKE_BLOCK_LEN})")
-            rows.append((float(obj["timestamp"]) / 1000.0, input_len,
-                         max(1, _int_field(obj, "output_length", 0)), hashes))
+                raise ValueError(
+                    f"{len(hashes)} hash_ids for input_length {input_len} "
+                    f"(expected {need} blocks of {MOONCAKE_BLOCK_LEN})"
+                )
+            rows.append(
+                (
+                    float(obj["timestamp"]) / 1000.0,
+                    input_len,
+                    max(1, _int_field(obj, "output_length", 0)),
+                    hashes,
+                )
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise _bad(path, lineno, line, f"bad Mooncake record: {exc}") from None
     if not rows and limit != 0:
@@ -108,8 +120,10 @@ class MooncakeRecord:
 def read_mooncake(path: str | Path, limit: int | None = None) -> list[MooncakeRecord]:
     """The first ``limit`` records (all when None) of a Mooncake JSONL trace, request by request
     (``load_mooncake`` rebuilds sessions instead); same validation and errors."""
-    return [MooncakeRecord(arrival_s=t, input_len=i, output_len=o, hash_ids=tuple(h))
-            for t, i, o, h in _read_mooncake(resolve_trace(path), limit)]
+    return [
+        MooncakeRecord(arrival_s=t, input_len=i, output_len=o, hash_ids=tuple(h))
+        for t, i, o, h in _read_mooncake(resolve_trace(path), limit)
+    ]
 
 
 def load_mooncake(path: str | Path, limit: int | None = None) -> list[Trajectory]:
@@ -145,8 +159,7 @@ def load_mooncake(path: str | Path, limit: int | None = None) -> list[Trajectory
         num_full = input_len // MOONCAKE_BLOCK_LEN
         if num_full >= MIN_SESSION_BLOCKS:
             tails[(num_full, hashes[num_full - 1])] = session
-    return [Trajectory(f"{path.stem}-{i}", tuple(turns), starts[i])
-            for i, turns in enumerate(sessions)]
+    return [Trajectory(f"{path.stem}-{i}", tuple(turns), starts[i]) for i, turns in enumerate(sessions)]
 
 
 def _parse_time_s(text: str) -> float:
@@ -169,9 +182,11 @@ def load_azure(path: str | Path, limit: int | None = None) -> list[Trajectory]:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:3]] != [
-                "TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise ConfigError(f"{path}:1", header, "expected header "
-                              "TIMESTAMP,ContextTokens,GeneratedTokens")
+            "TIMESTAMP",
+            "ContextTokens",
+            "GeneratedTokens",
+        ]:
+            raise ConfigError(f"{path}:1", header, "expected header TIMESTAMP,ContextTokens,GeneratedTokens")
         for row in reader:
             lineno = reader.line_num
             if limit is not None and len(out) >= limit:
@@ -196,9 +211,17 @@ def save_jsonl(trajs: Sequence[Trajectory], path: str | Path) -> None:
     "parent_id"}``. ``load_jsonl`` reads it back exactly."""
     with open(path, "w", encoding="utf-8") as fh:
         for t in trajs:
-            fh.write(json.dumps({"traj_id": t.traj_id,
-                                 "turns": [[u.append_len, u.gen_len] for u in t.turns],
-                                 "arrival_s": t.arrival_s, "parent_id": t.parent_id}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "traj_id": t.traj_id,
+                        "turns": [[u.append_len, u.gen_len] for u in t.turns],
+                        "arrival_s": t.arrival_s,
+                        "parent_id": t.parent_id,
+                    }
+                )
+                + "\n"
+            )
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:
@@ -210,8 +233,7 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
             obj = json.loads(line)
             turns = tuple(Turn(append_len=a, gen_len=g) for a, g in obj["turns"])
             parent = obj.get("parent_id")
-            out.append(Trajectory(obj["traj_id"], turns, float(obj.get("arrival_s", 0.0)),
-                                  parent))
+            out.append(Trajectory(obj["traj_id"], turns, float(obj.get("arrival_s", 0.0)), parent))
         except (ValueError, KeyError, TypeError) as exc:
             raise _bad(path, lineno, line, f"bad trajectory record: {exc}") from None
     return out

@@ -51,12 +51,24 @@ class Trajectory:
     parent_id: str | None = field(default=None)
 
     def __post_init__(self) -> None:
-        require(isinstance(self.traj_id, str) and self.traj_id != "", "traj_id", self.traj_id,
-                "must be a non-empty string")
-        require(isinstance(self.turns, tuple) and len(self.turns) > 0, "turns", self.turns,
-                "must be a non-empty tuple of Turn")
-        require(self.turns[0].append_len >= 1, "turns[0].append_len", self.turns[0].append_len,
-                "the first turn must append at least one token")
+        require(
+            isinstance(self.traj_id, str) and self.traj_id != "",
+            "traj_id",
+            self.traj_id,
+            "must be a non-empty string",
+        )
+        require(
+            isinstance(self.turns, tuple) and len(self.turns) > 0,
+            "turns",
+            self.turns,
+            "must be a non-empty tuple of Turn",
+        )
+        require(
+            self.turns[0].append_len >= 1,
+            "turns[0].append_len",
+            self.turns[0].append_len,
+            "the first turn must append at least one token",
+        )
 
     @property
     def num_turns(self) -> int:
@@ -119,13 +131,19 @@ class ReplayConfig:
     synthetic_prefix_len: int = SYNTHETIC_PREFIX_LEN
 
     def __post_init__(self) -> None:
-        require(isinstance(self.num_agents, int) and self.num_agents >= 1, "num_agents",
-                self.num_agents, "must be an int >= 1")
+        require(
+            isinstance(self.num_agents, int) and self.num_agents >= 1,
+            "num_agents",
+            self.num_agents,
+            "must be an int >= 1",
+        )
         require(isinstance(self.seed, int), "seed", self.seed, "must be an int")
         require(self.append_scale > 0, "append_scale", self.append_scale, "must be > 0")
         require(self.gen_scale > 0, "gen_scale", self.gen_scale, "must be > 0")
-        require(self.max_len is None or self.max_len >= 2, "max_len", self.max_len,
-                "must be None or >= 2 tokens")
+        require(
+            self.max_len is None or self.max_len >= 2, "max_len", self.max_len, "must be None or >= 2 tokens"
+        )
         require(self.tool_latency_s >= 0, "tool_latency_s", self.tool_latency_s, "must be >= 0")
-        require(self.synthetic_prefix_len >= 1, "synthetic_prefix_len",
-                self.synthetic_prefix_len, "must be >= 1")
+        require(
+            self.synthetic_prefix_len >= 1, "synthetic_prefix_len", self.synthetic_prefix_len, "must be >= 1"
+        )

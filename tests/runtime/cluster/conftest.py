@@ -16,14 +16,20 @@ from dualpath.runtime.cluster.local import LocalCluster
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local 1P2D cluster with the tiny random model and a fresh KV directory."""
     kv = tmp_path_factory.mktemp("kv")
-    cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=2,
-                        engine=EngineConfig(heartbeat_s=0.1))
+    cfg = ClusterConfig(
+        kv_dir=str(kv),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=2,
+        engine=EngineConfig(heartbeat_s=0.1),
+    )
     with LocalCluster(cfg) as c:
         yield c
 
 
-def generate(address: str, prompts: list[list[int]], params: SamplingParams,
-             timeout_s: float = 60.0) -> list[list[TokenEvent]]:
+def generate(
+    address: str, prompts: list[list[int]], params: SamplingParams, timeout_s: float = 60.0
+) -> list[list[TokenEvent]]:
     """Run the prompts concurrently through a fresh client; every request's events."""
 
     async def one(client: ClusterClient, p: list[int]) -> list[TokenEvent]:

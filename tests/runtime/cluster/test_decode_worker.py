@@ -33,8 +33,9 @@ def decoder(tmp_path_factory: pytest.TempPathFactory) -> Decoder:
 NO_HITS = ReadPlan(side="pe", pe_read_len=0, de_read_len=0)
 
 
-def _prefill_items(dec: Decoder, rid: str, prompt: list[int], bs: int
-                   ) -> tuple[list[TransferItem], PrefillDone]:
+def _prefill_items(
+    dec: Decoder, rid: str, prompt: list[int], bs: int
+) -> tuple[list[TransferItem], PrefillDone]:
     """What a PE sends: each layer's prompt KV as one span item, then ``PrefillDone``."""
     with torch.inference_mode():
         spans = [Span(0, len(prompt))]
@@ -42,8 +43,9 @@ def _prefill_items(dec: Decoder, rid: str, prompt: list[int], bs: int
         items = []
         for layer in range(dec.num_layers):
             h, kv = dec.run_layer(layer, h, spans, [None], rope)
-            items.append(TransferItem(key=rid, block_index=0, layer=layer, num_tokens=len(prompt),
-                                      payload=kv.clone()))
+            items.append(
+                TransferItem(key=rid, block_index=0, layer=layer, num_tokens=len(prompt), payload=kv.clone())
+            )
         first = int(torch.argmax(dec.final(h[-1:])[0]).item())
     return items, PrefillDone(key=rid, first_token=first)
 
@@ -61,17 +63,26 @@ def test_decode_worker_runs_the_paged_engine(decoder: Decoder, tmp_path: Path) -
     bs, gen = 16, 7
     geo = Geometry.of(decoder, bs)
     store = BlockStore(str(tmp_path / "kv"), geo.layout())
-    traffic = TrafficManager(engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None,
-                             shared_dir=tmp_path / "links")
+    traffic = TrafficManager(
+        engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None, shared_dir=tmp_path / "links"
+    )
     fabric, outbox = InProcFabric(), Outbox()
     transport = InProcTransport(fabric)
     io = BlockIO(store, geo, traffic)
-    worker = DecodeWorker(engine_id=1, node_id=1, decoder=decoder, geo=geo, blockio=io,
-                          transport=transport, outbox=outbox, eos_token_id=None, hbm_tokens=256)
+    worker = DecodeWorker(
+        engine_id=1,
+        node_id=1,
+        decoder=decoder,
+        geo=geo,
+        blockio=io,
+        transport=transport,
+        outbox=outbox,
+        eos_token_id=None,
+        hbm_tokens=256,
+    )
     transport.bind("e1", worker)
     gen_rng = torch.Generator().manual_seed(0)
-    prompts = {f"r{i}": torch.randint(3, 200, (40 + 13 * i,), generator=gen_rng).tolist()
-               for i in range(2)}
+    prompts = {f"r{i}": torch.randint(3, 200, (40 + 13 * i,), generator=gen_rng).tolist() for i in range(2)}
     params = SamplingParams(max_tokens=gen, ignore_eos=True)
     tasks = {rid: DecodeTask(request_id=rid, prompt_token_ids=p, read=NO_HITS, prefill_engine=0,
                              params=params)

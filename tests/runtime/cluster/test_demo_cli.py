@@ -13,8 +13,12 @@ import pytest
 @pytest.mark.slow
 def test_demo_tiny_json() -> None:
     exe = str(Path(sys.executable).parent / "dualpath")
-    out = subprocess.run([exe, "demo", "--tiny", "--agents", "3",
-                          "--turns", "3", "--json"], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [exe, "demo", "--tiny", "--agents", "3", "--turns", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert set(data["systems"]) == {"basic", "dualpath", "oracle"}

@@ -75,10 +75,12 @@ def test_systems_switch_and_basic_reads_only_on_the_prefill_node(cluster: LocalC
     async def main() -> dict:
         async with ClusterClient(cluster.address) as client:
             rows = {}
-            for i, (name, policy, free) in enumerate((("basic", "basic", False),
-                                                      ("always-de", "always-de", False))):
-                rows[name] = await run_system(client, agents, policy=policy, read_free=free,
-                                              seed=100 + i, settle_s=0.3)
+            for i, (name, policy, free) in enumerate(
+                (("basic", "basic", False), ("always-de", "always-de", False))
+            ):
+                rows[name] = await run_system(
+                    client, agents, policy=policy, read_free=free, seed=100 + i, settle_s=0.3
+                )
             return rows
 
     rows = asyncio.run(asyncio.wait_for(main(), 90))
@@ -125,8 +127,10 @@ def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> No
 
     async def main() -> list[list]:
         async with ClusterClient(cluster.address) as client:
+
             async def one(p: list[int]) -> list:
                 return [ev async for ev in client.generate(p, params)]
+
             tasks = [asyncio.ensure_future(one(p)) for p in prompts]
             await asyncio.sleep(0.05)
             await asyncio.get_running_loop().run_in_executor(None, cluster.kill_engine, 2)
@@ -163,8 +167,9 @@ def _layout(c: LocalCluster):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("policy,side", [("always-de", "de"), ("dualpath-split", "split")])
-def test_de_read_path_layer_pulls_and_split_reads_are_exact(cluster: LocalCluster, policy: str,
-                                                            side: str) -> None:
+def test_de_read_path_layer_pulls_and_split_reads_are_exact(
+    cluster: LocalCluster, policy: str, side: str
+) -> None:
     """DE read path (the PE pulls each layer's hit KV from the DE buffer while computing the one
     before) and split reads (the DE pushes its share into the PE buffer): greedy tokens equal a
     single-process forward in the turn that hits the store."""

@@ -12,18 +12,28 @@ import pytest
 import zmq
 
 from dualpath.runtime.cluster.api import SamplingParams
-from dualpath.runtime.cluster.messages import (
-    DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Query, QueryReply, Reset, Submit, Tokens,
-    Welcome, decode, encode,
-)
 from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig
+from dualpath.runtime.cluster.messages import (
+    DecodeTask,
+    EngineHello,
+    Heartbeat,
+    Peers,
+    PrefillTask,
+    Query,
+    QueryReply,
+    Reset,
+    Submit,
+    Tokens,
+    Welcome,
+    decode,
+    encode,
+)
 from dualpath.runtime.cluster.scheduler import SchedulerArgs, SchedulerService
 
 
 class _Rig:
     def __init__(self, kv_dir: Path) -> None:
-        cluster = ClusterConfig(kv_dir=str(kv_dir),
-                                scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
+        cluster = ClusterConfig(kv_dir=str(kv_dir), scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
         self.svc = SchedulerService(SchedulerArgs(cluster=cluster))
         self.poller = zmq.Poller()
         self.poller.register(self.svc.sock, zmq.POLLIN)
@@ -70,24 +80,56 @@ class _Rig:
 
     def engine(self, eid: int, role: str, node: int) -> zmq.Socket:
         s = self.dealer()
-        s.send(encode(EngineHello(engine_id=eid, role=role, node_id=node, data_addr=f"tcp://x:{eid}",
-                                  pid=eid, hbm_tokens=100_000 if role == "decode" else 0,
-                                  num_layers=2, kv_bytes_per_token_layer=64, block_size=16,
-                                  vocab_size=100, max_context_len=4096)))
+        s.send(
+            encode(
+                EngineHello(
+                    engine_id=eid,
+                    role=role,
+                    node_id=node,
+                    data_addr=f"tcp://x:{eid}",
+                    pid=eid,
+                    hbm_tokens=100_000 if role == "decode" else 0,
+                    num_layers=2,
+                    kv_bytes_per_token_layer=64,
+                    block_size=16,
+                    vocab_size=100,
+                    max_context_len=4096,
+                )
+            )
+        )
         assert isinstance(self.until_reply(s), Welcome)
         return s
 
     def submit(self, client: zmq.Socket, rid: str, prompt_len: int, max_tokens: int) -> None:
-        client.send_multipart([b"", encode(Submit(
-            request_id=rid, prompt_token_ids=list(range(prompt_len)),
-            params=SamplingParams(max_tokens=max_tokens, ignore_eos=True)))])
+        client.send_multipart(
+            [
+                b"",
+                encode(
+                    Submit(
+                        request_id=rid,
+                        prompt_token_ids=list(range(prompt_len)),
+                        params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                    )
+                ),
+            ]
+        )
         self.synced(client)
         self.pump()
 
     def heartbeat(self, eid: int) -> None:
         d = self.dealer()
-        d.send(encode(Heartbeat(engine_id=eid, num_seqs=0, num_tokens=0, read_queue_tokens=0,
-                                bytes_by_path={}, bytes_by_nic={})))
+        d.send(
+            encode(
+                Heartbeat(
+                    engine_id=eid,
+                    num_seqs=0,
+                    num_tokens=0,
+                    read_queue_tokens=0,
+                    bytes_by_path={},
+                    bytes_by_nic={},
+                )
+            )
+        )
         self.synced(d)
 
     def query(self, what: str) -> QueryReply:
@@ -147,8 +189,9 @@ def test_a_stalled_engine_is_declared_dead_then_taken_back_emptied(rig: _Rig) ->
     rig.pump(0.6)
     h = rig.health()
     assert [e.alive for e in h.engines] == [False, True] and not h.ok
-    assert any(re.fullmatch(r"prefill engine 0 stopped responding \(no heartbeat for 1\.\d s\)", d)
-               for d in h.down), h.down
+    assert any(
+        re.fullmatch(r"prefill engine 0 stopped responding \(no heartbeat for 1\.\d s\)", d) for d in h.down
+    ), h.down
     ev = _next(client)
     assert isinstance(ev, Tokens) and ev.events[0].finish_reason == "error"
     assert "no live prefill engine left" in (ev.events[0].error or "")

@@ -74,8 +74,7 @@ def test_traffic_manager_counts_paths_and_nics() -> None:
     tm.kv_send(30)
     paths, nics = tm.snapshot()
     assert paths == {"pe-read": 0, "de-read": 100, "pd-transfer": 30, "persist": 64}
-    assert nics == {"node2/snic": 100, "node2/snic:read": 100, "node2/snic-tx": 64,
-                    "engine3/cnic": 30}
+    assert nics == {"node2/snic": 100, "node2/snic:read": 100, "node2/snic-tx": 64, "engine3/cnic": 30}
 
 
 def test_persists_use_the_other_snic_direction() -> None:
@@ -90,8 +89,9 @@ def test_persists_use_the_other_snic_direction() -> None:
 
 
 def test_read_free_skips_the_wait() -> None:
-    tm = TrafficManager(engine_id=0, node_id=0, snic_gbps=1e-6, cnic_gbps=1e-6, shared_dir=None,
-                        read_free=True)
+    tm = TrafficManager(
+        engine_id=0, node_id=0, snic_gbps=1e-6, cnic_gbps=1e-6, shared_dir=None, read_free=True
+    )
     assert tm.storage_read(10**6, "pe-read") == 0.0
     assert tm.kv_send(10**6) == 0.0
     assert tm.snapshot()[0]["pe-read"] == 10**6

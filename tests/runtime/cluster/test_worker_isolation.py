@@ -29,7 +29,9 @@ torch.set_num_threads(1)
 
 
 def _sibling(name: str):  # tests run with --import-mode=importlib: load the helper by path
-    spec = importlib.util.spec_from_file_location(f"dualpath_test_{name}", Path(__file__).with_name(f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"dualpath_test_{name}", Path(__file__).with_name(f"{name}.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
@@ -50,19 +52,35 @@ class _Rig:
     def __init__(self, decoder: Decoder, tmp: Path) -> None:
         self.dec, self.bs = decoder, 16
         self.geo = Geometry.of(decoder, self.bs)
-        self.traffic = TrafficManager(engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None,
-                                      shared_dir=tmp / "links")
+        self.traffic = TrafficManager(
+            engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None, shared_dir=tmp / "links"
+        )
         self.fabric = InProcFabric()
         self.outbox, self.transport = Outbox(), InProcTransport(self.fabric)
         self.io = BlockIO(BlockStore(str(tmp / "kv"), self.geo.layout()), self.geo, self.traffic)
-        self.worker = DecodeWorker(engine_id=1, node_id=1, decoder=decoder, geo=self.geo, blockio=self.io,
-                                   transport=self.transport, outbox=self.outbox, eos_token_id=None,
-                                   hbm_tokens=256)
+        self.worker = DecodeWorker(
+            engine_id=1,
+            node_id=1,
+            decoder=decoder,
+            geo=self.geo,
+            blockio=self.io,
+            transport=self.transport,
+            outbox=self.outbox,
+            eos_token_id=None,
+            hbm_tokens=256,
+        )
         self.transport.bind("e1", self.worker)
 
     def start(self, rid: str, prompt: list[int], first_token: int | None = None) -> None:
-        self.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS,
-                                   prefill_engine=0, params=SamplingParams(max_tokens=5, ignore_eos=True)))
+        self.worker.add(
+            DecodeTask(
+                request_id=rid,
+                prompt_token_ids=prompt,
+                read=NO_HITS,
+                prefill_engine=0,
+                params=SamplingParams(max_tokens=5, ignore_eos=True),
+            )
+        )
         items, done = _prefill_items(self.dec, rid, prompt, self.bs)
         if first_token is not None:
             done = PrefillDone(key=rid, first_token=first_token)
@@ -140,19 +158,29 @@ def test_a_decode_step_that_raises_fails_its_requests_and_the_worker_serves_on(r
     rig.assert_empty()
 
 
-def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(rig: _Rig, tmp_path: Path) -> None:
+def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(
+    rig: _Rig, tmp_path: Path
+) -> None:
     from dualpath.policy import SchedulerConfig, make_scheduler
     from dualpath.runtime.cluster.messages import PrefillTask
     from dualpath.runtime.cluster.prefill_worker import PrefillWorker
 
     pe_out = Outbox()
     pe_transport = InProcTransport(rig.fabric)
-    pe_traffic = TrafficManager(engine_id=0, node_id=0, snic_gbps=None, cnic_gbps=None,
-                                shared_dir=tmp_path / "links")
+    pe_traffic = TrafficManager(
+        engine_id=0, node_id=0, snic_gbps=None, cnic_gbps=None, shared_dir=tmp_path / "links"
+    )
     pe_io = BlockIO(rig.io.store, rig.geo, pe_traffic)
-    pe = PrefillWorker(engine_id=0, node_id=0, decoder=rig.dec, geo=rig.geo, blockio=pe_io,
-                       transport=pe_transport, outbox=pe_out,
-                       scheduler=make_scheduler("basic", SchedulerConfig(block_size=rig.bs)))
+    pe = PrefillWorker(
+        engine_id=0,
+        node_id=0,
+        decoder=rig.dec,
+        geo=rig.geo,
+        blockio=pe_io,
+        transport=pe_transport,
+        outbox=pe_out,
+        scheduler=make_scheduler("basic", SchedulerConfig(block_size=rig.bs)),
+    )
     pe_transport.bind("e0", pe)
     real_step = pe.engine.step
     batches: list[list[str]] = []
@@ -166,13 +194,17 @@ def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(rig
     pe.engine.step = poisoned_step  # type: ignore[method-assign]
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     for rid, prompt in (("bad", list(range(3, 40))), ("good", list(range(5, 50)))):
-        rig.worker.add(DecodeTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS,
-                                  prefill_engine=0, params=params))
-        pe.add(PrefillTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS, decode_engine=1,
-                           params=params))
+        rig.worker.add(
+            DecodeTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS, prefill_engine=0, params=params)
+        )
+        pe.add(
+            PrefillTask(request_id=rid, prompt_token_ids=prompt, read=NO_HITS, decode_engine=1, params=params)
+        )
     for _ in range(10):
         pe.step()
-    failed = {m.request_id: m.error for m in pe_out.drain() if isinstance(m, Progress) and m.event == "failed"}
+    failed = {
+        m.request_id: m.error for m in pe_out.drain() if isinstance(m, Progress) and m.event == "failed"
+    }
     assert set(failed) == {"bad"} and "prefill failed" in (failed["bad"] or "")
     assert batches[0] == ["bad", "good"] and ["good"] in batches and batches.count(["bad"]) == 1
     rig.worker.cancel("bad")  # (what the scheduler's Cancel does on the DE)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from dualpath.runtime.engine import GenRequest, Generation, LocalPipeline, SamplingParams
+from dualpath.runtime.engine import Generation, GenRequest, LocalPipeline, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder
 from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
 

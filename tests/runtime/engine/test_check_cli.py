@@ -14,14 +14,28 @@ from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
 def test_check_json_ok_and_failing_tolerance_exits_nonzero(tmp_path: Path) -> None:
     folder = make_tiny_checkpoint(tmp_path / "m", TinySpec(num_layers=2, seed=3))
     runner = CliRunner()
-    args = ["check", "--model", str(folder), "--turns", "2", "--gen-len", "3", "--device", "cpu",
-            "--paths", "de,mixed", "--json"]
+    args = [
+        "check",
+        "--model",
+        str(folder),
+        "--turns",
+        "2",
+        "--gen-len",
+        "3",
+        "--device",
+        "cpu",
+        "--paths",
+        "de,mixed",
+        "--json",
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["tokens_equal"] is True and report["max_abs_logit_diff"] < 1e-4
     assert report["paths"] == ["de", "mixed"] and report["hit_tokens"] > 0
     assert {r["read_side"] for r in report["per_turn"]} == {"pe", "de"}
-    res = runner.invoke(app, [*args[:3], "--turns", "1", "--device", "cpu", "--tolerance", "0", "--paths", "pe", "--json"])
+    res = runner.invoke(
+        app, [*args[:3], "--turns", "1", "--device", "cpu", "--tolerance", "0", "--paths", "pe", "--json"]
+    )
     assert res.exit_code == 1
     assert json.loads(res.stdout)["ok"] is False

@@ -6,7 +6,14 @@ from typing import Any
 
 import torch
 
-from dualpath.runtime.engine import GenRequest, KVGeometry, LocalConfig, LocalPipeline, PagedKVCache, SamplingParams
+from dualpath.runtime.engine import (
+    GenRequest,
+    KVGeometry,
+    LocalConfig,
+    LocalPipeline,
+    PagedKVCache,
+    SamplingParams,
+)
 from dualpath.runtime.model import Decoder
 
 from .conftest import check_against_hf, random_tokens
@@ -48,7 +55,9 @@ def test_scattered_blocks_fall_back_to_a_gather_and_blocks_keep_the_full_block_l
     assert torch.from_numpy(raw).view(torch.float32).abs().sum() > 0  # a copy, not a view
 
 
-def test_decode_from_a_fragmented_cache_matches_transformers(tiny_llama: tuple[Decoder, Any], kv_dir: str) -> None:
+def test_decode_from_a_fragmented_cache_matches_transformers(
+    tiny_llama: tuple[Decoder, Any], kv_dir: str
+) -> None:
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(31)
     prompts = {k: random_tokens(gen, n) for k, n in (("a", 21), ("b", 30))}

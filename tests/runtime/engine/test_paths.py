@@ -13,9 +13,13 @@ from dualpath.runtime.model import Decoder
 from .conftest import random_tokens, run_conversation
 
 
-@pytest.mark.parametrize(("side", "overlap"), [("pe", True), ("de", True), ("split", True), ("pe", False),
-                                               ("de", False), ("split", False)])
-def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str, overlap: bool) -> None:
+@pytest.mark.parametrize(
+    ("side", "overlap"),
+    [("pe", True), ("de", True), ("split", True), ("pe", False), ("de", False), ("split", False)],
+)
+def test_single_path_multi_turn(
+    tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str, overlap: bool
+) -> None:
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(11)
     cfg = LocalConfig(kv_dir=kv_dir, block_size=16, max_batch_tokens=4096, overlap=overlap)
@@ -26,13 +30,17 @@ def test_single_path_multi_turn(tiny_llama: tuple[Decoder, Any], kv_dir: str, si
     # turn 0 misses; later turns hit every whole block of the previous context with KV (45+5, 50+6+11+5)
     assert hits == [0, 48, 64]
     # split: 3 hit blocks -> PE 2 (half up) + DE 1; 4 -> 2 + 2 (the policy's split of two idle queues)
-    assert [h["a-t" + str(t)].read_side for t, h in enumerate(hist)] == [side if side != "split" else "pe",
-                                                                          side, side]
+    assert [h["a-t" + str(t)].read_side for t, h in enumerate(hist)] == [
+        side if side != "split" else "pe",
+        side,
+        side,
+    ]
 
 
 @pytest.mark.parametrize("async_transfer", [False, True])
-def test_split_reads_both_sides_and_a_de_miss_cuts_its_share(tiny_llama: tuple[Decoder, Any], kv_dir: str,
-                                                             async_transfer: bool) -> None:
+def test_split_reads_both_sides_and_a_de_miss_cuts_its_share(
+    tiny_llama: tuple[Decoder, Any], kv_dir: str, async_transfer: bool
+) -> None:
     """Split: the PE reads the first hit blocks, the DE reads the rest and pushes every layer of
     them into the PE buffer; a block missing from the DE's share cuts the hits there (recomputed),
     and the outputs stay exact."""
@@ -59,7 +67,9 @@ def test_split_reads_both_sides_and_a_de_miss_cuts_its_share(tiny_llama: tuple[D
 
 
 @pytest.mark.parametrize("async_transfer", [False, True])
-def test_mixed_batch_two_decoders_chunked(tiny_llama: tuple[Decoder, Any], kv_dir: str, async_transfer: bool) -> None:
+def test_mixed_batch_two_decoders_chunked(
+    tiny_llama: tuple[Decoder, Any], kv_dir: str, async_transfer: bool
+) -> None:
     """PE-path and DE-path requests in one prefill batch, chunked prefill, two DEs, unaligned prompts."""
     dec, hf = tiny_llama
     gen = torch.Generator().manual_seed(12)

@@ -11,7 +11,11 @@ import torch
 from dualpath.policy import is_attention_predictor
 from dualpath.runtime.engine import LocalConfig, LocalPipeline
 from dualpath.runtime.engine.profile import (
-    ForwardAttentionTime, attention_predictor, fixed_predictor, flops_model, profile_attention,
+    ForwardAttentionTime,
+    attention_predictor,
+    fixed_predictor,
+    flops_model,
+    profile_attention,
 )  # fmt: skip
 from dualpath.runtime.model import Decoder
 
@@ -42,7 +46,9 @@ def _batches(dec: Decoder, hf: Any, kv_dir: str, quota_units: float) -> list[tup
     pred = fixed_predictor(dec, seconds_per_gflop=1.0)
     one = pred.predict_s(pred.attention_flops(0, 40))
     gen = torch.Generator().manual_seed(21)
-    cfg = LocalConfig(kv_dir=kv_dir, block_size=16, attention_predictor=pred, compute_quota_s=quota_units * one)
+    cfg = LocalConfig(
+        kv_dir=kv_dir, block_size=16, attention_predictor=pred, compute_quota_s=quota_units * one
+    )
     with LocalPipeline(dec, cfg) as pipe:
         assert pipe.scheduler.batching == "quota"
         prompts = {k: random_tokens(gen, 40) for k in "abc"}
@@ -50,8 +56,9 @@ def _batches(dec: Decoder, hf: Any, kv_dir: str, quota_units: float) -> list[tup
         return pipe.prefill_batches
 
 
-def test_small_quota_packs_fewer_requests_and_chunks_the_overflow(tiny_llama: tuple[Decoder, Any],
-                                                                   tmp_path: Any) -> None:
+def test_small_quota_packs_fewer_requests_and_chunks_the_overflow(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Any
+) -> None:
     dec, hf = tiny_llama
     big = _batches(dec, hf, str(tmp_path / "big"), 10.0)
     assert big == [(("a-t0", 40), ("b-t0", 40), ("c-t0", 40))]
@@ -69,7 +76,11 @@ def test_small_quota_packs_fewer_requests_and_chunks_the_overflow(tiny_llama: tu
 
 def test_baseline_policy_keeps_token_batching(tiny_llama: tuple[Decoder, Any], kv_dir: str) -> None:
     dec, _ = tiny_llama
-    cfg = LocalConfig(kv_dir=kv_dir, policy="basic", max_batch_tokens=24,
-                      attention_predictor=fixed_predictor(dec, seconds_per_gflop=1.0))
+    cfg = LocalConfig(
+        kv_dir=kv_dir,
+        policy="basic",
+        max_batch_tokens=24,
+        attention_predictor=fixed_predictor(dec, seconds_per_gflop=1.0),
+    )
     with LocalPipeline(dec, cfg) as pipe:
         assert pipe.scheduler.batching == "tokens"

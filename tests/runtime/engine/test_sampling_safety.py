@@ -19,19 +19,43 @@ from dualpath.runtime.engine import GenRequest, LocalConfig, LocalPipeline, Samp
 from dualpath.runtime.engine.sampling import generator_seed, greedy_token
 from dualpath.runtime.model import Decoder
 
-EXTREME_FLOATS = [0.0, -0.0, 1e-39, 5e-324, 1e-45, 1e-5, 1e-2, 0.5, 1.0, 2.0, 1e38, 1e308, -1e-39,
-                  math.inf, -math.inf, math.nan]
+EXTREME_FLOATS = [
+    0.0,
+    -0.0,
+    1e-39,
+    5e-324,
+    1e-45,
+    1e-5,
+    1e-2,
+    0.5,
+    1.0,
+    2.0,
+    1e38,
+    1e308,
+    -1e-39,
+    math.inf,
+    -math.inf,
+    math.nan,
+]
 EXTREME_INTS = [0, 1, -1, 2**31, 2e13, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**70, -(2**70)]
 _float = st.sampled_from(EXTREME_FLOATS) | st.floats(allow_nan=True, allow_infinity=True)
 _int = st.sampled_from([int(i) for i in EXTREME_INTS]) | st.integers(-(2**72), 2**72)
-_params = st.fixed_dictionaries({}, optional={
-    "temperature": _float, "top_p": _float, "seed": st.none() | _int,
-    "stop_token_ids": st.lists(_int, max_size=3), "max_tokens": st.integers(1, 3),
-    "ignore_eos": st.booleans()})
+_params = st.fixed_dictionaries(
+    {},
+    optional={
+        "temperature": _float,
+        "top_p": _float,
+        "seed": st.none() | _int,
+        "stop_token_ids": st.lists(_int, max_size=3),
+        "max_tokens": st.integers(1, 3),
+        "ignore_eos": st.booleans(),
+    },
+)
 
 
-def test_random_sampling_parameters_never_break_the_engines(tiny_llama: tuple[Decoder, Any],
-                                                            tmp_path: Path) -> None:
+def test_random_sampling_parameters_never_break_the_engines(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Path
+) -> None:
     dec, _ = tiny_llama
     vocab = dec.config.vocab_size
     prompt = tuple(range(3, 15))
@@ -50,8 +74,9 @@ def test_random_sampling_parameters_never_break_the_engines(tiny_llama: tuple[De
                 return
             accepted += 1
             rid = f"r{next(rids)}"
-            out = pipe.generate([GenRequest(request_id=rid, token_ids=prompt,
-                                            sampling=wire)])[rid]  # the engines take it as is
+            out = pipe.generate([GenRequest(request_id=rid, token_ids=prompt, sampling=wire)])[
+                rid
+            ]  # the engines take it as is
             assert 1 <= len(out.tokens) <= wire.max_tokens
             assert all(0 <= t < vocab for t in out.tokens), out.tokens
 
@@ -77,9 +102,17 @@ def test_the_one_sampling_type_refuses_seeds_beyond_64_bits() -> None:
         SamplingParams(temperature=1.0, seed=2**70)
 
 
-@pytest.mark.parametrize("row", [
-    [float("nan")] * 5, [float("-inf")] * 5, [1.0, float("nan"), 3.0, float("-inf"), 2.0],
-    [1.0, float("inf"), 0.0, 2.0, 3.0], [3e38, 3e38, -3e38, 0.0, 1.0], [0.0] * 5])
+@pytest.mark.parametrize(
+    "row",
+    [
+        [float("nan")] * 5,
+        [float("-inf")] * 5,
+        [1.0, float("nan"), 3.0, float("-inf"), 2.0],
+        [1.0, float("inf"), 0.0, 2.0, 3.0],
+        [3e38, 3e38, -3e38, 0.0, 1.0],
+        [0.0] * 5,
+    ],
+)
 @pytest.mark.parametrize("temperature", [0.0, 1e-39, 1.0])
 def test_broken_logits_fall_back_to_a_valid_token(row: list[float], temperature: float) -> None:
     logits = torch.tensor(row, dtype=torch.float32)

@@ -11,8 +11,15 @@ import torch
 from dualpath.core.errors import ConfigError
 from dualpath.policy.views import BatchEntry
 from dualpath.runtime.engine import (
-    DecodeConfig, DecodeEngine, GenRequest, LocalConfig, LocalPipeline, PrefillConfig, PrefillEngine,
-    PrefillRequest, SamplingParams,
+    DecodeConfig,
+    DecodeEngine,
+    GenRequest,
+    LocalConfig,
+    LocalPipeline,
+    PrefillConfig,
+    PrefillEngine,
+    PrefillRequest,
+    SamplingParams,
 )  # fmt: skip
 from dualpath.runtime.kvstore import BlockStore, IOEngine, chain_hashes
 from dualpath.runtime.model import Decoder
@@ -21,19 +28,25 @@ from dualpath.runtime.transfer import InProcFabric
 from .conftest import random_tokens
 
 
-def _engines(dec: Decoder, kv_dir: Path, bs: int = 8, cache_blocks: int = 64) -> tuple[PrefillEngine, DecodeEngine, IOEngine]:
+def _engines(
+    dec: Decoder, kv_dir: Path, bs: int = 8, cache_blocks: int = 64
+) -> tuple[PrefillEngine, DecodeEngine, IOEngine]:
     from dualpath.runtime.engine import KVGeometry
 
     store = BlockStore(kv_dir, KVGeometry.of(dec.config, dec.dtype, bs).layout)
     io = IOEngine(store)
     tx = InProcFabric().transport()
-    de = DecodeEngine(dec, tx, io, DecodeConfig(block_size=bs, buffer_bytes=1 << 20, num_cache_blocks=cache_blocks))
+    de = DecodeEngine(
+        dec, tx, io, DecodeConfig(block_size=bs, buffer_bytes=1 << 20, num_cache_blocks=cache_blocks)
+    )
     pe = PrefillEngine(dec, tx, io, PrefillConfig(block_size=bs, buffer_bytes=1 << 20, max_cached_tokens=256),
                        remotes={"de0": de})  # fmt: skip
     return pe, de, io
 
 
-def test_single_token_chunks_deliver_exact_kv_to_the_de_buffer(tiny_llama: tuple[Decoder, Any], tmp_path: Path) -> None:
+def test_single_token_chunks_deliver_exact_kv_to_the_de_buffer(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Path
+) -> None:
     """Chunks of 1, 5 and the rest; the DE buffer then holds exactly transformers' past_key_values."""
     dec, hf = tiny_llama
     pe, de, io = _engines(dec, tmp_path)
@@ -64,7 +77,9 @@ def test_single_token_chunks_deliver_exact_kv_to_the_de_buffer(tiny_llama: tuple
     io.close()
 
 
-def test_decode_persists_every_full_block_and_admission_is_bounded(tiny_llama: tuple[Decoder, Any], tmp_path: Path) -> None:
+def test_decode_persists_every_full_block_and_admission_is_bounded(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Path
+) -> None:
     dec, _ = tiny_llama
     ids = tuple(random_tokens(torch.Generator().manual_seed(21), 21))
     with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path), block_size=8, num_cache_blocks=6)) as pipe:
@@ -78,14 +93,20 @@ def test_decode_persists_every_full_block_and_admission_is_bounded(tiny_llama: t
             pipe.generate([GenRequest(request_id="s", token_ids=ids, sampling=SamplingParams(max_tokens=40))])
 
 
-def test_stop_token_and_sampled_decode_are_reproducible(tiny_llama: tuple[Decoder, Any], tmp_path: Path) -> None:
+def test_stop_token_and_sampled_decode_are_reproducible(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Path
+) -> None:
     dec, _ = tiny_llama
     ids = tuple(random_tokens(torch.Generator().manual_seed(22), 12))
     hot = SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=10)
     runs = []
     for i in range(2):
         with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path / f"kv{i}"), block_size=8)) as pipe:
-            runs.append(pipe.generate([GenRequest(request_id="r", token_ids=ids, sampling=hot, read_side="de")])["r"].tokens)
+            runs.append(
+                pipe.generate([GenRequest(request_id="r", token_ids=ids, sampling=hot, read_side="de")])[
+                    "r"
+                ].tokens
+            )
     assert runs[0] == runs[1] and len(runs[0]) == 10
     with LocalPipeline(dec, LocalConfig(kv_dir=str(tmp_path / "kv2"), block_size=8)) as pipe:
         greedy_first = pipe.generate([GenRequest(request_id="g", token_ids=ids)])["g"].tokens[0]
@@ -94,7 +115,9 @@ def test_stop_token_and_sampled_decode_are_reproducible(tiny_llama: tuple[Decode
     assert out.tokens == (greedy_first,)
 
 
-def test_de_path_without_connection_and_full_buffer_refused(tiny_llama: tuple[Decoder, Any], tmp_path: Path) -> None:
+def test_de_path_without_connection_and_full_buffer_refused(
+    tiny_llama: tuple[Decoder, Any], tmp_path: Path
+) -> None:
     dec, _ = tiny_llama
     tx = InProcFabric().transport()
     pe = PrefillEngine(dec, tx, None, PrefillConfig(block_size=8, buffer_bytes=2 * 3 * 8 * 256))
@@ -102,6 +125,8 @@ def test_de_path_without_connection_and_full_buffer_refused(tiny_llama: tuple[De
     with pytest.raises(ConfigError, match="not connected"):
         pe.add_request(PrefillRequest(request_id="r", token_ids=tuple(range(20)), decode_endpoint="deX",
                                       read_side="de", hit_hashes=hashes))  # fmt: skip
-    assert not pe.add_request(PrefillRequest(request_id="big", token_ids=tuple(range(40)), decode_endpoint="d"))
+    assert not pe.add_request(
+        PrefillRequest(request_id="big", token_ids=tuple(range(40)), decode_endpoint="d")
+    )
     assert pe.num_requests == 0
     pe.close()

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from dualpath.core.errors import ConfigError
-from dualpath.runtime.engine import KVBuffer, KVGeometry, LayerStaging, PagedKVCache, SamplingParams, sample_token
+from dualpath.runtime.engine import (
+    KVBuffer,
+    KVGeometry,
+    LayerStaging,
+    PagedKVCache,
+    SamplingParams,
+    sample_token,
+)
 from dualpath.runtime.engine.types import layer_items_spans
 from dualpath.runtime.transfer import FULL_BLOCK, TransferItem
 
@@ -45,7 +52,9 @@ def test_buffer_deliver_layer_and_full_blocks_land_in_layout() -> None:
     for b, off, n in pieces:
         part = kv[src : src + n]
         payload = part.numpy().tobytes() if b == 0 else part
-        items.append(TransferItem(key="r", block_index=b, layer=1, num_tokens=n, token_offset=off, payload=payload))
+        items.append(
+            TransferItem(key="r", block_index=b, layer=1, num_tokens=n, token_offset=off, payload=payload)
+        )
         src += n
     buf.deliver("pe0", items)
     out = torch.empty(12, 2, 2, 4)
@@ -77,7 +86,10 @@ def test_staging_bounds_one_layer_pair() -> None:
     with pytest.raises(ConfigError, match="max_cached_tokens"):
         st.arrange(2, [("a", 9, 0), ("b", 1, 0)])  # 16 + 8 padded tokens > 16
     with pytest.raises(ConfigError, match="beyond"):
-        st.deliver("de0", [TransferItem(key="a", block_index=0, layer=1, num_tokens=5, payload=torch.ones(5, 2, 2, 4))])
+        st.deliver(
+            "de0",
+            [TransferItem(key="a", block_index=0, layer=1, num_tokens=5, payload=torch.ones(5, 2, 2, 4))],
+        )
 
 
 def test_paged_cache_alloc_gather_write() -> None:

@@ -38,15 +38,22 @@ class Rig:
         return s
 
     def chat(self, content: str = "hello", **extra: object) -> httpx.Response:
-        body = {"model": "tiny", "max_tokens": 4, "temperature": 0,
-                "messages": [{"role": "user", "content": content}], **extra}
+        body = {
+            "model": "tiny",
+            "max_tokens": 4,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": content}],
+            **extra,
+        }
         return httpx.post(self.url + "/v1/chat/completions", json=body, timeout=120)
 
     def assert_serving(self) -> None:
         """A normal request succeeds and every engine is alive, none ever declared dead."""
         r = self.chat()
         assert r.status_code == 200, r.text
-        assert r.json()["usage"]["completion_tokens"] == 4 or r.json()["choices"][0]["finish_reason"] == "stop"
+        assert (
+            r.json()["usage"]["completion_tokens"] == 4 or r.json()["choices"][0]["finish_reason"] == "stop"
+        )
         health = self.cluster.health()
         assert health is not None and health.ok and all(e.alive for e in health.engines)
         assert self.metric("dualpath_engine_deaths_total") == 0
@@ -70,11 +77,18 @@ class Rig:
 
 @pytest.fixture(scope="package")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=1,
-                        engine=EngineConfig(heartbeat_s=0.1))
+    cfg = ClusterConfig(
+        kv_dir=str(tmp_path_factory.mktemp("kv")),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=1,
+        engine=EngineConfig(heartbeat_s=0.1),
+    )
     with LocalCluster(cfg, auth=True) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
+        app = create_app(
+            cluster.address,
+            CharTokenizer(vocab_size=512),
+            ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)),
+        )
         with BackgroundServer(app) as srv:
             yield Rig(cluster, srv.url)

@@ -43,11 +43,18 @@ def test_a_peer_without_the_key_cannot_connect(rig, role: str) -> None:
     before = rig.metric(DROPPED, plane=plane, cause="unauthenticated")
     served = rig.metric("dualpath_cluster_requests_total")
     if role == "scheduler":
-        _to_scheduler(rig, b"", encode(Submit(request_id="intruder", prompt_token_ids=[5, 6, 7],
-                                              params=SamplingParams(max_tokens=2))), keyed=False)
+        _to_scheduler(
+            rig,
+            b"",
+            encode(
+                Submit(request_id="intruder", prompt_token_ids=[5, 6, 7], params=SamplingParams(max_tokens=2))
+            ),
+            keyed=False,
+        )
     else:
-        _to_data_port(rig, role, msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [])),
-                      keyed=False)
+        _to_data_port(
+            rig, role, msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [])), keyed=False
+        )
     assert rig.wait_metric(DROPPED, before, plane=plane, cause="unauthenticated") > before
     assert rig.metric("dualpath_cluster_requests_total") == served  # the Submit never arrived
     rig.assert_serving()
@@ -70,49 +77,172 @@ def test_a_client_with_another_key_is_refused(rig) -> None:
 
 
 def _foo_hello() -> bytes:
-    return encode(EngineHello(engine_id=-1, role="foo", node_id=0, data_addr="tcp://127.0.0.1:9",  # type: ignore[arg-type]
-                              pid=1, hbm_tokens=0))
+    return encode(
+        EngineHello(
+            engine_id=-1,
+            role="foo",
+            node_id=0,
+            data_addr="tcp://127.0.0.1:9",  # type: ignore[arg-type]
+            pid=1,
+            hbm_tokens=0,
+        )
+    )
 
 
-@pytest.mark.parametrize(("label", "send", "plane", "cause"), [
-    ("garbage bytes to the scheduler", lambda r: _to_scheduler(r, b"\xc1\xff garbage"), "control", "undecodable"),
-    ("malformed msgspec message to the scheduler", lambda r: _to_scheduler(
-        r, b"", msgspec.msgpack.encode({"t": "Submit", "request_id": 5})), "control", "invalid"),
-    ("EngineHello(role='foo')", lambda r: _to_scheduler(r, _foo_hello()), "control", "invalid"),
-    ("heartbeat of an unknown engine", lambda r: _to_scheduler(r, encode(Heartbeat(
-        engine_id=77, num_seqs=0, num_tokens=0, read_queue_tokens=0, bytes_by_path={},
-        bytes_by_nic={}))), "control", "unknown_engine"),
-    ("progress of an unknown engine", lambda r: _to_scheduler(r, encode(Progress(
-        request_id="x", engine_id=66, event="failed", error="forged"))), "control", "unknown_engine"),
-    ("garbage bytes to the DE data port", lambda r: _to_data_port(r, "decode", b"\xc1\xff garbage"), "data", "undecodable"),
-    ("malformed DataMsg to the PE data port", lambda r: _to_data_port(
-        r, "prefill", msgspec.msgpack.encode(["d", -5, 3])), "data", "invalid"),
-    ("DataMsg with bad reply_to to the DE data port", lambda r: _to_data_port(
-        r, "decode", msgspec.msgpack.encode(DataMsg(1, "bogus://x", "e1", "e0", []))), "data", "invalid"),
-    ("DataMsg whose frames do not match its items", lambda r: _to_data_port(
-        r, "decode", msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0",
-                                                     [ItemMeta("k", 0, 0, 1, 0, 64)])), b"short"),
-     "data", "bad_frames"),
-    ("KV item with a marker layer (-2) to the DE data port", lambda r: _to_data_port(
-        r, "decode", msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0",
-                                                     [ItemMeta("k", -1, -2, 1, 0, 8)])), b"\0" * 8),
-     "data", "invalid"),
-    ("control message with a negative first token to the DE", lambda r: _to_data_port(
-        r, "decode", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e1", "e0",
-                                             [{"t": "PrefillDone", "key": "k", "first_token": -1}]])),
-     "data", "invalid"),
-    ("PullLayer with start > stop to the DE", lambda r: _to_data_port(
-        r, "decode", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e1", "e0",
-                                             [{"t": "PullLayer", "key": "k", "layer": 0, "start": 9,
-                                               "stop": 3}]])), "data", "invalid"),
-    ("unknown control message kind to the PE", lambda r: _to_data_port(
-        r, "prefill", msgspec.msgpack.encode(["c", 1, "tcp://127.0.0.1:9", "e0", "e1",
-                                              [{"t": "Reset", "key": "k"}]])), "data", "invalid"),
-    ("control message with payload frames to the PE", lambda r: _to_data_port(
-        r, "prefill", msgspec.msgpack.encode(CtlMsg(1, "tcp://127.0.0.1:9", "e0", "e1",
-                                                    [HitsLoaded(key="k", end_tokens=0)])), b"extra"),
-     "data", "bad_frames"),
-], ids=lambda v: v if isinstance(v, str) and " " in v else None)
+@pytest.mark.parametrize(
+    ("label", "send", "plane", "cause"),
+    [
+        (
+            "garbage bytes to the scheduler",
+            lambda r: _to_scheduler(r, b"\xc1\xff garbage"),
+            "control",
+            "undecodable",
+        ),
+        (
+            "malformed msgspec message to the scheduler",
+            lambda r: _to_scheduler(r, b"", msgspec.msgpack.encode({"t": "Submit", "request_id": 5})),
+            "control",
+            "invalid",
+        ),
+        ("EngineHello(role='foo')", lambda r: _to_scheduler(r, _foo_hello()), "control", "invalid"),
+        (
+            "heartbeat of an unknown engine",
+            lambda r: _to_scheduler(
+                r,
+                encode(
+                    Heartbeat(
+                        engine_id=77,
+                        num_seqs=0,
+                        num_tokens=0,
+                        read_queue_tokens=0,
+                        bytes_by_path={},
+                        bytes_by_nic={},
+                    )
+                ),
+            ),
+            "control",
+            "unknown_engine",
+        ),
+        (
+            "progress of an unknown engine",
+            lambda r: _to_scheduler(
+                r, encode(Progress(request_id="x", engine_id=66, event="failed", error="forged"))
+            ),
+            "control",
+            "unknown_engine",
+        ),
+        (
+            "garbage bytes to the DE data port",
+            lambda r: _to_data_port(r, "decode", b"\xc1\xff garbage"),
+            "data",
+            "undecodable",
+        ),
+        (
+            "malformed DataMsg to the PE data port",
+            lambda r: _to_data_port(r, "prefill", msgspec.msgpack.encode(["d", -5, 3])),
+            "data",
+            "invalid",
+        ),
+        (
+            "DataMsg with bad reply_to to the DE data port",
+            lambda r: _to_data_port(
+                r, "decode", msgspec.msgpack.encode(DataMsg(1, "bogus://x", "e1", "e0", []))
+            ),
+            "data",
+            "invalid",
+        ),
+        (
+            "DataMsg whose frames do not match its items",
+            lambda r: _to_data_port(
+                r,
+                "decode",
+                msgspec.msgpack.encode(
+                    DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [ItemMeta("k", 0, 0, 1, 0, 64)])
+                ),
+                b"short",
+            ),
+            "data",
+            "bad_frames",
+        ),
+        (
+            "KV item with a marker layer (-2) to the DE data port",
+            lambda r: _to_data_port(
+                r,
+                "decode",
+                msgspec.msgpack.encode(
+                    DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [ItemMeta("k", -1, -2, 1, 0, 8)])
+                ),
+                b"\0" * 8,
+            ),
+            "data",
+            "invalid",
+        ),
+        (
+            "control message with a negative first token to the DE",
+            lambda r: _to_data_port(
+                r,
+                "decode",
+                msgspec.msgpack.encode(
+                    [
+                        "c",
+                        1,
+                        "tcp://127.0.0.1:9",
+                        "e1",
+                        "e0",
+                        [{"t": "PrefillDone", "key": "k", "first_token": -1}],
+                    ]
+                ),
+            ),
+            "data",
+            "invalid",
+        ),
+        (
+            "PullLayer with start > stop to the DE",
+            lambda r: _to_data_port(
+                r,
+                "decode",
+                msgspec.msgpack.encode(
+                    [
+                        "c",
+                        1,
+                        "tcp://127.0.0.1:9",
+                        "e1",
+                        "e0",
+                        [{"t": "PullLayer", "key": "k", "layer": 0, "start": 9, "stop": 3}],
+                    ]
+                ),
+            ),
+            "data",
+            "invalid",
+        ),
+        (
+            "unknown control message kind to the PE",
+            lambda r: _to_data_port(
+                r,
+                "prefill",
+                msgspec.msgpack.encode(
+                    ["c", 1, "tcp://127.0.0.1:9", "e0", "e1", [{"t": "Reset", "key": "k"}]]
+                ),
+            ),
+            "data",
+            "invalid",
+        ),
+        (
+            "control message with payload frames to the PE",
+            lambda r: _to_data_port(
+                r,
+                "prefill",
+                msgspec.msgpack.encode(
+                    CtlMsg(1, "tcp://127.0.0.1:9", "e0", "e1", [HitsLoaded(key="k", end_tokens=0)])
+                ),
+                b"extra",
+            ),
+            "data",
+            "bad_frames",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else None,
+)
 def test_forged_message_is_dropped_and_counted(rig, label: str, send, plane: str, cause: str) -> None:
     before = rig.metric(DROPPED, plane=plane, cause=cause)
     send(rig)
@@ -125,10 +255,23 @@ def test_engine_hello_with_a_taken_address_or_another_model_is_refused(rig) -> N
     with another model's geometry, is told to shut down; the registered engines stay as they were."""
     de_addr = rig.data_addr("decode")
     for hello, cause in (
-        (EngineHello(engine_id=-1, role="decode", node_id=1, data_addr=de_addr, pid=1, hbm_tokens=10),
-         "duplicate_address"),
-        (EngineHello(engine_id=-1, role="decode", node_id=1, data_addr="tcp://127.0.0.1:9", pid=1,
-                     hbm_tokens=10, model_name="other", num_layers=99), "mismatch"),
+        (
+            EngineHello(engine_id=-1, role="decode", node_id=1, data_addr=de_addr, pid=1, hbm_tokens=10),
+            "duplicate_address",
+        ),
+        (
+            EngineHello(
+                engine_id=-1,
+                role="decode",
+                node_id=1,
+                data_addr="tcp://127.0.0.1:9",
+                pid=1,
+                hbm_tokens=10,
+                model_name="other",
+                num_layers=99,
+            ),
+            "mismatch",
+        ),
     ):
         before = rig.metric(DROPPED, plane="control", cause=cause)
         s = rig.sock(zmq.DEALER, rig.cluster.address)

@@ -15,18 +15,28 @@ from hypothesis import HealthCheck, given, settings
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the test extra")
 
 MAX_TOKENS = 16  # generated max_tokens above this are lowered (long generations only cost time)
-OPERATIONS = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("GET", "/v1/models"),
-              ("GET", "/health"), ("GET", "/metrics")]
+OPERATIONS = [
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("GET", "/v1/models"),
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+]
 
 
 def _cap(body: Any) -> Any:
-    if isinstance(body, dict) and type(body.get("max_tokens")) is int and MAX_TOKENS < body["max_tokens"] < 4096:
+    if (
+        isinstance(body, dict)
+        and type(body.get("max_tokens")) is int
+        and MAX_TOKENS < body["max_tokens"] < 4096
+    ):
         body["max_tokens"] = MAX_TOKENS
     return body
 
 
 CASES = [(m, p, "positive") for m, p in OPERATIONS] + [
-    (m, p, "negative") for m, p in OPERATIONS if m == "POST"]  # (the GETs take no input)
+    (m, p, "negative") for m, p in OPERATIONS if m == "POST"
+]  # (the GETs take no input)
 
 
 @pytest.mark.slow

@@ -51,9 +51,15 @@ class Rig:
         deadline = time.monotonic() + 90
         while True:
             h = self.cluster.health()
-            if (h is not None and h.ok and all(e.alive for e in h.engines)
-                    and len(h.engines) == 3 and not h.unavailable
-                    and self.cluster.restarts == restarts and h.restarts == restarts):
+            if (
+                h is not None
+                and h.ok
+                and all(e.alive for e in h.engines)
+                and len(h.engines) == 3
+                and not h.unavailable
+                and self.cluster.restarts == restarts
+                and h.restarts == restarts
+            ):
                 break
             assert time.monotonic() < deadline, (h, self.cluster.restarts)
             time.sleep(0.2)
@@ -64,8 +70,13 @@ class Rig:
         return h
 
     def chat(self, stream: bool = False, max_tokens: int = 4) -> httpx.Response:
-        body = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0, "stream": stream,
-                "messages": [{"role": "user", "content": "hello"}]}
+        body = {
+            "model": "tiny",
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "hello"}],
+        }
         return httpx.post(self.url + "/v1/chat/completions", json=body, timeout=120)
 
     def metric(self, name: str, **labels: str) -> float:
@@ -79,19 +90,27 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=2,
-                        engine=EngineConfig(heartbeat_s=0.1, attention_s_per_gflop=0.05),
-                        scheduler=SchedulerServiceConfig(engine_timeout_s=3.0))
+    cfg = ClusterConfig(
+        kv_dir=str(tmp_path_factory.mktemp("kv")),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=2,
+        engine=EngineConfig(heartbeat_s=0.1, attention_s_per_gflop=0.05),
+        scheduler=SchedulerServiceConfig(engine_timeout_s=3.0),
+    )
     with LocalCluster(cfg, auth=True, standby=True) as cluster:  # (as dualpath serve runs it)
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)))
+        app = create_app(
+            cluster.address,
+            CharTokenizer(vocab_size=512),
+            ServerConfig(model_name="tiny", cluster_key_file=str(cluster.key_file)),
+        )
         with BackgroundServer(app) as srv:
             yield Rig(cluster, srv.url)
 
 
-async def _streams(rig: Rig, n: int, kill: str, sig: int = signal.SIGKILL
-                   ) -> tuple[list[list[TokenEvent]], list[int]]:
+async def _streams(
+    rig: Rig, n: int, kill: str, sig: int = signal.SIGKILL
+) -> tuple[list[list[TokenEvent]], list[int]]:
     """``n`` long requests; once each has streamed a token, send ``sig`` to ``kill``. Returns
     each request's events and how many tokens it had when the signal went."""
     async with ClusterClient(rig.cluster.address, keys=rig.cluster.keys) as client:
@@ -114,7 +133,7 @@ async def _streams(rig: Rig, n: int, kill: str, sig: int = signal.SIGKILL
 def test_a_dead_prefill_engine_fails_no_request_decoding_elsewhere(rig: Rig) -> None:
     before = dict(rig.cluster.restarts)
     events, at_kill = asyncio.run(_streams(rig, 4, f"engine{PE}"))
-    for evs, n in zip(events, at_kill, strict=True):
+    for evs, _n in zip(events, at_kill, strict=True):
         assert evs[-1].finish_reason == "length", evs[-1]  # before: "error" (PE death failed all)
         assert len(evs) == LONG.max_tokens
     assert any(n < LONG.max_tokens for n in at_kill), at_kill  # (some still streamed after the kill)
@@ -147,9 +166,14 @@ def test_requests_that_streamed_nothing_are_retried_once_on_another_engine(rig: 
 
     async def main() -> list[list[TokenEvent]]:
         async with ClusterClient(rig.cluster.address, keys=rig.cluster.keys) as client:
+
             async def one(i: int) -> list[TokenEvent]:
-                return [ev async for ev in client.generate([9 + i] * 50, SamplingParams(
-                    max_tokens=20, ignore_eos=True))]
+                return [
+                    ev
+                    async for ev in client.generate(
+                        [9 + i] * 50, SamplingParams(max_tokens=20, ignore_eos=True)
+                    )
+                ]
 
             rig.cluster.signal(f"engine{PE}", signal.SIGSTOP)
             try:
@@ -172,8 +196,13 @@ def test_requests_that_streamed_nothing_are_retried_once_on_another_engine(rig: 
 
 def test_a_dead_scheduler_ends_streams_with_an_error_and_done_then_heals(rig: Rig) -> None:
     before = dict(rig.cluster.restarts)
-    body = {"model": "tiny", "max_tokens": 300, "ignore_eos": True, "stream": True,
-            "messages": [{"role": "user", "content": "a long answer"}]}
+    body = {
+        "model": "tiny",
+        "max_tokens": 300,
+        "ignore_eos": True,
+        "stream": True,
+        "messages": [{"role": "user", "content": "a long answer"}],
+    }
     lines: list[str] = []
     with httpx.stream("POST", rig.url + "/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
@@ -203,8 +232,9 @@ def test_a_stopped_engine_is_declared_dead_then_heals(rig: Rig) -> None:
     rig.cluster.signal(f"engine{DE_B}", signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 60
-        while not any(d.what == f"decode engine {DE_B}" and d.state == "dead"
-                      for d in rig.health().unavailable):
+        while not any(
+            d.what == f"decode engine {DE_B}" and d.state == "dead" for d in rig.health().unavailable
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         r = httpx.get(rig.url + "/health", timeout=30)
@@ -243,12 +273,20 @@ def test_a_loading_engine_is_reported_loading_and_never_declared_dead(rig: Rig) 
 
     deaths = rig.metric("dualpath_engine_deaths_total")
     cfg = rig.cluster.config
-    args = EngineArgs(cluster=msgspec.structs.replace(cfg, model=str(tiny_model_dir(rig.cluster.run_dir))),
-                      scheduler=rig.cluster.address, role="prefill", node_id=9, engine_id=-1,
-                      key_file=str(rig.cluster.key_file), cluster_id=rig.cluster.cluster_id)
-    proc = subprocess.Popen([sys.executable, "-m", "dualpath.runtime.cluster.engine_main",
-                             msgspec.json.encode(args).decode()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = EngineArgs(
+        cluster=msgspec.structs.replace(cfg, model=str(tiny_model_dir(rig.cluster.run_dir))),
+        scheduler=rig.cluster.address,
+        role="prefill",
+        node_id=9,
+        engine_id=-1,
+        key_file=str(rig.cluster.key_file),
+        cluster_id=rig.cluster.cluster_id,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dualpath.runtime.cluster.engine_main", msgspec.json.encode(args).decode()],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     seen: set[str] = set()
     try:
         deadline = time.monotonic() + 120

@@ -93,14 +93,18 @@ def _tokens(events: list[TokenEvent]) -> list[int]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     kv = tmp_path_factory.mktemp("kv")
-    cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=1,
-                        engine=EngineConfig(heartbeat_s=0.1))
+    cfg = ClusterConfig(
+        kv_dir=str(kv),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=1,
+        engine=EngineConfig(heartbeat_s=0.1),
+    )
     with LocalCluster(cfg) as c:
         yield c
 
 
-@pytest.mark.parametrize("policy,seed,bad", [("basic", 1, 1), ("always-de", 2, 1),
-                                             ("dualpath-split", 5, 4)])
+@pytest.mark.parametrize("policy,seed,bad", [("basic", 1, 1), ("always-de", 2, 1), ("dualpath-split", 5, 4)])
 def test_corrupt_block_is_recomputed_repersisted_and_counted_honestly(
     cluster: LocalCluster, policy: str, seed: int, bad: int
 ) -> None:
@@ -125,15 +129,20 @@ def test_corrupt_block_is_recomputed_repersisted_and_counted_honestly(
         assert _tokens(events) == _reference(cluster, ctx2)  # the answer is unchanged
         assert events[-1].stats is not None and events[-1].stats.hit_len == bad * BS
         assert events[-1].stats.read_side == {"basic": "pe", "always-de": "de"}.get(policy, "split")
+
         def counted(s: MetricsSnapshot) -> bool:  # (engines report by heartbeat)
-            return all(s.store_counts.get(k, 0) > before.store_counts.get(k, 0)
-                       for k in ("corrupt_blocks", "rewritten_blocks"))
+            return all(
+                s.store_counts.get(k, 0) > before.store_counts.get(k, 0)
+                for k in ("corrupt_blocks", "rewritten_blocks")
+            )
 
         snap = _wait_metrics(cluster, counted)
         assert snap.store_counts["corrupt_blocks"] == before.store_counts.get("corrupt_blocks", 0) + 1
         assert snap.hit_tokens - before.hit_tokens == bad * BS  # not the planned 5 blocks
-        assert snap.store_counts["failed_hit_tokens"] - before.store_counts.get("failed_hit_tokens", 0) \
+        assert (
+            snap.store_counts["failed_hit_tokens"] - before.store_counts.get("failed_hit_tokens", 0)
             == (5 - bad) * BS
+        )
         assert snap.store_counts["rewritten_blocks"] > before.store_counts.get("rewritten_blocks", 0)
         check = BlockStore(cluster.config.kv_dir, layout, None)
         assert check.read_full(hashes[bad]) is not None  # re-persisted: the file verifies again
@@ -186,8 +195,13 @@ def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path, fill_disk: Call
     right. Then, with the space back, 10 prompts of 6 blocks go past the capacity bound (90% of the
     free space at start): LRU leaves are evicted before the disk fills, no write fails."""
     kv = tmpfs / "kv"
-    cfg = ClusterConfig(kv_dir=str(kv), model="tiny", num_prefill_engines=1, num_decode_engines=1,
-                        engine=EngineConfig(heartbeat_s=0.1))
+    cfg = ClusterConfig(
+        kv_dir=str(kv),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=1,
+        engine=EngineConfig(heartbeat_s=0.1),
+    )
     rng = random.Random(4)
     with LocalCluster(cfg) as c:
         fill_disk(tmpfs / "filler")
@@ -200,7 +214,7 @@ def test_small_tmpfs_kv_dir_full_disk_then_eviction(tmpfs: Path, fill_disk: Call
         (tmpfs / "filler").unlink()
         prompts = [[rng.randrange(3, 512) for _ in range(6 * BS + 3)] for _ in range(10)]
         for i in range(0, len(prompts), 2):
-            for p, events in zip(prompts[i:i + 2], _generate(c, prompts[i:i + 2]), strict=True):
+            for p, events in zip(prompts[i : i + 2], _generate(c, prompts[i : i + 2]), strict=True):
                 assert _tokens(events) == _reference(c, p)
         snap = _wait_metrics(c, lambda s: s.store_counts.get("written_blocks", 0) >= 60)
         assert snap.store_counts["written_blocks"] >= 60  # more than the disk holds

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dualpath.core.errors import ConfigError
 from dualpath.runtime.kvstore import (
     BlockLayout,
     BlockStore,
@@ -22,7 +23,6 @@ from dualpath.runtime.kvstore import (
     TokenBucket,
     block_hash,
 )
-from dualpath.core.errors import ConfigError
 
 
 class GateLimiter:
@@ -71,7 +71,9 @@ def test_misses_callbacks_and_caller_buffers(store: BlockStore, layout: BlockLay
     pool = BufferPool(layout.full_block_bytes, 1)
     with IOEngine(store, pool=pool) as eng:
         missing = block_hash(hashes[1], np.arange(16, 24))
-        futs = eng.submit_blocks([*hashes, missing], outs=outs, callback=lambda r: (seen.append(r), done.set()))
+        futs = eng.submit_blocks(
+            [*hashes, missing], outs=outs, callback=lambda r: (seen.append(r), done.set())
+        )
         results = [f.result(timeout=10) for f in futs]
         assert [r.ok for r in results] == [True, True, False]
         assert results[2].data is None
@@ -197,7 +199,9 @@ def test_submit_blocks_batches_and_bounds(store: BlockStore, layout: BlockLayout
         assert pool.num_free == 10 and eng.read_queue_tokens == 0
 
 
-def test_cancelled_queued_read_leaves_no_accounting(store: BlockStore, layout: BlockLayout, make_blocks) -> None:
+def test_cancelled_queued_read_leaves_no_accounting(
+    store: BlockStore, layout: BlockLayout, make_blocks
+) -> None:
     """A read cancelled while still queued behind another gives back its queue bytes and buffer."""
     hashes, _ = make_blocks(store, np.arange(16))
     pool = BufferPool(layout.full_block_bytes, 2)

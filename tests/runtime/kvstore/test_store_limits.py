@@ -16,7 +16,11 @@ from dualpath.runtime.kvstore import BlockLayout, BlockStore, block_hash, chain_
 from dualpath.runtime.kvstore.blockfile import file_bytes_for, header_bytes_for
 from dualpath.runtime.kvstore.files import block_path
 from dualpath.runtime.kvstore.limits import (
-    auto_capacity_bytes, capacity_from_gb, dir_mode_for, free_bytes, parse_file_mode,
+    auto_capacity_bytes,
+    capacity_from_gb,
+    dir_mode_for,
+    free_bytes,
+    parse_file_mode,
 )  # fmt: skip
 
 
@@ -98,8 +102,7 @@ def test_quarantined_block_is_written_again(store: BlockStore) -> None:
     assert st.num_rewrites == 1 and st.num_writes == 4
 
 
-def test_block_quarantined_by_another_process_is_written_again(tmp_path: Path,
-                                                               layout: BlockLayout) -> None:
+def test_block_quarantined_by_another_process_is_written_again(tmp_path: Path, layout: BlockLayout) -> None:
     """The cluster's case: the writer (a DE) still indexes a block that a reader (a PE) found
     corrupt and quarantined. Its next write of that block must happen, not be skipped."""
     writer = BlockStore(tmp_path, layout)
@@ -182,7 +185,8 @@ def test_default_bound_on_a_small_disk_never_reaches_enospc(tmpfs: Path) -> None
 
 
 def test_nothing_to_evict_on_a_full_or_read_only_disk_counts_errors(
-        tmpfs: Path, fill_disk: Callable[[Path], None]) -> None:
+    tmpfs: Path, fill_disk: Callable[[Path], None]
+) -> None:
     s = BlockStore(tmpfs / "kv", BIG, capacity_bytes=None, min_free_bytes=0)
     fill_disk(tmpfs / "filler")
     assert _write(s, np.arange(32)) and s.stats().write_errors == {"ENOSPC": 2}

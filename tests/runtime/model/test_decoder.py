@@ -50,7 +50,10 @@ def test_chunked_layerwise_with_cache_matches_full(tiny_dirs: dict[str, Path]) -
 def test_packed_batch_equals_separate_requests(tiny_dirs: dict[str, Path]) -> None:
     dec, _ = load_decoder(str(tiny_dirs["qwen2-tied"]), device="cpu")
     g = torch.Generator().manual_seed(5)
-    a, b = torch.randint(0, 256, (30,), generator=g).tolist(), torch.randint(0, 256, (12,), generator=g).tolist()
+    a, b = (
+        torch.randint(0, 256, (30,), generator=g).tolist(),
+        torch.randint(0, 256, (12,), generator=g).tolist(),
+    )
     # request a: 20 cached + 10 new; request b: 0 cached + 12 new, packed into one call per layer
     ca = _kv_of(dec, a[:20])
     spans = [Span(20, 10), Span(0, 12)]

@@ -13,8 +13,16 @@ import uuid
 from collections.abc import AsyncIterator
 
 from dualpath.runtime.cluster.api import (
-    ClusterHealth, ClusterInfo, ClusterUnavailableError, ContextTooLongError, EngineHealth,
-    MetricsSnapshot, QueueFullError, RequestStats, SamplingParams, TokenEvent,
+    ClusterHealth,
+    ClusterInfo,
+    ClusterUnavailableError,
+    ContextTooLongError,
+    EngineHealth,
+    MetricsSnapshot,
+    QueueFullError,
+    RequestStats,
+    SamplingParams,
+    TokenEvent,
 )
 
 EOS = 2
@@ -25,8 +33,14 @@ def expected_tokens(prompt: list[int], n: int, vocab_size: int = 256) -> list[in
 
 
 class FakeCluster:
-    def __init__(self, *, vocab_size: int = 256, max_context_len: int = 512,
-                 model_name: str = "tiny", token_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        vocab_size: int = 256,
+        max_context_len: int = 512,
+        model_name: str = "tiny",
+        token_delay_s: float = 0.0,
+    ) -> None:
         self.vocab_size = vocab_size
         self.max_context_len = max_context_len
         self.model_name = model_name
@@ -51,34 +65,65 @@ class FakeCluster:
     async def info(self) -> ClusterInfo:
         if self.unavailable:
             raise ClusterUnavailableError("no scheduler at fake://")
-        return ClusterInfo(model_name=self.model_name, max_context_len=self.max_context_len,
-                           vocab_size=self.vocab_size, eos_token_id=EOS, max_queued_requests=4,
-                           block_size=64)
+        return ClusterInfo(
+            model_name=self.model_name,
+            max_context_len=self.max_context_len,
+            vocab_size=self.vocab_size,
+            eos_token_id=EOS,
+            max_queued_requests=4,
+            block_size=64,
+        )
 
     async def health(self) -> ClusterHealth:
         if self.unavailable:
             raise ClusterUnavailableError("no scheduler at fake://")
-        engines = (EngineHealth(engine_id=0, role="prefill", node_id=0, alive=True, num_seqs=0,
-                                num_tokens=0, last_seen_s=0.0),
-                   EngineHealth(engine_id=1, role="decode", node_id=1, alive=not self.engine_down,
-                                num_seqs=0, num_tokens=0, last_seen_s=0.0))
-        return ClusterHealth(ok=not self.engine_down, engines=engines, num_waiting=0,
-                             num_running=0, policy="dualpath",
-                             down=("engine1 (decode)",) if self.engine_down else ())
+        engines = (
+            EngineHealth(
+                engine_id=0, role="prefill", node_id=0, alive=True, num_seqs=0, num_tokens=0, last_seen_s=0.0
+            ),
+            EngineHealth(
+                engine_id=1,
+                role="decode",
+                node_id=1,
+                alive=not self.engine_down,
+                num_seqs=0,
+                num_tokens=0,
+                last_seen_s=0.0,
+            ),
+        )
+        return ClusterHealth(
+            ok=not self.engine_down,
+            engines=engines,
+            num_waiting=0,
+            num_running=0,
+            policy="dualpath",
+            down=("engine1 (decode)",) if self.engine_down else (),
+        )
 
     async def metrics(self) -> MetricsSnapshot:
         if self.unavailable:
             raise ClusterUnavailableError("no scheduler at fake://")
         return MetricsSnapshot(
-            num_requests=len(self.submitted), num_finished=self.num_finished, num_failed=0,
-            hit_tokens=128, prompt_tokens=1000, generated_tokens=50,
-            bytes_by_path={"pe-read": 4096, "de-read": 8192}, bytes_by_nic={"node0/snic": 12288},
-            queue_depths={"waiting": 3}, ttft_s=[], ttst_s=[], tpot_s=[], e2e_s=[],
+            num_requests=len(self.submitted),
+            num_finished=self.num_finished,
+            num_failed=0,
+            hit_tokens=128,
+            prompt_tokens=1000,
+            generated_tokens=50,
+            bytes_by_path={"pe-read": 4096, "de-read": 8192},
+            bytes_by_nic={"node0/snic": 12288},
+            queue_depths={"waiting": 3},
+            ttft_s=[],
+            ttst_s=[],
+            tpot_s=[],
+            e2e_s=[],
             engines_alive={"prefill": 1, "decode": 1 if self.engine_down else 2},
-            engine_deaths=1 if self.engine_down else 0)
+            engine_deaths=1 if self.engine_down else 0,
+        )
 
-    async def generate(self, prompt: list[int], params: SamplingParams,
-                       request_id: str | None = None) -> AsyncIterator[TokenEvent]:
+    async def generate(
+        self, prompt: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
         rid = request_id or uuid.uuid4().hex
         if self.unavailable:
             raise ClusterUnavailableError("no live decode engine")
@@ -95,18 +140,40 @@ class FakeCluster:
                     await asyncio.sleep(self.token_delay_s)
                 if self.fail_after is not None and i == self.fail_after:
                     done = True
-                    yield TokenEvent(request_id=rid, index=i, token_id=-1, finish_reason="error",
-                                     error="decode engine 1 died")
+                    yield TokenEvent(
+                        request_id=rid,
+                        index=i,
+                        token_id=-1,
+                        finish_reason="error",
+                        error="decode engine 1 died",
+                    )
                     return
                 eos = self.eos_at == i and not params.ignore_eos
                 last = eos or i == len(tokens) - 1
-                stats = RequestStats(prompt_len=len(prompt), hit_len=64, num_generated=i + 1,
-                                     read_side="de", prefill_engine=0, decode_engine=1,
-                                     queue_s=0.0, ttft_s=0.01, ttst_s=0.02, e2e_s=0.1) if last else None
+                stats = (
+                    RequestStats(
+                        prompt_len=len(prompt),
+                        hit_len=64,
+                        num_generated=i + 1,
+                        read_side="de",
+                        prefill_engine=0,
+                        decode_engine=1,
+                        queue_s=0.0,
+                        ttft_s=0.01,
+                        ttst_s=0.02,
+                        e2e_s=0.1,
+                    )
+                    if last
+                    else None
+                )
                 done = last
-                yield TokenEvent(request_id=rid, index=i, token_id=EOS if eos else tok,
-                                 finish_reason=("stop" if eos else "length") if last else None,
-                                 stats=stats)
+                yield TokenEvent(
+                    request_id=rid,
+                    index=i,
+                    token_id=EOS if eos else tok,
+                    finish_reason=("stop" if eos else "length") if last else None,
+                    stats=stats,
+                )
                 if last:
                     self.num_finished += 1
                     return

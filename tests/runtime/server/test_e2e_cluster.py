@@ -19,11 +19,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=2)
+    cfg = ClusterConfig(
+        kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny", num_prefill_engines=1, num_decode_engines=2
+    )
     with LocalCluster(cfg) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny"))
+        app = create_app(cluster.address, CharTokenizer(vocab_size=512), ServerConfig(model_name="tiny"))
         with BackgroundServer(app) as srv:
             yield srv.url
 
@@ -31,17 +31,30 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_openai_client_against_real_cluster(api: str) -> None:
     client = openai.OpenAI(base_url=api + "/v1", api_key="x", max_retries=0, timeout=120)
     prompt = [(7 * i) % 500 + 3 for i in range(150)]
-    full = client.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0,
-                                     extra_body={"ignore_eos": True, "return_token_ids": True})
+    full = client.completions.create(
+        model="tiny",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
     ids = full.choices[0].model_extra["token_ids"]
     assert len(ids) == 8 and full.usage.completion_tokens == 8 and full.usage.prompt_tokens == 150
-    chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0,
-                                            stream=True, extra_body={"ignore_eos": True,
-                                                                     "return_token_ids": True}))
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+    )
     streamed = [t for c in chunks for t in c.choices[0].model_extra.get("token_ids", [])]
     assert streamed == ids  # greedy: same tokens streamed or not (second time from the store)
-    chat = client.chat.completions.create(model="tiny", max_tokens=5, temperature=0,
-                                          messages=[{"role": "user", "content": "hello"}])
+    chat = client.chat.completions.create(
+        model="tiny", max_tokens=5, temperature=0, messages=[{"role": "user", "content": "hello"}]
+    )
     assert chat.usage.completion_tokens <= 5 and chat.choices[0].finish_reason in ("length", "stop")
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.completions.create(model="tiny", prompt=[5] * 10, max_tokens=10**7)
@@ -52,8 +65,17 @@ def test_openai_client_against_real_cluster(api: str) -> None:
 
 
 def test_bench_against_real_cluster(api: str) -> None:
-    cfg = BenchConfig(url=api, num_agents=2, maxlen=8192, max_turns=2, seed=1,
-                      max_context_len=1024, ttft_slo_s=60, tpot_slo_s=10, duration_s=240)
+    cfg = BenchConfig(
+        url=api,
+        num_agents=2,
+        maxlen=8192,
+        max_turns=2,
+        seed=1,
+        max_context_len=1024,
+        ttft_slo_s=60,
+        tpot_slo_s=10,
+        duration_s=240,
+    )
     run = asyncio.run(run_bench(cfg))
     summary = summarize(run)
     assert summary["failed"] == 0 and summary["agents_completed"] == 2, summary["failure_reasons"]

@@ -41,7 +41,9 @@ POISON = [
 ]
 
 
-def _post(url: str, body: object, path: str = "/v1/completions", headers: dict | None = None) -> httpx.Response:
+def _post(
+    url: str, body: object, path: str = "/v1/completions", headers: dict | None = None
+) -> httpx.Response:
     raw = body if isinstance(body, (bytes, str)) else json.dumps(body)
     return httpx.post(url + path, content=raw, headers=headers or JSON, timeout=10)
 
@@ -141,7 +143,7 @@ def test_unmatched_paths_share_one_metric_label(served) -> None:
 def test_internal_errors_carry_no_internals_and_are_logged(served, caplog) -> None:
     async def boom(*args: object, **kw: object):  # type: ignore[no-untyped-def]
         raise RuntimeError("secret detail at /srv/internal/path.py")
-        yield  # noqa: unreachable - makes this an async generator
+        yield  # (unreachable: makes this an async generator)
 
     served.fake.generate = boom
     with caplog.at_level(logging.INFO):
@@ -170,15 +172,38 @@ def test_one_access_line_per_request_and_a_line_per_error(served, caplog) -> Non
     assert len(errors) == 2 and "temperature=-1" in errors[0] and "404" in errors[1]
 
 
-_json_leaf = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
-              | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8))
-_FIELDS = ["temperature", "top_p", "seed", "max_tokens", "min_tokens", "stop", "stop_token_ids", "n",
-           "stream", "ignore_eos", "prompt", "logprobs", "top_k", "stream_options", "model"]
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_FIELDS = [
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens",
+    "min_tokens",
+    "stop",
+    "stop_token_ids",
+    "n",
+    "stream",
+    "ignore_eos",
+    "prompt",
+    "logprobs",
+    "top_k",
+    "stream_options",
+    "model",
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fields=st.dictionaries(st.sampled_from(_FIELDS),
-                              _json_leaf | st.lists(_json_leaf, max_size=4), max_size=6))
+@given(
+    fields=st.dictionaries(
+        st.sampled_from(_FIELDS), _json_leaf | st.lists(_json_leaf, max_size=4), max_size=6
+    )
+)
 def test_no_generated_body_gets_a_5xx(served, fields) -> None:
     body = {"model": "tiny", "prompt": "hi", "max_tokens": 2, **fields}
     r = _post(served.url, body)

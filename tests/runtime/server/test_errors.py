@@ -44,18 +44,27 @@ BATTERY = [
     ("/v1/completions", {**OK, "max_tokens": 600}, 400, ["max_tokens=600", "512"]),
     ("/v1/chat/completions", {**CHAT, "messages": []}, 400, ["messages=[]"]),
     ("/v1/chat/completions", {**CHAT, "messages": "hi"}, 400, ["messages='hi'"]),
-    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]}, 400,
-     ["messages[0].role='wizard'"]),
-    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": 5}]}, 400,
-     ["messages[0].content=5"]),
-    ("/v1/chat/completions", {**CHAT, "messages": [
-        {"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]}, 400,
-     ["messages[0].content", "text parts"]),
+    (
+        "/v1/chat/completions",
+        {**CHAT, "messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        ["messages[0].role='wizard'"],
+    ),
+    (
+        "/v1/chat/completions",
+        {**CHAT, "messages": [{"role": "user", "content": 5}]},
+        400,
+        ["messages[0].content=5"],
+    ),
+    (
+        "/v1/chat/completions",
+        {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]},
+        400,
+        ["messages[0].content", "text parts"],
+    ),
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, 400, ["tools="]),
-    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, 400,
-     ["response_format"]),
-    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -3}, 400,
-     ["max_completion_tokens=-3"]),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, 400, ["response_format"]),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -3}, 400, ["max_completion_tokens=-3"]),
     ("/v1/nothing", OK, 404, ["/v1/nothing"]),
 ]
 
@@ -111,8 +120,9 @@ def test_failure_after_tokens_started(served) -> None:
     served.fake.fail_after = 2
     r = httpx.post(served.url + "/v1/completions", json={**OK, "max_tokens": 5})
     assert r.status_code == 503 and "decode engine 1 died" in r.json()["error"]["message"]
-    with httpx.stream("POST", served.url + "/v1/completions",
-                      json={**OK, "max_tokens": 5, "stream": True}) as r:
+    with httpx.stream(
+        "POST", served.url + "/v1/completions", json={**OK, "max_tokens": 5, "stream": True}
+    ) as r:
         lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
     assert r.status_code == 200
     assert "decode engine 1 died" in lines[-2] and lines[-1] == "data: [DONE]"
@@ -120,8 +130,9 @@ def test_failure_after_tokens_started(served) -> None:
 
 def test_client_disconnect_aborts_the_request(make_served) -> None:
     srv = make_served(token_delay_s=0.05)
-    with httpx.stream("POST", srv.url + "/v1/completions",
-                      json={**OK, "max_tokens": 200, "stream": True}) as r:
+    with httpx.stream(
+        "POST", srv.url + "/v1/completions", json={**OK, "max_tokens": 200, "stream": True}
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 break
@@ -147,8 +158,7 @@ def test_no_scheduler_behind_a_real_cluster_client() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(f"tcp://127.0.0.1:{port}", CharTokenizer(),
-                     ServerConfig(cluster_query_timeout_s=0.3))
+    app = create_app(f"tcp://127.0.0.1:{port}", CharTokenizer(), ServerConfig(cluster_query_timeout_s=0.3))
     with BackgroundServer(app) as srv:
         r = httpx.get(srv.url + "/health")
         assert r.status_code == 503 and r.json()["down"] == ["scheduler"]

@@ -76,24 +76,42 @@ def test_dashboard_is_grafana_json_over_prometheus() -> None:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """Sample name -> label names, from /metrics of a server over a real cluster after traffic."""
-    cfg = ClusterConfig(kv_dir=str(tmp_path_factory.mktemp("kv")), model="tiny",
-                        num_prefill_engines=1, num_decode_engines=1,
-                        traffic=TrafficConfig(snic_gbps=1.0),
-                        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0))  # a loaded 2-core machine stalls engines for seconds
+    cfg = ClusterConfig(
+        kv_dir=str(tmp_path_factory.mktemp("kv")),
+        model="tiny",
+        num_prefill_engines=1,
+        num_decode_engines=1,
+        traffic=TrafficConfig(snic_gbps=1.0),
+        scheduler=SchedulerServiceConfig(engine_timeout_s=60.0),
+    )  # a loaded 2-core machine stalls engines for seconds
     with LocalCluster(cfg) as cluster:
-        app = create_app(cluster.address, CharTokenizer(vocab_size=512),
-                         ServerConfig(model_name="tiny", cluster_query_timeout_s=60.0))
+        app = create_app(
+            cluster.address,
+            CharTokenizer(vocab_size=512),
+            ServerConfig(model_name="tiny", cluster_query_timeout_s=60.0),
+        )
         with BackgroundServer(app) as srv:
             prompt = [(5 * i) % 500 + 3 for i in range(96)]
             for _ in range(2):  # the second request reuses the first one's persisted blocks
-                r = httpx.post(srv.url + "/v1/completions", timeout=120,
-                               json={"model": "tiny", "prompt": prompt, "max_tokens": 4,
-                                     "temperature": 0, "ignore_eos": True})
+                r = httpx.post(
+                    srv.url + "/v1/completions",
+                    timeout=120,
+                    json={
+                        "model": "tiny",
+                        "prompt": prompt,
+                        "max_tokens": 4,
+                        "temperature": 0,
+                        "ignore_eos": True,
+                    },
+                )
                 assert r.status_code == 200, r.text
             # Byte counters ride on the engines' heartbeats: until one arrives after the
             # traffic, kv/nic bytes have no series. Scrape until the cluster answered with them.
-            wanted = ("\ndualpath_cluster_up 1.0", "\ndualpath_kv_bytes_total{",
-                      "\ndualpath_nic_bytes_total{")
+            wanted = (
+                "\ndualpath_cluster_up 1.0",
+                "\ndualpath_kv_bytes_total{",
+                "\ndualpath_nic_bytes_total{",
+            )
             for _ in range(120):
                 text = httpx.get(srv.url + "/metrics", timeout=120).text
                 if all(w in text for w in wanted):
@@ -123,11 +141,18 @@ def test_every_dashboard_query_names_an_exported_metric(scraped: dict[str, set[s
         m = re.search(r"label_values\((\w+)", var["query"]["query"])
         assert m and m.group(1) in scraped, var["query"]
     # the panels the issue asks for: TTFT/TTST/TPOT, queues, bytes per path and NIC, hits, engines
-    for wanted in ("dualpath_ttft_seconds_bucket", "dualpath_ttst_seconds_bucket",
-                   "dualpath_tpot_seconds_bucket", "dualpath_queue_depth", "dualpath_kv_bytes_total",
-                   "dualpath_nic_bytes_total", "dualpath_store_hit_tokens_total",
-                   "dualpath_engines_alive", "dualpath_engine_deaths_total",
-                   "dualpath_engine_revivals_total"):
+    for wanted in (
+        "dualpath_ttft_seconds_bucket",
+        "dualpath_ttst_seconds_bucket",
+        "dualpath_tpot_seconds_bucket",
+        "dualpath_queue_depth",
+        "dualpath_kv_bytes_total",
+        "dualpath_nic_bytes_total",
+        "dualpath_store_hit_tokens_total",
+        "dualpath_engines_alive",
+        "dualpath_engine_deaths_total",
+        "dualpath_engine_revivals_total",
+    ):
         assert wanted in used, wanted
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dualpath_test_fake_cluster as fake_cluster  # loaded by conftest.py
 import httpx
 import openai
 import pytest
 
-import dualpath_test_fake_cluster as fake_cluster  # loaded by conftest.py
 from dualpath.runtime.server import CharTokenizer
 
 TOK = CharTokenizer()
@@ -17,8 +17,7 @@ def _client(url: str, key: str = "none") -> openai.OpenAI:
 
 
 def test_completion_text_prompt_non_streaming(served) -> None:
-    out = _client(served.url).completions.create(model="tiny", prompt="hello", max_tokens=5,
-                                                 temperature=0)
+    out = _client(served.url).completions.create(model="tiny", prompt="hello", max_tokens=5, temperature=0)
     prompt = TOK.encode("hello")
     expected = fake_cluster.expected_tokens(prompt, 5)
     assert out.choices[0].text == TOK.decode(expected)
@@ -33,16 +32,20 @@ def test_chat_streaming_matches_non_streaming(served) -> None:
     client = _client(served.url)
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
     full = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, seed=7)
-    chunks = list(client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=12, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content != ""
     assert chunks[0].choices[0].delta.role == "assistant"
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["length"]
     assert chunks[-1].usage.completion_tokens == 12 == full.usage.completion_tokens
-    prompt = TOK.chat_ids([{"role": "system", "content": "be brief"},
-                           {"role": "user", "content": "hi there"}])
+    prompt = TOK.chat_ids(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    )
     assert full.usage.prompt_tokens == len(prompt)
     assert served.fake.submitted[0][1].seed == 7
 
@@ -51,9 +54,15 @@ def test_completion_stream_token_ids_and_forced_length(served) -> None:
     client = _client(served.url)
     served.fake.eos_at = 2  # would stop at token 2 unless the length is forced
     prompt = [5, 6, 7, 8]
-    chunks = list(client.completions.create(
-        model="tiny", prompt=prompt, max_tokens=6, stream=True,
-        extra_body={"min_tokens": 6, "return_token_ids": True}))
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=6,
+            stream=True,
+            extra_body={"min_tokens": 6, "return_token_ids": True},
+        )
+    )
     ids = [t for c in chunks for t in (c.choices[0].model_extra or {}).get("token_ids", [])]
     assert ids == fake_cluster.expected_tokens(prompt, 6)
     assert served.fake.submitted[-1][1].ignore_eos is True
@@ -67,8 +76,7 @@ def test_stop_string_cuts_text_and_aborts(served) -> None:
     ids = fake_cluster.expected_tokens(TOK.encode(prompt), 20)
     text = TOK.decode(ids)
     stop = text[5:7]
-    out = _client(served.url).completions.create(model="tiny", prompt=prompt, max_tokens=20,
-                                                 stop=[stop])
+    out = _client(served.url).completions.create(model="tiny", prompt=prompt, max_tokens=20, stop=[stop])
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text == text[: text.find(stop)]
     assert len(served.fake.aborted) == 1
@@ -118,8 +126,8 @@ def test_concurrent_streams_and_prompt_forms(make_served) -> None:
         async def one(i: int) -> list[int]:
             prompt = [[3 + i, 4, 5]] if i % 2 else [3 + i, 4, 5]  # [[ids]] and [ids] both work
             stream = await client.completions.create(
-                model="tiny", prompt=prompt, max_tokens=10, stream=True,
-                extra_body={"return_token_ids": True})
+                model="tiny", prompt=prompt, max_tokens=10, stream=True, extra_body={"return_token_ids": True}
+            )
             return [t async for c in stream for t in c.choices[0].model_extra.get("token_ids", [])]
 
         return await asyncio.gather(*(one(i) for i in range(24)))
@@ -128,6 +136,5 @@ def test_concurrent_streams_and_prompt_forms(make_served) -> None:
     for i, ids in enumerate(results):
         assert ids == fake_cluster.expected_tokens([3 + i, 4, 5], 10)
     deep = "[" * 100_000 + "]" * 100_000
-    r = httpx.post(srv.url + "/v1/completions", content=deep,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(srv.url + "/v1/completions", content=deep, headers={"content-type": "application/json"})
     assert r.status_code == 400

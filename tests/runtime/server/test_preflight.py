@@ -16,9 +16,23 @@ from dualpath.runtime.server.run import preflight
 
 
 def test_serve_with_an_unknown_model_fails_at_once_with_one_error_line(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "dualpath.cli", "serve", "--model", "nosuchmodel",
-                           "--kv-dir", str(tmp_path / "kv"), "--port", "0"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dualpath.cli",
+            "serve",
+            "--model",
+            "nosuchmodel",
+            "--kv-dir",
+            str(tmp_path / "kv"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: model='nosuchmodel'"), proc.stderr

@@ -118,8 +118,12 @@ def test_control_messages_keep_the_fifo_and_need_a_control_sink(asynchronous: bo
     t.bind("de0", sink)
     t.bind("kv-only", RecordingSink())
     pull, done = PullLayer(key="r1", layer=0, start=0, stop=4), PrefillDone(key="r1", first_token=7)
-    hs = [t.submit("de0", [_item(0, b"a")]), t.notify("de0", [pull]), t.submit("de0", [_item(1, b"b")]),
-          t.notify("de0", [done])]
+    hs = [
+        t.submit("de0", [_item(0, b"a")]),
+        t.notify("de0", [pull]),
+        t.submit("de0", [_item(1, b"b")]),
+        t.notify("de0", [done]),
+    ]
     for h in hs:
         h.wait(5)
     assert sink.log == [0, pull, 1, done]

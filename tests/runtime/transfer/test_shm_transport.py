@@ -3,7 +3,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-import pytest
 import torch
 
 from dualpath.runtime.transfer.base import TransferItem
@@ -46,12 +45,19 @@ def test_round_trip_through_shared_memory_with_ring_wrap() -> None:
         handles = []
         for i in range(40):  # 40 x 3 x 6 KiB >> 64 KiB ring: the ring wraps many times
             t = torch.full((64, 24), float(i))
-            handles.append(a.submit("de0", [TransferItem(key="r", block_index=i, layer=L,
-                                                         num_tokens=64, payload=t)
-                                            for L in range(3)]))
+            handles.append(
+                a.submit(
+                    "de0",
+                    [
+                        TransferItem(key="r", block_index=i, layer=L, num_tokens=64, payload=t)
+                        for L in range(3)
+                    ],
+                )
+            )
         huge = b"z" * (200 * 1024)  # larger than the ring: falls back to frames
-        handles.append(a.submit("de0", [TransferItem(key="h", block_index=0, layer=-1,
-                                                      num_tokens=1, payload=huge)]))
+        handles.append(
+            a.submit("de0", [TransferItem(key="h", block_index=0, layer=-1, num_tokens=1, payload=huge)])
+        )
         for h in handles:
             h.wait(10)
         assert [(it[1], it[2]) for it in sink.items[:-1]] == [(i, L) for i in range(40) for L in range(3)]

@@ -38,12 +38,14 @@ def test_round_trip_order_and_completion(scheme: str) -> None:
         handles = []
         for i in range(50):
             t = torch.full((64, 24), i, dtype=torch.float32)
-            items = [TransferItem(key="r", block_index=i, layer=L, num_tokens=64, payload=t)
-                     for L in range(3)]
+            items = [
+                TransferItem(key="r", block_index=i, layer=L, num_tokens=64, payload=t) for L in range(3)
+            ]
             handles.append(a.submit("de0", items, source="pe0"))
         big = bytes(range(256)) * 4096  # 1 MiB, zero-copy frame
-        handles.append(a.submit("de0", [TransferItem(key="big", block_index=0, layer=-1,
-                                                      num_tokens=64, payload=big)]))
+        handles.append(
+            a.submit("de0", [TransferItem(key="big", block_index=0, layer=-1, num_tokens=64, payload=big)])
+        )
         for h in handles:
             h.wait(10)
         assert all(h.done and h.error is None for h in handles)
@@ -76,8 +78,7 @@ def test_dead_peer_transfers_fail_on_request() -> None:
     a = ZmqTransport()
     try:
         a.add_route("gone", "tcp://127.0.0.1:9")  # nothing listens
-        h = a.submit("gone", [TransferItem(key="k", block_index=0, layer=0, num_tokens=1,
-                                            payload=b"x")])
+        h = a.submit("gone", [TransferItem(key="k", block_index=0, layer=0, num_tokens=1, payload=b"x")])
         assert not h.done
         assert a.fail_endpoint("gone", "engine died") == 1
         with pytest.raises(TransferError, match="engine died"):
@@ -92,8 +93,9 @@ def test_limiter_sees_every_byte() -> None:
     try:
         b.bind("d", Collect())
         a.add_route("d", b.address)
-        a.submit("d", [TransferItem(key="k", block_index=0, layer=0, num_tokens=1,
-                                    payload=b"x" * 100)] * 2).wait(10)
+        a.submit(
+            "d", [TransferItem(key="k", block_index=0, layer=0, num_tokens=1, payload=b"x" * 100)] * 2
+        ).wait(10)
         assert seen == [200]
     finally:
         a.close()
@@ -141,11 +143,18 @@ def test_control_messages_arrive_typed_after_the_kv_sent_before_them(keyed: bool
         sent: list[object] = []
         handles = []
         for i in range(20):
-            handles.append(a.submit("de0", [TransferItem(key="r", block_index=0, layer=i % 3, num_tokens=1,
-                                                         payload=b"x" * 16)]))
+            handles.append(
+                a.submit(
+                    "de0",
+                    [TransferItem(key="r", block_index=0, layer=i % 3, num_tokens=1, payload=b"x" * 16)],
+                )
+            )
             sent.append(i % 3)
-            msg = [PullLayer(key="r", layer=i, start=0, stop=i), HitsLoaded(key="r", end_tokens=64 * i),
-                   PrefillDone(key="r", first_token=i)][i % 3]
+            msg = [
+                PullLayer(key="r", layer=i, start=0, stop=i),
+                HitsLoaded(key="r", end_tokens=64 * i),
+                PrefillDone(key="r", first_token=i),
+            ][i % 3]
             handles.append(a.notify("de0", [msg], source="pe0"))
             sent.append(msg)
         for h in handles:
@@ -174,12 +183,31 @@ def test_marker_layers_and_bad_control_fields_are_dropped_at_decode() -> None:
         b.bind("de0", sink)
         push = b.ctx.socket(zmq.PUSH)
         push.connect(b.address)
-        push.send_multipart([msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "de0", "x",
-                                                            [ItemMeta("k", -1, -3, 1, 0, 4)])), b"abcd"])
-        push.send(msgspec.msgpack.encode(["c", 2, "tcp://127.0.0.1:9", "de0", "x",
-                                          [{"t": "HitsLoaded", "key": "", "end_tokens": 3}]]))
-        push.send(msgspec.msgpack.encode(["c", 3, "tcp://127.0.0.1:9", "de0", "x",
-                                          [{"t": "PullLayer", "key": "k", "layer": -1, "start": 0, "stop": 1}]]))
+        push.send_multipart(
+            [
+                msgspec.msgpack.encode(
+                    DataMsg(1, "tcp://127.0.0.1:9", "de0", "x", [ItemMeta("k", -1, -3, 1, 0, 4)])
+                ),
+                b"abcd",
+            ]
+        )
+        push.send(
+            msgspec.msgpack.encode(
+                ["c", 2, "tcp://127.0.0.1:9", "de0", "x", [{"t": "HitsLoaded", "key": "", "end_tokens": 3}]]
+            )
+        )
+        push.send(
+            msgspec.msgpack.encode(
+                [
+                    "c",
+                    3,
+                    "tcp://127.0.0.1:9",
+                    "de0",
+                    "x",
+                    [{"t": "PullLayer", "key": "k", "layer": -1, "start": 0, "stop": 1}],
+                ]
+            )
+        )
         for _ in range(200):
             if b.drops.snapshot().get("data/invalid", 0) >= 3:
                 break

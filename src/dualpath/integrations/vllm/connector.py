@@ -72,8 +72,11 @@ class DualPathConnector(KVConnectorBase_V1):
         self.num_kv_heads = int(mc.get_num_kv_heads(pc))
         self.head_dim = int(mc.get_head_size())
         itemsize = torch.empty((), dtype=mc.dtype).element_size()
-        layout = BlockLayout(num_layers=self.num_layers, block_size=self.sizes.store_block_size,
-                             kv_bytes_per_token_layer=2 * self.num_kv_heads * self.head_dim * itemsize)
+        layout = BlockLayout(
+            num_layers=self.num_layers,
+            block_size=self.sizes.store_block_size,
+            kv_bytes_per_token_layer=2 * self.num_kv_heads * self.head_dim * itemsize,
+        )
         self.store = BlockStore(self.settings.store_dir, layout, self.settings.capacity_bytes,
                                 verify=self.settings.verify)  # fmt: skip
         self.tracker = RequestTracker(self.sizes)
@@ -84,13 +87,26 @@ class DualPathConnector(KVConnectorBase_V1):
         self.snic_in, self.snic_out = self.settings.snic_limiters()
         self._load_errors: set[int] = set()
         self._staging: dict[str, np.ndarray] = {}
-        self.counters = {"hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0, "failed_blocks": 0,
-                         "read_bytes": 0, "written_bytes": 0}
-        log.info("DualPathConnector (%s): store %s, store block %d tokens = %d vLLM blocks",
-                 role.name, self.settings.store_dir, self.sizes.store_block_size, self.sizes.ratio)
+        self.counters = {
+            "hit_tokens": 0,
+            "loaded_blocks": 0,
+            "saved_blocks": 0,
+            "failed_blocks": 0,
+            "read_bytes": 0,
+            "written_bytes": 0,
+        }
+        log.info(
+            "DualPathConnector (%s): store %s, store block %d tokens = %d vLLM blocks",
+            role.name,
+            self.settings.store_dir,
+            self.sizes.store_block_size,
+            self.sizes.ratio,
+        )
 
     # ----- scheduler side ----------------------------------------------------------------------
-    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
         tokens = list(request.all_token_ids)
         size = self.sizes.store_block_size
         loadable = (len(tokens) - 1) // size * size  # the last token is always computed
@@ -140,8 +156,12 @@ class DualPathConnector(KVConnectorBase_V1):
             layer = PagedLayer.of(cache, block_size=self.sizes.vllm_block_size,
                                   num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)  # fmt: skip
             self._layers[name] = (layer_index(name), layer)
-        log.info("DualPathConnector: %d layers, %s layout %s", len(self._layers),
-                 next(iter(self._layers.values()))[1].kind, tuple(next(iter(kv_caches.values())).shape))
+        log.info(
+            "DualPathConnector: %d layers, %s layout %s",
+            len(self._layers),
+            next(iter(self._layers.values()))[1].kind,
+            tuple(next(iter(kv_caches.values())).shape),
+        )
 
     def _meta(self) -> DualPathMetadata:
         meta = self._get_connector_metadata()
@@ -150,8 +170,11 @@ class DualPathConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         self._loads = self._meta().loads
-        self._job = LoadJob(self.store, [s.hashes for s in self._loads], limiter=self.snic_in) \
-            if self._loads else None
+        self._job = (
+            LoadJob(self.store, [s.hashes for s in self._loads], limiter=self.snic_in)
+            if self._loads
+            else None
+        )
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         job = self._job
@@ -161,8 +184,11 @@ class DualPathConnector(KVConnectorBase_V1):
         size, ratio, vb = self.sizes.store_block_size, self.sizes.ratio, self.sizes.vllm_block_size
         for spec, blocks in zip(self._loads, job.wait(layer), strict=True):
             if len(blocks):
-                tokens = torch.from_numpy(blocks).view(paged.cache.dtype).view(
-                    len(blocks) * size, 2, self.num_kv_heads, self.head_dim)
+                tokens = (
+                    torch.from_numpy(blocks)
+                    .view(paged.cache.dtype)
+                    .view(len(blocks) * size, 2, self.num_kv_heads, self.head_dim)
+                )
                 lo = spec.start_token - spec.first_block * size  # vLLM-block aligned
                 hi = min(spec.end_token - spec.first_block * size, len(blocks) * size)
                 if hi > lo:
@@ -185,8 +211,14 @@ class DualPathConnector(KVConnectorBase_V1):
                 bad_from = max(spec.start_token, (spec.first_block + n_good) * self.sizes.store_block_size)
                 self._load_errors.update(spec.vllm_block_ids[bad_from // vb : -(-spec.end_token // vb)])
                 self.counters["failed_blocks"] += n - n_good
-                log.warning("DualPathConnector: request %s: %d of %d store blocks unreadable, "
-                            "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)
+                log.warning(
+                    "DualPathConnector: request %s: %d of %d store blocks unreadable, "
+                    "recomputing tokens from %d",
+                    spec.req_id,
+                    n - n_good,
+                    n,
+                    bad_from,
+                )
         self._job, self._loads = None, []
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -206,7 +238,8 @@ class DualPathConnector(KVConnectorBase_V1):
             buf = self._staging.get(spec.req_id)
             if buf is None:
                 buf = self._staging[spec.req_id] = np.empty(
-                    (len(spec.hashes), self.store.layout.full_block_bytes), dtype=np.uint8)
+                    (len(spec.hashes), self.store.layout.full_block_bytes), dtype=np.uint8
+                )
             ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
             data = paged.gather(ids).contiguous().view(torch.uint8).numpy()
             buf[:, lo:hi] = data.reshape(len(spec.hashes), hi - lo)

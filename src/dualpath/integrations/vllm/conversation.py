@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--store-dir", default="")
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--gen-len", type=int, default=8)
-    p.add_argument("--conversations", type=int, default=1, help="extra ones (C1.., run first) repeat the timing")
+    p.add_argument(
+        "--conversations", type=int, default=1, help="extra ones (C1.., run first) repeat the timing"
+    )
     p.add_argument("--context-repeats", type=int, default=8, help="first prompt: the topic x N")
     p.add_argument("--vllm-block-size", type=int, default=32)
     p.add_argument("--store-block-size", type=int, default=None)

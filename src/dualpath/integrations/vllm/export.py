@@ -57,6 +57,9 @@ def export_hf_folder(name_or_path: str, out_dir: str | Path, *, overwrite: bool 
     saved = json.loads((out / "config.json").read_text())
     if "quantization_config" in saved:  # vLLM would try to load it as a quantized checkpoint
         raise ConfigError("out_dir", str(out), "config.json kept a quantization_config")
-    return ExportResult(out_dir=str(out), model_type=model_type,
-                        num_params=sum(p.numel() for p in model.parameters()),
-                        files=tuple(sorted(p.name for p in out.iterdir())))
+    return ExportResult(
+        out_dir=str(out),
+        model_type=model_type,
+        num_params=sum(p.numel() for p in model.parameters()),
+        files=tuple(sorted(p.name for p in out.iterdir())),
+    )

@@ -72,7 +72,8 @@ class PagedLayer:
         n = len(block_ids)
         idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=self.cache.device)
         src = tokens.to(self.cache.device, self.cache.dtype).view(
-            n, self.block_size, 2, self.num_kv_heads, self.head_dim)
+            n, self.block_size, 2, self.num_kv_heads, self.head_dim
+        )
         if self.kind == "cpu":
             self._blocked().index_copy_(0, idx, src.permute(0, 3, 2, 1, 4))
         else:

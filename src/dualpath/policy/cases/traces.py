@@ -23,9 +23,16 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
     config = case_config()
     order = ORDERS[order_name]
     p, d, e = 2, 3, 2
-    driver = ReferenceDriver(make_scheduler(policy, config), num_pe_groups=p, num_de_groups=d,
-                             engines_per_group=e, de_hbm_tokens=9_000, read_tokens_per_s=1000.0,
-                             order=order, bounds=BOUNDS)
+    driver = ReferenceDriver(
+        make_scheduler(policy, config),
+        num_pe_groups=p,
+        num_de_groups=d,
+        engines_per_group=e,
+        de_hbm_tokens=9_000,
+        read_tokens_per_s=1000.0,
+        order=order,
+        bounds=BOUNDS,
+    )
     ledger = driver.ledger
     events: list[Event] = []
 
@@ -45,16 +52,27 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
         else:
             driver.engine_lost(ev.engine_id)
 
-    losses = {rounds // 3: [p * e + e * 1],  # a DE of group p + 1
-              rounds // 2: [1],  # a PE of group 0
-              2 * rounds // 3: [(p + 2) * e + r for r in range(e)]}  # all of DE group p + 2
+    losses = {
+        rounds // 3: [p * e + e * 1],  # a DE of group p + 1
+        rounds // 2: [1],  # a PE of group 0
+        2 * rounds // 3: [(p + 2) * e + r for r in range(e)],
+    }  # all of DE group p + 2
     count = 0
     for r in range(rounds):
         t = 0.05 * (r + 1)
         for _ in range(rng.randint(0, 5)):
-            emit(Event(kind="arrive", t=t, request=RequestInfo(
-                request_id=f"{count}:0", cached_len=64 * rng.randint(0, 40),
-                new_len=rng.randint(1, 600), gen_len=rng.randint(1, 200))))
+            emit(
+                Event(
+                    kind="arrive",
+                    t=t,
+                    request=RequestInfo(
+                        request_id=f"{count}:0",
+                        cached_len=64 * rng.randint(0, 40),
+                        new_len=rng.randint(1, 600),
+                        gen_len=rng.randint(1, 200),
+                    ),
+                )
+            )
             count += 1
         emit(Event(kind="tick", t=t))
         for rid, entry in list(ledger.requests.items()):
@@ -70,9 +88,20 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
         for eid in losses.get(r, ()):
             emit(Event(kind="engine_lost", t=t, engine_id=eid))
     plans = tuple(PlanRecord(kind=k, node_id=n, plan=pl) for k, n, pl in driver.applied)
-    return Trace(name=f"{policy}-{order_name}-{seed}", policy=policy, config=config, order=order,
-                 bounds=BOUNDS, num_pe_groups=p, num_de_groups=d, engines_per_group=e,
-                 de_hbm_tokens=9_000, read_tokens_per_s=1000.0, events=tuple(events), plans=plans)
+    return Trace(
+        name=f"{policy}-{order_name}-{seed}",
+        policy=policy,
+        config=config,
+        order=order,
+        bounds=BOUNDS,
+        num_pe_groups=p,
+        num_de_groups=d,
+        engines_per_group=e,
+        de_hbm_tokens=9_000,
+        read_tokens_per_s=1000.0,
+        events=tuple(events),
+        plans=plans,
+    )
 
 
 def record_traces(seed: int = 0) -> tuple[Trace, ...]:

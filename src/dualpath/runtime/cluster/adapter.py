@@ -21,9 +21,14 @@ class RuntimeTraceDriver:
         self.state = st = ClusterState(read_tokens_per_s=trace.read_tokens_per_s, order=trace.order)
         st.ledger.bounds = trace.bounds
         for eid, node, role in trace.engines():
-            st.add_engine(EngineState(engine_id=eid, role="decode" if role == "de" else "prefill",
-                                      node_id=node,
-                                      hbm_tokens=trace.de_hbm_tokens if role == "de" else 0))
+            st.add_engine(
+                EngineState(
+                    engine_id=eid,
+                    role="decode" if role == "de" else "prefill",
+                    node_id=node,
+                    hbm_tokens=trace.de_hbm_tokens if role == "de" else 0,
+                )
+            )
         st.log = []
         self.dispatched: list[str] = []
 

@@ -33,8 +33,9 @@ class ReplayResult:
     errors: tuple[str, ...]
 
 
-async def replay(client: ClusterClient, agents: list[AgentPlan], *, vocab_size: int,
-                 seed: int) -> ReplayResult:
+async def replay(
+    client: ClusterClient, agents: list[AgentPlan], *, vocab_size: int, seed: int
+) -> ReplayResult:
     """Run all agents concurrently; JCT is the time until the last agent's last turn ends."""
     ttfts: list[float] = []
     sides: dict[str, int] = {}
@@ -61,13 +62,26 @@ async def replay(client: ClusterClient, agents: list[AgentPlan], *, vocab_size: 
 
     t0 = time.monotonic()
     await asyncio.gather(*(agent(p, i) for i, p in enumerate(agents)))
-    return ReplayResult(jct_s=time.monotonic() - t0, ttft_s=tuple(ttfts), num_requests=len(ttfts),
-                        hit_tokens=hits, prompt_tokens=prompts, read_sides=sides,
-                        errors=tuple(errors))
+    return ReplayResult(
+        jct_s=time.monotonic() - t0,
+        ttft_s=tuple(ttfts),
+        num_requests=len(ttfts),
+        hit_tokens=hits,
+        prompt_tokens=prompts,
+        read_sides=sides,
+        errors=tuple(errors),
+    )
 
 
-async def closed_loop(client: ClusterClient, agents: list[AgentPlan], *, vocab_size: int, seed: int,
-                      warmup_s: float, window_s: float) -> dict[str, float]:
+async def closed_loop(
+    client: ClusterClient,
+    agents: list[AgentPlan],
+    *,
+    vocab_size: int,
+    seed: int,
+    warmup_s: float,
+    window_s: float,
+) -> dict[str, float]:
     """Steady-state throughput: every agent repeats its trajectory (fresh tokens each time) until
     ``warmup_s + window_s``; counts tokens and requests that finish inside the window.
 
@@ -94,22 +108,35 @@ async def closed_loop(client: ClusterClient, agents: list[AgentPlan], *, vocab_s
 
     await asyncio.gather(*(agent(p, i) for i, p in enumerate(agents)))
     n = max(done["requests"], 1)
-    return {"tokens_per_s": done["tokens"] / window_s, "requests_per_s": done["requests"] / window_s,
-            "ttft_mean_s": done["ttft_sum"] / n}
+    return {
+        "tokens_per_s": done["tokens"] / window_s,
+        "requests_per_s": done["requests"] / window_s,
+        "ttft_mean_s": done["ttft_sum"] / n,
+    }
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict[str, int]]:
     """Bytes per path and per NIC moved between two snapshots."""
+
     def diff(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
         return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b))}
 
-    return {"bytes_by_path": diff(before.bytes_by_path, after.bytes_by_path),
-            "bytes_by_nic": diff(before.bytes_by_nic, after.bytes_by_nic)}
+    return {
+        "bytes_by_path": diff(before.bytes_by_path, after.bytes_by_path),
+        "bytes_by_nic": diff(before.bytes_by_nic, after.bytes_by_nic),
+    }
 
 
-async def run_system(client: ClusterClient, agents: list[AgentPlan], *, policy: str,
-                     read_free: bool, seed: int, settle_s: float,
-                     snic_gbps: float | None = None) -> dict[str, object]:
+async def run_system(
+    client: ClusterClient,
+    agents: list[AgentPlan],
+    *,
+    policy: str,
+    read_free: bool,
+    seed: int,
+    settle_s: float,
+    snic_gbps: float | None = None,
+) -> dict[str, object]:
     """Configure the cluster for one system, replay the agents, return its row of results."""
     await client.configure(policy, read_free=read_free, snic_gbps=snic_gbps)
     info = await client.info()

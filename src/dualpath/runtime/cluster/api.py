@@ -35,12 +35,21 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Runs on construction and on every decode (msgspec), so a forged Submit is refused too.
         require(1 <= self.max_tokens <= INT64_MAX, "max_tokens", self.max_tokens, "must be >= 1")
-        require(math.isfinite(self.temperature) and self.temperature >= 0.0, "temperature",
-                self.temperature, "must be a finite number >= 0")
-        require(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p,
-                "must be in (0, 1]")
-        require(self.seed is None or INT64_MIN <= self.seed <= INT64_MAX, "seed", self.seed,
-                "must be a 64-bit signed integer")
+        require(
+            math.isfinite(self.temperature) and self.temperature >= 0.0,
+            "temperature",
+            self.temperature,
+            "must be a finite number >= 0",
+        )
+        require(
+            math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]"
+        )
+        require(
+            self.seed is None or INT64_MIN <= self.seed <= INT64_MAX,
+            "seed",
+            self.seed,
+            "must be a 64-bit signed integer",
+        )
         for t in self.stop_token_ids:
             require(0 <= t <= INT64_MAX, "stop_token_ids", t, "must be token ids (>= 0)")
 

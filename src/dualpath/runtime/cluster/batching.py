@@ -23,9 +23,15 @@ class PrefillQueue:
 
     def view(self, now_s: float, ready: set[str] | None = None) -> pv.BatchView:
         """The BatchView of requests in ``ready`` (all when None), FIFO."""
-        return pv.BatchView(now_s=now_s, engine_id=self.engine_id, waiting=tuple(
-            pv.BatchItem(request_id=r, cached_len=c, new_len=n)
-            for r, (c, n) in self._items.items() if ready is None or r in ready))
+        return pv.BatchView(
+            now_s=now_s,
+            engine_id=self.engine_id,
+            waiting=tuple(
+                pv.BatchItem(request_id=r, cached_len=c, new_len=n)
+                for r, (c, n) in self._items.items()
+                if ready is None or r in ready
+            ),
+        )
 
     def advance(self, rid: str, chunk_len: int) -> bool:
         """Record ``chunk_len`` computed tokens; True when the request has no tokens left."""

@@ -34,7 +34,16 @@ from dualpath.runtime.cluster.api import (
     TokenEvent,
 )
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS, Abort, Configure, Query, QueryReply, Rejected, Submit, Tokens, decode, encode,
+    DECODE_ERRORS,
+    Abort,
+    Configure,
+    Query,
+    QueryReply,
+    Rejected,
+    Submit,
+    Tokens,
+    decode,
+    encode,
 )
 from dualpath.runtime.transfer.auth import ClusterKeys
 from dualpath.runtime.transfer.drops import DropCounter
@@ -49,8 +58,14 @@ _REJECT_ERRORS: dict[str, type[ClusterError]] = {
 class ClusterClient:
     """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
 
-    def __init__(self, address: str, *, query_timeout_s: float = 5.0, liveness_s: float = 10.0,
-                 keys: ClusterKeys | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        query_timeout_s: float = 5.0,
+        liveness_s: float = 10.0,
+        keys: ClusterKeys | None = None,
+    ) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
         ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
@@ -80,7 +95,8 @@ class ClusterClient:
             if self.keys is not None:
                 self.keys.client(self._sock)
             self._monitor = self._sock.get_monitor_socket(  # type: ignore[assignment]
-                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+            )
             self._sock.connect(self.address)
             loop = asyncio.get_running_loop()
             self._recv_task = loop.create_task(self._recv_loop())
@@ -120,8 +136,9 @@ class ClusterClient:
         if self.lost_since_s is None:
             self.lost_since_s, self.lost_reason = time.monotonic(), reason
         for rid, q in self._streams.items():
-            q.put_nowait(TokenEvent(request_id=rid, index=0, token_id=-1, finish_reason="error",
-                                    error=reason))
+            q.put_nowait(
+                TokenEvent(request_id=rid, index=0, token_id=-1, finish_reason="error", error=reason)
+            )
         queries, self._queries = self._queries, {}
         for fut in queries.values():
             if not fut.done():
@@ -130,7 +147,8 @@ class ClusterClient:
     def _check_up(self) -> None:
         if self.lost_since_s is not None:
             raise ClusterUnavailableError(
-                f"{self.lost_reason} {time.monotonic() - self.lost_since_s:.1f} s ago")
+                f"{self.lost_reason} {time.monotonic() - self.lost_since_s:.1f} s ago"
+            )
 
     async def __aenter__(self) -> ClusterClient:
         return await self.connect()
@@ -183,12 +201,11 @@ class ClusterClient:
         self._streams[rid] = queue
         finished = False
         try:
-            await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids),
-                                    params=params))
+            await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids), params=params))
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), self.liveness_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await self.health()  # raises ClusterUnavailableError if the scheduler is gone
                     continue
                 if isinstance(item, Rejected):
@@ -215,11 +232,11 @@ class ClusterClient:
         await self._send(Query(query_id=qid, what=what) if msg is None else msg(qid))  # type: ignore[operator]
         try:
             return await asyncio.wait_for(fut, self.query_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._queries.pop(qid, None)
             raise ClusterUnavailableError(
-                f"scheduler at {self.address} did not answer a {what} query within "
-                f"{self.query_timeout_s} s") from None
+                f"scheduler at {self.address} did not answer a {what} query within {self.query_timeout_s} s"
+            ) from None
 
     async def health(self) -> ClusterHealth:
         reply = await self._query("health")
@@ -236,15 +253,18 @@ class ClusterClient:
         assert reply.info is not None
         return reply.info
 
-    async def configure(self, policy: str, read_free: bool = False,
-                        snic_gbps: float | None = None) -> ClusterHealth:
+    async def configure(
+        self, policy: str, read_free: bool = False, snic_gbps: float | None = None
+    ) -> ClusterHealth:
         """Switch the scheduling policy (and ``read_free``, the Oracle; ``snic_gbps``, the emulated
         storage-NIC cap of every node, None = unchanged) for later requests.
 
         Only while no request is in flight; raises ClusterError otherwise or for an unknown policy.
         """
-        reply = await self._query("configure", lambda qid: Configure(
-            query_id=qid, policy=policy, read_free=read_free, snic_gbps=snic_gbps))
+        reply = await self._query(
+            "configure",
+            lambda qid: Configure(query_id=qid, policy=policy, read_free=read_free, snic_gbps=snic_gbps),
+        )
         if reply.error:
             raise ClusterError(reply.error)
         assert reply.health is not None

@@ -44,8 +44,12 @@ class TrafficConfig(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("snic_gbps", "cnic_gbps"):
             val = getattr(self, key)
             require(val is None or val > 0, key, val, "must be > 0 (or omitted for no cap)")
-        require(self.snic_directions in SNIC_DIRECTIONS, "snic_directions", self.snic_directions,
-                f"choices: {', '.join(SNIC_DIRECTIONS)}")
+        require(
+            self.snic_directions in SNIC_DIRECTIONS,
+            "snic_directions",
+            self.snic_directions,
+            f"choices: {', '.join(SNIC_DIRECTIONS)}",
+        )
 
 
 class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,8 +71,9 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("prefill_tokens_per_s", "storage_read_gbps"):
             val = getattr(self, key)
             require(val is None or val > 0, key, val, "must be > 0 (or omitted)")
-        require(self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests,
-                "must be >= 1")
+        require(
+            self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, "must be >= 1"
+        )
         require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
         require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
 
@@ -102,13 +107,25 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         require(self.block_size >= 1, "block_size", self.block_size, "must be >= 1")
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choices: {', '.join(DTYPES)}")
-        require(self.decode_hbm_tokens >= self.block_size, "decode_hbm_tokens",
-                self.decode_hbm_tokens, "must hold at least one block")
+        require(
+            self.decode_hbm_tokens >= self.block_size,
+            "decode_hbm_tokens",
+            self.decode_hbm_tokens,
+            "must hold at least one block",
+        )
         require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
-        require(self.attention_s_per_gflop >= 0, "attention_s_per_gflop", self.attention_s_per_gflop,
-                "must be >= 0 (0 = measure at start)")
-        require(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s,
-                "must be >= 0")
+        require(
+            self.attention_s_per_gflop >= 0,
+            "attention_s_per_gflop",
+            self.attention_s_per_gflop,
+            "must be >= 0 (0 = measure at start)",
+        )
+        require(
+            self.attention_intercept_s >= 0,
+            "attention_intercept_s",
+            self.attention_intercept_s,
+            "must be >= 0",
+        )
         require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, "must be >= 1")
         require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
 
@@ -146,20 +163,31 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")
         require(self.model != "", "model", self.model, "must name a model")
         lookup(POLICIES, self.policy, "policy")
-        require(self.kv_capacity_gb is None or self.kv_capacity_gb > 0, "kv_capacity_gb",
-                self.kv_capacity_gb, "must be > 0 (or omitted: 90% of the free space at start)")
+        require(
+            self.kv_capacity_gb is None or self.kv_capacity_gb > 0,
+            "kv_capacity_gb",
+            self.kv_capacity_gb,
+            "must be > 0 (or omitted: 90% of the free space at start)",
+        )
         check_file_mode(self.kv_file_mode)
-        require(self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines,
-                "must be >= 1")
-        require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines,
-                "must be >= 1")
+        require(
+            self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines, "must be >= 1"
+        )
+        require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, "must be >= 1")
         require(self.engines_per_node >= 1, "engines_per_node", self.engines_per_node, "must be >= 1")
         lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
-        require(0 <= self.scheduler_port < 65536, "scheduler_port", self.scheduler_port,
-                "must be a TCP port (0 = any free port)")
-        require(self.scheduler.engine_timeout_s > 2 * self.engine.heartbeat_s,
-                "scheduler.engine_timeout_s", self.scheduler.engine_timeout_s,
-                f"must exceed two heartbeats (engine.heartbeat_s = {self.engine.heartbeat_s})")
+        require(
+            0 <= self.scheduler_port < 65536,
+            "scheduler_port",
+            self.scheduler_port,
+            "must be a TCP port (0 = any free port)",
+        )
+        require(
+            self.scheduler.engine_timeout_s > 2 * self.engine.heartbeat_s,
+            "scheduler.engine_timeout_s",
+            self.scheduler.engine_timeout_s,
+            f"must exceed two heartbeats (engine.heartbeat_s = {self.engine.heartbeat_s})",
+        )
 
     @property
     def num_engines(self) -> int:

@@ -38,9 +38,19 @@ MAX_BUFFER_BYTES = 1 * GiB  # DE buffer bound (prompts being prefilled; more wai
 
 
 class DecodeWorker(WorkerBase):
-    def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
-                 blockio: BlockIO, transport: Transport, outbox: Outbox,
-                 eos_token_id: int | None, hbm_tokens: int = 65536) -> None:
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        node_id: int,
+        decoder: Decoder,
+        geo: Geometry,
+        blockio: BlockIO,
+        transport: Transport,
+        outbox: Outbox,
+        eos_token_id: int | None,
+        hbm_tokens: int = 65536,
+    ) -> None:
         super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
@@ -48,10 +58,17 @@ class DecodeWorker(WorkerBase):
         block_bytes = geo.layout().full_block_bytes
         blocks = -(-hbm_tokens // geo.block_size) + SLACK_BLOCKS
         # The engine's own endpoint is local only; ``e<id>`` is this worker (it routes to the buffer).
-        self.engine = DecodeEngine(decoder, transport, blockio, DecodeConfig(  # type: ignore[arg-type]
-            name=f"e{engine_id}.buffer", block_size=geo.block_size,
-            buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
-            num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1))))
+        self.engine = DecodeEngine(
+            decoder,
+            transport,
+            blockio,
+            DecodeConfig(  # type: ignore[arg-type]
+                name=f"e{engine_id}.buffer",
+                block_size=geo.block_size,
+                buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
+                num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1)),
+            ),
+        )
         self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)
         self._reading: set[str] = set()  # rids whose DE-share reads are in flight
         self._new: list[tuple[str, int]] = []  # (rid, first token) from the PEs' PrefillDone
@@ -82,7 +99,7 @@ class DecodeWorker(WorkerBase):
         bs, rid = self.geo.block_size, task.request_id
         first, num = task.read.pe_read_len // bs, task.read.de_read_len // bs
         hashes = chain_hashes(task.prompt_token_ids[: (first + num) * bs], bs)[first:]
-        outs = self.engine.buffer.blocks(rid).arrays[first:first + num]
+        outs = self.engine.buffer.blocks(rid).arrays[first : first + num]
         with self._lock:
             self._reading.add(rid)
         self.io.read_into(hashes, outs, "de-read", lambda n, err: self._read_done(task, n, err))
@@ -139,11 +156,15 @@ class DecodeWorker(WorkerBase):
             if isinstance(m, PullLayer):
                 if m.key in self._reserved and m.key in self._tasks:
                     if m.layer >= self.geo.num_layers:  # (refused in the sender's ack)
-                        raise ValueError(f"{m.key}: layer {m.layer} pulled, the model has "
-                                         f"{self.geo.num_layers}")
+                        raise ValueError(
+                            f"{m.key}: layer {m.layer} pulled, the model has {self.geo.num_layers}"
+                        )
                     pe = f"e{self._tasks[m.key].prefill_engine}"
-                    self.transport.submit(pe, self.engine.buffer.layer_items(m.key, m.layer, m.start, m.stop),
-                                          source=f"e{self.engine_id}")
+                    self.transport.submit(
+                        pe,
+                        self.engine.buffer.layer_items(m.key, m.layer, m.start, m.stop),
+                        source=f"e{self.engine_id}",
+                    )
             elif not isinstance(m, PrefillDone):
                 raise ValueError(f"{m.key}: a decode engine takes no {type(m).__name__}")
             elif m.key in self._reserved:
@@ -185,8 +206,9 @@ class DecodeWorker(WorkerBase):
                 continue
             try:
                 if not 0 <= tok < self.vocab_size:
-                    raise ValueError(f"first token {tok} from the prefill engine is not in [0, "
-                                     f"{self.vocab_size})")
+                    raise ValueError(
+                        f"first token {tok} from the prefill engine is not in [0, {self.vocab_size})"
+                    )
                 params = self._sampling(task.params)
                 if not self.engine.add_request(rid, task.prompt_token_ids, tok, params):
                     self._blocked.append((rid, tok))
@@ -243,8 +265,12 @@ class DecodeWorker(WorkerBase):
             events.append(TokenEvent(request_id=rid, index=index, token_id=tok))
             return
         max_tokens = self._tasks[rid].params.max_tokens
-        last = TokenEvent(request_id=rid, index=index, token_id=tok,
-                          finish_reason="length" if index + 1 >= max_tokens else "stop")
+        last = TokenEvent(
+            request_id=rid,
+            index=index,
+            token_id=tok,
+            finish_reason="length" if index + 1 >= max_tokens else "stop",
+        )
         self._generated.pop(rid, None)
         if events:  # earlier events of this step must reach the scheduler first
             self.outbox.put(Tokens(events=list(events)))

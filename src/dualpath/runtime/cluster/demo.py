@@ -18,12 +18,22 @@ import msgspec
 from dualpath.runtime.cluster.agents import AgentPlan, run_system
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.cluster.config import (
-    DEMO_SYSTEMS as SYSTEMS, ClusterConfig, DemoConfig, SchedulerServiceConfig, TrafficConfig,
+    DEMO_SYSTEMS as SYSTEMS,
+)
+from dualpath.runtime.cluster.config import (
+    ClusterConfig,
+    DemoConfig,
+    SchedulerServiceConfig,
+    TrafficConfig,
 )
 from dualpath.runtime.cluster.local import LocalCluster
 
-def run_demo(cfg: DemoConfig, turns: list[tuple[str, tuple[tuple[int, int], ...]]],
-             progress: Callable[[str], None] | None = None) -> dict[str, object]:
+
+def run_demo(
+    cfg: DemoConfig,
+    turns: list[tuple[str, tuple[tuple[int, int], ...]]],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
     """Start the cluster, run every system with the agents ``turns`` (``(agent id, ((append_len,
     gen_len), ...))``, e.g. ``bench.agents.scaled_turns`` of cfg's sizes), return {"config",
     "systems": {name: row}, "ratios"}."""
@@ -37,27 +47,42 @@ def run_demo(cfg: DemoConfig, turns: list[tuple[str, tuple[tuple[int, int], ...]
             shutil.rmtree(kv_dir, ignore_errors=True)
 
 
-def _run(cfg: DemoConfig, agents: list[AgentPlan], kv_dir: str,
-         say: Callable[[str], None]) -> dict[str, object]:
-    ccfg = ClusterConfig(kv_dir=kv_dir, model=cfg.model, num_prefill_engines=cfg.num_prefill_engines,
-                         num_decode_engines=cfg.num_decode_engines, transport=cfg.transport,
-                         traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
-                         scheduler=SchedulerServiceConfig(engine_timeout_s=30.0))
+def _run(
+    cfg: DemoConfig, agents: list[AgentPlan], kv_dir: str, say: Callable[[str], None]
+) -> dict[str, object]:
+    ccfg = ClusterConfig(
+        kv_dir=kv_dir,
+        model=cfg.model,
+        num_prefill_engines=cfg.num_prefill_engines,
+        num_decode_engines=cfg.num_decode_engines,
+        transport=cfg.transport,
+        traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
+        scheduler=SchedulerServiceConfig(engine_timeout_s=30.0),
+    )
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
     rows: dict[str, dict[str, object]] = {}
     with LocalCluster(ccfg) as cluster:
+
         async def main() -> None:
             async with ClusterClient(cluster.address, query_timeout_s=30.0) as client:
                 for i, name in enumerate(cfg.systems):
-                    say(f"running {name}: {len(agents)} agents, "
-                        f"{sum(len(a.turns) for a in agents)} turns")
+                    say(f"running {name}: {len(agents)} agents, {sum(len(a.turns) for a in agents)} turns")
                     policy, free = SYSTEMS[name]
-                    rows[name] = await run_system(client, agents, policy=policy, read_free=free,
-                                                  seed=cfg.seed * 100 + i + 1, settle_s=0.5)
+                    rows[name] = await run_system(
+                        client,
+                        agents,
+                        policy=policy,
+                        read_free=free,
+                        seed=cfg.seed * 100 + i + 1,
+                        settle_s=0.5,
+                    )
 
         asyncio.run(main())
-    return {"config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic},
-            "systems": rows, "ratios": ratios(rows)}
+    return {
+        "config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic},
+        "systems": rows,
+        "ratios": ratios(rows),
+    }
 
 
 def ratios(rows: dict[str, dict[str, object]]) -> dict[str, float]:

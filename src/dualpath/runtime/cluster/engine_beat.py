@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 import zmq
 
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS, EngineLoading, Heartbeat, Reset, decode, encode,
+    DECODE_ERRORS,
+    EngineLoading,
+    Heartbeat,
+    Reset,
+    decode,
+    encode,
 )
 from dualpath.runtime.transfer.auth import ClusterKeys
 
@@ -80,18 +85,28 @@ class Beat(threading.Thread):
     def _beat(self, parts: tuple[int, object, BlockIO, TrafficManager] | None) -> EngineLoading | Heartbeat:
         a = self.args
         if parts is None:
-            return EngineLoading(engine_id=a.engine_id, role=a.role, node_id=a.node_id,  # type: ignore[arg-type]
-                                 pid=os.getpid())
+            return EngineLoading(
+                engine_id=a.engine_id,
+                role=a.role,
+                node_id=a.node_id,  # type: ignore[arg-type]
+                pid=os.getpid(),
+            )
         eid, worker, io, traffic = parts
         seqs, toks = worker.load()  # type: ignore[attr-defined]
         paths, nics = traffic.snapshot()
         st = io.store.stats()
-        return Heartbeat(engine_id=eid, num_seqs=seqs, num_tokens=toks,
-                         read_queue_tokens=io.read_queue_tokens, bytes_by_path=paths,
-                         bytes_by_nic=nics, store_counts=st.health_counts(),
-                         store_write_errors=st.write_errors,
-                         dropped=worker.transport.drops.snapshot(),  # type: ignore[attr-defined]
-                         failed_requests=worker.num_failed_requests)  # type: ignore[attr-defined]
+        return Heartbeat(
+            engine_id=eid,
+            num_seqs=seqs,
+            num_tokens=toks,
+            read_queue_tokens=io.read_queue_tokens,
+            bytes_by_path=paths,
+            bytes_by_nic=nics,
+            store_counts=st.health_counts(),
+            store_write_errors=st.write_errors,
+            dropped=worker.transport.drops.snapshot(),  # type: ignore[attr-defined]
+            failed_requests=worker.num_failed_requests,
+        )  # type: ignore[attr-defined]
 
     def _incoming(self, sock: zmq.Socket) -> None:
         while sock.poll(0):

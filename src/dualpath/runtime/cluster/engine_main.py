@@ -24,8 +24,18 @@ from dualpath.runtime.cluster.config import EngineArgs
 from dualpath.runtime.cluster.engine_beat import Beat, dealer
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS, Cancel, Configure, DecodeTask, EngineHello, Peers, PrefillTask, Reset,
-    Shutdown, Welcome, decode, encode,
+    DECODE_ERRORS,
+    Cancel,
+    Configure,
+    DecodeTask,
+    EngineHello,
+    Peers,
+    PrefillTask,
+    Reset,
+    Shutdown,
+    Welcome,
+    decode,
+    encode,
 )
 from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
 from dualpath.runtime.transfer.auth import ClusterKeys, load_keys
@@ -46,8 +56,13 @@ def _model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
     decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
     eos = getattr(ckpt.hf_config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return (decoder, Geometry.of(decoder, args.cluster.engine.block_size), eos, ckpt.config.vocab_size,
-            ckpt.config.max_position_embeddings)
+    return (
+        decoder,
+        Geometry.of(decoder, args.cluster.engine.block_size),
+        eos,
+        ckpt.config.vocab_size,
+        ckpt.config.max_position_embeddings,
+    )
 
 
 Loaded = tuple[object, Geometry, "int | None", int, int]  # what _model returns
@@ -68,8 +83,9 @@ def run_engine(args: EngineArgs, loaded: Loaded | None = None) -> None:
         ctx.term()
 
 
-def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat,
-         loaded: Loaded | None) -> None:
+def _run(
+    args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat, loaded: Loaded | None
+) -> None:
     from dualpath.policy import make_scheduler
     from dualpath.runtime.kvstore import BlockStore
     from dualpath.runtime.transfer.factory import make_transport
@@ -80,13 +96,24 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     store = BlockStore(args.cluster.kv_dir, layout, _capacity(args), file_mode=args.cluster.kv_file_mode)
     sock = dealer(ctx, args.scheduler, keys)
     traffic = _traffic(args, max(args.engine_id, 0))
-    transport = make_transport(args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys)
+    transport = make_transport(
+        args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys
+    )
     hello = EngineHello(
-        engine_id=args.engine_id, role=args.role, node_id=args.node_id,  # type: ignore[arg-type]
-        data_addr=transport.address, pid=os.getpid(),  # type: ignore[attr-defined]
-        hbm_tokens=args.cluster.engine.decode_hbm_tokens if args.role == "decode" else 0, model_name=args.cluster.model,
-        num_layers=geo.num_layers, kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
-        block_size=geo.block_size, vocab_size=vocab, eos_token_id=eos, max_context_len=max_ctx)
+        engine_id=args.engine_id,
+        role=args.role,
+        node_id=args.node_id,  # type: ignore[arg-type]
+        data_addr=transport.address,
+        pid=os.getpid(),  # type: ignore[attr-defined]
+        hbm_tokens=args.cluster.engine.decode_hbm_tokens if args.role == "decode" else 0,
+        model_name=args.cluster.model,
+        num_layers=geo.num_layers,
+        kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
+        block_size=geo.block_size,
+        vocab_size=vocab,
+        eos_token_id=eos,
+        max_context_len=max_ctx,
+    )
     sock.send(encode(hello))
     welcome = decode(sock.recv())
     if isinstance(welcome, Shutdown):
@@ -103,8 +130,15 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     traffic = _traffic(args, eid)
     transport.limiter = traffic.kv_send  # type: ignore[attr-defined]
     outbox, io = Outbox(), BlockIO(store, geo, traffic)
-    common = dict(engine_id=eid, node_id=args.node_id, decoder=decoder, geo=geo, blockio=io,
-                  transport=transport, outbox=outbox)
+    common = dict(
+        engine_id=eid,
+        node_id=args.node_id,
+        decoder=decoder,
+        geo=geo,
+        blockio=io,
+        transport=transport,
+        outbox=outbox,
+    )
     worker: object
     if args.role == "prefill":
         from dualpath.runtime.cluster.prefill_worker import PrefillWorker
@@ -119,8 +153,7 @@ def _run(args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Bea
     beat.attach(eid, worker, io, traffic)
     again = _Reregister(beat.reregister, msgspec.structs.replace(hello, engine_id=eid))
     try:
-        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic), drops,
-              again)
+        _loop(sock, worker, outbox, transport, eid, lambda m: _configure(m, worker, traffic), drops, again)
     finally:
         beat.close()
         io.close()
@@ -140,17 +173,26 @@ class _Reregister:
         if not self.flag.is_set():
             return
         self.flag.clear()
-        print(f"engine {self.hello.engine_id}: the scheduler does not know this engine (it "
-              "restarted); dropping every task and registering again", flush=True)
+        print(
+            f"engine {self.hello.engine_id}: the scheduler does not know this engine (it "
+            "restarted); dropping every task and registering again",
+            flush=True,
+        )
         worker.reset()  # type: ignore[attr-defined]
         sock.send(encode(self.hello))
 
 
 def _traffic(args: EngineArgs, engine_id: int) -> TrafficManager:
     t = args.cluster.traffic
-    return TrafficManager(engine_id=engine_id, node_id=args.node_id, snic_gbps=t.snic_gbps,
-                          cnic_gbps=t.cnic_gbps, shared_dir=links_dir(args.cluster_id),
-                          read_free=t.read_free, snic_directions=t.snic_directions)
+    return TrafficManager(
+        engine_id=engine_id,
+        node_id=args.node_id,
+        snic_gbps=t.snic_gbps,
+        cnic_gbps=t.cnic_gbps,
+        shared_dir=links_dir(args.cluster_id),
+        read_free=t.read_free,
+        snic_directions=t.snic_directions,
+    )
 
 
 class _Gate:
@@ -195,14 +237,24 @@ def _sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
 
     fixed = None
     if args.cluster.engine.attention_s_per_gflop > 0:
-        fixed = fixed_predictor(decoder, seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
-                                intercept_s=args.cluster.engine.attention_intercept_s)
+        fixed = fixed_predictor(
+            decoder,
+            seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
+            intercept_s=args.cluster.engine.attention_intercept_s,
+        )
     pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
-    print(f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
-          f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
-          f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms", flush=True)
-    return SchedulerConfig(compute_quota_s=args.cluster.engine.compute_quota_s, attention_predictor=pred,
-                           max_batch_tokens=args.cluster.engine.max_batch_tokens, block_size=args.cluster.engine.block_size)
+    print(
+        f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
+        f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
+        f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms",
+        flush=True,
+    )
+    return SchedulerConfig(
+        compute_quota_s=args.cluster.engine.compute_quota_s,
+        attention_predictor=pred,
+        max_batch_tokens=args.cluster.engine.max_batch_tokens,
+        block_size=args.cluster.engine.block_size,
+    )
 
 
 def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
@@ -218,9 +270,16 @@ def _configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
 MAX_STEP_FAILURES = 5  # consecutive steps raising out of the worker: the engine is broken, exit
 
 
-def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, eid: int,
-          configure: Callable[[Configure], None], drops: DropCounter,
-          again: Callable[[zmq.Socket, object], None] = lambda s, w: None) -> None:
+def _loop(
+    sock: zmq.Socket,
+    worker: object,
+    outbox: Outbox,
+    transport: object,
+    eid: int,
+    configure: Callable[[Configure], None],
+    drops: DropCounter,
+    again: Callable[[zmq.Socket, object], None] = lambda s, w: None,
+) -> None:
     """Serve until Shutdown. A message that does not decode, or whose handling raises, is dropped
     and counted (a task whose handling raises is failed alone); the workers isolate per-request
     failures in their steps. Only ``MAX_STEP_FAILURES`` steps in a row raising out of the worker
@@ -231,7 +290,7 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
     while True:
         again(sock, worker)
         busy = worker.has_work()  # type: ignore[attr-defined]
-        for s, _ in poller.poll(0 if busy else 2):
+        for _sock, _ in poller.poll(0 if busy else 2):
             while True:
                 try:
                     raw = sock.recv(zmq.NOBLOCK)
@@ -240,8 +299,11 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                 try:
                     msg = decode(raw)
                 except DECODE_ERRORS as exc:
-                    drops.drop("control", "invalid" if isinstance(exc, msgspec.ValidationError)
-                               else "undecodable", str(exc))
+                    drops.drop(
+                        "control",
+                        "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable",
+                        str(exc),
+                    )
                     continue
                 if isinstance(msg, Shutdown):
                     print(f"engine {eid}: stopped by the scheduler ({msg.reason})", flush=True)
@@ -252,11 +314,13 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
                 try:
                     _handle(msg, worker, transport, eid, configure, drops)
                 except Exception as exc:  # noqa: BLE001 - one message must not end the engine
-                    drops.drop("control", "handler_error",
-                               f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
+                    drops.drop(
+                        "control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}"
+                    )
                     if isinstance(msg, (PrefillTask, DecodeTask)):
                         worker.fail_task(  # type: ignore[attr-defined]
-                            msg.request_id, "the task could not be taken (see the engine log)", exc)
+                            msg.request_id, "the task could not be taken (see the engine log)", exc
+                        )
         if busy:
             try:
                 worker.step()  # type: ignore[attr-defined]
@@ -271,8 +335,14 @@ def _loop(sock: zmq.Socket, worker: object, outbox: Outbox, transport: object, e
             sock.send(encode(out))  # type: ignore[arg-type]
 
 
-def _handle(msg: object, worker: object, transport: object, eid: int,
-            configure: Callable[[Configure], None], drops: DropCounter) -> None:
+def _handle(
+    msg: object,
+    worker: object,
+    transport: object,
+    eid: int,
+    configure: Callable[[Configure], None],
+    drops: DropCounter,
+) -> None:
     if isinstance(msg, (PrefillTask, DecodeTask)):
         worker.add(msg)  # type: ignore[attr-defined]
     elif isinstance(msg, Cancel):
@@ -298,7 +368,9 @@ def standby(template: EngineArgs) -> None:
 
     torch.set_num_threads(1)
     loaded = _model(template)
-    print(f"standby (pid {os.getpid()}): {template.cluster.model} loaded; waiting for an assignment", flush=True)
+    print(
+        f"standby (pid {os.getpid()}): {template.cluster.model} loaded; waiting for an assignment", flush=True
+    )
     line = sys.stdin.readline()
     if not line.strip():
         return

@@ -28,13 +28,19 @@ class Geometry:
     @classmethod
     def of(cls, decoder: Decoder, block_size: int) -> Geometry:
         c = decoder.config
-        return cls(num_layers=c.num_layers, num_kv_heads=c.num_kv_heads, head_dim=c.head_dim,
-                   dtype=decoder.dtype, block_size=block_size)
+        return cls(
+            num_layers=c.num_layers,
+            num_kv_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            dtype=decoder.dtype,
+            block_size=block_size,
+        )
 
     def layout(self) -> BlockLayout:
         per = 2 * self.num_kv_heads * self.head_dim * torch.empty(0, dtype=self.dtype).element_size()
-        return BlockLayout(num_layers=self.num_layers, kv_bytes_per_token_layer=per,
-                           block_size=self.block_size)
+        return BlockLayout(
+            num_layers=self.num_layers, kv_bytes_per_token_layer=per, block_size=self.block_size
+        )
 
 
 class Outbox:
@@ -79,8 +85,13 @@ class BlockIO:
         self.read_queue_tokens = 0
         self._lock = threading.Lock()
 
-    def read_into(self, hashes: list[str], outs: list[np.ndarray], path: str,
-                  done: Callable[[int, BaseException | None], None]) -> Future[None]:
+    def read_into(
+        self,
+        hashes: list[str],
+        outs: list[np.ndarray],
+        path: str,
+        done: Callable[[int, BaseException | None], None],
+    ) -> Future[None]:
         """Read Full Blocks ``hashes`` into the uint8 arrays ``outs`` (one per block) on the read
         thread, paying this node's SNIC; then ``done(num_read, error or None)`` on that thread:
         the leading ``num_read`` blocks are in ``outs``. A miss (a block vanished, or failed its
@@ -111,8 +122,9 @@ class BlockIO:
 
         return self._reads.submit(job)
 
-    def submit_write(self, block_hash: str, parent: str | None, token_ids: Sequence[int],
-                     data: np.ndarray) -> Future[bool]:
+    def submit_write(
+        self, block_hash: str, parent: str | None, token_ids: Sequence[int], data: np.ndarray
+    ) -> Future[bool]:
         """``IOEngine.submit_write`` for ``runtime/engine``'s DecodeEngine: copies ``data`` now (so the
         cache block may be reused at once) and persists it on the writer thread through this node's
         SNIC. The returned future is already resolved; ``after_writes`` orders work after the write."""

@@ -60,16 +60,32 @@ def tiny_model_dir(root: Path) -> Path:
 
     folder = root / "tiny-model"
     if not (folder / "config.json").is_file():
-        make_tiny_checkpoint(folder, TinySpec(vocab_size=512, hidden_size=128, intermediate_size=256,
-                                              num_layers=4, num_heads=4, num_kv_heads=2))
+        make_tiny_checkpoint(
+            folder,
+            TinySpec(
+                vocab_size=512,
+                hidden_size=128,
+                intermediate_size=256,
+                num_layers=4,
+                num_heads=4,
+                num_kv_heads=2,
+            ),
+        )
     return folder
 
 
 class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
-    def __init__(self, config: ClusterConfig, *, startup_timeout_s: float = 180.0,
-                 auth: bool = False, supervise: bool = True, standby: bool = False) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        startup_timeout_s: float = 180.0,
+        auth: bool = False,
+        supervise: bool = True,
+        standby: bool = False,
+    ) -> None:
         """``auth``: CURVE-authenticate the control and data planes with keys made now (written
         0600 to ``key_file`` in the run directory; clients need ``keys``). ``supervise``: restart
         any process that dies (after start; a failure during start raises). ``standby``: keep one
@@ -92,16 +108,21 @@ class LocalCluster:
         self._standby: subprocess.Popen[bytes] | None = None
         self._standbys = 0
 
-    def _spawn(self, module: str, args: msgspec.Struct, log: str, name: str = "",
-               flags: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, module: str, args: msgspec.Struct, log: str, name: str = "", flags: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         if name:
             self._spawn_args[name] = (module, args, log)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
         with open(self.run_dir / log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", module, *flags, msgspec.json.encode(args).decode()],
-                                    stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.PIPE if flags else subprocess.DEVNULL,
-                                    preexec_fn=_die_with_parent)
+            return subprocess.Popen(
+                [sys.executable, "-m", module, *flags, msgspec.json.encode(args).decode()],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.PIPE if flags else subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
 
     def _new_standby(self) -> None:
         """Start the warm spare (its template: engine 0's arguments; same model for all)."""
@@ -131,11 +152,15 @@ class LocalCluster:
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
         cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
         writer_cap = cap // cfg.num_decode_engines  # DEs persist: each bounds its index at 1/D
-        engine_cfg = (msgspec.structs.replace(cfg, model=str(tiny_model_dir(self.run_dir)))
-                      if cfg.model == "tiny" else cfg)
+        engine_cfg = (
+            msgspec.structs.replace(cfg, model=str(tiny_model_dir(self.run_dir)))
+            if cfg.model == "tiny"
+            else cfg
+        )
         port_file = self.run_dir / "scheduler.addr"
-        sargs = SchedulerArgs(cluster=cfg, port_file=str(port_file), kv_capacity_bytes=cap,
-                              key_file=str(self.key_file or ""))
+        sargs = SchedulerArgs(
+            cluster=cfg, port_file=str(port_file), kv_capacity_bytes=cap, key_file=str(self.key_file or "")
+        )
         self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -145,14 +170,27 @@ class LocalCluster:
             time.sleep(0.05)
         self.address = port_file.read_text().strip()
         bound = msgspec.structs.replace(cfg, scheduler_port=int(self.address.rsplit(":", 1)[1]))
-        self._spawn_args["scheduler"] = ("dualpath.runtime.cluster.scheduler",  # (a restart: same address)
-                                         msgspec.structs.replace(sargs, cluster=bound), "scheduler.log")
+        self._spawn_args["scheduler"] = (
+            "dualpath.runtime.cluster.scheduler",  # (a restart: same address)
+            msgspec.structs.replace(sargs, cluster=bound),
+            "scheduler.log",
+        )
         for eid in range(cfg.num_engines):
-            self.engine_procs[eid] = self._spawn("dualpath.runtime.cluster.engine_main", EngineArgs(
-                cluster=engine_cfg, scheduler=self.address, role=cfg.role_of(eid),
-                node_id=cfg.node_of(eid), engine_id=eid, cluster_id=self.cluster_id,
-                kv_capacity_bytes=writer_cap if cfg.role_of(eid) == "decode" else cap,
-                key_file=str(self.key_file or "")), f"engine{eid}.log", name=f"engine{eid}")
+            self.engine_procs[eid] = self._spawn(
+                "dualpath.runtime.cluster.engine_main",
+                EngineArgs(
+                    cluster=engine_cfg,
+                    scheduler=self.address,
+                    role=cfg.role_of(eid),
+                    node_id=cfg.node_of(eid),
+                    engine_id=eid,
+                    cluster_id=self.cluster_id,
+                    kv_capacity_bytes=writer_cap if cfg.role_of(eid) == "decode" else cap,
+                    key_file=str(self.key_file or ""),
+                ),
+                f"engine{eid}.log",
+                name=f"engine{eid}",
+            )
         LocalCluster._running.add(self)
         self.wait_ready()
         if self.supervise:
@@ -204,8 +242,11 @@ class LocalCluster:
         procs = {"scheduler": self.scheduler_proc} | {f"engine{e}": p for e, p in self.engine_procs.items()}
         parts = []
         for name, proc in procs.items():
-            state = "not started" if proc is None else (
-                "running" if proc.poll() is None else f"exited with code {proc.returncode}")
+            state = (
+                "not started"
+                if proc is None
+                else ("running" if proc.poll() is None else f"exited with code {proc.returncode}")
+            )
             log = self.run_dir / f"{name}.log"
             text = log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"
             parts.append(f"--- {name} ({state}) {log}\n{text}")
@@ -229,7 +270,9 @@ class LocalCluster:
             if health is not None and sum(e.alive for e in health.engines) == self.config.num_engines:
                 return health
             if time.monotonic() > deadline:
-                raise DualpathError(f"cluster not ready after {self.startup_timeout_s} s; logs in {self.run_dir}")
+                raise DualpathError(
+                    f"cluster not ready after {self.startup_timeout_s} s; logs in {self.run_dir}"
+                )
             time.sleep(0.2)
 
     def health(self, timeout_s: float = 2.0) -> ClusterHealth | None:

@@ -109,8 +109,14 @@ class EngineHello(_Msg, frozen=True):
 
     def geometry(self) -> tuple[object, ...]:
         """What every engine of one cluster must agree on (checked at each hello)."""
-        return (self.model_name, self.num_layers, self.kv_bytes_per_token_layer, self.block_size,
-                self.vocab_size, self.max_context_len)
+        return (
+            self.model_name,
+            self.num_layers,
+            self.kv_bytes_per_token_layer,
+            self.block_size,
+            self.vocab_size,
+            self.max_context_len,
+        )
 
 
 class Welcome(_Msg, frozen=True):
@@ -137,8 +143,12 @@ class Heartbeat(_Msg, frozen=True):
     bytes_by_nic: Counters
     dropped: Counters = msgspec.field(default_factory=dict)  # DropCounter.snapshot() of the engine
     failed_requests: Count = 0  # requests this engine failed alone (per-request isolation)
-    store_counts: Counters = msgspec.field(default_factory=dict)  # this engine's BlockStore: corrupt_blocks, evictions, ...
-    store_write_errors: Counters = msgspec.field(default_factory=dict)  # its failed writes by cause ("ENOSPC", ...)
+    store_counts: Counters = msgspec.field(
+        default_factory=dict
+    )  # this engine's BlockStore: corrupt_blocks, evictions, ...
+    store_write_errors: Counters = msgspec.field(
+        default_factory=dict
+    )  # its failed writes by cause ("ENOSPC", ...)
 
 
 class ReadPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,8 +165,10 @@ class ReadPlan(msgspec.Struct, frozen=True, kw_only=True):
         pe, de = self.pe_read_len > 0, self.de_read_len > 0
         want = "split" if pe and de else ("de" if de else "pe")
         if self.side != want:
-            raise ValueError(f"read side {self.side!r} with pe_read_len={self.pe_read_len} and "
-                             f"de_read_len={self.de_read_len} (that is {want!r})")
+            raise ValueError(
+                f"read side {self.side!r} with pe_read_len={self.pe_read_len} and "
+                f"de_read_len={self.de_read_len} (that is {want!r})"
+            )
 
     @classmethod
     def of(cls, a: PrefillAssignment) -> ReadPlan:
@@ -250,14 +262,31 @@ class Supervision(_Msg, frozen=True):
 
     restarts: Counters = msgspec.field(default_factory=dict)
     lost: Annotated[dict[EngineId, Count], Meta(max_length=1 << 16)] = msgspec.field(default_factory=dict)
-    down: Annotated[dict[Annotated[str, Meta(max_length=256)], Annotated[float, Meta(ge=0)]],
-                    Meta(max_length=4096)] = msgspec.field(default_factory=dict)
+    down: Annotated[
+        dict[Annotated[str, Meta(max_length=256)], Annotated[float, Meta(ge=0)]], Meta(max_length=4096)
+    ] = msgspec.field(default_factory=dict)
 
 
-Message = Union[
-    Submit, Abort, Query, QueryReply, Rejected, Tokens, EngineHello, Welcome, Peers,
-    Heartbeat, PrefillTask, DecodeTask, Progress, Configure, Cancel, Reset,
-    Shutdown, EngineLoading, Supervision,
+Message = Union[  # noqa: UP007 (msgspec reads the tagged union from this alias)
+    Submit,
+    Abort,
+    Query,
+    QueryReply,
+    Rejected,
+    Tokens,
+    EngineHello,
+    Welcome,
+    Peers,
+    Heartbeat,
+    PrefillTask,
+    DecodeTask,
+    Progress,
+    Configure,
+    Cancel,
+    Reset,
+    Shutdown,
+    EngineLoading,
+    Supervision,
 ]
 
 _encoder = msgspec.msgpack.Encoder()
@@ -278,5 +307,6 @@ def _check_task(ids: list[int], read: ReadPlan) -> None:
     if not ids:
         raise ValueError("prompt_token_ids is empty")
     if read.hit_len > len(ids):
-        raise ValueError(f"read spans pe={read.pe_read_len} + de={read.de_read_len} exceed the "
-                         f"prompt length {len(ids)}")
+        raise ValueError(
+            f"read spans pe={read.pe_read_len} + de={read.de_read_len} exceed the prompt length {len(ids)}"
+        )

@@ -26,8 +26,9 @@ class Split:
 
     __slots__ = ("futures", "hashes", "left", "first_block", "block_tokens")
 
-    def __init__(self, hashes: Sequence[str], futures: list[Future[ReadResult]], first_block: int,
-                 block_tokens: int) -> None:
+    def __init__(
+        self, hashes: Sequence[str], futures: list[Future[ReadResult]], first_block: int, block_tokens: int
+    ) -> None:
         self.hashes, self.futures, self.left = list(hashes), futures, len(hashes) * block_tokens
         self.first_block, self.block_tokens = first_block, block_tokens
 
@@ -90,8 +91,9 @@ class RemoteDE:
         self.w.transport.notify(f"e{self.de_id}", [ask], source=f"e{self.w.engine_id}")
         return Pull(self.w, request_id, layer, stop - start, self.de_id)
 
-    def pushed_share(self, request_id: str, first_block: int, hashes: Sequence[str],
-                     dest: str) -> list[Future[ReadResult]]:
+    def pushed_share(
+        self, request_id: str, first_block: int, hashes: Sequence[str], dest: str
+    ) -> list[Future[ReadResult]]:
         """The DE reads and pushes this share on its own (its ``DecodeTask`` says "split"); the
         futures resolve as its layers arrive (``deliver``) or its ``HitsLoaded`` cuts it."""
         geo = self.w.geo

@@ -34,7 +34,6 @@ from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
 from dualpath.policy import views as pv
 from dualpath.policy.batch import BatchLimits
-from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
 from dualpath.runtime.cluster.pe_remote import PeIO, RemoteDE, Split, when_all
@@ -53,17 +52,36 @@ __all__ = ["PrefillWorker"]
 
 
 class PrefillWorker(WorkerBase):
-    def __init__(self, *, engine_id: int, node_id: int, decoder: Decoder, geo: Geometry,
-                 blockio: BlockIO, transport: Transport, scheduler: Scheduler, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        node_id: int,
+        decoder: Decoder,
+        geo: Geometry,
+        blockio: BlockIO,
+        transport: Transport,
+        scheduler: Scheduler,
+        outbox: Outbox,
+    ) -> None:
         super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.scheduler, self.outbox = scheduler, outbox
         bb = geo.layout().full_block_bytes
-        self.engine = PrefillEngine(decoder, transport, PeIO(self), PrefillConfig(  # type: ignore[arg-type]
-            name=f"e{engine_id}.staging", block_size=geo.block_size,
-            buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb), max_cached_tokens=STAGING_TOKENS,
-            overlap=True, transfer_timeout_s=TRANSFER_TIMEOUT_S))
+        self.engine = PrefillEngine(
+            decoder,
+            transport,
+            PeIO(self),
+            PrefillConfig(  # type: ignore[arg-type]
+                name=f"e{engine_id}.staging",
+                block_size=geo.block_size,
+                buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb),
+                max_cached_tokens=STAGING_TOKENS,
+                overlap=True,
+                transfer_timeout_s=TRANSFER_TIMEOUT_S,
+            ),
+        )
         self._cond = threading.Condition(self._lock)
         self._pulling: set[str] = set()  # admitted "de" requests (layers pulled per step)
         self._split: dict[str, Split] = {}  # admitted split requests: DE share pushed to the buffer
@@ -80,17 +98,22 @@ class PrefillWorker(WorkerBase):
 
     def _admit_one(self, task: PrefillTask) -> bool:
         bs, rid, de, read = self.geo.block_size, task.request_id, f"e{task.decode_engine}", task.read
-        hashes = tuple(chain_hashes(task.prompt_token_ids[:read.hit_len], bs))
+        hashes = tuple(chain_hashes(task.prompt_token_ids[: read.hit_len], bs))
         early = self._hits.get(rid)  # a HitsLoaded that came before the task
         if early is not None and early > read.hit_len:
-            raise ValueError(f"{rid}: DE-path hits announced to end at {early}, the task has "
-                             f"{read.hit_len}")
+            raise ValueError(f"{rid}: DE-path hits announced to end at {early}, the task has {read.hit_len}")
         if read.side != "pe" and de not in self._connected:
             self.engine.connect(de, RemoteDE(self, task.decode_engine))  # type: ignore[arg-type]
             self._connected.add(de)
-        req = PrefillRequest(request_id=rid, token_ids=tuple(task.prompt_token_ids), decode_endpoint=de,
-                             read_side=read.side, hit_hashes=hashes, sampling=task.params,
-                             split_block=read.pe_read_len // bs if read.side == "split" else 0)
+        req = PrefillRequest(
+            request_id=rid,
+            token_ids=tuple(task.prompt_token_ids),
+            decode_endpoint=de,
+            read_side=read.side,
+            hit_hashes=hashes,
+            sampling=task.params,
+            split_block=read.pe_read_len // bs if read.side == "split" else 0,
+        )
         if not self.engine.add_request(req):
             return False
         if read.pe_read_len:  # the PE's share read from the store: tell the scheduler at once
@@ -140,8 +163,10 @@ class PrefillWorker(WorkerBase):
                     raise ValueError(f"{m.key}: a prefill engine takes no {type(m).__name__}")
                 task = self._tasks.get(m.key)
                 if task is not None and m.end_tokens > task.read.hit_len:
-                    raise ValueError(f"{m.key}: DE-path hits announced to end at {m.end_tokens}, the "
-                                     f"task has {task.read.hit_len}")
+                    raise ValueError(
+                        f"{m.key}: DE-path hits announced to end at {m.end_tokens}, the "
+                        f"task has {task.read.hit_len}"
+                    )
                 if m.key in self._split:
                     self._split[m.key].cut(m.end_tokens // self.geo.block_size)
                 else:
@@ -194,8 +219,11 @@ class PrefillWorker(WorkerBase):
             entries = self._isolate(list(self.scheduler.plan_prefill_batch(view, self.limits).entries))
         except Exception as exc:  # noqa: BLE001 - the plan over these requests failed: fail them
             for i, item in enumerate(ready):
-                self.fail_task(item.request_id, "its batch could not be planned (see the engine log)",
-                               exc if i == 0 else None)
+                self.fail_task(
+                    item.request_id,
+                    "its batch could not be planned (see the engine log)",
+                    exc if i == 0 else None,
+                )
             return True
         if not entries:
             return False
@@ -215,8 +243,14 @@ class PrefillWorker(WorkerBase):
                 continue
             done = PrefillDone(key=out.request_id, first_token=out.first_token)
             self.transport.notify(f"e{task.decode_engine}", [done], source=f"e{self.engine_id}")
-            self.outbox.put(Progress(request_id=out.request_id, engine_id=self.engine_id,
-                                     event="prefill_done", hit_len=out.hit_tokens))
+            self.outbox.put(
+                Progress(
+                    request_id=out.request_id,
+                    engine_id=self.engine_id,
+                    event="prefill_done",
+                    hit_len=out.hit_tokens,
+                )
+            )
         self._admit_waiting()
         return True
 
@@ -254,5 +288,3 @@ class PrefillWorker(WorkerBase):
                                            f"decode engine failed"))  # fmt: skip
             return
         self._waiting.insert(0, rid)
-
-

@@ -6,11 +6,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dualpath.policy.ledger import Entry
 from dualpath.runtime.cluster.api import (
-    ClusterHealth, ClusterInfo, EngineHealth, MetricsSnapshot, RequestStats,
+    ClusterHealth,
+    ClusterInfo,
+    EngineHealth,
+    MetricsSnapshot,
+    RequestStats,
 )
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
-from dualpath.policy.ledger import Entry
 from dualpath.runtime.cluster.state import read_side
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.transfer.drops import merge
@@ -40,10 +44,18 @@ class Reporter:
         self.down: list[str] = []
         self.deaths = 0
         self.revivals = 0
-        self.counts = dict(num_requests=0, num_finished=0, num_failed=0, hit_tokens=0,
-                           prompt_tokens=0, generated_tokens=0, failed_hit_tokens=0)
-        self.samples: dict[str, deque[float]] = {k: deque(maxlen=_SAMPLES)
-                                                 for k in ("ttft_s", "ttst_s", "tpot_s", "e2e_s")}
+        self.counts = dict(
+            num_requests=0,
+            num_finished=0,
+            num_failed=0,
+            hit_tokens=0,
+            prompt_tokens=0,
+            generated_tokens=0,
+            failed_hit_tokens=0,
+        )
+        self.samples: dict[str, deque[float]] = {
+            k: deque(maxlen=_SAMPLES) for k in ("ttft_s", "ttst_s", "tpot_s", "e2e_s")
+        }
 
     # ------------------------------------------------------------------ requests
     def validate(self, msg: Submit) -> tuple[str, str] | None:
@@ -59,8 +71,10 @@ class Reporter:
             return "bad_request", f"token ids must be in [0, {vocab})"
         limit = svc.hello.max_context_len
         if n + msg.params.max_tokens > limit:
-            return "too_long", (f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
-                                f"exceeds the model's context of {limit} tokens")
+            return "too_long", (
+                f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
+                f"exceeds the model's context of {limit} tokens"
+            )
         limit_queued = svc.args.cluster.scheduler.max_queued_requests
         if len(self.timing) >= limit_queued:
             return "queue_full", f"{len(self.timing)} requests in flight (max {limit_queued})"
@@ -122,10 +136,17 @@ class Reporter:
         if t.num_tokens > 1:
             s["tpot_s"].append((now - first) / (t.num_tokens - 1))
         return RequestStats(
-            prompt_len=t.prompt_len, hit_len=t.hit_len, num_generated=t.num_tokens,
-            read_side=read_side(req), prefill_engine=req.pe, decode_engine=req.de,
-            queue_s=(t.dispatch_s or now) - t.submit_s, ttft_s=ttft,
-            ttst_s=None if t.second_s is None else t.second_s - t.submit_s, e2e_s=e2e)
+            prompt_len=t.prompt_len,
+            hit_len=t.hit_len,
+            num_generated=t.num_tokens,
+            read_side=read_side(req),
+            prefill_engine=req.pe,
+            decode_engine=req.de,
+            queue_s=(t.dispatch_s or now) - t.submit_s,
+            ttft_s=ttft,
+            ttst_s=None if t.second_s is None else t.second_s - t.submit_s,
+            e2e_s=e2e,
+        )
 
     def failed(self, rid: str) -> None:
         if rid in self.timing:
@@ -155,24 +176,41 @@ class Reporter:
     def health(self) -> ClusterHealth:
         st = self.svc.state
         loads = st.ledger.engines
-        engines = tuple(EngineHealth(engine_id=e.engine_id, role=e.role, node_id=e.node_id,
-                                     alive=e.alive, num_seqs=loads[e.engine_id].num_seqs,
-                                     num_tokens=loads[e.engine_id].num_tokens,
-                                     last_seen_s=e.last_seen_s, data_addr=e.data_addr)
-                        for e in sorted(st.engines.values(), key=lambda e: e.engine_id))
+        engines = tuple(
+            EngineHealth(
+                engine_id=e.engine_id,
+                role=e.role,
+                node_id=e.node_id,
+                alive=e.alive,
+                num_seqs=loads[e.engine_id].num_seqs,
+                num_tokens=loads[e.engine_id].num_tokens,
+                last_seen_s=e.last_seen_s,
+                data_addr=e.data_addr,
+            )
+            for e in sorted(st.engines.values(), key=lambda e: e.engine_id)
+        )
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
-        return ClusterHealth(ok=bool(st.groups("prefill") and st.groups("decode")), engines=engines,
-                             num_waiting=len(self.timing) - running, num_running=running,
-                             policy=self.svc.args.cluster.policy, down=tuple(self.down),
-                             unavailable=self.svc.supervision.items(),
-                             restarts=self.svc.supervision.restarts())
+        return ClusterHealth(
+            ok=bool(st.groups("prefill") and st.groups("decode")),
+            engines=engines,
+            num_waiting=len(self.timing) - running,
+            num_running=running,
+            policy=self.svc.args.cluster.policy,
+            down=tuple(self.down),
+            unavailable=self.svc.supervision.items(),
+            restarts=self.svc.supervision.restarts(),
+        )
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
-        return ClusterInfo(model_name=h.model_name if h else "", max_context_len=h.max_context_len if h else 0,
-                           vocab_size=h.vocab_size if h else 0, eos_token_id=h.eos_token_id if h else None,
-                           max_queued_requests=self.svc.args.cluster.scheduler.max_queued_requests,
-                           block_size=h.block_size if h else 64)
+        return ClusterInfo(
+            model_name=h.model_name if h else "",
+            max_context_len=h.max_context_len if h else 0,
+            vocab_size=h.vocab_size if h else 0,
+            eos_token_id=h.eos_token_id if h else None,
+            max_queued_requests=self.svc.args.cluster.scheduler.max_queued_requests,
+            block_size=h.block_size if h else 64,
+        )
 
     def metrics(self) -> MetricsSnapshot:
         paths: dict[str, int] = {}
@@ -183,29 +221,44 @@ class Reporter:
             for k, v in hb.bytes_by_nic.items():
                 nics[k] = nics.get(k, 0) + v
         st = self.svc.state.ledger
-        depths = {"waiting": len(st.global_queue) + sum(len(q) for q in st.private.values()),
-                  "prefill_queue": len(st.prefill_queue),
-                  "in_flight": len(self.timing)}
+        depths = {
+            "waiting": len(st.global_queue) + sum(len(q) for q in st.private.values()),
+            "prefill_queue": len(st.prefill_queue),
+            "in_flight": len(self.timing),
+        }
         for node, q in st.read_q.items():
             depths[f"node{node}/read_q_tokens"] = q
         c, s = self.counts, self.samples
         store, write_errors = self._store_counts()
         return MetricsSnapshot(
-            num_requests=c["num_requests"], num_finished=c["num_finished"], num_failed=c["num_failed"],
-            hit_tokens=c["hit_tokens"], prompt_tokens=c["prompt_tokens"],
-            generated_tokens=c["generated_tokens"], bytes_by_path=paths, bytes_by_nic=nics,
-            queue_depths=depths, ttft_s=list(s["ttft_s"]), ttst_s=list(s["ttst_s"]),
-            tpot_s=list(s["tpot_s"]), e2e_s=list(s["e2e_s"]),
-            engines_alive={role: sum(e.alive and e.role == role for e in st.engines.values())
-                           for role in ("prefill", "decode")},
-            engine_deaths=self.deaths, engine_revivals=self.revivals,
+            num_requests=c["num_requests"],
+            num_finished=c["num_finished"],
+            num_failed=c["num_failed"],
+            hit_tokens=c["hit_tokens"],
+            prompt_tokens=c["prompt_tokens"],
+            generated_tokens=c["generated_tokens"],
+            bytes_by_path=paths,
+            bytes_by_nic=nics,
+            queue_depths=depths,
+            ttft_s=list(s["ttft_s"]),
+            ttst_s=list(s["ttst_s"]),
+            tpot_s=list(s["tpot_s"]),
+            e2e_s=list(s["e2e_s"]),
+            engines_alive={
+                role: sum(e.alive and e.role == role for e in st.engines.values())
+                for role in ("prefill", "decode")
+            },
+            engine_deaths=self.deaths,
+            engine_revivals=self.revivals,
             store_counts=store | {"failed_hit_tokens": c["failed_hit_tokens"]},
             store_write_errors=write_errors,
-            messages_dropped=merge(self.svc.drops.snapshot(),
-                                   *(hb.dropped for hb in self.heartbeats.values())),
+            messages_dropped=merge(
+                self.svc.drops.snapshot(), *(hb.dropped for hb in self.heartbeats.values())
+            ),
             engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()),
             process_restarts=self.svc.supervision.restarts(),
-            requests_retried=self.svc.supervision.retried)
+            requests_retried=self.svc.supervision.retried,
+        )
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Store counters summed over the engines' last heartbeats and the scheduler's own store."""

@@ -22,9 +22,29 @@ from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.config import SchedulerArgs
 from dualpath.runtime.cluster.messages import (
-    DECODE_ERRORS, Abort, Cancel, Configure, DecodeTask, EngineHello, Heartbeat, Peers, PrefillTask, Progress,
-    Query, QueryReply, ReadPlan, Rejected, Reset, Shutdown, Submit, Tokens, Welcome, decode, encode,
-    EngineLoading, Supervision,
+    DECODE_ERRORS,
+    Abort,
+    Cancel,
+    Configure,
+    DecodeTask,
+    EngineHello,
+    EngineLoading,
+    Heartbeat,
+    Peers,
+    PrefillTask,
+    Progress,
+    Query,
+    QueryReply,
+    ReadPlan,
+    Rejected,
+    Reset,
+    Shutdown,
+    Submit,
+    Supervision,
+    Tokens,
+    Welcome,
+    decode,
+    encode,
 )
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
@@ -32,7 +52,6 @@ from dualpath.runtime.cluster.supervisor_view import MAX_RETRIES, SupervisionVie
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
-
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
@@ -175,8 +194,13 @@ class SchedulerService:
         if taken:
             why, cause = f"data address {msg.data_addr} is engine {taken[0]}'s", "duplicate_address"
         elif self.hello is not None and msg.geometry() != self.hello.geometry():
-            why, cause = (f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
-                          f"the cluster's {self.hello.geometry()}"), "mismatch"
+            why, cause = (
+                (
+                    f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
+                    f"the cluster's {self.hello.geometry()}"
+                ),
+                "mismatch",
+            )
         if why is not None:
             self.drops.drop("control", cause, why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
@@ -185,9 +209,17 @@ class SchedulerService:
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
             eid = max(self.state.engines, default=-1) + 1
-        self.state.add_engine(EngineState(engine_id=eid, role=msg.role, node_id=msg.node_id,
-                                          hbm_tokens=msg.hbm_tokens, last_seen_s=now,
-                                          data_addr=msg.data_addr, identity=ident))
+        self.state.add_engine(
+            EngineState(
+                engine_id=eid,
+                role=msg.role,
+                node_id=msg.node_id,
+                hbm_tokens=msg.hbm_tokens,
+                last_seen_s=now,
+                data_addr=msg.data_addr,
+                identity=ident,
+            )
+        )
         self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
@@ -199,17 +231,24 @@ class SchedulerService:
         from dualpath.runtime.kvstore import BlockLayout
 
         self.hello = msg
-        layout = BlockLayout(num_layers=msg.num_layers, block_size=msg.block_size,
-                             kv_bytes_per_token_layer=msg.kv_bytes_per_token_layer)
+        layout = BlockLayout(
+            num_layers=msg.num_layers,
+            block_size=msg.block_size,
+            kv_bytes_per_token_layer=msg.kv_bytes_per_token_layer,
+        )
         cap, cluster = self.args.kv_capacity_bytes, self.args.cluster
         if self.store is None or self.store.layout != layout:  # (kept across Configure)
-            self.store = BlockStore(cluster.kv_dir, layout, "auto" if cap is None else cap,
-                                    file_mode=cluster.kv_file_mode)
+            self.store = BlockStore(
+                cluster.kv_dir, layout, "auto" if cap is None else cap, file_mode=cluster.kv_file_mode
+            )
         snic = self._read_bytes_per_s()
-        cfg = SchedulerConfig.from_rates(snic_bytes_per_s=snic,
-                                         kv_bytes_per_token=layout.kv_bytes_per_token,
-                                         prefill_tokens_per_s=cluster.scheduler.beta_rate(cluster.model),
-                                         batching="tokens", block_size=msg.block_size)
+        cfg = SchedulerConfig.from_rates(
+            snic_bytes_per_s=snic,
+            kv_bytes_per_token=layout.kv_bytes_per_token,
+            prefill_tokens_per_s=cluster.scheduler.beta_rate(cluster.model),
+            batching="tokens",
+            block_size=msg.block_size,
+        )
         self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
         self.sched = make_scheduler(cluster.policy, cfg)
 
@@ -234,8 +273,11 @@ class SchedulerService:
                 where = f"{tempfile.gettempdir()} ({where}: {exc.strerror})"
                 rate = measure_read_bytes_per_s(tempfile.gettempdir())
             self._measured_read_bytes_per_s = rate
-            print(f"scheduler: no SNIC cap or storage_read_gbps; alpha from the read rate measured "
-                  f"in {where}, {rate / 1e9:.2f} GB/s", flush=True)
+            print(
+                f"scheduler: no SNIC cap or storage_read_gbps; alpha from the read rate measured "
+                f"in {where}, {rate / 1e9:.2f} GB/s",
+                flush=True,
+            )
         self.read_rate_source = "measured"
         return self._measured_read_bytes_per_s
 
@@ -249,8 +291,11 @@ class SchedulerService:
         try:
             c = self.args.cluster
             snic = c.traffic.snic_gbps if msg.snic_gbps is None else msg.snic_gbps
-            c = msgspec.structs.replace(c, policy=msg.policy, traffic=msgspec.structs.replace(
-                c.traffic, snic_gbps=snic, read_free=msg.read_free))
+            c = msgspec.structs.replace(
+                c,
+                policy=msg.policy,
+                traffic=msgspec.structs.replace(c.traffic, snic_gbps=snic, read_free=msg.read_free),
+            )
             self.args = msgspec.structs.replace(self.args, cluster=c)
             self._setup(self.hello)
         except DualpathError as exc:
@@ -279,8 +324,11 @@ class SchedulerService:
                 e.last_seen_s += stalled
         for e in list(self.state.engines.values()):
             if e.alive and now - e.last_seen_s > self.args.cluster.scheduler.engine_timeout_s:
-                self.engine_died(e.engine_id, f"{e.role} engine {e.engine_id} stopped responding "
-                                              f"(no heartbeat for {now - e.last_seen_s:.1f} s)")
+                self.engine_died(
+                    e.engine_id,
+                    f"{e.role} engine {e.engine_id} stopped responding "
+                    f"(no heartbeat for {now - e.last_seen_s:.1f} s)",
+                )
 
     def revive(self, eid: int, now: float) -> None:
         """A heartbeat came from an engine declared dead (it was stalled, not gone): its requests
@@ -294,8 +342,9 @@ class SchedulerService:
         self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
         self.report.revivals += 1
         self.supervision.revived(eid)
-        self.report.down.append(f"{e.role} engine {eid} answered again after {gone_s:.1f} s; "
-                                f"back in service, emptied")
+        self.report.down.append(
+            f"{e.role} engine {eid} answered again after {gone_s:.1f} s; back in service, emptied"
+        )
         print(f"scheduler: {self.report.down[-1]}", flush=True)
         self._broadcast_peers()
 
@@ -352,8 +401,9 @@ class SchedulerService:
         self.current[rid] = self.keys[rid] = rid
         self.prompts[rid] = (list(msg.prompt_token_ids), _seeded(msg.params))
         self.report.submitted(rid, n, hit, now)
-        self.state.submit(pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit,
-                                         gen_len=msg.params.max_tokens))
+        self.state.submit(
+            pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit, gen_len=msg.params.max_tokens)
+        )
 
     def _rid(self, key: str) -> str | None:
         """Client request id of an engine-facing key; None if stale (an earlier attempt)."""
@@ -408,9 +458,20 @@ class SchedulerService:
         error = error[:MAX_ERROR_CHARS]
         ident = self.clients.get(rid)
         if ident is not None:
-            self._to_client(ident, Tokens(events=[TokenEvent(
-                request_id=rid, index=self.report.num_tokens(rid), token_id=-1,
-                finish_reason="error", error=error)]))
+            self._to_client(
+                ident,
+                Tokens(
+                    events=[
+                        TokenEvent(
+                            request_id=rid,
+                            index=self.report.num_tokens(rid),
+                            token_id=-1,
+                            finish_reason="error",
+                            error=error,
+                        )
+                    ]
+                ),
+            )
         self.report.failed(rid)
         self._drop(rid, cancel=True)
 
@@ -444,10 +505,14 @@ class SchedulerService:
         key = self.current[rid]
         assert req.assignment is not None
         read = ReadPlan.of(req.assignment)
-        self._send(self.state.engines[req.de].identity, DecodeTask(
-            request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe))
-        self._send(self.state.engines[req.pe].identity, PrefillTask(
-            request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de))
+        self._send(
+            self.state.engines[req.de].identity,
+            DecodeTask(request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe),
+        )
+        self._send(
+            self.state.engines[req.pe].identity,
+            PrefillTask(request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de),
+        )
 
 
 def main() -> None:

@@ -51,16 +51,31 @@ class _Child:
 
 
 class Supervisor(threading.Thread):
-    def __init__(self, cluster: LocalCluster, *, poll_s: float = 0.1, first_backoff_s: float = 0.5,
-                 max_backoff_s: float = 10.0, stable_s: float = 30.0, max_restarts: int = 50,
-                 report_s: float = 1.0, hung_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        *,
+        poll_s: float = 0.1,
+        first_backoff_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+        stable_s: float = 30.0,
+        max_restarts: int = 50,
+        report_s: float = 1.0,
+        hung_s: float = 20.0,
+    ) -> None:
         super().__init__(daemon=True, name="dualpath-supervisor")
         self.cluster = cluster
         self.poll_s, self.first_backoff_s, self.max_backoff_s = poll_s, first_backoff_s, max_backoff_s
-        self.stable_s, self.max_restarts, self.report_s, self.hung_s = stable_s, max_restarts, report_s, hung_s
+        self.stable_s, self.max_restarts, self.report_s, self.hung_s = (
+            stable_s,
+            max_restarts,
+            report_s,
+            hung_s,
+        )
         self.children = [_Child(name="scheduler", role="scheduler")] + [
             _Child(name=f"engine{e}", role=cluster.config.role_of(e), engine_id=e)
-            for e in cluster.engine_procs]
+            for e in cluster.engine_procs
+        ]
         self.restarts: dict[str, int] = {}
         self.lost: dict[int, int] = {}  # engine id -> pid of its last exited process
         self.down: dict[str, float] = {}  # what -> since (Unix s)
@@ -102,8 +117,10 @@ class Supervisor(threading.Thread):
                 self._replies(sock, now)
                 if changed or now >= next_report:
                     next_report = now + self.report_s
-                    self._send(sock, Supervision(restarts=dict(self.restarts), lost=dict(self.lost),
-                                                 down=dict(self.down)))
+                    self._send(
+                        sock,
+                        Supervision(restarts=dict(self.restarts), lost=dict(self.lost), down=dict(self.down)),
+                    )
                     self._query_id += 1
                     self._send(sock, Query(query_id=self._query_id, what="health"))
         finally:
@@ -137,8 +154,10 @@ class Supervisor(threading.Thread):
             self.down[child.what] = time.time()
             if child.engine_id >= 0:
                 self.lost[child.engine_id] = proc.pid
-            self._note(f"{child.what} (pid {proc.pid}) exited with code {proc.returncode}; "
-                       f"restart in {backoff:.1f} s")
+            self._note(
+                f"{child.what} (pid {proc.pid}) exited with code {proc.returncode}; "
+                f"restart in {backoff:.1f} s"
+            )
             return True
         if now < child.restart_at_s or self.num_restarts >= self.max_restarts:
             return False
@@ -153,8 +172,10 @@ class Supervisor(threading.Thread):
         child.dead_s, child.started_s = None, now
         if child.role == "scheduler":
             self._answered_s = now
-        self._note(f"restarted {child.what} (pid {new.pid}; restart {self.restarts[child.role]} "
-                   f"of role {child.role})")
+        self._note(
+            f"restarted {child.what} (pid {new.pid}; restart {self.restarts[child.role]} "
+            f"of role {child.role})"
+        )
         return True
 
     # ------------------------------------------------------------------ hung processes
@@ -186,6 +207,8 @@ class Supervisor(threading.Thread):
                 continue
             proc = self.cluster.proc(child.name)
             if proc.poll() is None:
-                self._note(f"{item.what} held dead for {wall - item.since_unix_s:.0f} s while its "
-                           "process runs; killing it")
+                self._note(
+                    f"{item.what} held dead for {wall - item.since_unix_s:.0f} s while its "
+                    "process runs; killing it"
+                )
                 proc.send_signal(signal.SIGKILL)  # (a stopped process dies at it too)

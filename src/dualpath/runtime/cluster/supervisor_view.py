@@ -53,8 +53,9 @@ class SupervisionView:
         for eid, pid in msg.lost.items():
             e = self.svc.state.engines.get(eid)
             if e is not None and e.alive and self.pids.get(eid) == pid:
-                self.svc.engine_died(eid, f"{engine_name(e.role, eid)} exited (pid {pid}); "
-                                          "the supervisor restarts it")
+                self.svc.engine_died(
+                    eid, f"{engine_name(e.role, eid)} exited (pid {pid}); the supervisor restarts it"
+                )
 
     def is_lost(self, eid: int) -> bool:
         """The supervisor saw the process registered as ``eid`` exit (a late heartbeat of it must
@@ -84,10 +85,17 @@ class SupervisionView:
         self.loading.pop(self._loading_name(msg.role, msg.engine_id, msg.node_id, msg.pid), None)
         e = self.svc.state.engines.get(msg.engine_id)
         old = self.pids.get(msg.engine_id)
-        if (e is not None and e.alive and e.role == msg.role and e.node_id == msg.node_id
-                and old is not None and old != msg.pid):
-            self.svc.engine_died(e.engine_id, f"{engine_name(e.role, e.engine_id)} restarted "
-                                              f"(pid {old} -> {msg.pid})")
+        if (
+            e is not None
+            and e.alive
+            and e.role == msg.role
+            and e.node_id == msg.node_id
+            and old is not None
+            and old != msg.pid
+        ):
+            self.svc.engine_died(
+                e.engine_id, f"{engine_name(e.role, e.engine_id)} restarted (pid {old} -> {msg.pid})"
+            )
 
     def registered(self, eid: int, pid: int) -> None:
         self.pids[eid] = pid
@@ -100,8 +108,9 @@ class SupervisionView:
         if now - self.asked.get(msg.engine_id, float("-inf")) < REREGISTER_EVERY_S:
             return
         self.asked[msg.engine_id] = now
-        self.svc.drops.drop("control", "unknown_engine", f"heartbeat of engine {msg.engine_id}; "
-                            "asked to register again")
+        self.svc.drops.drop(
+            "control", "unknown_engine", f"heartbeat of engine {msg.engine_id}; asked to register again"
+        )
         self.svc._send(ident, Reset(reason="register again"))
 
     # ------------------------------------------------------------------ deaths
@@ -134,14 +143,18 @@ class SupervisionView:
         for e in self.svc.state.engines.values():
             if not e.alive:
                 name = engine_name(e.role, e.engine_id)
-                out[name] = DownItem(what=name, state="dead",
-                                     since_unix_s=self.dead_since.get(e.engine_id, now_unix))
+                out[name] = DownItem(
+                    what=name, state="dead", since_unix_s=self.dead_since.get(e.engine_id, now_unix)
+                )
         alive = {engine_name(e.role, e.engine_id) for e in self.svc.state.engines.values() if e.alive}
         if self.report is not None and self.supervised(now):
             for name, since in self.report.down.items():
                 if name not in alive:
-                    out[name] = DownItem(what=name, state="restarting",
-                                         since_unix_s=min(since, out[name].since_unix_s) if name in out else since)
+                    out[name] = DownItem(
+                        what=name,
+                        state="restarting",
+                        since_unix_s=min(since, out[name].since_unix_s) if name in out else since,
+                    )
         for name, (since, heard) in list(self.loading.items()):
             if now - heard > LOADING_TTL_S:
                 del self.loading[name]
@@ -152,4 +165,3 @@ class SupervisionView:
 
     def restarts(self) -> dict[str, int]:
         return dict(self.report.restarts) if self.report is not None else {}
-

@@ -42,10 +42,15 @@ class Link:
     Emulated senders are threads that wake late on a loaded machine; without slack those wake-up
     delays would show up as idle link time that a real NIC with a queue would not have."""
 
-    def __init__(self, name: str, rate_bytes_per_s: float | None, shared_dir: Path | None = None,
-                 slack_s: float = 0.0):
-        require(rate_bytes_per_s is None or rate_bytes_per_s > 0, "rate_bytes_per_s",
-                rate_bytes_per_s, "must be > 0 or None")
+    def __init__(
+        self, name: str, rate_bytes_per_s: float | None, shared_dir: Path | None = None, slack_s: float = 0.0
+    ):
+        require(
+            rate_bytes_per_s is None or rate_bytes_per_s > 0,
+            "rate_bytes_per_s",
+            rate_bytes_per_s,
+            "must be > 0 or None",
+        )
         self.name = name
         self.rate_bytes_per_s = rate_bytes_per_s
         self.slack_s = slack_s
@@ -119,18 +124,33 @@ class TrafficManager:
     through the SNIC's other direction, so they neither queue behind nor delay this node's storage
     reads; "shared" books reads and persists on one link (the simulator's default)."""
 
-    def __init__(self, *, engine_id: int, node_id: int, snic_gbps: float | None,
-                 cnic_gbps: float | None, shared_dir: Path | None, read_free: bool = False,
-                 snic_directions: str = "duplex") -> None:
-        require(snic_directions in SNIC_DIRECTIONS, "snic_directions", snic_directions,
-                f"choices: {', '.join(SNIC_DIRECTIONS)}")
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        node_id: int,
+        snic_gbps: float | None,
+        cnic_gbps: float | None,
+        shared_dir: Path | None,
+        read_free: bool = False,
+        snic_directions: str = "duplex",
+    ) -> None:
+        require(
+            snic_directions in SNIC_DIRECTIONS,
+            "snic_directions",
+            snic_directions,
+            f"choices: {', '.join(SNIC_DIRECTIONS)}",
+        )
         self.engine_id = engine_id
         self.node_id = node_id
         self.read_free = read_free
-        rate = (lambda g: None if g is None else gbps_to_bytes_per_s(g))
+        rate = lambda g: None if g is None else gbps_to_bytes_per_s(g)
         self.snic = Link(f"node{node_id}/snic", rate(snic_gbps), shared_dir, slack_s=0.02)
-        self.snic_tx = (self.snic if snic_directions == "shared" else
-                        Link(f"node{node_id}/snic-tx", rate(snic_gbps), shared_dir, slack_s=0.02))
+        self.snic_tx = (
+            self.snic
+            if snic_directions == "shared"
+            else Link(f"node{node_id}/snic-tx", rate(snic_gbps), shared_dir, slack_s=0.02)
+        )
         self.cnic = Link(f"engine{engine_id}/cnic", rate(cnic_gbps), shared_dir, slack_s=0.02)
         self.bytes_by_path: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -181,10 +201,12 @@ class TrafficManager:
         with self._lock:
             paths = {p: int(self.bytes_by_path.get(p, 0)) for p in PATHS}
             reads = int(self.bytes_by_path.get("snic-read", 0))
-        nics = {self.snic.name: int(sum(self.snic.bytes_by_lane.values())),
-                self.snic.name + ":read": reads,
-                self.snic_tx.name: int(sum(self.snic_tx.bytes_by_lane.values())),
-                self.cnic.name: int(sum(self.cnic.bytes_by_lane.values()))}
+        nics = {
+            self.snic.name: int(sum(self.snic.bytes_by_lane.values())),
+            self.snic.name + ":read": reads,
+            self.snic_tx.name: int(sum(self.snic_tx.bytes_by_lane.values())),
+            self.cnic.name: int(sum(self.cnic.bytes_by_lane.values())),
+        }
         return paths, nics
 
     def set_snic_gbps(self, snic_gbps: float | None) -> None:

@@ -48,9 +48,14 @@ class Orphans:
 
 def _copy(it: TransferItem) -> TransferItem:
     p = it.payload
-    return TransferItem(key=it.key, block_index=it.block_index, layer=it.layer,
-                        num_tokens=it.num_tokens, token_offset=it.token_offset,
-                        payload=p.clone() if isinstance(p, torch.Tensor) else bytes(p))
+    return TransferItem(
+        key=it.key,
+        block_index=it.block_index,
+        layer=it.layer,
+        num_tokens=it.num_tokens,
+        token_offset=it.token_offset,
+        payload=p.clone() if isinstance(p, torch.Tensor) else bytes(p),
+    )
 
 
 class WorkerBase:
@@ -110,16 +115,27 @@ class WorkerBase:
     def fail_task(self, rid: str, reason: str, exc: BaseException | None = None) -> None:
         """Fail one request on this engine: release what it holds (``cancel``) and report it."""
         if exc is not None:
-            log.warning("engine %s: request %s failed: %s", self.engine_id, rid, reason,
-                        exc_info=(type(exc), exc, exc.__traceback__))
+            log.warning(
+                "engine %s: request %s failed: %s",
+                self.engine_id,
+                rid,
+                reason,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
         self.num_failed_requests += 1
         try:
             self._release_failed(rid)
             self.cancel(rid)
         except Exception:  # releasing must not take the engine down either
             log.exception("engine %s: releasing failed request %s", self.engine_id, rid)
-        self.outbox.put(Progress(request_id=rid, engine_id=self.engine_id, event="failed",
-                                 error=f"engine {self.engine_id}: {reason}"[:1000]))
+        self.outbox.put(
+            Progress(
+                request_id=rid,
+                engine_id=self.engine_id,
+                event="failed",
+                error=f"engine {self.engine_id}: {reason}"[:1000],
+            )
+        )
 
     def load(self) -> tuple[int, int]:
         """(sequences, tokens) held; the last value if the lock is busy (heartbeats never wait)."""

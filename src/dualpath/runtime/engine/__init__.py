@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks, payload_tensor
-from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, LocalPipeline
+from dualpath.runtime.engine.local import Generation, GenRequest, LocalConfig, LocalPipeline
 from dualpath.runtime.engine.paged import PagedKVCache
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.sampling import sample_token

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from dualpath.core.errors import require
-from dualpath.runtime.engine.local import GenRequest, Generation, LocalConfig, LocalPipeline
+from dualpath.runtime.engine.local import Generation, GenRequest, LocalConfig, LocalPipeline
 from dualpath.runtime.engine.types import KVGeometry, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL

@@ -85,8 +85,9 @@ class DecodeEngine:
         transport.bind(cfg.name, self.buffer)
 
     # ----- DE side of prefill ------------------------------------------------------------------
-    def reserve(self, request_id: str, prompt_len: int, hit_hashes: Sequence[str] = (),
-                first_block: int = 0) -> bool:
+    def reserve(
+        self, request_id: str, prompt_len: int, hit_hashes: Sequence[str] = (), first_block: int = 0
+    ) -> bool:
         """Allocate the prompt's DE buffer slots; with ``hit_hashes`` (the DE's share of the hits:
         the request's blocks from ``first_block`` on; all of them on the DE read path) read them.
 
@@ -153,6 +154,7 @@ class DecodeEngine:
         for f in reads:
             f.add_done_callback(one)
         return out
+
     # ----- decode ------------------------------------------------------------------------------
     def add_request(
         self, request_id: str, prompt: Sequence[int], first_token: int, sampling: SamplingParams

@@ -72,7 +72,12 @@ class RequestBlocks:
         buffer's device, the copy is a single gather."""
         bs = self.tensors[0].shape[1]
         nb = -(-stop // bs)
-        if start == 0 and out.shape[0] >= nb * bs and out.is_contiguous() and out.device == self._arena.device:
+        if (
+            start == 0
+            and out.shape[0] >= nb * bs
+            and out.is_contiguous()
+            and out.device == self._arena.device
+        ):
             torch.index_select(self._arena[:, layer], 0, self.index[:nb],
                                out=out[: nb * bs].view(nb, bs, *out.shape[1:]))  # fmt: skip
             return
@@ -162,8 +167,14 @@ class KVBuffer:
         """Layer Blocks covering tokens ``[start, stop)`` of ``layer`` (payloads view the slots)."""
         tensors = self.blocks(request_id).tensors
         return [
-            TransferItem(key=request_id, block_index=b, layer=layer, num_tokens=n,
-                         token_offset=off, payload=tensors[b][layer, off : off + n])  # fmt: skip
+            TransferItem(
+                key=request_id,
+                block_index=b,
+                layer=layer,
+                num_tokens=n,
+                token_offset=off,
+                payload=tensors[b][layer, off : off + n],
+            )  # fmt: skip
             for b, off, n in layer_items_spans(start, stop, self.geometry.block_size)
         ]
 

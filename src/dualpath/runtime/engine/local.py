@@ -21,11 +21,11 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import MiB
 from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, make_scheduler
 from dualpath.policy.config import COMPUTE_QUOTA_S
+from dualpath.policy.prefill import choose_read
+from dualpath.policy.views import ReadSide
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
-from dualpath.policy.prefill import choose_read
-from dualpath.policy.views import ReadSide
 from dualpath.runtime.engine.types import KVGeometry, PrefillOutput, PrefillRequest, SamplingParams
 from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
 from dualpath.runtime.model import Decoder
@@ -104,9 +104,17 @@ class LocalPipeline:
             name="pe0", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
             max_cached_tokens=cfg.max_cached_tokens, overlap=cfg.overlap))  # fmt: skip
         self.decode = [
-            DecodeEngine(decoder, self.transport, self.io, DecodeConfig(
-                name=f"de{i}", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
-                num_cache_blocks=cfg.num_cache_blocks))  # fmt: skip
+            DecodeEngine(
+                decoder,
+                self.transport,
+                self.io,
+                DecodeConfig(
+                    name=f"de{i}",
+                    block_size=cfg.block_size,
+                    buffer_bytes=cfg.buffer_bytes,
+                    num_cache_blocks=cfg.num_cache_blocks,
+                ),
+            )  # fmt: skip
             for i in range(cfg.num_decode_engines)
         ]
         for de in self.decode:
@@ -118,8 +126,9 @@ class LocalPipeline:
         self.scheduler = make_scheduler(cfg.policy, sched_cfg)
         if self.scheduler.batching == "quota" and cfg.attention_predictor is None:
             # only quota batching reads the predictor: measure it just then
-            self.scheduler = make_scheduler(cfg.policy, replace(
-                sched_cfg, attention_predictor=attention_predictor(decoder)))
+            self.scheduler = make_scheduler(
+                cfg.policy, replace(sched_cfg, attention_predictor=attention_predictor(decoder))
+            )
         self.prefill_batches: list[tuple[tuple[str, int], ...]] = []  # (request_id, chunk_len) per step
         self._sides: dict[str, ReadSide] = {}  # read side of each request being generated
 
@@ -157,9 +166,13 @@ class LocalPipeline:
                     toks[out.request_id].append(out.token)
                     logits[out.request_id].append(out.logits)
         return {
-            r.request_id: Generation(request_id=r.request_id, tokens=tuple(toks[r.request_id]),
-                                     logits=tuple(logits[r.request_id]), hit_tokens=hits[r.request_id],
-                                     read_side=self._sides.pop(r.request_id))  # fmt: skip
+            r.request_id: Generation(
+                request_id=r.request_id,
+                tokens=tuple(toks[r.request_id]),
+                logits=tuple(logits[r.request_id]),
+                hit_tokens=hits[r.request_id],
+                read_side=self._sides.pop(r.request_id),
+            )  # fmt: skip
             for r in requests
         }
 
@@ -174,14 +187,18 @@ class LocalPipeline:
             side, pe_len, _ = choose_read("split", len(matched) * bs, [0.0, 1.0], [0.0, 1.0], bs)
             first = pe_len // bs if side == "split" else 0
         if not de.reserve(r.request_id, len(r.token_ids), matched[first:] if side != "pe" else (), first):
-            raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"DE buffer full for {r.request_id!r}")
+            raise ConfigError(
+                "buffer_bytes", self.config.buffer_bytes, f"DE buffer full for {r.request_id!r}"
+            )
         req = PrefillRequest(request_id=r.request_id, token_ids=r.token_ids, read_side=side,
                              decode_endpoint=de.config.name, hit_hashes=matched, sampling=r.sampling,
                              split_block=first if side == "split" else 0)  # fmt: skip
         self._sides[r.request_id] = side
         if not self.prefill.add_request(req):
             de.abort(r.request_id)
-            raise ConfigError("buffer_bytes", self.config.buffer_bytes, f"PE buffer full for {r.request_id!r}")
+            raise ConfigError(
+                "buffer_bytes", self.config.buffer_bytes, f"PE buffer full for {r.request_id!r}"
+            )
 
     def _run_prefill(self, hits: dict[str, int]) -> dict[str, PrefillOutput]:
         done: dict[str, PrefillOutput] = {}

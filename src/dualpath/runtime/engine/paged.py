@@ -64,8 +64,10 @@ class PagedKVCache:
     @staticmethod
     def run_start(block_ids: list[int]) -> int | None:
         """The first id when ``block_ids`` are consecutive (one run), else None."""
-        if block_ids and block_ids[-1] - block_ids[0] == len(block_ids) - 1 and all(
-            b == block_ids[0] + i for i, b in enumerate(block_ids)
+        if (
+            block_ids
+            and block_ids[-1] - block_ids[0] == len(block_ids) - 1
+            and all(b == block_ids[0] + i for i, b in enumerate(block_ids))
         ):
             return block_ids[0]
         return None

@@ -26,7 +26,10 @@ from dualpath.runtime.engine.kvbuffer import KVBuffer, RequestBlocks, loaded_pre
 from dualpath.runtime.engine.sampling import sample_token
 from dualpath.runtime.engine.staging import LayerStaging
 from dualpath.runtime.engine.types import (
-    KVGeometry, PrefillOutput, PrefillRequest, RemoteKV,
+    KVGeometry,
+    PrefillOutput,
+    PrefillRequest,
+    RemoteKV,
 )  # fmt: skip
 from dualpath.runtime.kvstore import IOEngine, ReadResult
 from dualpath.runtime.model import Decoder, Span
@@ -106,8 +109,9 @@ class PrefillEngine:
         hits, rid = req.hit_hashes, req.request_id
         local = hits[: req.split_block] if req.read_side == "split" else hits
         if (req.read_side == "de" or len(local) < len(hits)) and req.decode_endpoint not in self._remotes:
-            raise ConfigError("decode_endpoint", req.decode_endpoint,
-                              f"not connected for {req.read_side}-path reads")
+            raise ConfigError(
+                "decode_endpoint", req.decode_endpoint, f"not connected for {req.read_side}-path reads"
+            )
         st = _State(req)
         if req.read_side != "de":
             if local and self.io is None:
@@ -120,7 +124,7 @@ class PrefillEngine:
                 st.reads = self.buffer.load_from_store(rid, local, self.io)  # type: ignore[arg-type]
             if len(local) < len(hits):  # split: the DE pushes the rest into the buffer
                 remote = self._remotes[req.decode_endpoint]
-                st.reads += remote.pushed_share(rid, len(local), hits[len(local):], self.buffer_endpoint)
+                st.reads += remote.pushed_share(rid, len(local), hits[len(local) :], self.buffer_endpoint)
         self._reqs[rid] = st
         return True
 
@@ -138,8 +142,9 @@ class PrefillEngine:
     def waiting(self) -> list[BatchItem]:
         """Requests ready to compute (hits loaded), FIFO: the ``waiting`` of a policy BatchView."""
         return [
-            BatchItem(request_id=rid, cached_len=st.computed_len,
-                      new_len=len(st.req.token_ids) - st.computed_len)  # fmt: skip
+            BatchItem(
+                request_id=rid, cached_len=st.computed_len, new_len=len(st.req.token_ids) - st.computed_len
+            )  # fmt: skip
             for rid, st in self._reqs.items()
             if self._ready(st)
         ]
@@ -272,8 +277,12 @@ def _with_hits(req: PrefillRequest, hits: tuple[str, ...]) -> PrefillRequest:
     if hits == req.hit_hashes:
         return req
     split = req.read_side == "split" and req.split_block < len(hits)
-    return replace(req, hit_hashes=hits, read_side="split" if split else (
-        "pe" if req.read_side == "split" else req.read_side), split_block=req.split_block if split else 0)
+    return replace(
+        req,
+        hit_hashes=hits,
+        read_side="split" if split else ("pe" if req.read_side == "split" else req.read_side),
+        split_block=req.split_block if split else 0,
+    )
 
 
 def _span_item(rid: str, layer: int, start: int, kv: torch.Tensor, block_size: int) -> TransferItem:

@@ -56,15 +56,19 @@ def flops_model(decoder: Decoder) -> AttentionFlops:
     return AttentionFlops(num_heads=cfg.num_heads, qk_head_dim=cfg.head_dim, v_head_dim=cfg.head_dim)
 
 
-def fixed_predictor(decoder: Decoder, *, seconds_per_gflop: float,
-                    intercept_s: float = 0.0) -> ForwardAttentionTime:
+def fixed_predictor(
+    decoder: Decoder, *, seconds_per_gflop: float, intercept_s: float = 0.0
+) -> ForwardAttentionTime:
     """A whole-forward predictor with a given line (deterministic batches for tests and configs):
     ``seconds_per_gflop`` slope, ``intercept_s`` per forward pass."""
     require(seconds_per_gflop > 0, "seconds_per_gflop", seconds_per_gflop, "must be > 0")
     require(intercept_s >= 0, "intercept_s", intercept_s, "must be >= 0")
     layers = decoder.num_layers
-    line = LinearAttentionPredictor(flops_model=flops_model(decoder),
-                                    seconds_per_flop=seconds_per_gflop / 1e9, intercept_s=intercept_s / layers)
+    line = LinearAttentionPredictor(
+        flops_model=flops_model(decoder),
+        seconds_per_flop=seconds_per_gflop / 1e9,
+        intercept_s=intercept_s / layers,
+    )
     return ForwardAttentionTime(layer=line, num_layers=layers)
 
 
@@ -72,7 +76,9 @@ _CACHE: dict[tuple[object, ...], ForwardAttentionTime] = {}
 
 
 def attention_predictor(
-    decoder: Decoder, *, fixed: ForwardAttentionTime | None = None,
+    decoder: Decoder,
+    *,
+    fixed: ForwardAttentionTime | None = None,
     batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES,
 ) -> ForwardAttentionTime:
     """``fixed`` if given, else the measured fit for this model shape (profiled once per process)."""
@@ -86,8 +92,11 @@ def attention_predictor(
     return _CACHE[key]
 
 
-def profile_attention(decoder: Decoder, batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES,
-                      repeats: int = PROFILE_REPEATS) -> list[tuple[float, float]]:
+def profile_attention(
+    decoder: Decoder,
+    batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES,
+    repeats: int = PROFILE_REPEATS,
+) -> list[tuple[float, float]]:
     """Per-layer ``(FLOPs, seconds)`` of ``decoder``'s attention for each batch (min of ``repeats``)."""
     fl = flops_model(decoder)
     max_len = decoder.config.max_position_embeddings

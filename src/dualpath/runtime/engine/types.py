@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -89,14 +89,23 @@ class PrefillRequest:
 
     def __post_init__(self) -> None:
         require(len(self.token_ids) >= 1, "token_ids", len(self.token_ids), "prompt must not be empty")
-        require(self.read_side in READ_SIDES, "read_side", self.read_side,
-                f"choices: {', '.join(READ_SIDES)}")
+        require(
+            self.read_side in READ_SIDES, "read_side", self.read_side, f"choices: {', '.join(READ_SIDES)}"
+        )
         if self.read_side == "split":
-            require(0 < self.split_block < len(self.hit_hashes), "split_block", self.split_block,
-                    f"a split read needs both shares: in (0, {len(self.hit_hashes)})")
+            require(
+                0 < self.split_block < len(self.hit_hashes),
+                "split_block",
+                self.split_block,
+                f"a split read needs both shares: in (0, {len(self.hit_hashes)})",
+            )
         else:
-            require(self.split_block == 0, "split_block", self.split_block,
-                    f"only a split read has one (read_side {self.read_side!r})")
+            require(
+                self.split_block == 0,
+                "split_block",
+                self.split_block,
+                f"only a split read has one (read_side {self.read_side!r})",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,9 +139,7 @@ class RemoteKV(Protocol):
         """Hit tokens the DE buffer holds for the request (None while its reads are in flight)."""
         ...
 
-    def request_layer(
-        self, request_id: str, layer: int, start: int, stop: int, dest: str
-    ) -> TransferHandle:
+    def request_layer(self, request_id: str, layer: int, start: int, stop: int, dest: str) -> TransferHandle:
         """Send tokens ``[start, stop)`` of ``layer`` from the DE buffer to endpoint ``dest``."""
         ...
 

@@ -45,8 +45,9 @@ def _book(free_s: float, now_s: float, nbytes: int, rate: float, burst_s: float)
     return book([free_s, 0.0], now_s - burst_s, nbytes / rate, "kv")
 
 
-def measure_read_bytes_per_s(root: str | Path, nbytes: int = 16 << 20, chunk_bytes: int = 1 << 20,
-                             repeats: int = 3) -> float:
+def measure_read_bytes_per_s(
+    root: str | Path, nbytes: int = 16 << 20, chunk_bytes: int = 1 << 20, repeats: int = 3
+) -> float:
     """Bytes/s this machine reads a just-written file under ``root`` in ``chunk_bytes`` preads
     (best of ``repeats``; the page cache included, as for the store's own reads of fresh blocks).
     The file is ``nbytes`` or a tenth of the free space there, whichever is smaller (at least one

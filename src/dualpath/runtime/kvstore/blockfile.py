@@ -123,9 +123,7 @@ def decode_header(buf: bytes | memoryview, layout: BlockLayout, expected_hash: s
     )
 
 
-def verify_layers(
-    header: BlockHeader, data: memoryview, layout: BlockLayout, first_layer: int = 0
-) -> None:
+def verify_layers(header: BlockHeader, data: memoryview, layout: BlockLayout, first_layer: int = 0) -> None:
     """Check crc32 of consecutive Layer Blocks in ``data`` starting at ``first_layer``."""
     step = layout.layer_block_bytes
     crcs = header.layer_crcs

@@ -21,7 +21,6 @@ from dualpath.runtime.kvstore.buffers import BufferLease, BufferPool
 from dualpath.runtime.kvstore.io_types import IOEngineConfig, IOStats, ReadResult
 from dualpath.runtime.kvstore.store import BlockStore
 
-
 Callback = Callable[[ReadResult], None]
 _Job = tuple[str, np.ndarray, BufferLease | None, "Future[ReadResult]"]  # hash, out, lease, future
 

@@ -84,5 +84,9 @@ class StoreStats:
 
     def health_counts(self) -> dict[str, int]:
         """The counters an operator watches (exported as ``dualpath_store_<key>_total``)."""
-        return {"corrupt_blocks": self.num_corrupt, "evictions": self.num_evictions,
-                "rewritten_blocks": self.num_rewrites, "written_blocks": self.num_writes}
+        return {
+            "corrupt_blocks": self.num_corrupt,
+            "evictions": self.num_evictions,
+            "rewritten_blocks": self.num_rewrites,
+            "written_blocks": self.num_writes,
+        }

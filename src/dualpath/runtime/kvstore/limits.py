@@ -33,8 +33,11 @@ def check_file_mode(mode: int) -> int:
     if not isinstance(mode, int) or isinstance(mode, bool):
         raise ConfigError("kv_file_mode", mode, "must be an octal mode such as 0600 or 0640")
     if mode & ~_ALLOWED_MODE_BITS or mode & 0o600 != 0o600:
-        raise ConfigError("kv_file_mode", oct(mode), "must give the owner read+write and others "
-                          "nothing (0600, 0640 or 0660); no execute bits")
+        raise ConfigError(
+            "kv_file_mode",
+            oct(mode),
+            "must give the owner read+write and others nothing (0600, 0640 or 0660); no execute bits",
+        )
     return mode
 
 
@@ -84,8 +87,7 @@ def free_bytes(root: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def auto_capacity_bytes(root: str | Path, limit_bytes: int | None = None,
-                        share: float = AUTO_SHARE) -> int:
+def auto_capacity_bytes(root: str | Path, limit_bytes: int | None = None, share: float = AUTO_SHARE) -> int:
     """The default capacity of a store on ``root``: the blocks already there plus ``share`` of the
     free space now, capped by ``limit_bytes`` (an operator's ``--kv-capacity-gb``) when given."""
     root = Path(root)
@@ -96,8 +98,11 @@ def auto_capacity_bytes(root: str | Path, limit_bytes: int | None = None,
 def capacity_from_gb(kv_capacity_gb: float | None, root: str | Path) -> int:
     """Capacity for ``--kv-capacity-gb`` (None or 0: the automatic share of the free space)."""
     if kv_capacity_gb is not None and kv_capacity_gb < 0:
-        raise ConfigError("kv_capacity_gb", kv_capacity_gb, "must be > 0 (0 or omitted: "
-                          f"{AUTO_SHARE:.0%} of the free space at start)")
+        raise ConfigError(
+            "kv_capacity_gb",
+            kv_capacity_gb,
+            f"must be > 0 (0 or omitted: {AUTO_SHARE:.0%} of the free space at start)",
+        )
     limit = int(kv_capacity_gb * 1e9) if kv_capacity_gb else None
     return auto_capacity_bytes(root, limit)
 
@@ -124,10 +129,17 @@ class WriteErrors:
             first = cause not in self.counts
             self.counts[cause] = self.counts.get(cause, 0) + 1
         if first:
-            log.warning("kvstore %s: writing block %s failed (%s: %s); the block is not cached, "
-                        "requests go on (recompute). Further %s failures are only counted "
-                        "(dualpath_store_write_errors_total{cause=%r})",
-                        self.root, block_hash, cause, err.strerror or err, cause, cause)
+            log.warning(
+                "kvstore %s: writing block %s failed (%s: %s); the block is not cached, "
+                "requests go on (recompute). Further %s failures are only counted "
+                "(dualpath_store_write_errors_total{cause=%r})",
+                self.root,
+                block_hash,
+                cause,
+                err.strerror or err,
+                cause,
+                cause,
+            )
         return cause
 
     def snapshot(self) -> dict[str, int]:

@@ -43,8 +43,7 @@ class SpaceKeeping:
         self._keep_free()
         for attempt in (0, 1):
             try:
-                files.write_block(self.root, self.layout, h, parent, ids, view, self.fsync,
-                                  self.file_mode)
+                files.write_block(self.root, self.layout, h, parent, ids, view, self.fsync, self.file_mode)
                 return True
             except OSError as err:
                 if attempt == 0 and err.errno in _NO_SPACE and self._evict(2, None):
@@ -81,8 +80,9 @@ class SpaceKeeping:
                 if victim is None:
                     if n is None and not getattr(self, "_warned_full", False):
                         self._warned_full = True  # once per store: it recurs on every write
-                        log.warning("kvstore %s: over capacity but every block is pinned or "
-                                    "interior", self.root)
+                        log.warning(
+                            "kvstore %s: over capacity but every block is pinned or interior", self.root
+                        )
                     break
                 self._c["num_evictions"] += 1
                 files.remove_block(self.root, victim)

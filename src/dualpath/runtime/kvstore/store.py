@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _LOST_KEEP = 4096  # hashes this process saw quarantined or vanished (to count re-persists)
 __all__ = ["BlockStore", "StoreStats"]
 
+
 class BlockStore(SpaceKeeping):
     """KV block store over ``root_dir``. See docs/kvstore.md.
 
@@ -60,8 +61,12 @@ class BlockStore(SpaceKeeping):
         file_mode: int = 0o600,
         min_free_bytes: int | None = None,
     ) -> None:
-        require(capacity_bytes in (None, "auto") or (isinstance(capacity_bytes, int)
-                and capacity_bytes >= 0), "capacity_bytes", capacity_bytes, ">= 0, None or 'auto'")
+        require(
+            capacity_bytes in (None, "auto") or (isinstance(capacity_bytes, int) and capacity_bytes >= 0),
+            "capacity_bytes",
+            capacity_bytes,
+            ">= 0, None or 'auto'",
+        )
         require(min_free_bytes is None or min_free_bytes >= 0, "min_free_bytes", min_free_bytes, ">= 0")
         self.root = Path(root_dir)
         self.layout = layout
@@ -202,9 +207,7 @@ class BlockStore(SpaceKeeping):
         if len(view) != want:
             raise ConfigError("out", f"{len(view)} bytes", f"must be exactly {want} bytes")
         try:
-            header = files.read_block(
-                self.root, self.layout, h, view, layer, self.verify, self.direct_io
-            )
+            header = files.read_block(self.root, self.layout, h, view, layer, self.verify, self.direct_io)
         except CorruptBlockError as err:
             self._report(err)
             header = None

@@ -210,7 +210,9 @@ class Decoder:
             key_pos = torch.arange(cached_len + n, device=device)
             query_pos = torch.arange(n, device=device) + cached_len
             allowed = key_pos[None, :] <= query_pos[:, None]
-            mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(
+                ~allowed, float("-inf")
+            )
             self._masks[key] = mask
         return mask
 

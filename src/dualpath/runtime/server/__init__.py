@@ -9,12 +9,29 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_WHERE = {"create_app": "app", "ServerConfig": "config", "BackgroundServer": "run",
-          "run_server": "run", "serve_in_background": "run", "CharTokenizer": "tokenizer",
-          "HFTokenizer": "tokenizer", "Tokenizer": "tokenizer", "load_tokenizer": "tokenizer"}
+_WHERE = {
+    "create_app": "app",
+    "ServerConfig": "config",
+    "BackgroundServer": "run",
+    "run_server": "run",
+    "serve_in_background": "run",
+    "CharTokenizer": "tokenizer",
+    "HFTokenizer": "tokenizer",
+    "Tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+}
 
-__all__ = ["BackgroundServer", "CharTokenizer", "HFTokenizer", "ServerConfig", "Tokenizer",
-           "create_app", "load_tokenizer", "run_server", "serve_in_background"]
+__all__ = [
+    "BackgroundServer",
+    "CharTokenizer",
+    "HFTokenizer",
+    "ServerConfig",
+    "Tokenizer",
+    "create_app",
+    "load_tokenizer",
+    "run_server",
+    "serve_in_background",
+]
 
 
 def __getattr__(name: str) -> Any:

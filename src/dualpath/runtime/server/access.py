@@ -52,9 +52,16 @@ class AccessLog:
             client = scope.get("client")
             who = f"{client[0]}:{client[1]}" if client else "-"
             query = f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else ""
-            access_log.info('%s - "%s %s%s HTTP/%s" %d %.3fs', who, scope["method"], scope["path"],
-                            query, scope.get("http_version", "1.1"), status[0],
-                            time.monotonic() - start)
+            access_log.info(
+                '%s - "%s %s%s HTTP/%s" %d %.3fs',
+                who,
+                scope["method"],
+                scope["path"],
+                query,
+                scope.get("http_version", "1.1"),
+                status[0],
+                time.monotonic() - start,
+            )
 
 
 def endpoint_label(request: Request) -> str:
@@ -69,18 +76,28 @@ async def read_json_body(request: Request, max_bytes: int) -> Any:
     ctype = request.headers.get("content-type", "")
     media = ctype.split(";", 1)[0].strip().lower()
     if media not in JSON_TYPES:
-        raise APIError(415, f"Content-Type {ctype or '(none)'!r} is not supported; send "
-                       "application/json", param="content-type", code="unsupported_media_type")
+        raise APIError(
+            415,
+            f"Content-Type {ctype or '(none)'!r} is not supported; send application/json",
+            param="content-type",
+            code="unsupported_media_type",
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes",
-                       code="request_too_large")
+        raise APIError(
+            413,
+            f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes",
+            code="request_too_large",
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise APIError(413, f"request body exceeds the limit of {max_bytes} bytes (stopped "
-                           f"reading at {size})", code="request_too_large")
+            raise APIError(
+                413,
+                f"request body exceeds the limit of {max_bytes} bytes (stopped reading at {size})",
+                code="request_too_large",
+            )
         chunks.append(chunk)
     try:
         return json.loads(b"".join(chunks), parse_constant=_no_constant)

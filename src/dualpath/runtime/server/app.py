@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,6 +34,7 @@ from dualpath.runtime.server.tokenizer import Tokenizer
 
 log = logging.getLogger("dualpath.server")
 RETRY_AFTER_S = {429: 1, 503: 5}  # Retry-After of a full queue / an unavailable cluster
+
 
 class _State:
     def __init__(self, factory: Callable[[], Any], tok: Tokenizer, config: ServerConfig) -> None:
@@ -64,14 +65,18 @@ def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable
         from dualpath.runtime.cluster.client import ClusterClient
         from dualpath.runtime.transfer.auth import load_keys
 
-        return ClusterClient(cluster, query_timeout_s=config.cluster_query_timeout_s,
-                             keys=load_keys(config.cluster_key_file or ""))
+        return ClusterClient(
+            cluster,
+            query_timeout_s=config.cluster_query_timeout_s,
+            keys=load_keys(config.cluster_key_file or ""),
+        )
 
     return make
 
 
-def create_app(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
-               config: ServerConfig | None = None) -> FastAPI:
+def create_app(
+    cluster: str | Callable[[], Any], tokenizer: Tokenizer, config: ServerConfig | None = None
+) -> FastAPI:
     """Build the app; the cluster client lives from startup to shutdown of the server."""
     config = config or ServerConfig()
     state = _State(_factory(cluster, config), tokenizer, config)
@@ -119,10 +124,18 @@ def _add_error_handlers(app: FastAPI, state: _State) -> None:
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
         ref = uuid.uuid4().hex[:12]  # the body says only this; the log has the traceback
-        log.error("%s %s: internal error %s", request.method, request.url.path, ref,
-                  exc_info=(type(exc), exc, exc.__traceback__))
-        err = APIError(500, f"internal server error (reference {ref}); the server log has the "
-                       "details", code="internal_error")
+        log.error(
+            "%s %s: internal error %s",
+            request.method,
+            request.url.path,
+            ref,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        err = APIError(
+            500,
+            f"internal server error (reference {ref}); the server log has the details",
+            code="internal_error",
+        )
         return _error_response(state, request, err)
 
 
@@ -143,9 +156,21 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         _check_auth(state, request)
         info = await state.cluster_info()
         count_http(state.metrics, endpoint_label(request), 200)
-        return JSONResponse({"object": "list", "data": [{
-            "id": state.served_name(info), "object": "model", "created": 0, "owned_by": "dualpath",
-            "max_model_len": info.max_context_len, "vocab_size": info.vocab_size}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": state.served_name(info),
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "dualpath",
+                        "max_model_len": info.max_context_len,
+                        "vocab_size": info.vocab_size,
+                    }
+                ],
+            }
+        )
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -155,19 +180,41 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
             lost_s = getattr(state.client, "lost_since_s", None)  # (the connection dropped then)
             since = time.time() - (time.monotonic() - lost_s) if lost_s is not None else time.time()
             down = DownItem(what="scheduler", state="dead", since_unix_s=since)
-            return JSONResponse({"status": "unhealthy", "down": ["scheduler"], "error": str(exc),
-                                 "unavailable": [_down_item(down)]},
-                                status_code=503, headers=_retry_headers(503))
-        engines = [{"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id,
-                    "alive": e.alive, "num_seqs": e.num_seqs} for e in h.engines]
+            return JSONResponse(
+                {
+                    "status": "unhealthy",
+                    "down": ["scheduler"],
+                    "error": str(exc),
+                    "unavailable": [_down_item(down)],
+                },
+                status_code=503,
+                headers=_retry_headers(503),
+            )
+        engines = [
+            {
+                "engine_id": e.engine_id,
+                "role": e.role,
+                "node_id": e.node_id,
+                "alive": e.alive,
+                "num_seqs": e.num_seqs,
+            }
+            for e in h.engines
+        ]
         unavailable = list(getattr(h, "unavailable", ()))
         status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
-        body = {"status": status, "down": list(h.down), "policy": h.policy,
-                "num_waiting": h.num_waiting, "num_running": h.num_running, "engines": engines,
-                "unavailable": [_down_item(d) for d in unavailable],
-                "restarts": dict(getattr(h, "restarts", {}))}
-        return JSONResponse(body, status_code=200 if h.ok else 503,
-                            headers={} if h.ok else _retry_headers(503))
+        body = {
+            "status": status,
+            "down": list(h.down),
+            "policy": h.policy,
+            "num_waiting": h.num_waiting,
+            "num_running": h.num_running,
+            "engines": engines,
+            "unavailable": [_down_item(d) for d in unavailable],
+            "restarts": dict(getattr(h, "restarts", {})),
+        }
+        return JSONResponse(
+            body, status_code=200 if h.ok else 503, headers={} if h.ok else _retry_headers(503)
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -180,9 +227,13 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
 
 def _down_item(d: Any) -> dict[str, Any]:
     """One process down now: what, its state, since when (ISO 8601, UTC) and for how long."""
-    since = datetime.fromtimestamp(d.since_unix_s, tz=timezone.utc)
-    return {"what": d.what, "state": d.state, "since": since.isoformat(timespec="seconds"),
-            "for_s": round(max(time.time() - d.since_unix_s, 0.0), 1)}
+    since = datetime.fromtimestamp(d.since_unix_s, tz=UTC)
+    return {
+        "what": d.what,
+        "state": d.state,
+        "since": since.isoformat(timespec="seconds"),
+        "for_s": round(max(time.time() - d.since_unix_s, 0.0), 1),
+    }
 
 
 def _add_generation_routes(app: FastAPI, state: _State) -> None:
@@ -190,8 +241,9 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
         _check_auth(state, request)
         body = await read_json_body(request, state.config.max_request_bytes)
         info = await state.cluster_info()
-        req = parse_request(kind, body, info, state.tok, state.served_name(info),
-                            state.config.default_max_tokens)
+        req = parse_request(
+            kind, body, info, state.tok, state.served_name(info), state.config.default_max_tokens
+        )
         timing = Timing()
         pieces = run_generation(state.client, req, state.tok, timing, state.config.token_timeout_s)
         try:
@@ -203,8 +255,9 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
             raise APIError(503, f"generation failed: {first.error}", code="generation_failed")
         count_http(state.metrics, endpoint_label(request), 200)
         if req.stream:
-            return StreamingResponse(_stream(state, req, first, pieces, timing),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _stream(state, req, first, pieces, timing), media_type="text/event-stream"
+            )
         return await _collect(state, req, first, pieces, timing)
 
     @app.post("/v1/completions", openapi_extra=request_body(COMPLETION_SCHEMA))
@@ -216,8 +269,9 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
         return await handle("chat", request)
 
 
-async def _collect(state: _State, req: ApiRequest, first: Piece,
-                   pieces: AsyncIterator[Piece], timing: Timing) -> JSONResponse:
+async def _collect(
+    state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece], timing: Timing
+) -> JSONResponse:
     out = ResponseBuilder(req)
     texts, ids, last = [first.text], list(first.token_ids), first
     try:
@@ -229,13 +283,15 @@ async def _collect(state: _State, req: ApiRequest, first: Piece,
         await pieces.aclose()  # type: ignore[attr-defined]
         state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
     if last.finish_reason == "error":
-        raise APIError(503, f"generation failed after {len(ids)} tokens: {last.error}",
-                       code="generation_failed")
+        raise APIError(
+            503, f"generation failed after {len(ids)} tokens: {last.error}", code="generation_failed"
+        )
     return JSONResponse(out.full("".join(texts), ids, last.finish_reason))
 
 
-async def _stream(state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece],
-                  timing: Timing) -> AsyncIterator[str]:
+async def _stream(
+    state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece], timing: Timing
+) -> AsyncIterator[str]:
     out = ResponseBuilder(req)
     num_ids, last = 0, first
     try:

@@ -33,12 +33,20 @@ class ServerConfig:
     def __post_init__(self) -> None:
         require(self.host != "", "host", self.host, "must name an interface (127.0.0.1 = loopback)")
         require(0 <= self.port < 65536, "port", self.port, "must be a TCP port (0 = any free port)")
-        require(self.api_key is None or self.api_key != "", "api_key", self.api_key,
-                "must be None or a non-empty string")
-        require(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens,
-                "must be >= 1")
+        require(
+            self.api_key is None or self.api_key != "",
+            "api_key",
+            self.api_key,
+            "must be None or a non-empty string",
+        )
+        require(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "must be >= 1")
         require(self.token_timeout_s > 0, "token_timeout_s", self.token_timeout_s, "must be > 0")
-        require(self.cluster_query_timeout_s > 0, "cluster_query_timeout_s",
-                self.cluster_query_timeout_s, "must be > 0")
-        require(self.max_request_bytes >= 1024, "max_request_bytes", self.max_request_bytes,
-                "must be >= 1024")
+        require(
+            self.cluster_query_timeout_s > 0,
+            "cluster_query_timeout_s",
+            self.cluster_query_timeout_s,
+            "must be > 0",
+        )
+        require(
+            self.max_request_bytes >= 1024, "max_request_bytes", self.max_request_bytes, "must be >= 1024"
+        )

@@ -19,8 +19,15 @@ from dualpath.runtime.cluster.api import (
 class APIError(DualpathError):
     """An HTTP error answer. ``param`` names the offending request field (None if none)."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, kind: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -29,8 +36,7 @@ class APIError(DualpathError):
         self.kind = kind or _default_kind(status)
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.code}}
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 def _default_kind(status: int) -> str:
@@ -53,11 +59,9 @@ def bad_param(param: str, value: object, reason: str) -> APIError:
 def from_cluster_error(exc: ClusterError) -> APIError:
     """Map a refusal of the cluster to its HTTP answer (429 / 400 / 503 / 400)."""
     if isinstance(exc, QueueFullError):
-        return APIError(429, f"the scheduler queue is full, retry later ({exc})",
-                        code="queue_full")
+        return APIError(429, f"the scheduler queue is full, retry later ({exc})", code="queue_full")
     if isinstance(exc, ContextTooLongError):
-        return APIError(400, f"context too long: {exc}", param="max_tokens",
-                        code="context_length_exceeded")
+        return APIError(400, f"context too long: {exc}", param="max_tokens", code="context_length_exceeded")
     if isinstance(exc, ClusterUnavailableError):
         return APIError(503, f"cluster unavailable: {exc}", code="cluster_unavailable")
     return APIError(400, f"cluster refused the request: {exc}", code="cluster_error")

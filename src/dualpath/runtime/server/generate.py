@@ -54,8 +54,9 @@ class _StopMatcher:
 
     def feed(self, full_text: str, last: bool) -> tuple[str, bool]:
         """Return (text to emit now, whether a stop string ended the request)."""
-        hits = [p for p in (full_text.find(s, max(0, self.emitted - self.hold)) for s in self.stops)
-                if p >= 0]
+        hits = [
+            p for p in (full_text.find(s, max(0, self.emitted - self.hold)) for s in self.stops) if p >= 0
+        ]
         if hits:
             out = full_text[self.emitted : min(hits)]
             self.emitted = len(full_text)
@@ -66,8 +67,9 @@ class _StopMatcher:
         return out, False
 
 
-async def run_generation(client: Any, req: ApiRequest, tok: Tokenizer, timing: Timing,
-                         token_timeout_s: float) -> AsyncIterator[Piece]:
+async def run_generation(
+    client: Any, req: ApiRequest, tok: Tokenizer, timing: Timing, token_timeout_s: float
+) -> AsyncIterator[Piece]:
     """Yield one Piece per token of ``req``; the last one has ``finish_reason`` set."""
     detok = IncrementalDetokenizer(tok, req.prompt_ids)
     matcher = _StopMatcher(req.stop)
@@ -83,16 +85,29 @@ async def run_generation(client: Any, req: ApiRequest, tok: Tokenizer, timing: T
                 yield Piece(text="", token_ids=[], finish_reason="error", error=str(exc))
                 return
             except StopAsyncIteration:
-                yield Piece(text="", token_ids=[], finish_reason="error",
-                            error="the cluster ended the stream without a final token")
+                yield Piece(
+                    text="",
+                    token_ids=[],
+                    finish_reason="error",
+                    error="the cluster ended the stream without a final token",
+                )
                 return
-            except asyncio.TimeoutError:
-                yield Piece(text="", token_ids=[], finish_reason="error",
-                            error=f"no token from the cluster within {token_timeout_s} s")
+            except TimeoutError:
+                yield Piece(
+                    text="",
+                    token_ids=[],
+                    finish_reason="error",
+                    error=f"no token from the cluster within {token_timeout_s} s",
+                )
                 return
             if ev.finish_reason == "error":
-                yield Piece(text="", token_ids=[], finish_reason="error",
-                            error=ev.error or "the cluster failed the request", stats=ev.stats)
+                yield Piece(
+                    text="",
+                    token_ids=[],
+                    finish_reason="error",
+                    error=ev.error or "the cluster failed the request",
+                    stats=ev.stats,
+                )
                 return
             started = True
             timing.mark()
@@ -103,7 +118,6 @@ async def run_generation(client: Any, req: ApiRequest, tok: Tokenizer, timing: T
             if stopped:
                 yield Piece(text=text, token_ids=[ev.token_id], finish_reason="stop", stats=ev.stats)
                 return
-            yield Piece(text=text, token_ids=[ev.token_id], finish_reason=ev.finish_reason,
-                        stats=ev.stats)
+            yield Piece(text=text, token_ids=[ev.token_id], finish_reason=ev.finish_reason, stats=ev.stats)
             if ev.is_last:
                 return

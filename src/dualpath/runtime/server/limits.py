@@ -23,8 +23,9 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_STOP_STRINGS = 4
 
 
-def finite_float(body: dict[str, Any], key: str, default: float, lo: float, hi: float, *,
-                 lo_open: bool = False) -> float:
+def finite_float(
+    body: dict[str, Any], key: str, default: float, lo: float, hi: float, *, lo_open: bool = False
+) -> float:
     """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``); bools and strings refused."""
     val = body.get(key)
     if val is None:
@@ -66,8 +67,11 @@ def token_id_list(body: dict[str, Any], key: str, vocab_size: int) -> tuple[int,
     if ids is None:
         return ()
     if not isinstance(ids, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
-        raise bad_param(key, ids if not isinstance(ids, list) else f"list of {len(ids)} items",
-                        "must be a list of token ids (integers)")
+        raise bad_param(
+            key,
+            ids if not isinstance(ids, list) else f"list of {len(ids)} items",
+            "must be a list of token ids (integers)",
+        )
     if len(ids) > MAX_STOP_TOKEN_IDS:
         raise bad_param(key, f"list of {len(ids)} items", f"at most {MAX_STOP_TOKEN_IDS} token ids")
     for t in ids:
@@ -96,7 +100,11 @@ def _utf8(path: str, text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = text[exc.start:exc.end]
-        raise APIError(400, f"{path}: invalid unicode (lone surrogate {bad.encode('unicode_escape').decode()!s} "
-                       f"at character {exc.start}); strings must be valid UTF-8", param=path,
-                       code="invalid_value") from None
+        bad = text[exc.start : exc.end]
+        raise APIError(
+            400,
+            f"{path}: invalid unicode (lone surrogate {bad.encode('unicode_escape').decode()!s} "
+            f"at character {exc.start}); strings must be valid UTF-8",
+            param=path,
+            code="invalid_value",
+        ) from None

@@ -42,8 +42,7 @@ class _SnapshotCollector:
         for path, n in sorted(snap.bytes_by_path.items()):
             by_path.add_metric([path], n)
         yield by_path
-        by_nic = CounterMetricFamily("dualpath_nic_bytes", "Bytes through each emulated NIC",
-                                     labels=["nic"])
+        by_nic = CounterMetricFamily("dualpath_nic_bytes", "Bytes through each emulated NIC", labels=["nic"])
         for nic, n in sorted(snap.bytes_by_nic.items()):
             by_nic.add_metric([nic], n)
         yield by_nic
@@ -51,14 +50,20 @@ class _SnapshotCollector:
         for role, n in sorted(snap.engines_alive.items()):
             alive.add_metric([role], n)
         yield alive
-        dropped = CounterMetricFamily("dualpath_messages_dropped", "Cluster messages dropped as "
-                                      "invalid, per plane and cause", labels=["plane", "cause"])
+        dropped = CounterMetricFamily(
+            "dualpath_messages_dropped",
+            "Cluster messages dropped as invalid, per plane and cause",
+            labels=["plane", "cause"],
+        )
         for key, n in sorted(snap.messages_dropped.items()):
             plane, _, cause = key.partition("/")
             dropped.add_metric([plane, cause], n)
         yield dropped
-        restarts = CounterMetricFamily("dualpath_process_restarts", "Cluster processes the "
-                                       "supervisor restarted, per role", labels=["role"])
+        restarts = CounterMetricFamily(
+            "dualpath_process_restarts",
+            "Cluster processes the supervisor restarted, per role",
+            labels=["role"],
+        )
         for role, n in sorted(getattr(snap, "process_restarts", {}).items()):
             restarts.add_metric([role], n)
         yield restarts
@@ -67,20 +72,32 @@ class _SnapshotCollector:
             queues.add_metric([name], n)
         yield queues
         for name, value, doc in (
-            ("dualpath_store_hit_tokens", snap.hit_tokens,
-             "Prompt tokens whose KV was read from the store and verified"),
+            (
+                "dualpath_store_hit_tokens",
+                snap.hit_tokens,
+                "Prompt tokens whose KV was read from the store and verified",
+            ),
             ("dualpath_prompt_tokens", snap.prompt_tokens, "Prompt tokens of all requests"),
             ("dualpath_generated_tokens", snap.generated_tokens, "Tokens generated"),
             ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
             ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
             ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
             ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
-            ("dualpath_engine_revivals", snap.engine_revivals,
-             "Engines declared dead that answered again and were taken back"),
-            ("dualpath_engine_request_failures", snap.engine_request_failures,
-             "Requests an engine failed alone while it served the others on"),
-            ("dualpath_requests_retried", getattr(snap, "requests_retried", 0),
-             "Requests re-dispatched once after their engine was lost before they streamed"),
+            (
+                "dualpath_engine_revivals",
+                snap.engine_revivals,
+                "Engines declared dead that answered again and were taken back",
+            ),
+            (
+                "dualpath_engine_request_failures",
+                snap.engine_request_failures,
+                "Requests an engine failed alone while it served the others on",
+            ),
+            (
+                "dualpath_requests_retried",
+                getattr(snap, "requests_retried", 0),
+                "Requests re-dispatched once after their engine was lost before they streamed",
+            ),
         ):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], value)
@@ -102,8 +119,11 @@ def _store_families(snap: MetricsSnapshot) -> Iterator[Metric]:
         fam = CounterMetricFamily(f"dualpath_store_{key}", doc)
         fam.add_metric([], snap.store_counts.get(key, 0))
         yield fam
-    errors = CounterMetricFamily("dualpath_store_write_errors", "Failed KV block writes by cause "
-                                 "(errno name; the block is not cached)", labels=["cause"])
+    errors = CounterMetricFamily(
+        "dualpath_store_write_errors",
+        "Failed KV block writes by cause (errno name; the block is not cached)",
+        labels=["cause"],
+    )
     for cause, n in sorted(snap.store_write_errors.items()):
         errors.add_metric([cause], n)
     yield errors
@@ -115,24 +135,37 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
-        self.ttft = Histogram("dualpath_ttft_seconds", "Time to first token", buckets=_LATENCY_BUCKETS_S,
-                              registry=reg)
-        self.ttst = Histogram("dualpath_ttst_seconds", "Time to second token",
-                              buckets=_LATENCY_BUCKETS_S, registry=reg)
-        self.tpot = Histogram("dualpath_tpot_seconds", "Time per output token after the first",
-                              buckets=_TPOT_BUCKETS_S, registry=reg)
-        self.e2e = Histogram("dualpath_e2e_seconds", "Request latency", buckets=_LATENCY_BUCKETS_S,
-                             registry=reg)
-        self.http = Counter("dualpath_http_requests", "HTTP answers by endpoint and status",
-                            ["endpoint", "status"], registry=reg)
-        self.read_side = Counter("dualpath_requests_by_read_side", "Finished requests per KV read side",
-                                 ["side"], registry=reg)
+        self.ttft = Histogram(
+            "dualpath_ttft_seconds", "Time to first token", buckets=_LATENCY_BUCKETS_S, registry=reg
+        )
+        self.ttst = Histogram(
+            "dualpath_ttst_seconds", "Time to second token", buckets=_LATENCY_BUCKETS_S, registry=reg
+        )
+        self.tpot = Histogram(
+            "dualpath_tpot_seconds",
+            "Time per output token after the first",
+            buckets=_TPOT_BUCKETS_S,
+            registry=reg,
+        )
+        self.e2e = Histogram(
+            "dualpath_e2e_seconds", "Request latency", buckets=_LATENCY_BUCKETS_S, registry=reg
+        )
+        self.http = Counter(
+            "dualpath_http_requests",
+            "HTTP answers by endpoint and status",
+            ["endpoint", "status"],
+            registry=reg,
+        )
+        self.read_side = Counter(
+            "dualpath_requests_by_read_side", "Finished requests per KV read side", ["side"], registry=reg
+        )
         self.tokens = Counter("dualpath_server_tokens", "Tokens through the API", ["kind"], registry=reg)
         self._snap = _SnapshotCollector()
         reg.register(self._snap)  # type: ignore[arg-type]
 
-    def observe_request(self, token_times_s: list[float], prompt_len: int,
-                        stats: RequestStats | None) -> None:
+    def observe_request(
+        self, token_times_s: list[float], prompt_len: int, stats: RequestStats | None
+    ) -> None:
         """Record one finished request from its server-side token times."""
         self.tokens.labels("prompt").inc(prompt_len)
         self.tokens.labels("completion").inc(len(token_times_s))

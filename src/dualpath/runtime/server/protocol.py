@@ -16,16 +16,25 @@ from dualpath.runtime.server import limits
 from dualpath.runtime.server.errors import APIError, bad_param
 from dualpath.runtime.server.tokenizer import Tokenizer
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-          "tool": "tool"}
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # field -> value that means "not used"; anything else is refused as unsupported
-_UNSUPPORTED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None, ""),
-                "logprobs": (None, False, 0), "top_logprobs": (None, 0), "tools": (None, []),
-                "tool_choice": (None, "none", "auto"), "logit_bias": (None, {}),
-                "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-                "functions": (None, []),
-                # vLLM-style extras: accepted only at their "off" value (not implemented)
-                "top_k": (None, -1, 0), "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0)}
+_UNSUPPORTED = {
+    "best_of": (None, 1),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "functions": (None, []),
+    # vLLM-style extras: accepted only at their "off" value (not implemented)
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,8 +76,12 @@ def _check_model(body: dict[str, Any], served: str) -> str:
     if not isinstance(model, str):
         raise bad_param("model", model, "must be a string")
     if model != served:
-        raise APIError(404, f"model {model!r} does not exist; this server serves {served!r}",
-                       param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"model {model!r} does not exist; this server serves {served!r}",
+            param="model",
+            code="model_not_found",
+        )
     return model
 
 
@@ -128,8 +141,12 @@ def _completion_prompt(body: dict[str, Any], info: ClusterInfo, tok: Tokenizer) 
     ids = _token_ids(prompt, info)
     if ids is None:
         shown = prompt if not isinstance(prompt, list) else f"list of {len(prompt)} items"
-        raise bad_param("prompt", shown, "must be a string, a list of token ids, or a one-element "
-                        "list of either (batches are not supported)")
+        raise bad_param(
+            "prompt",
+            shown,
+            "must be a string, a list of token ids, or a one-element "
+            "list of either (batches are not supported)",
+        )
     return ids
 
 
@@ -142,8 +159,9 @@ def _content(msg: dict[str, Any], i: int) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
+            if not (
+                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            ):
                 raise bad_param(f"messages[{i}].content", part, "only text parts are supported")
             texts.append(part["text"])
         return "".join(texts)
@@ -172,20 +190,28 @@ def _sampling(body: dict[str, Any], max_tokens: int, info: ClusterInfo) -> Sampl
     if min_tokens == max_tokens:
         ignore_eos = True  # forced length (agent replay)
     elif min_tokens > 0:
-        raise bad_param("min_tokens", min_tokens, "only 0 or == max_tokens (forced length) is "
-                        "supported; use ignore_eos=true to force generation")
+        raise bad_param(
+            "min_tokens",
+            min_tokens,
+            "only 0 or == max_tokens (forced length) is supported; use ignore_eos=true to force generation",
+        )
     stop_ids = limits.token_id_list(body, "stop_token_ids", info.vocab_size)
     try:
         return SamplingParams(
-            max_tokens=max_tokens, temperature=limits.temperature(body),
+            max_tokens=max_tokens,
+            temperature=limits.temperature(body),
             top_p=limits.finite_float(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-            seed=limits.int64(body, "seed"), stop_token_ids=stop_ids, ignore_eos=ignore_eos)
+            seed=limits.int64(body, "seed"),
+            stop_token_ids=stop_ids,
+            ignore_eos=ignore_eos,
+        )
     except ConfigError as exc:
         raise bad_param(exc.key, exc.value, exc.reason) from None
 
 
-def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, served: str,
-                  default_max_tokens: int) -> ApiRequest:
+def parse_request(
+    kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, served: str, default_max_tokens: int
+) -> ApiRequest:
     """Validate ``body`` of a chat ("chat") or text ("completion") request against the cluster."""
     if not isinstance(body, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}")
@@ -204,10 +230,21 @@ def parse_request(kind: str, body: Any, info: ClusterInfo, tok: Tokenizer, serve
     if not prompt:
         raise bad_param("prompt", "", "must not be empty")
     if len(prompt) + max_tokens > limit:
-        raise APIError(400, f"this model's maximum context length is {limit} tokens; the request "
-                       f"has {len(prompt)} prompt tokens + {key}={max_tokens} = "
-                       f"{len(prompt) + max_tokens}", param=key, code="context_length_exceeded")
-    return ApiRequest(kind=kind, model=model, prompt_ids=prompt,
-                      params=_sampling(body, max_tokens, info), stream=stream,
-                      include_usage=include_usage, stop=_stop(body),
-                      return_token_ids=_bool(body, "return_token_ids", False))
+        raise APIError(
+            400,
+            f"this model's maximum context length is {limit} tokens; the request "
+            f"has {len(prompt)} prompt tokens + {key}={max_tokens} = "
+            f"{len(prompt) + max_tokens}",
+            param=key,
+            code="context_length_exceeded",
+        )
+    return ApiRequest(
+        kind=kind,
+        model=model,
+        prompt_ids=prompt,
+        params=_sampling(body, max_tokens, info),
+        stream=stream,
+        include_usage=include_usage,
+        stop=_stop(body),
+        return_token_ids=_bool(body, "return_token_ids", False),
+    )

@@ -23,11 +23,15 @@ class ResponseBuilder:
 
     def usage(self, num_generated: int) -> dict[str, int]:
         prompt = len(self.req.prompt_ids)
-        return {"prompt_tokens": prompt, "completion_tokens": num_generated,
-                "total_tokens": prompt + num_generated}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": num_generated,
+            "total_tokens": prompt + num_generated,
+        }
 
-    def _choice(self, text: str, token_ids: list[int] | None, finish: str | None,
-                delta: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _choice(
+        self, text: str, token_ids: list[int] | None, finish: str | None, delta: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
         if self.req.kind == "chat":
             if delta is not None:
@@ -42,23 +46,43 @@ class ResponseBuilder:
 
     def full(self, text: str, token_ids: list[int], finish: str) -> dict[str, Any]:
         """The non-streaming answer."""
-        return {"id": self.id, "object": self.object, "created": self.created,
-                "model": self.req.model, "choices": [self._choice(text, token_ids, finish)],
-                "usage": self.usage(len(token_ids))}
+        return {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.req.model,
+            "choices": [self._choice(text, token_ids, finish)],
+            "usage": self.usage(len(token_ids)),
+        }
 
-    def chunk(self, text: str, token_ids: list[int], finish: str | None,
-              role: bool = False) -> dict[str, Any]:
+    def chunk(
+        self, text: str, token_ids: list[int], finish: str | None, role: bool = False
+    ) -> dict[str, Any]:
         """One streamed chunk (chat: ``delta``; ``role`` opens the assistant message)."""
         delta: dict[str, Any] | None = None
         if self.req.kind == "chat":
-            delta = {"role": "assistant", "content": text} if role else (
-                {"content": text} if text or finish is None else {})
-        return {"id": self.id, "object": self.chunk_object, "created": self.created,
-                "model": self.req.model, "choices": [self._choice(text, token_ids, finish, delta)]}
+            delta = (
+                {"role": "assistant", "content": text}
+                if role
+                else ({"content": text} if text or finish is None else {})
+            )
+        return {
+            "id": self.id,
+            "object": self.chunk_object,
+            "created": self.created,
+            "model": self.req.model,
+            "choices": [self._choice(text, token_ids, finish, delta)],
+        }
 
     def usage_chunk(self, num_generated: int) -> dict[str, Any]:
-        return {"id": self.id, "object": self.chunk_object, "created": self.created,
-                "model": self.req.model, "choices": [], "usage": self.usage(num_generated)}
+        return {
+            "id": self.id,
+            "object": self.chunk_object,
+            "created": self.created,
+            "model": self.req.model,
+            "choices": [],
+            "usage": self.usage(num_generated),
+        }
 
 
 def sse(obj: dict[str, Any]) -> str:

@@ -19,17 +19,30 @@ from dualpath.runtime.server.tokenizer import Tokenizer, load_tokenizer
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 
-def run_server(cluster_address: str, host: str = "127.0.0.1", port: int = 8000, *,
-               model: str = DEFAULT_RUNTIME_MODEL, tokenizer: Tokenizer | None = None,
-               api_key: str | None = None, served_model_name: str | None = None,
-               log_level: str = "warning", cluster_key_file: str | None = None) -> None:
+def run_server(
+    cluster_address: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    model: str = DEFAULT_RUNTIME_MODEL,
+    tokenizer: Tokenizer | None = None,
+    api_key: str | None = None,
+    served_model_name: str | None = None,
+    log_level: str = "warning",
+    cluster_key_file: str | None = None,
+) -> None:
     """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.
 
     ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model, whose
     vocabulary has 512 ids as built by ``runtime.cluster.local.tiny_model_dir``) and is the model
     id clients send unless ``served_model_name`` says otherwise."""
-    config = ServerConfig(host=host, port=port, api_key=api_key,
-                          model_name=served_model_name or model, cluster_key_file=cluster_key_file)
+    config = ServerConfig(
+        host=host,
+        port=port,
+        api_key=api_key,
+        model_name=served_model_name or model,
+        cluster_key_file=cluster_key_file,
+    )
     tok = tokenizer or load_tokenizer(model, vocab_size=512)
     app = create_app(cluster_address, tok, config)
     setup_logging()
@@ -108,7 +121,8 @@ class BackgroundServer:
         self.stop()
 
 
-def serve_in_background(cluster: str | Callable[[], Any], tokenizer: Tokenizer,
-                        config: ServerConfig | None = None) -> BackgroundServer:
+def serve_in_background(
+    cluster: str | Callable[[], Any], tokenizer: Tokenizer, config: ServerConfig | None = None
+) -> BackgroundServer:
     """Start the API for ``cluster`` in a thread (not yet started: use as a context manager)."""
     return BackgroundServer(create_app(cluster, tokenizer, config))

@@ -13,22 +13,36 @@ from dualpath.runtime.server import limits
 
 _INT64 = {"type": "integer", "minimum": limits.INT64_MIN, "maximum": limits.INT64_MAX}
 _TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
-_STOP = {"oneOf": [{"type": "string", "minLength": 1},
-                   {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
-                    "maxItems": limits.MAX_STOP_STRINGS},
-                   {"type": "null"}]}
+_STOP = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "maxItems": limits.MAX_STOP_STRINGS,
+        },
+        {"type": "null"},
+    ]
+}
 
 _SAMPLING: dict[str, Any] = {
     "model": {"type": "string"},
     "max_tokens": {"type": "integer", "minimum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": limits.MAX_TEMPERATURE,
-                    "description": f"below {limits.GREEDY_BELOW}: greedy; below "
-                                   f"{limits.MIN_TEMPERATURE}: raised to it"},
+    "temperature": {
+        "type": "number",
+        "minimum": 0,
+        "maximum": limits.MAX_TEMPERATURE,
+        "description": f"below {limits.GREEDY_BELOW}: greedy; below {limits.MIN_TEMPERATURE}: raised to it",
+    },
     "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
     "seed": _INT64,
     "stop": _STOP,
-    "stop_token_ids": {"type": "array", "items": {"type": "integer", "minimum": 0},
-                       "maxItems": limits.MAX_STOP_TOKEN_IDS},
+    "stop_token_ids": {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 0},
+        "maxItems": limits.MAX_STOP_TOKEN_IDS,
+    },
     "n": {"type": "integer", "enum": [1]},
     "stream": {"type": "boolean"},
     "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
@@ -38,23 +52,47 @@ _SAMPLING: dict[str, Any] = {
 }
 
 COMPLETION_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["prompt"],
-    "properties": {**_SAMPLING, "prompt": {"oneOf": [
-        {"type": "string", "minLength": 1}, _TOKEN_IDS,
-        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1},
-        {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": 1}]}},
+    "type": "object",
+    "required": ["prompt"],
+    "properties": {
+        **_SAMPLING,
+        "prompt": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                _TOKEN_IDS,
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1},
+                {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": 1},
+            ]
+        },
+    },
 }
 
-_PART = {"type": "object", "required": ["type", "text"],
-         "properties": {"type": {"enum": ["text"]}, "text": {"type": "string"}}}
+_PART = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"enum": ["text"]}, "text": {"type": "string"}},
+}
 CHAT_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["messages"],
-    "properties": {**_SAMPLING, "max_completion_tokens": {"type": "integer", "minimum": 1},
-                   "messages": {"type": "array", "minItems": 1, "items": {
-                       "type": "object", "required": ["role"],
-                       "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
-                                      "content": {"oneOf": [{"type": "string"}, {"type": "null"},
-                                                            {"type": "array", "items": _PART}]}}}}},
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        **_SAMPLING,
+        "max_completion_tokens": {"type": "integer", "minimum": 1},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role"],
+                "properties": {
+                    "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "content": {
+                        "oneOf": [{"type": "string"}, {"type": "null"}, {"type": "array", "items": _PART}]
+                    },
+                },
+            },
+        },
+    },
 }
 
 

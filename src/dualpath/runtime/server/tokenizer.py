@@ -117,7 +117,7 @@ class IncrementalDetokenizer:
         after = self._tok.decode(self._ids[self._prefix :])
         if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""
-        delta = after[len(before):]
+        delta = after[len(before) :]
         self._prefix, self._read = self._read, len(self._ids)
         self.text += delta
         return delta
@@ -126,7 +126,7 @@ class IncrementalDetokenizer:
         """At the end of a request: whatever text is still held back (e.g. a cut character)."""
         after = self._tok.decode(self._ids[self._prefix :])
         before = self._tok.decode(self._ids[self._prefix : self._read])
-        delta = after[len(before):] if len(after) > len(before) else ""
+        delta = after[len(before) :] if len(after) > len(before) else ""
         self._prefix = self._read = len(self._ids)
         self.text += delta
         return delta

@@ -80,8 +80,11 @@ def load_keys(key_file: str) -> ClusterKeys | None:
     return ClusterKeys.read(key_file) if key_file else None
 
 
-HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 class Gatekeeper:
@@ -116,8 +119,11 @@ class Gatekeeper:
                 event = recv_monitor_message(mon, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            drops.drop(plane, "unauthenticated", f"a peer failed the CURVE handshake "
-                       f"(event {event['event']}, {event.get('endpoint', b'')!r})")
+            drops.drop(
+                plane,
+                "unauthenticated",
+                f"a peer failed the CURVE handshake (event {event['event']}, {event.get('endpoint', b'')!r})",
+            )
 
     def stop(self) -> None:
         for sock, mon in self._monitored:

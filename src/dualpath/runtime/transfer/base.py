@@ -32,7 +32,7 @@ from dualpath.core.errors import DualpathError
 if TYPE_CHECKING:
     from dualpath.runtime.transfer.control import Control
 
-Payload = Union[torch.Tensor, bytes, bytearray, memoryview]
+Payload = Union[torch.Tensor, bytes, bytearray, memoryview]  # noqa: UP007
 FULL_BLOCK = -1  # ``TransferItem.layer`` of a Full Block (all layers)
 
 
@@ -157,5 +157,5 @@ class Transport(ABC):
         """Make progress on outstanding transfers; returns how many completed during this call."""
         return 0
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook: transports without resources keep it)
         """Release resources; later submits raise TransferError."""

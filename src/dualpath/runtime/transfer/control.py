@@ -53,7 +53,7 @@ class PrefillDone(_Ctl, frozen=True):
     first_token: _Count
 
 
-Control = Union[PullLayer, HitsLoaded, PrefillDone]
+Control = Union[PullLayer, HitsLoaded, PrefillDone]  # noqa: UP007 (msgspec tagged union)
 MAX_CONTROLS = 1 << 12  # control messages per transport message
 
 

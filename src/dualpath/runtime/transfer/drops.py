@@ -33,9 +33,13 @@ class DropCounter:
             n = self._counts.get(key, 0) + 1
             self._counts[key] = n
         if n == 1:
-            log.warning("%s: dropped a %s-plane message (%s)%s; further drops of this cause are "
-                        "only counted", self.who or "dualpath", plane, cause,
-                        f": {detail[:300]}" if detail else "")
+            log.warning(
+                "%s: dropped a %s-plane message (%s)%s; further drops of this cause are only counted",
+                self.who or "dualpath",
+                plane,
+                cause,
+                f": {detail[:300]}" if detail else "",
+            )
 
     def snapshot(self) -> dict[str, int]:
         """``"plane/cause" -> count`` since start."""

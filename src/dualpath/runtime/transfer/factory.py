@@ -17,12 +17,15 @@ from dualpath.runtime.choices import TRANSPORT_NAMES
 from dualpath.runtime.transfer.base import Transport
 
 __all__ = ["TRANSPORT_NAMES", "make_transport"]
-_OPTIONAL = {"mooncake": ("mooncake", "pip install mooncake-transfer-engine"),
-             "nixl": ("nixl", "pip install nixl")}
+_OPTIONAL = {
+    "mooncake": ("mooncake", "pip install mooncake-transfer-engine"),
+    "nixl": ("nixl", "pip install nixl"),
+}
 
 
-def make_transport(name: str, *, host: str = "127.0.0.1",
-                   limiter: Callable[[int], object] | None = None, keys: Any = None) -> Transport:
+def make_transport(
+    name: str, *, host: str = "127.0.0.1", limiter: Callable[[int], object] | None = None, keys: Any = None
+) -> Transport:
     """A new transport; ``limiter(nbytes)`` (the engine's CNIC) is called before each batch;
     ``keys`` (``auth.ClusterKeys``): CURVE-authenticated sockets (None: plain)."""
     if name == "zmq":
@@ -37,6 +40,7 @@ def make_transport(name: str, *, host: str = "127.0.0.1",
         module, install = _OPTIONAL[name]
         if importlib.util.find_spec(module) is None:
             raise ConfigError("transport", name, f"module {module!r} is not installed ({install})")
-        raise ConfigError("transport", name, f"{module} is installed but dualpath has no adapter for "
-                          "it yet; use zmq or shm")
+        raise ConfigError(
+            "transport", name, f"{module} is installed but dualpath has no adapter for it yet; use zmq or shm"
+        )
     raise UnknownNameError("transport", name, TRANSPORT_NAMES)

@@ -77,8 +77,9 @@ class InProcTransport(Transport):
         source: str = "",
         callback: Callable[[TransferHandle], None] | None = None,
     ) -> TransferHandle:
-        return self._send(dest, source, items, TransferHandle(
-            len(items), sum(i.nbytes for i in items), callback), False)
+        return self._send(
+            dest, source, items, TransferHandle(len(items), sum(i.nbytes for i in items), callback), False
+        )
 
     def notify(
         self,
@@ -90,8 +91,9 @@ class InProcTransport(Transport):
     ) -> TransferHandle:
         return self._send(dest, source, list(msgs), TransferHandle(len(msgs), 0, callback), True)
 
-    def _send(self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle,
-              control: bool) -> TransferHandle:
+    def _send(
+        self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle, control: bool
+    ) -> TransferHandle:
         if self._closed:
             raise TransferError("transport is closed")
         if self._queue is not None:

@@ -97,16 +97,22 @@ class ShmTransport(ZmqTransport):
 
     kind = "shm"
 
-    def __init__(self, *, ring_bytes: int = 64 * 1024 * 1024,
-                 limiter: Callable[[int], object] | None = None, keys: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        ring_bytes: int = 64 * 1024 * 1024,
+        limiter: Callable[[int], object] | None = None,
+        keys: Any = None,
+    ) -> None:
         require(ring_bytes >= 4096, "ring_bytes", ring_bytes, "must be >= 4096")
         self.ring_bytes = ring_bytes
         self._rings: dict[str, _Ring] = {}
         self._maps: dict[str, mmap.mmap] = {}
         super().__init__(scheme="ipc", limiter=limiter, keys=keys)
 
-    def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
-              ) -> tuple[list[ItemMeta], list[memoryview], str]:
+    def _pack(
+        self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
+    ) -> tuple[list[ItemMeta], list[memoryview], str]:
         views = [payload_view(it.payload) for it in items]
         total = sum(v.nbytes for v in views)
         if total == 0 or total > self.ring_bytes:
@@ -118,9 +124,10 @@ class ShmTransport(ZmqTransport):
         resources.append((ring, start))
         metas, off = [], start
         for it, v in zip(items, views):
-            ring.buf[off:off + v.nbytes] = v
-            metas.append(ItemMeta(it.key, it.block_index, it.layer, it.num_tokens,
-                                  it.token_offset, v.nbytes, off))
+            ring.buf[off : off + v.nbytes] = v
+            metas.append(
+                ItemMeta(it.key, it.block_index, it.layer, it.num_tokens, it.token_offset, v.nbytes, off)
+            )
             off += v.nbytes
         return metas, [], str(ring.path)
 
@@ -158,9 +165,17 @@ class ShmTransport(ZmqTransport):
             finally:
                 os.close(fd)
         view = memoryview(buf)
-        return [TransferItem(key=m.key, block_index=m.block_index, layer=m.layer,
-                             num_tokens=m.num_tokens, token_offset=m.token_offset,
-                             payload=view[m.slot:m.slot + m.nbytes]) for m in msg.items]
+        return [
+            TransferItem(
+                key=m.key,
+                block_index=m.block_index,
+                layer=m.layer,
+                num_tokens=m.num_tokens,
+                token_offset=m.token_offset,
+                payload=view[m.slot : m.slot + m.nbytes],
+            )
+            for m in msg.items
+        ]
 
     def close(self) -> None:
         super().close()

@@ -36,10 +36,14 @@ import torch
 import zmq
 
 from dualpath.core.errors import ConfigError
-from dualpath.runtime.transfer.base import (
-    KVSink, TransferError, TransferHandle, TransferItem, Transport,
-)
 from dualpath.runtime.transfer.auth import ClusterKeys, Gatekeeper
+from dualpath.runtime.transfer.base import (
+    KVSink,
+    TransferError,
+    TransferHandle,
+    TransferItem,
+    Transport,
+)
 from dualpath.runtime.transfer.control import MAX_CONTROLS, Control
 from dualpath.runtime.transfer.drops import DropCounter
 
@@ -107,9 +111,15 @@ class ZmqTransport(Transport):
 
     kind = "zmq"
 
-    def __init__(self, *, host: str = "127.0.0.1", scheme: str = "tcp",
-                 limiter: Callable[[int], object] | None = None, drops: DropCounter | None = None,
-                 keys: ClusterKeys | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        scheme: str = "tcp",
+        limiter: Callable[[int], object] | None = None,
+        drops: DropCounter | None = None,
+        keys: ClusterKeys | None = None,
+    ) -> None:
         if scheme not in ("tcp", "ipc"):
             raise ConfigError("scheme", scheme, "choices: tcp, ipc")
         self.drops = drops or DropCounter("transport")
@@ -161,19 +171,32 @@ class ZmqTransport(Transport):
         with self._lock:
             return dict(self._routes)
 
-    def submit(self, dest: str, items: Sequence[TransferItem], *, source: str = "",
-               callback: Callable[[TransferHandle], None] | None = None) -> TransferHandle:
+    def submit(
+        self,
+        dest: str,
+        items: Sequence[TransferItem],
+        *,
+        source: str = "",
+        callback: Callable[[TransferHandle], None] | None = None,
+    ) -> TransferHandle:
         handle = TransferHandle(len(items), sum(i.nbytes for i in items), callback)
         return self._queue_job(dest, source, items, handle)
 
-    def notify(self, dest: str, msgs: Sequence[Control], *, source: str = "",
-               callback: Callable[[TransferHandle], None] | None = None) -> TransferHandle:
+    def notify(
+        self,
+        dest: str,
+        msgs: Sequence[Control],
+        *,
+        source: str = "",
+        callback: Callable[[TransferHandle], None] | None = None,
+    ) -> TransferHandle:
         if not 1 <= len(msgs) <= MAX_CONTROLS:
             raise TransferError(f"{len(msgs)} control messages; one submit takes 1 to {MAX_CONTROLS}")
         return self._queue_job(dest, source, list(msgs), TransferHandle(len(msgs), 0, callback), True)
 
-    def _queue_job(self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle,
-                   control: bool = False) -> TransferHandle:
+    def _queue_job(
+        self, dest: str, source: str, what: Sequence[Any], handle: TransferHandle, control: bool = False
+    ) -> TransferHandle:
         with self._lock:
             if self._closed:
                 raise TransferError("transport is closed")
@@ -225,20 +248,30 @@ class ZmqTransport(Transport):
     def _release(self, resources: list[Any]) -> None:
         """Free per-transfer resources (shared-memory ranges in the shm transport)."""
 
-    def _pack(self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
-              ) -> tuple[list[ItemMeta], list[memoryview], str]:
+    def _pack(
+        self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
+    ) -> tuple[list[ItemMeta], list[memoryview], str]:
         metas, frames = [], []
         for it in items:
             view = payload_view(it.payload)
-            metas.append(ItemMeta(it.key, it.block_index, it.layer, it.num_tokens,
-                                  it.token_offset, view.nbytes))
+            metas.append(
+                ItemMeta(it.key, it.block_index, it.layer, it.num_tokens, it.token_offset, view.nbytes)
+            )
             frames.append(view)
         return metas, frames, ""
 
     def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
-        return [TransferItem(key=m.key, block_index=m.block_index, layer=m.layer,
-                             num_tokens=m.num_tokens, token_offset=m.token_offset,
-                             payload=frames[i + 1].buffer) for i, m in enumerate(msg.items)]
+        return [
+            TransferItem(
+                key=m.key,
+                block_index=m.block_index,
+                layer=m.layer,
+                num_tokens=m.num_tokens,
+                token_offset=m.token_offset,
+                payload=frames[i + 1].buffer,
+            )
+            for i, m in enumerate(msg.items)
+        ]
 
     def _send_loop(self) -> None:
         socks: dict[str, zmq.Socket] = {}
@@ -304,8 +337,11 @@ class ZmqTransport(Transport):
         if isinstance(msg, AckMsg):
             self._finish(msg.seq, msg.error)
             return
-        bad = self._check_frames(msg, frames) if isinstance(msg, DataMsg) else (
-            None if len(frames) == 1 else f"a control message with {len(frames) - 1} payload frames")
+        bad = (
+            self._check_frames(msg, frames)
+            if isinstance(msg, DataMsg)
+            else (None if len(frames) == 1 else f"a control message with {len(frames) - 1} payload frames")
+        )
         if bad is not None:
             self.drops.drop("data", "bad_frames", bad)
             error: str | None = f"refused: {bad}"
@@ -387,7 +423,7 @@ class ZmqTransport(Transport):
         addr = self.address
         if addr.startswith("ipc://"):
             try:
-                os.unlink(addr[len("ipc://"):])
+                os.unlink(addr[len("ipc://") :])
             except OSError:
                 pass
         self.ctx.term()

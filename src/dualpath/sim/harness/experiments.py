@@ -16,15 +16,22 @@ DEFAULT_BUFFER_GB = 80.0
 DEFAULT_NODE = "hopper-8x400"
 
 
-def make_cluster(model: str, pd: str, *, node: str = DEFAULT_NODE,
-                 dram_buffer_gb: float | None = None) -> ClusterPreset:
+def make_cluster(
+    model: str, pd: str, *, node: str = DEFAULT_NODE, dram_buffer_gb: float | None = None
+) -> ClusterPreset:
     """A preset for any model and P/D: EP + attention DP for MoE models, DP otherwise."""
     spec = lookup(MODELS, model, "model")
     p, d = parse_pd(pd)
     buffer_gb = dram_buffer_gb if dram_buffer_gb is not None else _BUFFER_GB.get(model, DEFAULT_BUFFER_GB)
-    return ClusterPreset(name=f"{model}-{p}p{d}d", model=model, node=node, num_prefill_nodes=p,
-                         num_decode_nodes=d, dram_buffer_gb=buffer_gb,
-                         parallelism="ep_dp" if spec.is_moe else "dp")
+    return ClusterPreset(
+        name=f"{model}-{p}p{d}d",
+        model=model,
+        node=node,
+        num_prefill_nodes=p,
+        num_decode_nodes=d,
+        dram_buffer_gb=buffer_gb,
+        parallelism="ep_dp" if spec.is_moe else "dp",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,10 +55,13 @@ def make_trajectories(spec: WorkloadSpec) -> list:
         base = load_trace(spec.trace)  # workload resolves aliases such as "mooncake"
     else:
         base = generate_trajectories(maxlen=spec.maxlen, num=spec.num_base, seed=spec.seed)
-    cfg = ReplayConfig(num_agents=spec.num_agents, seed=spec.seed,
-                       append_scale=spec.append_scale, gen_scale=spec.gen_scale,
-                       max_len=spec.maxlen if (spec.append_scale != 1.0 or spec.gen_scale != 1.0)
-                       else None)
+    cfg = ReplayConfig(
+        num_agents=spec.num_agents,
+        seed=spec.seed,
+        append_scale=spec.append_scale,
+        gen_scale=spec.gen_scale,
+        max_len=spec.maxlen if (spec.append_scale != 1.0 or spec.gen_scale != 1.0) else None,
+    )
     return expand_agents(base, cfg)
 
 

@@ -28,8 +28,9 @@ def _write_csv(path: str, header: list[str], rows: list[list]) -> None:
         writer.writerows(rows)
 
 
-def _plot(path: str, title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]],
-          bars: bool = False) -> None:
+def _plot(
+    path: str, title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]], bars: bool = False
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,8 +46,12 @@ def _plot(path: str, title: str, xlabel: str, ylabel: str, series: dict[str, tup
         first = series[names[0]][0] if names else []
         labels = [str(x) for x in first]
         crowded = sum(len(t) for t in labels) > 40  # long category names: slant them
-        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(first))], labels,
-                      rotation=30 if crowded else 0, ha="right" if crowded else "center")
+        ax.set_xticks(
+            [j + width * (len(names) - 1) / 2 for j in range(len(first))],
+            labels,
+            rotation=30 if crowded else 0,
+            ha="right" if crowded else "center",
+        )
     else:
         for name, (xs, ys) in series.items():
             ax.plot(xs, ys, marker="o", label=name)
@@ -62,11 +67,10 @@ def _plot(path: str, title: str, xlabel: str, ylabel: str, series: dict[str, tup
 def fig_offline_grid(out: str, quick: bool) -> list[str]:
     systems = ["basic", "dualpath", "oracle"]
     rows, files = [], []
-    for maxlen in ([65536] if quick else [32768, 49152, 65536]):
+    for maxlen in [65536] if quick else [32768, 49152, 65536]:
         series: dict[str, tuple[list, list]] = {s: ([], []) for s in systems}
         for n in _agents(quick):
-            res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(maxlen=maxlen,
-                                                                              num_agents=n))
+            res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(maxlen=maxlen, num_agents=n))
             for s in systems:
                 rows.append([maxlen, n, s, res[s]["jct_s"]])
                 series[s][0].append(n)
@@ -103,9 +107,12 @@ def fig_scaling(out: str, quick: bool) -> list[str]:
     rows, files = [], []
     for knob in ("append", "gen"):
         series: dict[str, tuple[list, list]] = {"basic": ([], []), "dualpath": ([], [])}
-        for scale in ([0.5, 2.0] if quick else [0.5, 1.0, 2.0, 4.0]):
-            wl = (WorkloadSpec(num_agents=n, append_scale=scale) if knob == "append"
-                  else WorkloadSpec(num_agents=n, gen_scale=scale))
+        for scale in [0.5, 2.0] if quick else [0.5, 1.0, 2.0, 4.0]:
+            wl = (
+                WorkloadSpec(num_agents=n, append_scale=scale)
+                if knob == "append"
+                else WorkloadSpec(num_agents=n, gen_scale=scale)
+            )
             res = offline(list(series), make_cluster(MODEL, "2p4d"), wl)
             for s in series:
                 rows.append([knob, scale, s, res[s]["jct_s"]])
@@ -133,15 +140,25 @@ def fig_online(out: str, quick: bool) -> list[str]:
         ttft[s], tpot[s] = ([], []), ([], [])
         for aps in rates:
             p = run_online(s, make_cluster(MODEL, "2p4d"), base, aps, horizon_s=horizon)
-            rows.append([s, aps, p["ttft_mean_s"], p["ttst_mean_s"], p["tpot_mean_s"],
-                         p["ttft_p90_s"], p["meets_slo"]])
+            rows.append(
+                [
+                    s,
+                    aps,
+                    p["ttft_mean_s"],
+                    p["ttst_mean_s"],
+                    p["tpot_mean_s"],
+                    p["ttft_p90_s"],
+                    p["meets_slo"],
+                ]
+            )
             ttft[s][0].append(aps)
             ttft[s][1].append(p["ttft_mean_s"] or 0.0)
             tpot[s][0].append(aps)
             tpot[s][1].append(p["tpot_mean_s"] or 0.0)
     path = os.path.join(out, "online.csv")
-    _write_csv(path, ["system", "aps", "ttft_mean_s", "ttst_mean_s", "tpot_mean_s",
-                      "ttft_p90_s", "meets_slo"], rows)
+    _write_csv(
+        path, ["system", "aps", "ttft_mean_s", "ttst_mean_s", "tpot_mean_s", "ttft_p90_s", "meets_slo"], rows
+    )
     p1, p2 = os.path.join(out, "online_ttft.png"), os.path.join(out, "online_tpot.png")
     _plot(p1, "Online TTFT (DS 660B 2P4D)", "APS", "mean TTFT (s)", ttft)
     _plot(p2, "Online TPOT (DS 660B 2P4D)", "APS", "mean TPOT (s)", tpot)
@@ -149,36 +166,75 @@ def fig_online(out: str, quick: bool) -> list[str]:
 
 
 def fig_ablation(out: str, quick: bool) -> list[str]:
-    systems = ["basic", "layerwise", "dualpath-rr-random", "dualpath-rr", "dualpath",
-               "dualpath-split", "oracle"]
+    systems = [
+        "basic",
+        "layerwise",
+        "dualpath-rr-random",
+        "dualpath-rr",
+        "dualpath",
+        "dualpath-split",
+        "oracle",
+    ]
     rows, breakdown, balance = [], {}, {}
-    for n in ([QUICK_AGENTS] if quick else [1024, 2048]):
+    for n in [QUICK_AGENTS] if quick else [1024, 2048]:
         res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(num_agents=n))
         for s in systems:
             r = res[s]
             bd = r["ttft_breakdown_s"]
-            rows.append([n, s, r["jct_s"], bd["queueing"], bd["allocation"], bd["reading"],
-                         bd["prefill"], r["snic_max_over_avg"], r["attn_max_over_avg"]])
+            rows.append(
+                [
+                    n,
+                    s,
+                    r["jct_s"],
+                    bd["queueing"],
+                    bd["allocation"],
+                    bd["reading"],
+                    bd["prefill"],
+                    r["snic_max_over_avg"],
+                    r["attn_max_over_avg"],
+                ]
+            )
             breakdown[s] = (list(bd), list(bd.values()))
-            balance[s] = (["snic max/avg", "attn max/avg"],
-                          [r["snic_max_over_avg"], r["attn_max_over_avg"]])
+            balance[s] = (["snic max/avg", "attn max/avg"], [r["snic_max_over_avg"], r["attn_max_over_avg"]])
     path = os.path.join(out, "ablation.csv")
-    _write_csv(path, ["agents", "system", "jct_s", "queueing_s", "allocation_s", "reading_s",
-                      "prefill_s", "snic_max_over_avg", "attn_max_over_avg"], rows)
+    _write_csv(
+        path,
+        [
+            "agents",
+            "system",
+            "jct_s",
+            "queueing_s",
+            "allocation_s",
+            "reading_s",
+            "prefill_s",
+            "snic_max_over_avg",
+            "attn_max_over_avg",
+        ],
+        rows,
+    )
     p1 = os.path.join(out, "ttft_breakdown.png")
     p2 = os.path.join(out, "balance.png")
     p3 = os.path.join(out, "ablation.png")
     _plot(p1, "TTFT breakdown (s)", "stage", "seconds", breakdown, bars=True)
     _plot(p2, "SNIC and attention balance", "metric", "max/avg", balance, bars=True)
     last = [r for r in rows if r[0] == rows[-1][0]]
-    _plot(p3, "Ablation JCT", "system", "JCT (s)",
-          {"jct": ([r[1] for r in last], [r[2] for r in last])}, bars=True)
+    _plot(
+        p3,
+        "Ablation JCT",
+        "system",
+        "JCT (s)",
+        {"jct": ([r[1] for r in last], [r[2] for r in last])},
+        bars=True,
+    )
     return [path, p1, p2, p3]
 
 
 def fig_large_scale(out: str, quick: bool) -> list[str]:
-    cases = ([("2p4d", QUICK_AGENTS), ("8p16d", 4 * QUICK_AGENTS)] if quick
-             else [("2p4d", 2048), ("48p96d", 49152)])
+    cases = (
+        [("2p4d", QUICK_AGENTS), ("8p16d", 4 * QUICK_AGENTS)]
+        if quick
+        else [("2p4d", 2048), ("48p96d", 49152)]
+    )
     rows = []
     for pd, n in cases:
         r = offline(["dualpath"], make_cluster(MODEL, pd), WorkloadSpec(num_agents=n))["dualpath"]
@@ -186,13 +242,25 @@ def fig_large_scale(out: str, quick: bool) -> list[str]:
     path = os.path.join(out, "large_scale.csv")
     _write_csv(path, ["pd", "agents", "jct_s", "wall_s", "sim_req_per_wall_s"], rows)
     png = os.path.join(out, "large_scale.png")
-    _plot(png, "Scale-out: JCT at constant agents per unit", "cluster", "JCT (s)",
-          {"dualpath": ([f"{r[0]}/{r[1]}" for r in rows], [r[2] for r in rows])}, bars=True)
+    _plot(
+        png,
+        "Scale-out: JCT at constant agents per unit",
+        "cluster",
+        "JCT (s)",
+        {"dualpath": ([f"{r[0]}/{r[1]}" for r in rows], [r[2] for r in rows])},
+        bars=True,
+    )
     return [path, png]
 
 
-FIGURES = {"offline_grid": fig_offline_grid, "pd_ratio": fig_pd_ratio, "scaling": fig_scaling,
-           "online": fig_online, "ablation": fig_ablation, "large_scale": fig_large_scale}
+FIGURES = {
+    "offline_grid": fig_offline_grid,
+    "pd_ratio": fig_pd_ratio,
+    "scaling": fig_scaling,
+    "online": fig_online,
+    "ablation": fig_ablation,
+    "large_scale": fig_large_scale,
+}
 
 
 def make_figures(out: str, *, quick: bool = False, only: list[str] | None = None) -> dict:

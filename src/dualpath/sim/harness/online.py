@@ -43,30 +43,48 @@ def _pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
 
 
-def run_online(system: str, cluster, base_trajs, aps: float, *, horizon_s: float = 3600.0,
-               seed: int = 0, **kw) -> dict:
+def run_online(
+    system: str, cluster, base_trajs, aps: float, *, horizon_s: float = 3600.0, seed: int = 0, **kw
+) -> dict:
     """One online run at ``aps``; returns latency percentiles and whether it met the SLO."""
     from dualpath.sim.harness.runner import run_one
     from dualpath.workload import ReplayConfig, expand_agents
 
     num_agents = max(1, int(math.ceil(aps * horizon_s * 1.2)))
     trajs = expand_agents(base_trajs, ReplayConfig(num_agents=num_agents, seed=seed))
-    cfg = SimConfig(system=get_system(system), cluster=cluster, seed=seed, aps=aps,
-                    horizon_s=horizon_s, ttft_stop_s=TTFT_SLO_S, max_sim_s=horizon_s, **kw)
+    cfg = SimConfig(
+        system=get_system(system),
+        cluster=cluster,
+        seed=seed,
+        aps=aps,
+        horizon_s=horizon_s,
+        ttft_stop_s=TTFT_SLO_S,
+        max_sim_s=horizon_s,
+        **kw,
+    )
     res = run_one(cfg, trajs)
     lat = res.pop("latency")
     warm = horizon_s * WARMUP_FRACTION
     keep = [i for i, t in enumerate(lat["t_arrive"]) if t >= warm]
-    out = {"aps": aps, "stopped": res["stopped"], "wall_s": res["wall_s"],
-           "events": res["events"], "num_requests": res["num_requests"]}
+    out = {
+        "aps": aps,
+        "stopped": res["stopped"],
+        "wall_s": res["wall_s"],
+        "events": res["events"],
+        "num_requests": res["num_requests"],
+    }
     for name in ("ttft", "ttst", "tpot"):
         vals = [lat[name][i] for i in keep if not math.isnan(lat[name][i])]
         out[f"{name}_mean_s"] = sum(vals) / len(vals) if vals else None
         for q in (0.5, 0.9, 0.99):
             out[f"{name}_p{int(q * 100)}_s"] = _pct(vals, q)
     ttft, tpot = out["ttft_mean_s"], out["tpot_mean_s"]
-    out["meets_slo"] = (not res["stopped"] and ttft is not None and ttft <= TTFT_SLO_S
-                        and (tpot is None or tpot <= TPOT_SLO_S))
+    out["meets_slo"] = (
+        not res["stopped"]
+        and ttft is not None
+        and ttft <= TTFT_SLO_S
+        and (tpot is None or tpot <= TPOT_SLO_S)
+    )
     out["snic_max_over_avg"] = res["snic_max_over_avg"]
     out["attn_max_over_avg"] = res["attn_max_over_avg"]
     out["bytes"] = res["bytes"]
@@ -74,8 +92,7 @@ def run_online(system: str, cluster, base_trajs, aps: float, *, horizon_s: float
     return out
 
 
-def capacity_sweep(system: str, cluster, base_trajs, rates: list[float], *, progress=None,
-                   **kw) -> dict:
+def capacity_sweep(system: str, cluster, base_trajs, rates: list[float], *, progress=None, **kw) -> dict:
     """Run rates in increasing order until one misses the SLO; capacity = last rate that met it."""
     points = []
     capacity = 0.0

@@ -18,8 +18,10 @@ GC_THRESHOLD0 = 200_000  # young-generation threshold while a simulation runs (d
 
 def make_agents(trajectories: Sequence) -> list[Agent]:
     """One agent per trajectory (``dualpath.workload.Trajectory``), turns as (append, gen)."""
-    return [Agent(i, t.traj_id, [(turn.append_len, turn.gen_len) for turn in t.turns])
-            for i, t in enumerate(trajectories)]
+    return [
+        Agent(i, t.traj_id, [(turn.append_len, turn.gen_len) for turn in t.turns])
+        for i, t in enumerate(trajectories)
+    ]
 
 
 def run_one(config: SimConfig, trajectories: Sequence) -> dict:
@@ -43,5 +45,7 @@ def run_one(config: SimConfig, trajectories: Sequence) -> dict:
 
 def run_systems(systems: Sequence[str], cluster, trajectories: Sequence, **kw) -> dict[str, dict]:
     """Run each named system on the same cluster and agents (``kw`` goes to ``SimConfig``)."""
-    return {name: run_one(SimConfig(system=get_system(name), cluster=cluster, **kw), trajectories)
-            for name in systems}
+    return {
+        name: run_one(SimConfig(system=get_system(name), cluster=cluster, **kw), trajectories)
+        for name in systems
+    }
