@@ -80,8 +80,9 @@ class Fetcher:
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
         # A registered policy's hot fetches run as kernels over the ledger's lists (no view
-        # built, ``policy.fetch_kernels``): balanced DE fetches, least-loaded PE fetches. Their plans are the view path's (tested).
-        # (Set ``slack`` to -1.0 and ``prefill_kernel`` to False for the view path everywhere.)
+        # built, ``policy.fetch_kernels``): balanced DE fetches, least-loaded PE fetches; their
+        # plans are the view path's (tests/policy/test_fetch_kernels.py). ``slack`` -1.0 and
+        # ``prefill_kernel`` False: every fetch builds its view.
         self.slack = -1.0
         self.prefill_kernel = False
         self.config = SchedulerConfig()
