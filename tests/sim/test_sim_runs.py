@@ -44,9 +44,18 @@ def test_deterministic_by_seed(make_cluster, make_trajectories) -> None:
         assert a[key] == b[key]
 
 
-def _run(cfg: SimConfig, trajs, order: FetchOrder | None = None, bounds: ViewBounds | None = None) -> dict:
-    """One run with the adapter's fetch order / view bounds replaced (speed knobs under test)."""
+def _run(
+    cfg: SimConfig,
+    trajs,
+    order: FetchOrder | None = None,
+    bounds: ViewBounds | None = None,
+    views: bool = False,
+) -> dict:
+    """One run with the adapter's fetch order / view bounds replaced (speed knobs under test);
+    ``views``: every fetch builds its view (no fetch kernels, policy/fetch_kernels.py)."""
     sim = Simulation(cfg, make_agents(trajs))
+    if views:
+        sim.adapter.fetcher.slack, sim.adapter.fetcher.prefill_kernel = -1.0, False
     if order is not None:
         sim.adapter.fetcher.order = order
     if bounds is not None:
@@ -87,8 +96,9 @@ def test_bounded_private_queue_views_do_not_change_results(
         return out
 
     monkeypatch.setattr(Ledger, "_private_prefix", counted)
-    bounded = _run(cfg, trajs, bounds=ViewBounds(private_full=0))
+    bounded = _run(cfg, trajs, bounds=ViewBounds(private_full=0), views=True)
     assert sum(cuts) > len(cuts) // 2
-    full = _run(cfg, trajs, bounds=ViewBounds(bound_private=False))
+    full = _run(cfg, trajs, bounds=ViewBounds(bound_private=False), views=True)
+    kernels = _run(cfg, trajs)  # (dualpath's DE fetches: the kernel, which cuts on its own)
     for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
-        assert bounded[key] == full[key], key
+        assert bounded[key] == full[key] == kernels[key], key

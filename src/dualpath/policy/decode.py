@@ -48,20 +48,31 @@ def route_to_groups(view: DecodeFetchView, de_choice: str) -> tuple[list[GroupRo
             out.append(GroupRouting(request_id=req.request_id, group_id=totals[cursor].group_id))
             cursor = (cursor + 1) % len(totals)
         return out, cursor
-    if len(view.global_queue) <= _SCAN_LIMIT:  # a few requests: scan for the first smallest
-        tokens = [g.num_tokens for g in totals]
-        for req in view.global_queue:
-            pos = tokens.index(min(tokens))
-            out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
-            tokens[pos] = tokens[pos] + req.decode_len
-        return out, view.group_rr_cursor
-    heap = [(g.num_tokens, pos, g.group_id) for pos, g in enumerate(totals)]
-    heapq.heapify(heap)
-    for req in view.global_queue:
-        total, pos, gid = heap[0]
-        out.append(GroupRouting(request_id=req.request_id, group_id=gid))
-        heapq.heapreplace(heap, (total + req.decode_len, pos, gid))
+    positions = route_balanced([g.num_tokens for g in totals], [req.decode_len for req in view.global_queue])
+    for req, pos in zip(view.global_queue, positions):
+        out.append(GroupRouting(request_id=req.request_id, group_id=totals[pos].group_id))
     return out, view.group_rr_cursor
+
+
+def route_balanced(tokens: list[int], needs: list[int]) -> list[int]:
+    """Phase 1 ``balanced`` as a kernel over plain lists: ``tokens`` the groups' totals (not
+    changed), ``needs`` the global queue's ``decode_len`` in order; returns each request's group
+    position: the smallest total (updated after each routing), first position on ties."""
+    out: list[int] = []
+    if len(needs) <= _SCAN_LIMIT:  # a few requests: scan for the first smallest
+        tokens = list(tokens)
+        for need in needs:
+            pos = tokens.index(min(tokens))
+            out.append(pos)
+            tokens[pos] = tokens[pos] + need
+        return out
+    heap = [(total, pos) for pos, total in enumerate(tokens)]
+    heapq.heapify(heap)
+    for need in needs:
+        total, pos = heap[0]
+        out.append(pos)
+        heapq.heapreplace(heap, (total + need, pos))
+    return out
 
 
 def may_assign_decode(free_hbm: list[int], head_decode_len: int) -> bool:
@@ -97,29 +108,50 @@ def assign_decode(view: DecodeFetchView, config: SchedulerConfig, de_choice: str
 
 def _balanced(view: DecodeFetchView, private: list[RequestInfo], slack: float) -> list[DecodeAssignment]:
     engines = view.group.engines
-    num = len(engines)
-    if num == 0 or not private:
+    if not engines or not private:
         return []
-    seq = [e.num_seqs for e in engines]
-    tok = [e.num_tokens for e in engines]
-    free = [e.free_hbm_tokens for e in engines]
+    picks = balanced_picks(
+        [e.num_seqs for e in engines],
+        [e.num_tokens for e in engines],
+        [e.free_hbm_tokens for e in engines],
+        [req.decode_len for req in private],
+        slack,
+    )
+    return [
+        DecodeAssignment(request_id=private[i].request_id, engine_id=engines[pick].engine_id)
+        for i, pick in enumerate(picks)
+    ]
+
+
+def balanced_picks(
+    seq: list[int], tok: list[int], free: list[int], needs: list[int], slack: float
+) -> list[int]:
+    """Phase 2 ``balanced`` as a kernel over plain lists: the DEs' ``seq_e`` / ``tok_e`` / free
+    HBM (rank order; updated in place) and the ``decode_len`` of the private queue's head requests
+    (``needs``, queue order). Returns the rank picked for each head request, in order, stopping at
+    the first that fits no DE. Both entry points use it: the view's (``assign_decode``) and the
+    ledger's (``policy.fetch``, no view built); ``needs`` may stop after the first request that
+    takes the cumulative total over the group's free HBM (the rest can not be placed, and R, the
+    prefix that fits, ends before it)."""
+    num = len(free)
+    if num == 0 or not needs:
+        return []
     room = sum(free)
     fit = 0  # R = longest prefix of the private queue whose tokens fit the group's free HBM
-    for req in private:
-        if fit + req.decode_len > room:
+    for need in needs:
+        if fit + need > room:
             break
-        fit += req.decode_len
+        fit += need
     z = slack * (fit + sum(tok)) / num
-    out: list[DecodeAssignment] = []
-    for req in private:
-        need = req.decode_len
+    out: list[int] = []
+    for need in needs:
         best = _balanced_pick(seq, tok, free, need, z)
         if best < 0:
             break  # no DE has room for the head: the fetch ends (head-of-line, as specified)
         seq[best] = seq[best] + 1
         tok[best] = tok[best] + need
         free[best] = free[best] - need
-        out.append(DecodeAssignment(request_id=req.request_id, engine_id=engines[best].engine_id))
+        out.append(best)
     return out
 
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from dualpath.policy import fetch_kernels
+from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.decode import may_assign_decode
 from dualpath.policy.ledger import Entry, Ledger
 from dualpath.policy.prefill import may_assign_prefill
-from dualpath.policy.scheduler import Scheduler
+from dualpath.policy.scheduler import PolicyScheduler, Scheduler
 from dualpath.policy.views import DecodePlan, PrefillPlan
 
 
@@ -77,10 +79,39 @@ class Fetcher:
         self.fetches = 0
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
+        # A registered policy's hot fetches run as kernels over the ledger's lists (no view
+        # built, ``policy.fetch_kernels``): balanced DE fetches, least-loaded PE fetches; their
+        # plans are the view path's (tests/policy/test_fetch_kernels.py). ``slack`` -1.0 and
+        # ``prefill_kernel`` False: every fetch builds its view.
+        self.slack = -1.0
+        self.prefill_kernel = False
+        self.config = SchedulerConfig()
+        self.read_choice = ""
+        if type(scheduler) is PolicyScheduler:
+            self.config, spec = scheduler.config, scheduler.spec
+            if spec.de_choice == "balanced":
+                self.slack = self.config.hbm_slack
+            self.prefill_kernel = spec.pe_choice == "least-loaded"
+            self.read_choice = spec.read_choice
 
     def fetch_decode(self, node_id: int, now_s: float) -> int:
         """One DE group's fetch; returns the number of requests assigned to its DEs."""
-        plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
+        if self.slack >= 0.0:
+            plan = fetch_kernels.decode_plan(self.ledger, node_id, self.slack, False)
+            assert plan is not None
+        else:
+            plan = self.scheduler.assign_decode(self.ledger.decode_view(node_id, now_s))
+        self.fetches += 1
+        assigned = self.ledger.apply_decode(node_id, plan)
+        self.sink.decode_applied(node_id, plan, assigned)
+        return len(assigned)
+
+    def fetch_decode_kernel(self, node_id: int) -> int:
+        """:meth:`fetch_decode` with its elision (:meth:`decode_may_assign`) for a balanced
+        policy, from the ledger's lists (``fetch_kernels.decode_plan``); -1: elided."""
+        plan = fetch_kernels.decode_plan(self.ledger, node_id, self.slack, self.order.elide)
+        if plan is None:
+            return -1
         self.fetches += 1
         assigned = self.ledger.apply_decode(node_id, plan)
         self.sink.decode_applied(node_id, plan, assigned)
@@ -88,7 +119,10 @@ class Fetcher:
 
     def fetch_prefill(self, node_id: int, now_s: float) -> int:
         """One PE group's fetch (strict leader fetch: this group only)."""
-        plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
+        if self.prefill_kernel:
+            plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config, self.read_choice)
+        else:
+            plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
         self.fetches += 1
         assigned = self.ledger.apply_prefill(node_id, plan)
         self.sink.prefill_applied(node_id, plan, assigned)
@@ -125,8 +159,12 @@ class Fetcher:
             self.fetch_decode(routed, now_s)
         todo = sorted(ledger.de_dirty) if order.dirty_only else [n for n in de_nodes if n != routed]
         private = ledger.private
+        kernel = self.slack >= 0.0
         for node in todo:
-            if private.get(node) and self.decode_may_assign(node):
+            if kernel:
+                if private.get(node):
+                    self.fetch_decode_kernel(node)
+            elif private.get(node) and self.decode_may_assign(node):
                 self.fetch_decode(node, now_s)
         ledger.de_dirty.clear()
         pe_nodes = ledger.pe_nodes

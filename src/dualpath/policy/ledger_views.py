@@ -122,7 +122,8 @@ class LedgerViews:
         self._totals: list[GroupTotal | None] = []
         self._totals_pos: dict[int, int] = {}
         self._totals_dirty: set[int] = set()
-        self._totals_tuple: tuple[GroupTotal, ...] = ()
+        self._totals_tuple: tuple[GroupTotal, ...] | None = None  # None: rebuild from the list
+        self._token_totals: list[int] = []
         self._reads: dict[int, NodeReadQueue] = {}
 
     def _membership(self) -> None:
@@ -142,6 +143,8 @@ class LedgerViews:
         self._totals = [None] * len(self.de_nodes)
         self._totals_pos = {n: i for i, n in enumerate(self.de_nodes)}
         self._totals_dirty = set(self.de_nodes)
+        self._token_totals = [0] * len(self.de_nodes)
+        self._totals_tuple = None
 
     def _changed(self, eng: Engine) -> None:
         """``eng``'s numbers changed: its group's view (and, for a DE, the group total) is stale."""
@@ -187,22 +190,35 @@ class LedgerViews:
             engine_id=e.engine_id, num_seqs=e.num_seqs, num_tokens=e.num_tokens, free_hbm_tokens=free
         )
 
-    def group_totals(self) -> tuple[GroupTotal, ...]:
-        """Every live DE group's engines' ``tok_e`` plus its private queue's ``decode_len``."""
+    def token_totals(self) -> list[int]:
+        """Every live DE group's engines' ``tok_e`` plus its private queue's ``decode_len``, in
+        ``de_nodes`` order: a plain list kept incrementally (only groups a mutator marked are
+        recomputed), the routing kernel's input. Read only."""
         dirty = self._totals_dirty
-        if dirty:  # frozen GroupTotal objects, rebuilt only for groups whose total changed
-            out, pos = self._totals, self._totals_pos
+        vals = self._token_totals
+        if dirty:
+            pos, node_tok, private_tokens = self._totals_pos, self.node_tok, self.private_tokens
             for n in dirty:
                 i = pos.get(n)
-                if i is None:
-                    continue
-                value = self.node_tok[n] + self.private_tokens[n]
-                obj = out[i]
-                if obj is None or obj.num_tokens != value:
-                    out[i] = GroupTotal(group_id=n, num_tokens=value)
+                if i is not None:
+                    vals[i] = node_tok[n] + private_tokens[n]
             dirty.clear()
-            self._totals_tuple = tuple(out)  # type: ignore[arg-type]
-        return self._totals_tuple
+            self._totals_tuple = None
+        return vals
+
+    def group_totals(self) -> tuple[GroupTotal, ...]:
+        """:meth:`token_totals` as the views' frozen GroupTotal records (a record is rebuilt only
+        when its group's total changed)."""
+        vals = self.token_totals()
+        totals = self._totals_tuple
+        if totals is None:
+            out = self._totals
+            for i, n in enumerate(self.de_nodes):
+                obj = out[i]
+                if obj is None or obj.num_tokens != vals[i]:
+                    out[i] = GroupTotal(group_id=n, num_tokens=vals[i])
+            totals = self._totals_tuple = tuple(out)  # type: ignore[arg-type]
+        return totals
 
     def decode_view(self, node_id: int, now_s: float) -> DecodeFetchView:
         totals = self.group_totals()
@@ -239,31 +255,9 @@ class LedgerViews:
         """Group ``node_id``'s fetch (``central``: every live PE group is a candidate). ``window``
         overrides ``bounds.prefill_prefix`` for this view."""
         limit = self.bounds.prefill_prefix if window is None else window
-        head = self.prefill_queue if limit is None else islice(self.prefill_queue, limit)
-        prefix: list[PendingPrefill] = []
-        if len(self.all_nodes) <= self.bounds.all_read_queues_up_to:
-            for entry in head:
-                prefix.append(entry.pending)  # type: ignore[arg-type]
-            node_ids = self.all_nodes
-        else:
-            seen = {node_id}
-            for entry in head:
-                prefix.append(entry.pending)  # type: ignore[arg-type]
-                seen.add(entry.de_node)
-            node_ids = sorted(seen)
-        reads = self._reads  # frozen NodeReadQueue objects, rebuilt only when read_q changed
-        out: list[NodeReadQueue] = []
-        for n in node_ids:
-            q = self.read_q.get(n, 0)
-            obj = reads.get(n)
-            if obj is None or obj.read_queue_tokens != q:
-                obj = NodeReadQueue(
-                    node_id=n,
-                    read_queue_tokens=q,
-                    read_tokens_per_s=self.read_rate.get(n, self.read_tokens_per_s),
-                )
-                reads[n] = obj
-            out.append(obj)
+        head = self.prefill_head(limit)
+        prefix: list[PendingPrefill] = [e.pending for e in head]  # type: ignore[misc]
+        out = [self.read_queue(n) for n in self.read_nodes(node_id, head)]
         groups = (
             tuple([self._group(2 * n, n) for n in self.pe_nodes])
             if central
@@ -276,6 +270,38 @@ class LedgerViews:
             read_queues=tuple(out),
             rr_cursor=self.pe_rr.get(node_id, 0),
         )
+
+    def prefill_head(self, limit: int | None) -> list[Entry]:
+        """The first ``limit`` requests of the prefill queue (all if None)."""
+        queue = self.prefill_queue
+        return list(queue) if limit is None else list(islice(queue, limit))
+
+    def read_nodes(self, node_id: int, head: list[Entry]) -> list[int]:
+        """The nodes whose read queues PE group ``node_id``'s fetch of ``head`` carries: every
+        node up to ``bounds.all_read_queues_up_to`` nodes, else its own and the head's DE nodes."""
+        if len(self.all_nodes) <= self.bounds.all_read_queues_up_to:
+            return self.all_nodes
+        seen = {node_id}
+        for entry in head:
+            seen.add(entry.de_node)
+        return sorted(seen)
+
+    def read_queue(self, n: int) -> NodeReadQueue:
+        """Node ``n``'s read queue (frozen, rebuilt only when its ``read_q`` changed)."""
+        q = self.read_q.get(n, 0)
+        obj = self._reads.get(n)
+        if obj is None or obj.read_queue_tokens != q:
+            obj = NodeReadQueue(
+                node_id=n,
+                read_queue_tokens=q,
+                read_tokens_per_s=self.read_rate.get(n, self.read_tokens_per_s),
+            )
+            self._reads[n] = obj
+        return obj
+
+    def members(self, role: str, node_id: int) -> list[int]:
+        """The group's live engine ids, rank order (do not change the list)."""
+        return self._members.get(2 * node_id + (role == DECODE), [])
 
     def engine_load(self, engine_id: int) -> Engine:
         """The engine's numbers (read only: change them through the mutators)."""

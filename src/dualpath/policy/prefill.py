@@ -190,6 +190,25 @@ def assign_prefill(
     return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
 
 
+def least_loaded_picks(tok: list[int], prompt_lens: list[int], beta: int) -> list[int]:
+    """``least-loaded`` for one PE group (a strict leader fetch) as a kernel over plain lists:
+    ``tok`` the group's ``tok_e`` in rank order (updated in place), ``prompt_lens`` the queue
+    head's. With one candidate group the classes C2 / C3 order nothing, so each request goes to
+    the smallest ``tok_e <= beta`` (first on ties) until none is left: the picks (ranks) in order,
+    the same as :func:`assign_prefill` on the group's view (tested)."""
+    out: list[int] = []
+    if not tok:
+        return out
+    for n in prompt_lens:
+        smallest = min(tok)
+        if smallest > beta:
+            break
+        i = tok.index(smallest)
+        tok[i] = tok[i] + n
+        out.append(i)
+    return out
+
+
 def _group_best(tok: list[int], lo: int, hi: int, beta: int) -> int:
     """Flat index of the group's engine with the smallest ``tok_e <= beta`` (first on ties), or
     -1 when the whole group is in C1. Classes are per node, so this is the group's candidate."""

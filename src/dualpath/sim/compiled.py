@@ -30,6 +30,7 @@ MODULES: tuple[str, ...] = (
     "dualpath.policy.batch",
     "dualpath.policy.decode",
     "dualpath.policy.fetch",
+    "dualpath.policy.fetch_kernels",
     "dualpath.policy.ledger",
     "dualpath.policy.ledger_views",
     "dualpath.policy.metrics",
