@@ -10,13 +10,11 @@ request's client with RequestStats on the last one.
 from __future__ import annotations
 
 import secrets
-import tempfile
 import time
 
 import msgspec
 import zmq
 
-from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
@@ -30,14 +28,12 @@ from dualpath.runtime.cluster.messages import (
     EngineHello,
     EngineLoading,
     Heartbeat,
-    Peers,
     PrefillTask,
     Progress,
     Query,
     QueryReply,
     ReadPlan,
     Rejected,
-    Reset,
     Shutdown,
     Submit,
     Supervision,
@@ -46,14 +42,15 @@ from dualpath.runtime.cluster.messages import (
     decode,
     encode,
 )
+from dualpath.runtime.cluster.read_rate import StorageReadRate
+from dualpath.runtime.cluster.sched_engines import EngineLiveness
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.state import ClusterState, EngineState
-from dualpath.runtime.cluster.supervisor_view import MAX_RETRIES, SupervisionView
+from dualpath.runtime.cluster.supervisor_view import SupervisionView
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 from dualpath.runtime.transfer.auth import Gatekeeper, load_keys
 from dualpath.runtime.transfer.drops import DropCounter
 
-STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
 
 
@@ -66,7 +63,7 @@ def _seeded(params: SamplingParams) -> SamplingParams:
     return msgspec.structs.replace(params, seed=secrets.randbits(63))
 
 
-class SchedulerService:
+class SchedulerService(EngineLiveness):
     def __init__(self, args: SchedulerArgs) -> None:
         self.args = args
         self.ctx = zmq.Context()
@@ -96,8 +93,7 @@ class SchedulerService:
         self.running = True
         self._last_check_s = float("inf")  # no stall before the first tick
         self.drops = DropCounter("scheduler")
-        self._measured_read_bytes_per_s: float | None = None
-        self.read_rate_source = ""
+        self._read_rate = StorageReadRate()
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
@@ -253,33 +249,12 @@ class SchedulerService:
         self.sched = make_scheduler(cluster.policy, cfg)
 
     def _read_bytes_per_s(self) -> float:
-        """A node's storage read rate behind alpha: the SNIC cap, else the configured
-        ``storage_read_gbps``, else the store's read rate measured once (``read_rate_source``
-        says which; the scheduler's info reports it)."""
-        traffic, sched = self.args.cluster.traffic, self.args.cluster.scheduler
-        if traffic.snic_gbps is not None:
-            self.read_rate_source = "snic cap"
-            return gbps_to_bytes_per_s(traffic.snic_gbps)
-        if sched.storage_read_gbps is not None:
-            self.read_rate_source = "configured"
-            return gbps_to_bytes_per_s(sched.storage_read_gbps)
-        if self._measured_read_bytes_per_s is None:
-            from dualpath.runtime.kvstore.bandwidth import measure_read_bytes_per_s
+        """A node's storage read rate behind alpha (``runtime/cluster/read_rate.py``)."""
+        return self._read_rate.bytes_per_s(self.args.cluster)
 
-            where = self.args.cluster.kv_dir
-            try:
-                rate = measure_read_bytes_per_s(where)
-            except OSError as exc:  # e.g. a full KV directory: the machine's temp directory
-                where = f"{tempfile.gettempdir()} ({where}: {exc.strerror})"
-                rate = measure_read_bytes_per_s(tempfile.gettempdir())
-            self._measured_read_bytes_per_s = rate
-            print(
-                f"scheduler: no SNIC cap or storage_read_gbps; alpha from the read rate measured "
-                f"in {where}, {rate / 1e9:.2f} GB/s",
-                flush=True,
-            )
-        self.read_rate_source = "measured"
-        return self._measured_read_bytes_per_s
+    @property
+    def read_rate_source(self) -> str:
+        return self._read_rate.source
 
     def _configure(self, msg: Configure) -> QueryReply:
         from dualpath.core.errors import DualpathError
@@ -304,88 +279,6 @@ class SchedulerService:
             if e.alive:
                 self._send(e.identity, msg)
         return QueryReply(query_id=msg.query_id, health=self.report.health())
-
-    def _peers(self) -> dict[int, str]:
-        return {e.engine_id: e.data_addr for e in self.state.engines.values() if e.alive}
-
-    def _broadcast_peers(self) -> None:
-        peers = self._peers()
-        for e in self.state.engines.values():
-            if e.alive:
-                self._send(e.identity, Peers(peers=peers))
-
-    def _check_engines(self, now: float) -> None:
-        # Time this loop itself was stalled (descheduled, a paused VM, a slow handler) is not the
-        # engines' silence: their heartbeats may not even have been sent yet. Credit it back.
-        stalled = now - self._last_check_s - STALL_GRACE_S
-        self._last_check_s = now
-        if stalled > 0:
-            for e in self.state.engines.values():
-                e.last_seen_s += stalled
-        for e in list(self.state.engines.values()):
-            if e.alive and now - e.last_seen_s > self.args.cluster.scheduler.engine_timeout_s:
-                self.engine_died(
-                    e.engine_id,
-                    f"{e.role} engine {e.engine_id} stopped responding "
-                    f"(no heartbeat for {now - e.last_seen_s:.1f} s)",
-                )
-
-    def revive(self, eid: int, now: float) -> None:
-        """A heartbeat came from an engine declared dead (it was stalled, not gone): its requests
-        were already re-dispatched or failed, so it is told to drop what it holds, then serves again."""
-        e = self.state.engines[eid]
-        if self.supervision.is_lost(eid):  # a late heartbeat of a process that exited
-            return
-        gone_s = now - e.last_seen_s
-        self._send(e.identity, Reset(reason=f"declared dead after {gone_s:.1f} s without heartbeat"))
-        e.alive, e.last_seen_s = True, now
-        self.state.add_engine(e)  # (its node's queues again, if it was the node's last engine)
-        self.report.revivals += 1
-        self.supervision.revived(eid)
-        self.report.down.append(
-            f"{e.role} engine {eid} answered again after {gone_s:.1f} s; back in service, emptied"
-        )
-        print(f"scheduler: {self.report.down[-1]}", flush=True)
-        self._broadcast_peers()
-
-    def engine_died(self, eid: int, reason: str) -> None:
-        """Mark ``eid`` dead. Its requests that streamed nothing yet go back to the queue once
-        (a second loss fails them); one streaming from it fails; one streaming from a healthy DE
-        after a dead PE's prefill is not touched (its state lives on that DE)."""
-        e = self.state.engines[eid]
-        e.alive = False
-        self.report.down.append(reason)
-        self.report.deaths += 1
-        self.supervision.died(eid)
-        print(f"scheduler: {reason}", flush=True)
-        keep: set[str] = set()
-        for rid in self.state.ledger.requests_on(eid):
-            req = self.state.requests[rid]
-            streamed = self.report.num_tokens(rid) > 0
-            if streamed and eid != req.de:
-                keep.add(rid)  # a dead PE leaves a request already streaming from its DE alone
-                continue
-            if streamed:
-                self._fail(rid, f"{reason}; request lost after it started streaming")
-            elif self.attempts.get(rid, 0) >= MAX_RETRIES:
-                self._fail(rid, f"{reason}; request lost again after a retry")
-            else:
-                self.supervision.retried += 1
-                self._requeue(rid)
-        self.state.engine_lost(eid, frozenset(keep))  # (an emptied DE group gives its queue back)
-        self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
-        self._broadcast_peers()
-
-    def _requeue(self, rid: str) -> None:
-        req = self.state.requests[rid]
-        for other in (req.pe, req.de):
-            if other >= 0 and self.state.engines[other].alive:
-                self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
-        self.state.requeue(rid)
-        self.keys.pop(self.current.get(rid, ""), None)
-        self.attempts[rid] = self.attempts.get(rid, 0) + 1
-        self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
-        self.keys[key] = rid
 
     # ------------------------------------------------------------------ requests
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:

@@ -19,7 +19,6 @@ from dualpath.runtime.cluster.messages import EngineHello, EngineLoading, Heartb
 if TYPE_CHECKING:
     from dualpath.runtime.cluster.scheduler import SchedulerService
 
-MAX_RETRIES = 1  # a request whose engine was lost before it streamed is re-dispatched this often
 LOADING_TTL_S = 10.0  # a loading engine not heard of for this long is no longer listed
 SUPERVISED_S = 5.0  # a supervisor report this recent: lost engines come back (requests wait)
 ORPHAN_WAIT_S = 30.0  # with a supervisor: how long requests wait for a role with no live engine
