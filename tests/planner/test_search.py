@@ -201,3 +201,38 @@ def test_leftover_budget_goes_to_the_weakest_pool() -> None:
         left = budget - alloc.cost
         assert all(p.cost("power_w") / p.layout.dp > left * (1 - 1e-9) for p in alloc.pools)
         assert not math.isnan(alloc.sigma_joint)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pools=st.lists(
+        st.tuples(
+            st.sampled_from([0.98, 1.67, 3.77, 5.12, 12.29, 121.3, 875.0, 2139.0]),  # replica cost
+            st.floats(min_value=1e-4, max_value=2.0, allow_nan=False),  # sigma1
+            st.integers(min_value=1, max_value=40),  # starting dp
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    leftover=st.floats(min_value=0.0, max_value=5e4, allow_nan=False),
+)
+def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], leftover: float) -> None:
+    """The fast fill hands out exactly the replicas the one-at-a-time rule does (same floats, same
+    order), including exact budget ties and leapfrogging near-equal pools."""
+    from dualpath.planner.search import Candidate, _fill, _fill_reference
+
+    dev = npu_catalog()[0]
+    cands = [
+        Candidate(device=dev, tp=1, pp=1, ep=1, bits=(), replica_cost=c, sigma1=s, order=i)
+        for i, (c, s, _) in enumerate(pools)
+    ]
+    fast: list[list[object]] = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    ref: list[list[object]] = [list(r) for r in fast]
+    _fill(fast, leftover)
+    _fill_reference(ref, leftover)
+    assert [r[1] for r in fast] == [r[1] for r in ref]
+    exact = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    _fill(exact, sum(c.replica_cost * 3 for c in cands))  # a leftover that is an exact multiple
+    ref2 = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    _fill_reference(ref2, sum(c.replica_cost * 3 for c in cands))
+    assert [r[1] for r in exact] == [r[1] for r in ref2]

@@ -289,7 +289,44 @@ def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, i
 
 def _fill(chosen: list[list[object]], leftover: float) -> None:
     """Hand ``leftover`` out one replica at a time to the lowest-sigma pool that fits (in bulk
-    steps that give the same result). ``chosen`` rows are [candidate, dp], mutated."""
+    steps that give the same result). ``chosen`` rows are [candidate, dp], mutated.
+
+    Each round gives the lowest-sigma pool (ties: the lower index) the replicas that lift it just
+    past the next-lowest (or all it can buy when alone); the loop is written out on plain lists
+    because budgets that buy thousands of replicas leapfrog two near-equal pools one replica a
+    round (the floating-point operations are the reference rule's, in its order)."""
+    n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
+    rate = [r[0].sigma1 for r in chosen]  # type: ignore[attr-defined]
+    dps: list[int] = [r[1] for r in chosen]  # type: ignore[misc]
+    tol = 1 + 1e-12
+    inf = math.inf
+    while True:
+        lim = leftover * tol
+        best = -1
+        low = second = inf
+        for j in range(n):
+            if unit[j] <= lim:
+                sj = dps[j] * rate[j]
+                if best < 0 or sj < low:
+                    if best >= 0 and low < second:
+                        second = low
+                    best, low = j, sj
+                elif sj < second:
+                    second = sj
+        if best < 0:
+            break
+        room = int(lim // unit[best])
+        k = room if second == inf else min(room, int((second - low) / rate[best]) + 1)
+        k = max(1, k)
+        dps[best] += k
+        leftover -= k * unit[best]
+    for row, dp in zip(chosen, dps, strict=True):
+        row[1] = dp
+
+
+def _fill_reference(chosen: list[list[object]], leftover: float) -> None:
+    """The rule as first written (kept for the equivalence test of :func:`_fill`)."""
     n = len(chosen)
     unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
     while True:
@@ -324,6 +361,7 @@ def phase2(
     """Ranked, de-duplicated allocations of ``mode`` (best first)."""
     pools = mode.pools
     seen: dict[tuple[object, ...], Allocation] = {}
+    started: set[tuple[tuple[int, int], ...]] = set()  # many splits start alike
     for split in _splits(len(pools), grid):
         slices = [budget * k / grid for k in split]
         flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
@@ -343,6 +381,10 @@ def phase2(
             spent = sum(c.replica_cost * d for c, d in var)
             if spent > budget * (1 + 1e-9):
                 continue
+            start = tuple((id(c), d) for c, d in var)  # the fill is a function of its start,
+            if start in started:  # so an allocation seen once is already ranked
+                continue
+            started.add(start)
             _fill(chosen, budget - spent)
             plans = tuple(
                 c.plan(p, d)  # type: ignore[attr-defined]
