@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dualpath.core.errors import ConfigError
 from dualpath.cost.efficiency import IDEAL_EFFICIENCY
 from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.budget import resolve_budget
@@ -236,3 +237,65 @@ def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], 
     ref2 = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
     _fill_reference(ref2, sum(c.replica_cost * 3 for c in cands))
     assert [r[1] for r in exact] == [r[1] for r in ref2]
+
+
+def test_batch_aware_sigma_matches_the_rule_until_the_requests_run_out() -> None:
+    """--sigma batch-aware: d x sigma1 while d x b_hold <= C (the run's requests); beyond, the
+    batch per replica shrinks, the score is non-decreasing in d and saturates at C sequences."""
+    model = get_model("glm-4.6")
+    devices = npu_catalog()
+    demand = Demand(
+        rate_rps=125.0, input_len=1000.0, output_len=1000.0, max_context_len=2600, num_requests=500
+    )
+    pool = mode_spec("pdaf").pool("df")
+    common = dict(
+        budget=1e7,
+        budget_kind="power_w",
+        efficiency=IDEAL_EFFICIENCY,
+        prefill_token_budget=16384,
+        max_decode_batch=64,
+        shortlist=4,
+    )
+    aware = phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="batch-aware", **common)
+    c = aware[0][0]
+    assert c.curve is not None and c.curve.hold == 64
+    full = 500 // 64  # replicas that still see the whole batch
+    for d in range(c.min_dp, full + 1):
+        assert c.sigma_at(d) == pytest.approx(d * c.sigma1, rel=1e-9)
+    scores = [c.sigma_at(d) for d in range(c.min_dp, 2000, 7)]
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(scores, scores[1:], strict=False))
+    assert c.sigma_at(5000) < 5000 * c.sigma1 / 10  # saturated: most replicas would idle
+    with pytest.raises(ConfigError, match="sigma"):
+        phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="bogus", **common)
+
+
+def test_batch_aware_search_respects_budget() -> None:
+    model = get_model("gpt-oss-120b")
+    devices = npu_catalog()
+    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=64.0).value
+    demand = _demand(i=1000.0)
+    counts = Counts()
+    spec = mode_spec("pdaf")
+    lists = {
+        p.name: phase1(
+            model,
+            p,
+            devices,
+            demand,
+            ALL16,
+            budget=budget,
+            budget_kind="power_w",
+            efficiency=IDEAL_EFFICIENCY,
+            prefill_token_budget=16384,
+            max_decode_batch=512,
+            shortlist=3,
+            counts=counts,
+            sigma_rule="batch-aware",
+        )
+        for p in spec.pools
+    }
+    ranked = phase2(spec, lists, budget=budget, grid=8, counts=counts, sigma_rule="batch-aware")
+    assert ranked
+    for alloc in ranked:
+        assert alloc.cost <= budget * (1 + 1e-9)
+        assert alloc.sigma_joint == min(p.sigma for p in alloc.pools)

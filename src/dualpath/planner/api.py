@@ -26,6 +26,7 @@ from dualpath.planner.parallel import DECODE_CTX_GRID, PP_DEGREES, TP_DEGREES
 from dualpath.planner.power import power_fit
 from dualpath.planner.run import RunConfig, RunResult, simulate
 from dualpath.planner.search import Counts, Demand, phase1, phase2
+from dualpath.planner.sigma_batch import SIGMA_RULES
 from dualpath.planner.workloads import AGENTIC_MAXLEN, WORKLOADS, make_requests
 from dualpath.spec.device import BITS
 from dualpath.spec.models import get_model
@@ -70,6 +71,7 @@ class PlanConfig:
     shortlist: int = 4
     prefill_token_budget: int = 16384
     max_decode_batch: int = 512
+    sigma: str = "largest-batch"  # the phase-1 rule; "batch-aware": sigma_batch.py
 
     def __post_init__(self) -> None:
         require(self.catalog in ("npu", "gpu"), "catalog", self.catalog, "choices: npu, gpu")
@@ -93,6 +95,7 @@ class PlanConfig:
             self.arrivals in ("uniform", "poisson"), "arrivals", self.arrivals, "choices: uniform, poisson"
         )
         get_efficiency(self.efficiency)
+        require(self.sigma in SIGMA_RULES, "sigma", self.sigma, f"choices: {', '.join(SIGMA_RULES)}")
         allowed_precision(self)  # validates precision / accuracy_table
 
 
@@ -253,9 +256,12 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
                     max_decode_batch=config.max_decode_batch,
                     shortlist=config.shortlist,
                     counts=counts,
+                    sigma_rule=config.sigma,
                 )
             lists[pool.name] = shortlists[pool.stages]
-        ranked = phase2(spec, lists, budget=budget.value, grid=config.grid, counts=counts)
+        ranked = phase2(
+            spec, lists, budget=budget.value, grid=config.grid, counts=counts, sigma_rule=config.sigma
+        )
         top: tuple[RunResult, Allocation] | None = None
         for i, alloc in enumerate(ranked[: config.top_k]):
             say(f"{name}: simulating {i + 1}/{min(config.top_k, len(ranked))}")
@@ -350,6 +356,7 @@ def constants(config: PlanConfig, budget: object, devices: tuple[CatalogDevice, 
         "top_k": config.top_k,
         "grid": config.grid,
         "shortlist": config.shortlist,
+        "sigma": config.sigma,
         "budget_scale": config.budget_scale,
         "budget_reference_cost": getattr(budget, "reference_cost", None),
         "budget_reference": getattr(budget, "reference", None),
