@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
 from dualpath.planner import sigma_batch
+from dualpath.planner.links import n2n_bytes_per_s
 from dualpath.planner.modes import ModeSpec, PoolSpec
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
 from dualpath.planner.pools import Allocation, PoolPlan, PoolTimer
@@ -101,6 +102,8 @@ class Candidate:
     min_dp: int = 1  # fewest replicas that hold the weights (experts spread over t p d devices)
     order: int = field(default=0)  # position in the enumeration (tie-break)
     curve: DecodeCurve | None = None  # set under --sigma batch-aware for pools with a decode stage
+    decode_f: bool = False  # the pool runs decode FFN (batch-aware coupling to the KV pool)
+    prefill_s: float = 0.0  # batch-aware: one prefill iteration on a lane (hosting PA), else 0
 
     def sigma_at(self, dp: int) -> float:
         """The pool's sigma with ``dp`` replicas: ``dp x sigma1`` (the issue's rule), or the
@@ -250,9 +253,12 @@ def phase1(
                     if sigmas is None:
                         counts.pruned_residency += 1
                         continue
-                    curve = None
-                    if sigma_rule == "batch-aware" and any(s in ("da", "df") for s in pool.stages):
-                        curve = _curve(model, plan, demand, efficiency, sigmas, max_decode_batch)
+                    curve, pre_s = None, 0.0
+                    if sigma_rule == "batch-aware":
+                        if any(s in ("da", "df") for s in pool.stages):
+                            curve = _curve(model, plan, demand, efficiency, sigmas, max_decode_batch)
+                        if "pa" in pool.stages:
+                            pre_s = _prefill_iter_s(model, plan, demand, efficiency, prefill_token_budget)
                     kept.append(
                         Candidate(
                             device=dev,
@@ -266,6 +272,8 @@ def phase1(
                             order=order,
                             min_dp=dmin,
                             curve=curve,
+                            decode_f="df" in pool.stages,
+                            prefill_s=pre_s,
                         )
                     )
     if sigma_rule == "batch-aware":
@@ -299,7 +307,14 @@ def _curve(
         return decode_step_s(timer, batch, demand)
 
     has_prefill = any(s in ("pa", "pf") for s in plan.stages)
+    kv_req = (
+        kv_cache_bytes(model, max(1, round(demand.input_len)), plan.bits_map["da"])
+        if "da" in plan.stages
+        else 0.0
+    )
     return DecodeCurve(
+        output_len=demand.output_len,
+        kv_request_bytes=kv_req,
         hold=hold,
         concurrency=demand.num_requests,
         prefill_sigma1=sigmas[0] if has_prefill else math.inf,
@@ -307,6 +322,16 @@ def _curve(
         demand_tps=demand.decode_tokens_per_s,
         pooled=pooled,
     )
+
+
+def _prefill_iter_s(
+    model: ModelSpec, plan: PoolPlan, demand: Demand, efficiency: Efficiency, prefill_token_budget: int
+) -> float:
+    """One lane's prefill iteration of mean prompts (the prefill part of a request's residence)."""
+    timer = PoolTimer(model, plan, efficiency)
+    length = max(1, round(demand.input_len))
+    k = max(1, prefill_token_budget // length)
+    return sum(timer.timers[s].prefill_uniform_s(k, length) for s in plan.stages if s in ("pa", "pf"))
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
@@ -467,6 +492,19 @@ def phase2(
                 c.plan(p, d)  # type: ignore[attr-defined]
                 for (c, d), p in zip(chosen, pools, strict=True)
             )
+            if batch_aware:
+                names = [p.name for p in pools]
+                kvb = mode.kv_boundary
+                coupled = sigma_batch.coupled_sigmas(
+                    names.index(mode.kv_pool.name),
+                    chosen,  # type: ignore[arg-type]
+                    kv_boundary=None if kvb is None else (names.index(kvb[0]), names.index(kvb[1])),
+                    n2n_bps=n2n_bytes_per_s(1, 1),
+                )
+                if coupled is not None:
+                    plans = tuple(
+                        dataclasses.replace(p, sigma=x) for p, x in zip(plans, coupled, strict=True)
+                    )
             cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
             alloc = Allocation(
                 mode=mode.name, pools=plans, cost=cost, sigma_joint=min(p.sigma for p in plans)

@@ -42,18 +42,31 @@ class DecodeCurve:
     step_s: Callable[[int, int], float]  # one replica's decode step at batch b in a pool of d
     demand_tps: float
     pooled: bool = False  # experts spread over the whole pool: the step depends on d too
+    output_len: float = 1000.0  # O: decode steps a request stays for
+    kv_request_bytes: float = 0.0  # one mean request's prompt KV (the hand-off), hosting DA
     _memo: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def sigma(self, dp: int) -> float:
+    def in_flight(self, dp: int) -> int:
+        """Sequences a pool of ``dp`` replicas decodes at once: ``min(C, dp x b_hold)``."""
+        return min(self.concurrency, dp * self.hold)
+
+    def sigma(self, dp: int, concurrency: int | None = None) -> float:
+        """The pool's score with ``dp`` replicas; ``concurrency`` caps the sequences in flight
+        below C (the KV pool's hold, for the F side of a split decode unit)."""
         if dp <= 0:
             return 0.0
-        s = min(self.concurrency, dp * self.hold)
-        b = math.ceil(s / dp)
-        key = (b, dp if self.pooled else 0)
+        cap = self.concurrency if concurrency is None else min(self.concurrency, concurrency)
+        s = min(cap, dp * self.hold)
+        t = self.step(math.ceil(s / dp), dp)
+        return min(dp * self.prefill_sigma1, s / t / self.demand_tps)
+
+    def step(self, batch: int, dp: int) -> float:
+        """One replica's decode step at ``batch`` sequences in a pool of ``dp`` replicas (memo)."""
+        key = (batch, dp if self.pooled else 0)
         t = self._memo.get(key)
         if t is None:
-            t = self._memo[key] = self.step_s(b, dp)
-        return min(dp * self.prefill_sigma1, s / t / self.demand_tps)
+            t = self._memo[key] = self.step_s(batch, dp)
+        return t
 
 
 def smallest_dp(c: Candidate, lo: int, hi: int, target: float) -> int | None:
@@ -101,6 +114,44 @@ def pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, in
         if fallback is None or key2 < fallback[0]:
             fallback = (key2, c, d)
     return None if fallback is None else (fallback[1], fallback[2])
+
+
+def coupled_sigmas(
+    kv_index: int,
+    chosen: Sequence[tuple[Candidate, int]],
+    *,
+    kv_boundary: tuple[int, int] | None,
+    n2n_bps: float,
+) -> list[float] | None:
+    """Pool sigmas of a whole allocation as the finite run paces it (``None``: no decode curve).
+
+    The pools running decode (the KV pool and, in AF / PDAF, the F side) decode the sequences the
+    KV pool holds, ``S = min(C, d_kv b_hold)``, one step taking the slower side's time. A request
+    holds its KV slot from admission (before its prefill) to its last token, ``W = max(t_prefill,
+    t_handoff) + O t_step``, so by Little's law the decode phase serves at most ``S / W`` requests
+    per second: ``sigma_decode = S O / (demand W)`` (the issue's ``S / t_step / demand`` without
+    the prefill and hand-off part of the residence). Prefill phases keep their own score."""
+    kv_c, kv_d = chosen[kv_index]
+    curve = kv_c.curve
+    if curve is None:
+        return None
+    held = curve.in_flight(kv_d)
+    sides = [kv_index] + [i for i, (c, _) in enumerate(chosen) if c.decode_f and i != kv_index and c.curve]
+    step = max(chosen[i][0].curve.step(math.ceil(held / chosen[i][1]), chosen[i][1]) for i in sides)  # type: ignore[union-attr]
+    pre = max((c.prefill_s for c, _ in chosen if c.prefill_s > 0), default=0.0)
+    handoff = 0.0
+    if kv_boundary is not None:
+        src, dst = (chosen[i][0] for i in kv_boundary)
+        handoff = curve.kv_request_bytes / (min(src.tp * src.pp, dst.tp * dst.pp) * n2n_bps)
+    residence = max(pre, handoff) + curve.output_len * step
+    out = []
+    for i, (c, d) in enumerate(chosen):
+        cv = c.curve
+        if i in sides and cv is not None:
+            out.append(min(d * cv.prefill_sigma1, held * cv.output_len / (cv.demand_tps * residence)))
+        else:
+            out.append(c.sigma_at(d))
+    return out
 
 
 def fill(chosen: list[list[object]], leftover: float) -> None:
