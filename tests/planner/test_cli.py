@@ -225,6 +225,7 @@ BAD = [
     (["sweep", "--models", "glm-4.6,gpt-9"], "gpt-9"),
     (["ablate", "--factor", "bogus"], "bogus"),
     (["catalog", "--catalog", "tpu"], "tpu"),
+    (["--model", "glm-4.6", "--io", "1", "--sigma", "greedy"], "greedy"),
 ]
 
 
