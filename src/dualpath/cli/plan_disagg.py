@@ -95,6 +95,11 @@ SigmaOpt = Annotated[
     ),
 ]
 
+N2nOpt = Annotated[
+    float | None,
+    typer.Option("--n2n-gbs", help="N2N GB/s per device and direction across a pool boundary (default 50)."),
+]
+
 
 def _config(**given: Any) -> Any:
     """A PlanConfig from the options that were given; the rest keep PlanConfig's defaults."""
@@ -201,6 +206,7 @@ def disagg(
         int | None, typer.Option("--af-microbatches", help="AF ping-pong micro-batches m (default 2).")
     ] = None,
     sigma: SigmaOpt = None,
+    n2n_gbs: N2nOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -236,6 +242,7 @@ def disagg(
         link_latency_us=link_latency_us,
         af_microbatches=af_microbatches,
         sigma=sigma,
+        n2n_gbs=n2n_gbs,
     )
     from dualpath.planner.api import plan_disagg
 
@@ -264,6 +271,7 @@ def sweep_cmd(
     efficiency: EffOpt = None,
     prices: PricesOpt = None,
     sigma: SigmaOpt = None,
+    n2n_gbs: N2nOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -286,6 +294,7 @@ def sweep_cmd(
         efficiency=efficiency,
         prices=prices,
         sigma=sigma,
+        n2n_gbs=n2n_gbs,
     )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)

@@ -72,6 +72,7 @@ class PlanConfig:
     prefill_token_budget: int = 16384
     max_decode_batch: int = 512
     sigma: str = "largest-batch"  # the phase-1 rule; "batch-aware": sigma_batch.py
+    n2n_gbs: float = N2N_GBS  # per device and direction across a pool boundary (the paper's 50)
 
     def __post_init__(self) -> None:
         require(self.catalog in ("npu", "gpu"), "catalog", self.catalog, "choices: npu, gpu")
@@ -95,6 +96,7 @@ class PlanConfig:
             self.arrivals in ("uniform", "poisson"), "arrivals", self.arrivals, "choices: uniform, poisson"
         )
         get_efficiency(self.efficiency)
+        require(self.n2n_gbs > 0, "n2n_gbs", self.n2n_gbs, "must be > 0")
         require(self.sigma in SIGMA_RULES, "sigma", self.sigma, f"choices: {', '.join(SIGMA_RULES)}")
         allowed_precision(self)  # validates precision / accuracy_table
 
@@ -230,6 +232,7 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         max_decode_batch=config.max_decode_batch,
         af_microbatches=config.af_microbatches,
         link_latency_s=config.link_latency_us * 1e-6,
+        n2n_gbs=config.n2n_gbs,
         budget=budget.value,
         budget_kind=budget.kind,
     )
@@ -260,7 +263,13 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
                 )
             lists[pool.name] = shortlists[pool.stages]
         ranked = phase2(
-            spec, lists, budget=budget.value, grid=config.grid, counts=counts, sigma_rule=config.sigma
+            spec,
+            lists,
+            budget=budget.value,
+            grid=config.grid,
+            counts=counts,
+            sigma_rule=config.sigma,
+            n2n_gbs=config.n2n_gbs,
         )
         top: tuple[RunResult, Allocation] | None = None
         for i, alloc in enumerate(ranked[: config.top_k]):
@@ -348,7 +357,7 @@ def constants(config: PlanConfig, budget: object, devices: tuple[CatalogDevice, 
         "f_ref_tflops": fit.f_ref_tflops,
         "d2d_gbs": D2D_GBS,
         "d2d_domain": D2D_DOMAIN,
-        "n2n_gbs": N2N_GBS,
+        "n2n_gbs": config.n2n_gbs,
         "link_latency_us": config.link_latency_us,
         "af_microbatches": config.af_microbatches,
         "prefill_token_budget": config.prefill_token_budget,

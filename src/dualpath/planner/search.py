@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
 from dualpath.planner import sigma_batch
-from dualpath.planner.links import n2n_bytes_per_s
+from dualpath.planner.links import N2N_GBS, n2n_bytes_per_s
 from dualpath.planner.modes import ModeSpec, PoolSpec
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
 from dualpath.planner.pools import Allocation, PoolPlan, PoolTimer
@@ -456,6 +456,7 @@ def phase2(
     grid: int,
     counts: Counts,
     sigma_rule: str = "largest-batch",
+    n2n_gbs: float = N2N_GBS,
 ) -> list[Allocation]:
     """Ranked, de-duplicated allocations of ``mode`` (best first)."""
     batch_aware = sigma_rule == "batch-aware"
@@ -499,7 +500,7 @@ def phase2(
                     names.index(mode.kv_pool.name),
                     chosen,  # type: ignore[arg-type]
                     kv_boundary=None if kvb is None else (names.index(kvb[0]), names.index(kvb[1])),
-                    n2n_bps=n2n_bytes_per_s(1, 1),
+                    n2n_bps=n2n_bytes_per_s(1, 1, n2n_gbs),
                 )
                 if coupled is not None:
                     plans = tuple(
