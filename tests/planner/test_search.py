@@ -220,7 +220,7 @@ def test_leftover_budget_goes_to_the_weakest_pool() -> None:
 def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], leftover: float) -> None:
     """The fast fill hands out exactly the replicas the one-at-a-time rule does (same floats, same
     order), including exact budget ties and leapfrogging near-equal pools."""
-    from dualpath.planner.search import Candidate, _fill, _fill_reference
+    from dualpath.planner.search import Candidate, _fill
 
     dev = npu_catalog()[0]
     cands = [
@@ -299,3 +299,22 @@ def test_batch_aware_search_respects_budget() -> None:
     for alloc in ranked:
         assert alloc.cost <= budget * (1 + 1e-9)
         assert alloc.sigma_joint == min(p.sigma for p in alloc.pools)
+
+
+def _fill_reference(chosen: list[list[object]], leftover: float) -> None:
+    """The rule as first written (one replica-bulk step per round, lists rebuilt each round)."""
+    n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
+    while True:
+        sig = [r[1] * r[0].sigma1 for r in chosen]  # type: ignore[attr-defined,operator]
+        fits = [i for i in range(n) if unit[i] <= leftover * (1 + 1e-12)]
+        if not fits:
+            return
+        i = min(fits, key=lambda j: (sig[j], j))
+        c = chosen[i][0]  # type: ignore[assignment]
+        room = int(leftover * (1 + 1e-12) // c.replica_cost)
+        others = [sig[j] for j in fits if j != i]
+        k = room if not others else min(room, int((min(others) - sig[i]) / c.sigma1) + 1)
+        k = max(1, k)
+        chosen[i][1] = chosen[i][1] + k  # type: ignore[operator]
+        leftover -= k * c.replica_cost

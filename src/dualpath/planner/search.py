@@ -423,25 +423,6 @@ def _fill(chosen: list[list[object]], leftover: float) -> None:
         row[1] = dp
 
 
-def _fill_reference(chosen: list[list[object]], leftover: float) -> None:
-    """The rule as first written (kept for the equivalence test of :func:`_fill`)."""
-    n = len(chosen)
-    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
-    while True:
-        sig = [r[1] * r[0].sigma1 for r in chosen]  # type: ignore[attr-defined,operator]
-        fits = [i for i in range(n) if unit[i] <= leftover * (1 + 1e-12)]
-        if not fits:
-            return
-        i = min(fits, key=lambda j: (sig[j], j))
-        c: Candidate = chosen[i][0]  # type: ignore[assignment]
-        room = int(leftover * (1 + 1e-12) // c.replica_cost)
-        others = [sig[j] for j in fits if j != i]
-        k = room if not others else min(room, int((min(others) - sig[i]) / c.sigma1) + 1)
-        k = max(1, k)
-        chosen[i][1] = chosen[i][1] + k  # type: ignore[operator]
-        leftover -= k * c.replica_cost
-
-
 def _splits(num_pools: int, grid: int) -> list[tuple[int, ...]]:
     if num_pools == 1:
         return [(grid,)]
