@@ -217,3 +217,19 @@ def test_chatbot_reads_the_azure_trace() -> None:
         pytest.skip("needs the shared data: set DUALPATH_DATA_DIR")
     r = make_requests(workload="chatbot", num_requests=50)
     assert len(r) == 50 and min(r.input_len) >= 1 and min(r.output_len) >= 1
+
+
+def test_n2n_and_sigma_options_reach_the_plan() -> None:
+    """--n2n-gbs is a documented constant of the JSON and a faster boundary never slows the AF
+    split of the same search; --sigma batch-aware is reported and keeps the budget."""
+    base = dict(model="gpt-oss-120b", catalog="npu", io_ratio=10.0, num_requests=40, top_k=1)
+    slow = plan_disagg(PlanConfig(**base, modes=("nd", "af")))  # type: ignore[arg-type]
+    fast = plan_disagg(PlanConfig(**base, modes=("nd", "af"), n2n_gbs=5000.0))  # type: ignore[arg-type]
+    assert slow["constants"]["n2n_gbs"] == 50 and fast["constants"]["n2n_gbs"] == 5000.0
+    assert fast["modes"]["af"]["makespan_s"] <= slow["modes"]["af"]["makespan_s"] * (1 + 1e-9) or (
+        fast["modes"]["af"]["pools"] != slow["modes"]["af"]["pools"]
+    )
+    aware = plan_disagg(PlanConfig(**base, sigma="batch-aware"))  # type: ignore[arg-type]
+    assert aware["constants"]["sigma"] == "batch-aware"
+    for mode in aware["modes"].values():
+        assert mode["budget_used"] <= aware["budget"]["value"] * (1 + 1e-9)

@@ -225,6 +225,8 @@ BAD = [
     (["sweep", "--models", "glm-4.6,gpt-9"], "gpt-9"),
     (["ablate", "--factor", "bogus"], "bogus"),
     (["catalog", "--catalog", "tpu"], "tpu"),
+    (["--model", "glm-4.6", "--io", "1", "--sigma", "greedy"], "greedy"),
+    (["--model", "glm-4.6", "--io", "1", "--n2n-gbs", "0"], "n2n_gbs"),
 ]
 
 

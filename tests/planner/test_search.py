@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dualpath.core.errors import ConfigError
 from dualpath.cost.efficiency import IDEAL_EFFICIENCY
 from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.budget import resolve_budget
@@ -201,3 +202,119 @@ def test_leftover_budget_goes_to_the_weakest_pool() -> None:
         left = budget - alloc.cost
         assert all(p.cost("power_w") / p.layout.dp > left * (1 - 1e-9) for p in alloc.pools)
         assert not math.isnan(alloc.sigma_joint)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pools=st.lists(
+        st.tuples(
+            st.sampled_from([0.98, 1.67, 3.77, 5.12, 12.29, 121.3, 875.0, 2139.0]),  # replica cost
+            st.floats(min_value=1e-4, max_value=2.0, allow_nan=False),  # sigma1
+            st.integers(min_value=1, max_value=40),  # starting dp
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    leftover=st.floats(min_value=0.0, max_value=5e4, allow_nan=False),
+)
+def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], leftover: float) -> None:
+    """The fast fill hands out exactly the replicas the one-at-a-time rule does (same floats, same
+    order), including exact budget ties and leapfrogging near-equal pools."""
+    from dualpath.planner.search import Candidate, _fill
+
+    dev = npu_catalog()[0]
+    cands = [
+        Candidate(device=dev, tp=1, pp=1, ep=1, bits=(), replica_cost=c, sigma1=s, order=i)
+        for i, (c, s, _) in enumerate(pools)
+    ]
+    fast: list[list[object]] = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    ref: list[list[object]] = [list(r) for r in fast]
+    _fill(fast, leftover)
+    _fill_reference(ref, leftover)
+    assert [r[1] for r in fast] == [r[1] for r in ref]
+    exact = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    _fill(exact, sum(c.replica_cost * 3 for c in cands))  # a leftover that is an exact multiple
+    ref2 = [[c, d] for c, (_, _, d) in zip(cands, pools, strict=True)]
+    _fill_reference(ref2, sum(c.replica_cost * 3 for c in cands))
+    assert [r[1] for r in exact] == [r[1] for r in ref2]
+
+
+def test_batch_aware_sigma_matches_the_rule_until_the_requests_run_out() -> None:
+    """--sigma batch-aware: d x sigma1 while d x b_hold <= C (the run's requests); beyond, the
+    batch per replica shrinks, the score is non-decreasing in d and saturates at C sequences."""
+    model = get_model("glm-4.6")
+    devices = npu_catalog()
+    demand = Demand(
+        rate_rps=125.0, input_len=1000.0, output_len=1000.0, max_context_len=2600, num_requests=500
+    )
+    pool = mode_spec("pdaf").pool("df")
+    common = dict(
+        budget=1e7,
+        budget_kind="power_w",
+        efficiency=IDEAL_EFFICIENCY,
+        prefill_token_budget=16384,
+        max_decode_batch=64,
+        shortlist=4,
+    )
+    aware = phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="batch-aware", **common)
+    c = aware[0][0]
+    assert c.curve is not None and c.curve.hold == 64
+    full = 500 // 64  # replicas that still see the whole batch
+    for d in range(c.min_dp, full + 1):
+        assert c.sigma_at(d) == pytest.approx(d * c.sigma1, rel=1e-9)
+    scores = [c.sigma_at(d) for d in range(c.min_dp, 2000, 7)]
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(scores, scores[1:], strict=False))
+    assert c.sigma_at(5000) < 5000 * c.sigma1 / 10  # saturated: most replicas would idle
+    with pytest.raises(ConfigError, match="sigma"):
+        phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="bogus", **common)
+
+
+def test_batch_aware_search_respects_budget() -> None:
+    model = get_model("gpt-oss-120b")
+    devices = npu_catalog()
+    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=64.0).value
+    demand = _demand(i=1000.0)
+    counts = Counts()
+    spec = mode_spec("pdaf")
+    lists = {
+        p.name: phase1(
+            model,
+            p,
+            devices,
+            demand,
+            ALL16,
+            budget=budget,
+            budget_kind="power_w",
+            efficiency=IDEAL_EFFICIENCY,
+            prefill_token_budget=16384,
+            max_decode_batch=512,
+            shortlist=3,
+            counts=counts,
+            sigma_rule="batch-aware",
+        )
+        for p in spec.pools
+    }
+    ranked = phase2(spec, lists, budget=budget, grid=8, counts=counts, sigma_rule="batch-aware")
+    assert ranked
+    for alloc in ranked:
+        assert alloc.cost <= budget * (1 + 1e-9)
+        assert alloc.sigma_joint == min(p.sigma for p in alloc.pools)
+
+
+def _fill_reference(chosen: list[list[object]], leftover: float) -> None:
+    """The rule as first written (one replica-bulk step per round, lists rebuilt each round)."""
+    n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
+    while True:
+        sig = [r[1] * r[0].sigma1 for r in chosen]  # type: ignore[attr-defined,operator]
+        fits = [i for i in range(n) if unit[i] <= leftover * (1 + 1e-12)]
+        if not fits:
+            return
+        i = min(fits, key=lambda j: (sig[j], j))
+        c = chosen[i][0]  # type: ignore[assignment]
+        room = int(leftover * (1 + 1e-12) // c.replica_cost)
+        others = [sig[j] for j in fits if j != i]
+        k = room if not others else min(room, int((min(others) - sig[i]) / c.sigma1) + 1)
+        k = max(1, k)
+        chosen[i][1] = chosen[i][1] + k  # type: ignore[operator]
+        leftover -= k * c.replica_cost

@@ -86,6 +86,19 @@ EffOpt = Annotated[
 PricesOpt = Annotated[
     Path | None, typer.Option("--prices", help="JSON GPU name -> USD/hour, overriding the dated price table.")
 ]
+SigmaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sigma",
+        help="Phase-1 score: largest-batch (the issue's rule, default) or batch-aware (a decode "
+        "replica rated at the batch the run's requests give it).",
+    ),
+]
+
+N2nOpt = Annotated[
+    float | None,
+    typer.Option("--n2n-gbs", help="N2N GB/s per device and direction across a pool boundary (default 50)."),
+]
 
 
 def _config(**given: Any) -> Any:
@@ -192,6 +205,8 @@ def disagg(
     af_microbatches: Annotated[
         int | None, typer.Option("--af-microbatches", help="AF ping-pong micro-batches m (default 2).")
     ] = None,
+    sigma: SigmaOpt = None,
+    n2n_gbs: N2nOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -226,6 +241,8 @@ def disagg(
         prices=prices,
         link_latency_us=link_latency_us,
         af_microbatches=af_microbatches,
+        sigma=sigma,
+        n2n_gbs=n2n_gbs,
     )
     from dualpath.planner.api import plan_disagg
 
@@ -253,6 +270,8 @@ def sweep_cmd(
     seed: SeedOpt = None,
     efficiency: EffOpt = None,
     prices: PricesOpt = None,
+    sigma: SigmaOpt = None,
+    n2n_gbs: N2nOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -274,6 +293,8 @@ def sweep_cmd(
         seed=seed,
         efficiency=efficiency,
         prices=prices,
+        sigma=sigma,
+        n2n_gbs=n2n_gbs,
     )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
@@ -300,6 +321,7 @@ def ablate_cmd(
     top_k: TopKOpt = None,
     requests: ReqOpt = None,
     seed: SeedOpt = None,
+    sigma: SigmaOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -322,6 +344,7 @@ def ablate_cmd(
         top_k=top_k,
         num_requests=requests,
         seed=seed,
+        sigma=sigma,
     )
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)
@@ -373,13 +396,19 @@ def figures_cmd(
     quick: Annotated[
         bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 requests) for tests.")
     ] = False,
+    sigma: SigmaOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every planner plot (Figs. 5-7, Table 5, ablations, rooflines, power fit, workloads)."""
-    from dualpath.planner.figures import make_figures
+    import dataclasses
 
+    from dualpath.planner.figures import FULL_GRID, QUICK_GRID, make_figures
+
+    grid = QUICK_GRID if quick else FULL_GRID
+    if sigma is not None:
+        grid = dataclasses.replace(grid, sigma=sigma)
     with progress_lines("figures", total=None) as step:
-        index = make_figures(out, quick=quick, progress=step)
+        index = make_figures(out, quick=quick, grid=grid, progress=step)
     if json_out:
         print_json(index)
     else:

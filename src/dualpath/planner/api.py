@@ -26,6 +26,7 @@ from dualpath.planner.parallel import DECODE_CTX_GRID, PP_DEGREES, TP_DEGREES
 from dualpath.planner.power import power_fit
 from dualpath.planner.run import RunConfig, RunResult, simulate
 from dualpath.planner.search import Counts, Demand, phase1, phase2
+from dualpath.planner.sigma_batch import SIGMA_RULES
 from dualpath.planner.workloads import AGENTIC_MAXLEN, WORKLOADS, make_requests
 from dualpath.spec.device import BITS
 from dualpath.spec.models import get_model
@@ -70,6 +71,8 @@ class PlanConfig:
     shortlist: int = 4
     prefill_token_budget: int = 16384
     max_decode_batch: int = 512
+    sigma: str = "largest-batch"  # the phase-1 rule; "batch-aware": sigma_batch.py
+    n2n_gbs: float = N2N_GBS  # per device and direction across a pool boundary (the paper's 50)
 
     def __post_init__(self) -> None:
         require(self.catalog in ("npu", "gpu"), "catalog", self.catalog, "choices: npu, gpu")
@@ -93,6 +96,8 @@ class PlanConfig:
             self.arrivals in ("uniform", "poisson"), "arrivals", self.arrivals, "choices: uniform, poisson"
         )
         get_efficiency(self.efficiency)
+        require(self.n2n_gbs > 0, "n2n_gbs", self.n2n_gbs, "must be > 0")
+        require(self.sigma in SIGMA_RULES, "sigma", self.sigma, f"choices: {', '.join(SIGMA_RULES)}")
         allowed_precision(self)  # validates precision / accuracy_table
 
 
@@ -227,6 +232,7 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         max_decode_batch=config.max_decode_batch,
         af_microbatches=config.af_microbatches,
         link_latency_s=config.link_latency_us * 1e-6,
+        n2n_gbs=config.n2n_gbs,
         budget=budget.value,
         budget_kind=budget.kind,
     )
@@ -253,9 +259,18 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
                     max_decode_batch=config.max_decode_batch,
                     shortlist=config.shortlist,
                     counts=counts,
+                    sigma_rule=config.sigma,
                 )
             lists[pool.name] = shortlists[pool.stages]
-        ranked = phase2(spec, lists, budget=budget.value, grid=config.grid, counts=counts)
+        ranked = phase2(
+            spec,
+            lists,
+            budget=budget.value,
+            grid=config.grid,
+            counts=counts,
+            sigma_rule=config.sigma,
+            n2n_gbs=config.n2n_gbs,
+        )
         top: tuple[RunResult, Allocation] | None = None
         for i, alloc in enumerate(ranked[: config.top_k]):
             say(f"{name}: simulating {i + 1}/{min(config.top_k, len(ranked))}")
@@ -342,7 +357,7 @@ def constants(config: PlanConfig, budget: object, devices: tuple[CatalogDevice, 
         "f_ref_tflops": fit.f_ref_tflops,
         "d2d_gbs": D2D_GBS,
         "d2d_domain": D2D_DOMAIN,
-        "n2n_gbs": N2N_GBS,
+        "n2n_gbs": config.n2n_gbs,
         "link_latency_us": config.link_latency_us,
         "af_microbatches": config.af_microbatches,
         "prefill_token_budget": config.prefill_token_budget,
@@ -350,6 +365,7 @@ def constants(config: PlanConfig, budget: object, devices: tuple[CatalogDevice, 
         "top_k": config.top_k,
         "grid": config.grid,
         "shortlist": config.shortlist,
+        "sigma": config.sigma,
         "budget_scale": config.budget_scale,
         "budget_reference_cost": getattr(budget, "reference_cost", None),
         "budget_reference": getattr(budget, "reference", None),

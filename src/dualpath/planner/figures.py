@@ -59,6 +59,7 @@ class FigureGrid:
     num_requests: int | None = None
     top_k: int | None = None
     budget_scale: float | None = None
+    sigma: str | None = None
 
     def base(self, catalog: str, model: str, io_ratio: float):  # -> PlanConfig
         from dualpath.planner.api import PlanConfig
@@ -67,6 +68,7 @@ class FigureGrid:
             "num_requests": self.num_requests,
             "top_k": self.top_k,
             "budget_scale": self.budget_scale,
+            "sigma": self.sigma,
         }
         return PlanConfig(
             model=model,
@@ -192,6 +194,7 @@ def make_figures(
             "num_requests": grid.num_requests,
             "top_k": grid.top_k,
             "budget_scale": grid.budget_scale,
+            "sigma": grid.sigma,
         },
         "plans_run": cache.calls,
         "plan_wall_s": cache.wall_s,
