@@ -113,6 +113,12 @@ def register(app: typer.Typer) -> None:
         burstiness: float = typer.Option(1.0, help="Gamma shape of arrival gaps (1 = Poisson)."),
         max_concurrency: int = typer.Option(None, help="Most requests in flight (default: no cap)."),
         seed: int = typer.Option(0, help="Seed of trajectories, token ids and arrivals."),
+        scale: float = typer.Option(
+            None, help="agents (synthetic): scale of every append and generation (default: fit --maxlen)."
+        ),
+        token_seed: int = typer.Option(
+            None, help="Seed of the token ids alone (default: --seed): same lengths, fresh tokens."
+        ),
         max_context: int = typer.Option(
             None, help="Context limit in tokens (default: the endpoint's max_model_len)."
         ),
@@ -173,6 +179,8 @@ def register(app: typer.Typer) -> None:
             max_context_len=max_context,
             max_turns=max_turns,
             seed=seed,
+            length_scale=scale,
+            token_seed=token_seed,
             ttft_slo_s=ttft_slo,
             tpot_slo_s=tpot_slo_ms / 1e3,
             duration_s=duration,
