@@ -65,7 +65,7 @@ class BenchConfig:
     dataset_name: str = "agents"
     dataset_path: str | None = None
     num_agents: int = 4
-    maxlen: int = 8192
+    maxlen: int = 32768
     trace: str = "synthetic"
     num_prompts: int | None = None
     input_len: int = 256
