@@ -30,10 +30,19 @@ COUNTERS = {
 }
 
 
-async def _series(url: str) -> Series:
+async def _series(url: str, tries: int = 5) -> Series:
+    """The server's counters; asked again (1 s apart) while it says the cluster did not answer
+    (``dualpath_cluster_up`` 0: the counters would be an older snapshot's)."""
+    series: Series = {}
     async with httpx.AsyncClient() as http:
-        text = await scrape_text(http, url)
-    return parse_series(text) if text is not None else {}
+        for attempt in range(tries):
+            text = await scrape_text(http, url)
+            series = parse_series(text) if text is not None else {}
+            if series.get(("dualpath_cluster_up", ()), 1.0) == 1.0:
+                break
+            if attempt + 1 < tries:
+                await asyncio.sleep(1.0)
+    return series
 
 
 def counter_deltas(before: Series, after: Series) -> dict[str, dict[str, int]]:

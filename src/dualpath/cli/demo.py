@@ -7,7 +7,8 @@ while idle, then ``bench.systems.measure_system`` replays the same agents (``Ben
 synthetic 32K trajectories scaled by ``scale``, cut at ``max_turns`` turns and ``max_len``
 tokens) with a fresh token seed per system, so no system hits another's KV blocks. What each
 system measures is what ``dualpath bench`` with ``bench_args`` measures against ``dualpath serve
---policy <policy>``.
+--policy <policy>`` (whose server gives up on a request after 120 s without a token; the demo's
+waits ``REQUEST_TIMEOUT_S``, as a slow CPU needs).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from dualpath.runtime.cluster.config import DemoConfig
 
 REQUEST_TIMEOUT_S = 900.0  # one request (a Basic turn waits behind the one storage NIC)
 RUN_LIMIT_S = 3600.0  # one system's run
+# the server's waits: a first token may come minutes late on a loaded CPU (serve's default 120 s
+# failed Basic's turns at load average 30), the scheduler may answer /metrics late
+SERVER_QUERY_TIMEOUT_S = 30.0
 
 
 def bench_config(cfg: DemoConfig, url: str, index: int) -> BenchConfig:
@@ -56,11 +60,13 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> 
     ``bench.systems.system_row`` + "bench_args"}, "ratios"}. ``progress`` hears "starting ..."
     once, then "running <system> ..." per system."""
     from dualpath.runtime.cluster.demo import served_demo_cluster
+    from dualpath.runtime.server.config import ServerConfig
 
     say = progress or (lambda _msg: None)
     rows: dict[str, dict[str, Any]] = {}
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
-    with served_demo_cluster(cfg) as served:
+    server = ServerConfig(token_timeout_s=REQUEST_TIMEOUT_S, cluster_query_timeout_s=SERVER_QUERY_TIMEOUT_S)
+    with served_demo_cluster(cfg, server) as served:
         for i, name in enumerate(cfg.systems):
             bench = bench_config(cfg, served.url, i)
             say(f"running {name}: {cfg.num_agents} agents, at most {cfg.max_turns} turns each")

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from dualpath.core.registry import lookup
@@ -27,6 +28,7 @@ from dualpath.runtime.cluster.config import (
     TrafficConfig,
 )
 from dualpath.runtime.cluster.local import LocalCluster
+from dualpath.runtime.server.config import ServerConfig
 
 
 def demo_cluster_config(cfg: DemoConfig, kv_dir: str) -> ClusterConfig:
@@ -44,21 +46,26 @@ def demo_cluster_config(cfg: DemoConfig, kv_dir: str) -> ClusterConfig:
 
 class ServedCluster:
     """``with ServedCluster(config) as sc: ... sc.url ...``: start a LocalCluster of ``config``
-    and serve its API at ``url`` (loopback, a free port); stop both on exit."""
+    and serve its API at ``url`` (loopback, a free port) with ``server``'s settings (its host and
+    port aside; None: ``dualpath serve``'s defaults); stop both on exit."""
 
-    def __init__(self, config: ClusterConfig) -> None:
+    def __init__(self, config: ClusterConfig, server: ServerConfig | None = None) -> None:
         self.config = config
+        self.server_config = server or ServerConfig()
         self.cluster = LocalCluster(config)
         self.url = ""
         self._server: Any = None
 
     def __enter__(self) -> ServedCluster:
-        from dualpath.runtime.server import BackgroundServer, ServerConfig, create_app, load_tokenizer
+        from dualpath.runtime.server import BackgroundServer, create_app, load_tokenizer
 
         try:
             self.cluster.start()
             tok = load_tokenizer(self.config.model, vocab_size=512)
-            app = create_app(self.cluster.address, tok, ServerConfig(model_name=self.config.model))
+            server = replace(
+                self.server_config, model_name=self.server_config.model_name or self.config.model
+            )
+            app = create_app(self.cluster.address, tok, server)
             self._server = BackgroundServer(app).start()
         except BaseException:
             self.__exit__()
@@ -85,12 +92,12 @@ class ServedCluster:
 
 
 @contextmanager
-def served_demo_cluster(cfg: DemoConfig) -> Iterator[ServedCluster]:
+def served_demo_cluster(cfg: DemoConfig, server: ServerConfig | None = None) -> Iterator[ServedCluster]:
     """The demo's ``ServedCluster``; its KV directory is ``cfg.kv_dir`` or a temporary one
     (removed afterwards)."""
     kv_dir = cfg.kv_dir or tempfile.mkdtemp(prefix="dualpath-demo-kv-")
     try:
-        with ServedCluster(demo_cluster_config(cfg, kv_dir)) as served:
+        with ServedCluster(demo_cluster_config(cfg, kv_dir), server) as served:
             yield served
     finally:
         if not cfg.kv_dir:
