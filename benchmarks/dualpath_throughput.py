@@ -1,12 +1,14 @@
 """DualPath vs Basic vs Oracle throughput on a real local 1P2D cluster with storage NICs binding.
 
-Method (one cluster, reconfigured between systems; each system replays the same agents with fresh
-tokens, so nobody hits another system's blocks). Default ``--mode steady``: a closed loop where
-each agent repeats its trajectory; throughput = generated tokens finished inside a measurement
-window after a warm-up (no start-up or tail effects). ``--mode jct``: one pass, throughput =
-generated tokens / JCT (includes the tail of the longest agent).
+Method: one ``dualpath serve``-style cluster (runtime.cluster.demo.ServedCluster: the engines and
+the HTTP API on a loopback port), reconfigured between systems; each system is one ``dualpath
+bench`` run (bench.systems.measure_system) of the same agents with fresh tokens, so nobody hits
+another system's blocks. Two throughputs per run: ``jct`` = generated tokens / JCT (includes the
+tail of the longest agent) and ``steady`` = tokens generated between ``--warmup-s`` and the first
+agent's end (at most ``--window-s`` long: every agent still running, no start-up or tail).
+``--mode`` picks which one the ratios use.
 1. Oracle (reads and PD transfers free) gives the compute-bound throughput and the storage read
-   rate ``r`` (bytes/s of hit KV) it would need.
+   rate ``r`` (bytes/s of hit KV over its JCT) it would need.
 2. The per-node storage-NIC cap is set to ``B = r / k`` with k = 3 (``--balance``): three nodes'
    SNICs together can just feed the Oracle's rate, one SNIC cannot (Basic reads only on the
    prefill node, so it gets about 1/k of it). This is the paper's setting: storage bandwidth binds
@@ -26,65 +28,53 @@ import shutil
 import tempfile
 import time
 
-from dualpath.bench.agents import scaled_turns
-from dualpath.runtime.cluster.agents import AgentPlan, closed_loop, metrics_delta, run_system
-from dualpath.runtime.cluster.client import ClusterClient
+from dualpath.bench.config import BenchConfig
+from dualpath.bench.runner import BenchRun
+from dualpath.bench.systems import measure_system
 from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
-from dualpath.runtime.cluster.demo import SYSTEMS
-from dualpath.runtime.cluster.local import LocalCluster
+from dualpath.runtime.cluster.demo import ServedCluster
 
 
-async def _system(
-    client: ClusterClient,
-    agents: list,
-    args: argparse.Namespace,
-    name: str,
-    seed: int,
-    snic_gbps: float | None,
+def steady_tokens_per_s(run: BenchRun, warmup_s: float, window_s: float) -> float | None:
+    """Tokens generated in [warmup_s, min(warmup_s + window_s, first agent's end)] per second;
+    None when the first agent ends before the warm-up does."""
+    ends = [v for v in run.jct_s.values() if v is not None]
+    end = min([warmup_s + window_s, *ends])
+    if end <= warmup_s:
+        return None
+    times = [(r.sent_s or 0.0) + t for r in run.results if r.ok for t in r.token_times_s]
+    return sum(1 for t in times if warmup_s <= t < end) / (end - warmup_s)
+
+
+def _system(
+    served: ServedCluster, args: argparse.Namespace, name: str, seed: int, snic: float | None
 ) -> dict:
-    policy, free = SYSTEMS[name]
-    if args.mode == "jct":
-        row = await run_system(
-            client, agents, policy=policy, read_free=free, seed=seed, settle_s=0.5, snic_gbps=snic_gbps
-        )
-        row["tokens_per_s"] = row["generated_tokens"] / row["jct_s"]
-        row["seconds"] = row["jct_s"]
-        return row
-    await client.configure(policy, read_free=free, snic_gbps=snic_gbps)
-    info = await client.info()
-    loop = asyncio.create_task(
-        closed_loop(
-            client,
-            agents,
-            vocab_size=info.vocab_size,
-            seed=seed,
-            warmup_s=args.warmup_s,
-            window_s=args.window_s,
-        )
+    served.configure(name, snic_gbps=snic)
+    cfg = BenchConfig(
+        url=served.url,
+        num_agents=args.agents,
+        maxlen=args.max_len,
+        max_turns=args.turns,
+        length_scale=args.scale,
+        token_seed=seed,
+        request_timeout_s=1800.0,
+        duration_s=7200.0,
     )
-    await asyncio.sleep(args.warmup_s)
-    before = await client.metrics()
-    await asyncio.sleep(args.window_s)
-    after = await client.metrics()
-    row = dict(await loop)
-    delta = metrics_delta(before, after)
-    row["bytes_by_path"] = delta["bytes_by_path"]
-    row["snic_read_bytes"] = {
-        k.split("/")[0]: v for k, v in delta["bytes_by_nic"].items() if k.endswith(":read")
-    }
-    row["seconds"] = args.window_s
+    run, row = asyncio.run(measure_system(cfg, settle_s=0.5))
+    row["jct_tokens_per_s"] = row["generated_tokens"] / row["jct_s"]
+    row["steady_tokens_per_s"] = steady_tokens_per_s(run, args.warmup_s, args.window_s)
+    row["tokens_per_s"] = row[f"{args.mode}_tokens_per_s"] or row["jct_tokens_per_s"]
     return row
 
 
-async def _run(address: str, agents: list, args: argparse.Namespace) -> dict:
-    async with ClusterClient(address, query_timeout_s=60.0) as client:
-        rows = {"oracle": await _system(client, agents, args, "oracle", 1, None)}
-        o = rows["oracle"]
-        read_rate = (o["bytes_by_path"]["pe-read"] + o["bytes_by_path"]["de-read"]) / o["seconds"]
-        snic_gbps = read_rate / args.balance * 8 / 1e9
-        for i, name in enumerate(("basic", "dualpath")):
-            rows[name] = await _system(client, agents, args, name, 2 + i, snic_gbps)
-        return {"snic_gbps": snic_gbps, "rows": rows}
+def _run(served: ServedCluster, args: argparse.Namespace) -> dict:
+    rows = {"oracle": _system(served, args, "oracle", 1, None)}
+    o = rows["oracle"]
+    read_rate = (o["bytes_by_path"]["pe-read"] + o["bytes_by_path"]["de-read"]) / o["jct_s"]
+    snic_gbps = read_rate / args.balance * 8 / 1e9
+    for i, name in enumerate(("basic", "dualpath")):
+        rows[name] = _system(served, args, name, 2 + i, snic_gbps)
+    return {"snic_gbps": snic_gbps, "rows": rows}
 
 
 def main() -> None:
@@ -96,16 +86,12 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--balance", type=float, default=3.0, help="k in B = R / (k * T_oracle)")
     ap.add_argument("--transport", default="zmq")
-    ap.add_argument("--mode", choices=("steady", "jct"), default="steady")
+    ap.add_argument("--mode", choices=("steady", "jct"), default="steady", help="throughput the ratios use")
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     model = "tiny" if args.tiny else "smollm2-135m"
-    agents = [
-        AgentPlan(agent_id=a, turns=t)
-        for a, t in scaled_turns(args.agents, max_len=args.max_len, max_turns=args.turns, scale=args.scale)
-    ]
     cfg = ClusterConfig(
         kv_dir=tempfile.mkdtemp(prefix="dualpath-bench-kv-"),
         model=model,
@@ -117,8 +103,8 @@ def main() -> None:
     )
     t0 = time.monotonic()
     try:
-        with LocalCluster(cfg) as cluster:
-            out = asyncio.run(_run(cluster.address, agents, args))
+        with ServedCluster(cfg) as served:
+            out = _run(served, args)
     finally:
         shutil.rmtree(cfg.kv_dir, ignore_errors=True)
     rows = out["rows"]
@@ -130,6 +116,9 @@ def main() -> None:
         "turns": args.turns,
         "snic_gbps_per_node": out["snic_gbps"],
         "throughput_tok_per_s": tput,
+        "jct_s": {k: r["jct_s"] for k, r in rows.items()},
+        "steady_window_empty": [k for k, r in rows.items() if r["steady_tokens_per_s"] is None],
+        "errors": {k: len(r["errors"]) for k, r in rows.items()},
         "snic_read_bytes": {k: r["snic_read_bytes"] for k, r in rows.items()},
         "dualpath_over_basic": tput["dualpath"] / tput["basic"],
         "dualpath_over_oracle": tput["dualpath"] / tput["oracle"],

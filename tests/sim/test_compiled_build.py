@@ -1,9 +1,9 @@
 """The mypyc build (setup.py, DUALPATH_COMPILE=1) gives the same simulations as pure Python.
 
 One module-scoped build of this checkout into a temporary folder (~30 s); then (1) the simulator and
-policy tests run against it in a child process, and (2) a small run of every system gives the
-same JSON numbers as this (pure Python) process. Skipped only where no C compiler or mypyc is
-available; a failing build fails.
+policy tests and the runtime scheduler's trace conformance run against it in a child process, and
+(2) a small run of every system gives the same JSON numbers as this (pure Python) process.
+Skipped only where no C compiler or mypyc is available; a failing build fails.
 """
 
 from __future__ import annotations
@@ -85,7 +85,11 @@ def test_compiled_build_gives_identical_results(compiled_src: str) -> None:
 
 
 def test_sim_and_policy_tests_pass_on_the_compiled_build(compiled_src: str) -> None:
-    tests = [os.path.join(ROOT, "tests", "sim"), os.path.join(ROOT, "tests", "policy")]
+    tests = [
+        os.path.join(ROOT, "tests", "sim"),
+        os.path.join(ROOT, "tests", "policy"),
+        os.path.join(ROOT, "tests", "runtime", "cluster", "test_conformance_adapter.py"),
+    ]
     child = subprocess.run(
         [
             sys.executable,

@@ -1,6 +1,6 @@
 """Agents to replay: trajectories scaled to the endpoint's context, start times, token ids.
 
-Token content is deterministic per (seed, agent): turn ``i``'s prompt is the whole previous
+Token content is deterministic per (token seed, agent): turn ``i``'s prompt is the whole previous
 context (prompt + generated tokens) followed by that turn's appended random ids, so a server with
 a prefix cache sees exactly the reuse of the paper's agent workloads.
 """
@@ -23,8 +23,6 @@ from dualpath.workload import (
     generate_trajectories,
     iter_turn_requests,
     load_trace,
-    scale_turns,
-    truncate,
 )
 
 # Smallest calibrated MaxLen bucket of the synthetic generator. Shorter runs are made from it and
@@ -66,13 +64,13 @@ def _with_output_len(traj: Trajectory, output_len: int | None) -> Trajectory:
 
 
 def build_agents(cfg: BenchConfig, context_len: int) -> list[Agent]:
-    """Agents fitted to ``context_len``: synthetic ones scaled to ``min(maxlen, context_len)``,
-    traces to ``context_len`` (when smaller than what they were made for), then truncated so no
+    """Agents fitted to ``context_len``: synthetic ones scaled to ``min(maxlen, context_len)``
+    (or by ``length_scale``), traces to ``context_len`` (when smaller than what they were made for), then truncated so no
     turn's context exceeds it. ``output_len`` replaces every turn's generation length (unscaled).
     Agents start at ``arrival_times_s`` of ``request_rate`` (all at 0 when inf)."""
     trajs, made_for = load_trajectories(cfg)
     target = min(context_len, cfg.maxlen) if cfg.trace == "synthetic" else context_len
-    scale = min(1.0, target / made_for)
+    scale = cfg.length_scale if cfg.length_scale is not None else min(1.0, target / made_for)
     trajs = [_with_output_len(t, cfg.output_len) for t in trajs]
     replay = ReplayConfig(
         num_agents=cfg.num_agents,
@@ -92,25 +90,11 @@ def build_agents(cfg: BenchConfig, context_len: int) -> list[Agent]:
     return agents
 
 
-def scaled_turns(
-    num_agents: int, *, max_len: int, max_turns: int, scale: float, seed: int = 0
-) -> list[tuple[str, tuple[tuple[int, int], ...]]]:
-    """``(agent id, ((append_len, gen_len), ...))`` of ``num_agents`` synthetic 32K trajectories
-    (paper Table 2 statistics) with every append and generation scaled by ``scale``, cut at
-    ``max_turns`` turns and ``max_len`` tokens: the agents of ``dualpath demo`` and
-    ``benchmarks/dualpath_throughput.py``."""
-    out = []
-    for t in generate_trajectories("32k", num_agents, seed=seed):
-        t = truncate(scale_turns(t, scale, scale), max_len)
-        out.append((t.traj_id, tuple((x.append_len, x.gen_len) for x in t.turns[:max_turns])))
-    return out
-
-
 class TokenSource:
     """Deterministic random token ids of one agent (appends, and filler for text-only servers)."""
 
     def __init__(self, cfg: BenchConfig, agent_index: int, vocab_size: int) -> None:
-        self._rng = np.random.default_rng([cfg.seed, 1000 + agent_index])
+        self._rng = np.random.default_rng([cfg.tokens_seed, 1000 + agent_index])
         self._lo = cfg.min_token_id
         self._hi = vocab_size
 

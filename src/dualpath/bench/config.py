@@ -65,7 +65,7 @@ class BenchConfig:
     dataset_name: str = "agents"
     dataset_path: str | None = None
     num_agents: int = 4
-    maxlen: int = 8192
+    maxlen: int = 32768
     trace: str = "synthetic"
     num_prompts: int | None = None
     input_len: int = 256
@@ -80,6 +80,8 @@ class BenchConfig:
     max_context_len: int | None = None
     max_turns: int | None = None
     seed: int = 0
+    length_scale: float | None = None
+    token_seed: int | None = None
     ttft_slo_s: float = 4.0
     tpot_slo_s: float = 0.05
     duration_s: float = 600.0
@@ -165,6 +167,21 @@ class BenchConfig:
             "must be >= 2 tokens",
         )
         require(self.max_turns is None or self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
+        require(
+            self.length_scale is None or 0 < self.length_scale <= 1,
+            "length_scale",
+            self.length_scale,
+            "must be in (0, 1]",
+        )
+        require(
+            self.length_scale is None or self.trace == "synthetic",
+            "length_scale",
+            self.length_scale,
+            "applies to synthetic agents only (traces are fitted to the context)",
+        )
+        require(
+            self.token_seed is None or self.token_seed >= 0, "token_seed", self.token_seed, "must be >= 0"
+        )
         require(self.ttft_slo_s > 0, "ttft_slo_s", self.ttft_slo_s, "must be > 0")
         require(self.tpot_slo_s > 0, "tpot_slo_s", self.tpot_slo_s, "must be > 0")
         require(self.duration_s > 0, "duration_s", self.duration_s, "must be > 0")
@@ -184,6 +201,11 @@ class BenchConfig:
         require(self.max_retries_429 >= 0, "max_retries_429", self.max_retries_429, "must be >= 0")
         parse_metric_list(self.percentile_metrics)
         parse_percentiles(self.metric_percentiles)
+
+    @property
+    def tokens_seed(self) -> int:
+        """The seed of token ids (``token_seed``, else ``seed``)."""
+        return self.seed if self.token_seed is None else self.token_seed
 
     @property
     def mode(self) -> str:

@@ -97,7 +97,7 @@ class PromptBuilder:
     """Token ids of a request: hash-id blocks (cached per block) or per-request random ids."""
 
     def __init__(self, cfg: BenchConfig, vocab_size: int) -> None:
-        self._seed = cfg.seed
+        self._seed = cfg.tokens_seed
         self._block_len = cfg.block_len
         self._lo = cfg.min_token_id
         self._hi = vocab_size

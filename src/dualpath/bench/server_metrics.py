@@ -35,32 +35,80 @@ class CacheHits:
 def parse_counters(text: str) -> dict[str, float]:
     """Prometheus text format -> metric name: value, summed over label sets (comments skipped)."""
     out: dict[str, float] = {}
+    for (name, _labels), value in parse_series(text).items():
+        out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    """``a="x",b="y"`` -> (("a", "x"), ("b", "y")) (values unescaped; commas inside quotes kept)."""
+    out, i = [], 0
+    while i < len(text):
+        eq = text.find("=", i)
+        if eq < 0 or eq + 1 >= len(text) or text[eq + 1] != '"':
+            break
+        key, j, value = text[i:eq].strip().lstrip(","), eq + 2, []
+        while j < len(text) and text[j] != '"':
+            if text[j] == "\\" and j + 1 < len(text):
+                j += 1
+                value.append({"n": "\n"}.get(text[j], text[j]))
+            else:
+                value.append(text[j])
+            j += 1
+        out.append((key.strip(), "".join(value)))
+        i = j + 1
+    return tuple(out)
+
+
+def parse_series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text format -> (metric name, its label pairs): value (comments skipped)."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        labels: tuple[tuple[str, str], ...] = ()
         if "{" in line:  # name{labels} value [timestamp]; label values may hold spaces
             name_part, _, tail = line.partition("{")
-            rest = tail.rsplit("}", 1)[-1]
+            inside, _, rest = tail.rpartition("}")
+            labels = _labels(inside)
         else:
             name_part, _, rest = line.partition(" ")
         try:
             value = float(rest.split()[0])
         except (ValueError, IndexError):
             continue
-        out[name_part] = out.get(name_part, 0.0) + value
+        key = (name_part.strip(), labels)
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
-async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float] | None:
-    """The server's counters now, or None when it has no readable ``/metrics``."""
+def by_label(
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, label: str
+) -> dict[str, float]:
+    """The values of metric ``name`` keyed by its ``label`` (summed over other labels)."""
+    out: dict[str, float] = {}
+    for (metric, labels), value in series.items():
+        if metric == name:
+            for key, text in labels:
+                if key == label:
+                    out[text] = out.get(text, 0.0) + value
+    return out
+
+
+async def scrape_text(http: httpx.AsyncClient, url: str) -> str | None:
+    """The server's ``/metrics`` text now, or None when it has none readable."""
     try:
         resp = await http.get(url + "/metrics", timeout=10.0)
     except httpx.HTTPError:
         return None
-    if resp.status_code != 200:
-        return None
-    return parse_counters(resp.text)
+    return resp.text if resp.status_code == 200 else None
+
+
+async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float] | None:
+    """The server's counters now (summed over labels), or None when it has no readable ``/metrics``."""
+    text = await scrape_text(http, url)
+    return None if text is None else parse_counters(text)
 
 
 def cache_hits(before: dict[str, float] | None, after: dict[str, float] | None) -> CacheHits | None:

@@ -10,11 +10,15 @@ Flags that ``vllm bench serve`` also has mean the same thing there (``--base-url
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import typer
+
+from dualpath.bench.config import DATASETS, BenchConfig
+from dualpath.cli._common import choices_help
+
+_D = BenchConfig()  # every flag's default is BenchConfig's
 
 
 def _run_with_progress(cfg: Any, show: bool) -> Any:
@@ -65,67 +69,80 @@ def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench_cmd(
         base_url: str = typer.Option(
-            "http://127.0.0.1:8000",
+            _D.url,
             "--base-url",
             "--url",
             help="Server base URL without /v1 (ours, vLLM, SGLang).",
         ),
         model: str = typer.Option(None, help="Model name (default: the first of /v1/models)."),
         dataset_name: str = typer.Option(
-            "agents",
-            help="agents (multi-turn agents), mooncake (a Mooncake JSONL trace at its own timing) or random.",
+            _D.dataset_name,
+            help=choices_help(
+                "agents (multi-turn agents), mooncake (a Mooncake JSONL trace at its own timing) or random",
+                DATASETS,
+            ),
         ),
         dataset_path: str = typer.Option(None, help="The Mooncake JSONL trace (mooncake only)."),
         agents: int = typer.Option(
-            4,
+            _D.num_agents,
             help="agents: number of agents (each sends one request "
             "per turn; clones beyond the trajectory set).",
         ),
         maxlen: str = typer.Option(
-            "32k",
+            f"{_D.maxlen // 1024}k" if _D.maxlen % 1024 == 0 else str(_D.maxlen),
             help="agents: longest context of a trajectory (any "
             "size, e.g. 512, 8k, 32k); capped by the endpoint's context.",
         ),
         trace: str = typer.Option(
-            "synthetic", help="agents: synthetic, or a trace name/path whose sessions become agents."
+            _D.trace, help="agents: synthetic, or a trace name/path whose sessions become agents."
         ),
         max_turns: int = typer.Option(None, help="agents: cap on turns per agent."),
         num_prompts: int = typer.Option(
             None, help="mooncake: first N records (default all); random: N prompts (default 8)."
         ),
-        input_len: int = typer.Option(256, help="random: prompt tokens per request."),
+        input_len: int = typer.Option(_D.input_len, help="random: prompt tokens per request."),
         output_len: int = typer.Option(
             None, help="Output tokens of every request/turn (default: the dataset's; random: 16)."
         ),
         block_len: int = typer.Option(
-            512,
+            _D.block_len,
             help="mooncake: tokens sent per 512-token hash block "
             "(smaller sizes the trace down, sharing kept).",
         ),
-        time_scale: float = typer.Option(1.0, help="mooncake: replay speed-up (2 = twice as fast)."),
+        time_scale: float = typer.Option(
+            _D.time_scale, help="mooncake: replay speed-up (2 = twice as fast)."
+        ),
         request_rate: float = typer.Option(
-            math.inf,
+            _D.request_rate,
             "--request-rate",
             "--aps",
             help="Arrivals per second (agents: agent arrivals; "
             "inf: all at once, mooncake: the trace's timing).",
         ),
-        burstiness: float = typer.Option(1.0, help="Gamma shape of arrival gaps (1 = Poisson)."),
+        burstiness: float = typer.Option(_D.burstiness, help="Gamma shape of arrival gaps (1 = Poisson)."),
         max_concurrency: int = typer.Option(None, help="Most requests in flight (default: no cap)."),
-        seed: int = typer.Option(0, help="Seed of trajectories, token ids and arrivals."),
+        seed: int = typer.Option(_D.seed, help="Seed of trajectories, token ids and arrivals."),
+        scale: float = typer.Option(
+            None, help="agents (synthetic): scale of every append and generation (default: fit --maxlen)."
+        ),
+        token_seed: int = typer.Option(
+            None, help="Seed of the token ids alone (default: --seed): same lengths, fresh tokens."
+        ),
         max_context: int = typer.Option(
             None, help="Context limit in tokens (default: the endpoint's max_model_len)."
         ),
         request_timeout: float = typer.Option(
-            300.0, help="Seconds one request may take, send to last token, before it fails."
+            _D.request_timeout_s, help="Seconds one request may take, send to last token, before it fails."
         ),
-        duration: float = typer.Option(600.0, help="Stop the run after this many seconds."),
-        ttft_slo: float = typer.Option(4.0, help="TTFT SLO in seconds (goodput, attainment)."),
-        tpot_slo_ms: float = typer.Option(50.0, help="TPOT SLO in milliseconds."),
+        duration: float = typer.Option(_D.duration_s, help="Stop the run after this many seconds."),
+        ttft_slo: float = typer.Option(_D.ttft_slo_s, help="TTFT SLO in seconds (goodput, attainment)."),
+        tpot_slo_ms: float = typer.Option(_D.tpot_slo_s * 1e3, help="TPOT SLO in milliseconds."),
         percentile_metrics: str = typer.Option(
-            "ttft,tpot,itl,e2el,ttst,jct", help="Metrics to report (vLLM names + ttst, jct)."
+            _D.percentile_metrics, help="Metrics to report (vLLM names + ttst, jct)."
         ),
-        metric_percentiles: str = typer.Option("99", help="Percentiles to report, e.g. 50,90,99."),
+        metric_percentiles: str = typer.Option(
+            _D.metric_percentiles, help="Percentiles to report, e.g. 50,90,99."
+        ),
         api_key: str = typer.Option(None, envvar="DUALPATH_API_KEY", help="Bearer API key."),
         save_result: bool = typer.Option(
             False, "--save-result", help="Write the result JSON (and a CDF plot beside it)."
@@ -173,6 +190,8 @@ def register(app: typer.Typer) -> None:
             max_context_len=max_context,
             max_turns=max_turns,
             seed=seed,
+            length_scale=scale,
+            token_seed=token_seed,
             ttft_slo_s=ttft_slo,
             tpot_slo_s=tpot_slo_ms / 1e3,
             duration_s=duration,

@@ -3,11 +3,13 @@ transformers on the default model."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.console import Console
 
-from dualpath.cli._common import print_json, print_table, require_serve_extra
-from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
+from dualpath.cli._common import choices_help, default_of, print_json, print_table, require_serve_extra
+from dualpath.runtime.check_config import MESSAGES, PATHS, CheckConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -15,13 +17,19 @@ def register(app: typer.Typer) -> None:
     app.command(name="check")(check)
 
 
+def _option(name: str, text: str) -> Any:
+    return typer.Option(default_of(CheckConfig, name), help=text)
+
+
 def check(
-    model: str = typer.Option(DEFAULT_RUNTIME_MODEL, help="Model name, Hugging Face folder or .gguf file."),
-    turns: int = typer.Option(3, help="Conversation turns per path."),
-    paths: str = typer.Option("pe,de,mixed", help="Comma-separated: pe, de, mixed."),
-    block_size: int = typer.Option(16, help="KV block size in tokens."),
-    gen_len: int = typer.Option(8, help="Tokens generated per turn (greedy)."),
-    tolerance: float = typer.Option(1e-4, help="Max allowed |logit difference| (fp32)."),
+    model: str = _option("model", "Model name, Hugging Face folder or .gguf file."),
+    turns: int = _option("turns", f"Conversation turns per path (at most {len(MESSAGES)})."),
+    paths: str = typer.Option(
+        ",".join(default_of(CheckConfig, "paths")), help=choices_help("Comma-separated paths", PATHS)
+    ),
+    block_size: int = _option("block_size", "KV block size in tokens."),
+    gen_len: int = _option("gen_len", "Tokens generated per turn (greedy)."),
+    tolerance: float = _option("tolerance", "Max allowed |logit difference| (fp32)."),
     device: str = typer.Option("", help="cpu or cuda (default: cuda when present)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -31,7 +39,7 @@ def check(
     require_serve_extra("check")
 
     from dualpath.cli.progress import Progress
-    from dualpath.runtime.engine.check import CheckConfig, run_check
+    from dualpath.runtime.engine.check import run_check
     from dualpath.runtime.model import default_device
 
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
@@ -63,7 +71,7 @@ def check(
             rows,
             legend=[
                 "path: pe / de = every turn reads its cached KV on the prefill / decode "
-                "engine; mixed = two conversations batched, on opposite read sides "
+                "engine; split = divided between them; mixed = two conversations batched, on opposite read sides "
                 "that swap every turn. max |logit diff|: largest absolute difference "
                 "from transformers' logits (fp32)."
             ],

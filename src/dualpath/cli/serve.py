@@ -248,10 +248,9 @@ def demo(
 
     About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
     require_serve_extra("demo")
-    from dualpath.bench.agents import scaled_turns
+    from dualpath.cli.demo import run_demo
     from dualpath.cli.demo_tables import print_demo
     from dualpath.cli.progress import Progress
-    from dualpath.runtime.cluster.demo import run_demo
 
     cfg = DemoConfig(
         model="tiny" if tiny else model,
@@ -271,10 +270,7 @@ def demo(
         bar.update(f"dualpath demo: {msg}", completed=steps[0])
 
     with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
-        plans = scaled_turns(
-            cfg.num_agents, max_len=cfg.max_len, max_turns=cfg.max_turns, scale=cfg.scale, seed=cfg.seed
-        )
-        result = run_demo(cfg, plans, progress=said)
+        result = run_demo(cfg, progress=said)
         bar.update(completed=len(cfg.systems) + 1)
     if json_out:
         print_json(result)

@@ -13,6 +13,8 @@ from dualpath.cli._common import choices_help, default_of
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.cost.factory import COST_MODEL_NAMES
 from dualpath.sim.config import SYSTEMS, SimConfig
+from dualpath.sim.harness.experiments import WorkloadSpec
+from dualpath.sim.harness.online import DEFAULT_APS, HORIZON_S
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
 from dualpath.spec.hardware import NODES
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from dualpath.sim.calibration import Calibration
 
 _DEFAULT = get_cluster(DEFAULT_SIM_CLUSTER)
+_WORKLOAD = WorkloadSpec()  # the offline workload's defaults
 _DEFAULT_SYSTEMS = "basic,dualpath,oracle"
 SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
@@ -47,15 +50,17 @@ def register(app: typer.Typer) -> None:
                 SNIC_DIRECTIONS,
             ),
         ),
-        maxlen: str = typer.Option("64k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."),
-        agents: int = typer.Option(64, help="Number of agents (offline)."),
+        maxlen: str = typer.Option(
+            f"{_WORKLOAD.maxlen // 1024}k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."
+        ),
+        agents: int = typer.Option(_WORKLOAD.num_agents, help="Number of agents (offline)."),
         system: str = typer.Option(_DEFAULT_SYSTEMS, help=choices_help("Comma list of systems", SYSTEMS)),
         online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
-        aps: str = typer.Option("0.1:0.5:0.05", help="Online rates lo:hi:step or a comma list."),
-        horizon: float = typer.Option(3600.0, help="Online: seconds of arrivals per rate."),
+        aps: str = typer.Option(DEFAULT_APS, help="Online rates lo:hi:step or a comma list."),
+        horizon: float = typer.Option(HORIZON_S, help="Online: seconds of arrivals per rate."),
         trace: str = typer.Option(None, help="Replay a trace (e.g. mooncake) instead of synthetic."),
-        append_scale: float = typer.Option(1.0, help="Scale every append length."),
-        gen_scale: float = typer.Option(1.0, help="Scale every generation length."),
+        append_scale: float = typer.Option(_WORKLOAD.append_scale, help="Scale every append length."),
+        gen_scale: float = typer.Option(_WORKLOAD.gen_scale, help="Scale every generation length."),
         dram_buffer_gb: float = typer.Option(None, help="DRAM buffer per node (default per model)."),
         cost_model: str = typer.Option(
             default_of(SimConfig, "cost_model"), help=choices_help("Cost model", COST_MODEL_NAMES)

@@ -15,6 +15,7 @@ from collections import deque
 from dualpath.core.errors import require
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
 from dualpath.policy.ledger import DECODE, PREFILL, UNBOUNDED, Entry, Ledger, ViewBounds
+from dualpath.policy.recovery import lose_engine
 from dualpath.policy.scheduler import PolicyScheduler, Scheduler
 from dualpath.policy.views import (
     BatchItem,
@@ -75,6 +76,7 @@ class ReferenceDriver:
         self.read_total = {n: 0 for n in self.pe_nodes + self.de_nodes}  # tokens ever read
         self._reading: dict[int, deque[str]] = {n: deque() for n in self.read_total}
         self.waiting: dict[int, list[BatchItem]] = {}
+        self.attempts: dict[str, int] = {}  # engine losses each request went through (lose_engine)
         self.record = record
         self.log: list[tuple[str, View, Plan]] = []
         self.applied: list[tuple[str, int, DecodePlan | PrefillPlan]] = []
@@ -210,13 +212,13 @@ class ReferenceDriver:
         self.ledger.on_finished(request_id)
 
     def engine_lost(self, engine_id: int) -> None:
-        """Its requests start again at the head of the global queue, then it leaves."""
+        """Its requests start again at the head of the global queue (or fail, lost a second time:
+        ``policy.recovery.lose_engine``), then it leaves."""
         for rid in self.ledger.requests_on(engine_id):
             entry = self.ledger.requests[rid]
             if entry.pe >= 0:
                 self.waiting[entry.pe] = [i for i in self.waiting.get(entry.pe, ()) if i.request_id != rid]
-            self.ledger.on_finished(rid, requeue=True)
-        self.ledger.on_engine_lost(engine_id)
+        lose_engine(self.ledger, engine_id, self.attempts)
 
     def plans(self) -> list[tuple[str, int, DecodePlan | PrefillPlan]]:
         return self.applied

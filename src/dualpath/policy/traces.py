@@ -3,8 +3,10 @@
 A :class:`Trace` is a small cluster (PE groups are nodes ``0..P-1``, DE groups the next ``D``;
 engine ids ``node * engines_per_group + rank``), a policy, a ``FetchOrder``, ``ViewBounds``
 and a list of :class:`Event` s: arrivals, fetch rounds (``tick``), reads done, prefills done,
-requests finished, engines lost (their requests are requeued in arrival order, then the engine
-leaves). ``plans`` are the ``(kind, node, plan)`` every applied plan of the recording, in order.
+requests finished, engines lost (what becomes of their requests is the runtime scheduler's rule,
+``policy.recovery``, applied by ``policy.recovery.lose_engine``: nothing streams in a trace, so a request is
+requeued the first time an engine of its is lost and fails, leaving the ledger, the second time;
+then the engine leaves). ``plans`` are the ``(kind, node, plan)`` every applied plan of the recording, in order.
 A driver replays a trace through its own adapter (:class:`TraceDriver`) and must produce the same
 sequence (:func:`replay_traces`). Cases: ``cases/traces_v1.json``, recorded by
 ``python -m dualpath.policy.cases``.

@@ -4,13 +4,15 @@ The trace's events go to the simulator's real :class:`~dualpath.sim.adapter.Poli
 ledger, fetch rounds and plan hand-off) with real simulated requests (``sim.request.Req``); the
 simulation's side of each applied plan (timing, storage claims) is replaced by a recorder, as the
 trace has no time model. The simulator never loses an engine; ``engine_lost`` goes to the adapter's
-ledger the way the runtime's does (requeue its requests, then drop it).
+ledger by the runtime's rule (``policy.recovery.lose_engine``: requeue its requests, fail those lost
+a second time, then drop it).
 """
 
 from __future__ import annotations
 
 from dualpath.policy.fetch import FetchSink
 from dualpath.policy.ledger import Entry
+from dualpath.policy.recovery import lose_engine
 from dualpath.policy.scheduler import make_scheduler
 from dualpath.policy.traces import Trace
 from dualpath.policy.views import DecodePlan, PrefillAssignment, PrefillPlan, RequestInfo
@@ -53,6 +55,7 @@ class SimTraceDriver:
         self.adapter.fetcher.sink = _Tap(self.adapter, self.log)
         self.reqs: dict[str, Req] = {}
         self.started: list[tuple[str, int]] = []  # (request, PE) handed to the simulation
+        self.attempts: dict[str, int] = {}  # engine losses each request went through
 
     # ------------------------------------------------------------------ SimSink
     def now(self) -> float:
@@ -99,10 +102,7 @@ class SimTraceDriver:
         self.adapter.finished(self.reqs[request_id])
 
     def engine_lost(self, engine_id: int) -> None:
-        ledger = self.adapter.ledger
-        for rid in ledger.requests_on(engine_id):
-            ledger.on_finished(rid, requeue=True)
-        ledger.on_engine_lost(engine_id)
+        lose_engine(self.adapter.ledger, engine_id, self.attempts)
 
     def plans(self) -> list:
         return self.log

@@ -1,18 +1,52 @@
-"""The scheduler service's state (runtime driver) replays the policy's recorded event traces."""
+"""The scheduler service's own event handling (``SchedulerCore``: messages in, messages out)
+replays the policy's recorded event traces to the same plans as the reference and sim drivers."""
 
 from __future__ import annotations
 
 from dualpath.policy import SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
-from dualpath.policy.traces import default_traces, replay_traces
+from dualpath.policy.fetch import RUNTIME_ORDER, SIM_ORDER
+from dualpath.policy.traces import default_traces, play, replay_traces
 from dualpath.runtime.cluster.adapter import RuntimeTraceDriver
+from dualpath.runtime.cluster.messages import Cancel, Tokens
 from dualpath.runtime.cluster.state import ClusterState, EngineState
 
 
-def test_runtime_state_replays_the_recorded_traces() -> None:
+def test_scheduler_service_replays_the_recorded_traces() -> None:
     mismatches = replay_traces(RuntimeTraceDriver)
     assert mismatches == [], mismatches[:1]
     assert {t.order.rotate_pe for t in default_traces()} == {True, False}  # both fetch orders
+
+
+def test_traces_go_through_dispatch_recovery_and_the_codec() -> None:
+    """Every placed request was dispatched to its planned engines with the plan's read split; no
+    message was dropped as invalid; the losses requeued (new attempt keys, cancels to the other
+    engine) and, lost twice, failed requests to their client (policy.recovery's rule)."""
+    retried = failed = cancels = 0
+    for trace in default_traces():
+        driver = RuntimeTraceDriver(trace)
+        play(driver, trace.events)
+        core = driver.core
+        assert driver.dispatch_errors == [], (trace.name, driver.dispatch_errors[:3])
+        assert core.drops.snapshot() == {}, (trace.name, core.drops.snapshot())
+        assert core.state.requests.keys() <= core.current.keys()
+        retried += core.supervision.retried
+        errors = [m for _i, m in core.sent if isinstance(m, Tokens) and m.events[0].finish_reason == "error"]
+        failed += len(errors)
+        cancels += sum(isinstance(m, Cancel) for _i, m in core.sent)
+        assert core.report.counts["num_failed"] == len(errors)
+    assert retried > 0 and failed > 0 and cancels > 0
+
+
+def test_a_service_that_fetches_in_another_order_fails_the_traces() -> None:
+    """The traces see the service's calling order: the same core in the other fetch order diverges."""
+
+    def other_order(trace):
+        driver = RuntimeTraceDriver(trace)
+        driver.core.state.order = SIM_ORDER if trace.order == RUNTIME_ORDER else RUNTIME_ORDER
+        return driver
+
+    assert len(replay_traces(other_order)) == len(default_traces())
 
 
 def test_state_keeps_loads_in_the_ledger_and_releases_them() -> None:

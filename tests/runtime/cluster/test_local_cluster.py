@@ -66,32 +66,45 @@ def test_rejects_too_long_and_reports_health(cluster: LocalCluster) -> None:
     asyncio.run(main())
 
 
-def test_systems_switch_and_basic_reads_only_on_the_prefill_node(cluster: LocalCluster) -> None:
-    """Configure (policy, Oracle) between runs; Basic reads every hit on the PE node's SNIC."""
-    from dualpath.runtime.cluster.agents import AgentPlan, run_system
+def test_systems_switch_and_basic_reads_only_on_the_prefill_node(cluster: LocalCluster, tmp_path) -> None:
+    """Configure (policy, Oracle) between runs of ``dualpath bench`` over the HTTP API (the demo's
+    path, bench.systems); Basic reads every hit on the PE node's SNIC, always-de on the DEs'."""
+    from dualpath.bench.config import BenchConfig
+    from dualpath.bench.systems import measure_system
+    from dualpath.runtime.server import BackgroundServer, CharTokenizer, ServerConfig, create_app
+    from dualpath.workload import Trajectory, Turn
+    from dualpath.workload.traces import save_jsonl
 
-    agents = [AgentPlan(agent_id=f"a{i}", turns=((130, 2), (10, 2), (10, 2))) for i in range(3)]
+    turns = (Turn(append_len=130, gen_len=2), Turn(append_len=10, gen_len=2), Turn(append_len=10, gen_len=2))
+    trace = tmp_path / "agents.jsonl"
+    save_jsonl([Trajectory(f"a{i}", turns) for i in range(3)], trace)
 
-    async def main() -> dict:
+    async def configure(policy: str) -> None:
         async with ClusterClient(cluster.address) as client:
-            rows = {}
-            for i, (name, policy, free) in enumerate(
-                (("basic", "basic", False), ("always-de", "always-de", False))
-            ):
-                rows[name] = await run_system(
-                    client, agents, policy=policy, read_free=free, seed=100 + i, settle_s=0.3
-                )
-            return rows
+            await client.configure(policy)
 
-    rows = asyncio.run(asyncio.wait_for(main(), 90))
+    rows = {}
+    app = create_app(cluster.address, CharTokenizer(vocab_size=512), ServerConfig(model_name="tiny"))
+    with BackgroundServer(app) as srv:
+        for i, policy in enumerate(("basic", "always-de")):
+            asyncio.run(configure(policy))
+            cfg = BenchConfig(
+                url=srv.url, num_agents=3, trace=str(trace), seed=0, token_seed=100 + i, request_timeout_s=90
+            )
+            run, rows[policy] = asyncio.run(asyncio.wait_for(measure_system(cfg, settle_s=0.3), 120))
+            assert [len(a.turns) for a in run.agents] == [3, 3, 3]
     basic, de = rows["basic"], rows["always-de"]
     assert basic["errors"] == [] and de["errors"] == []
+    assert basic["num_requests"] == de["num_requests"] == 9
     assert basic["read_sides"].get("pe", 0) == 6 and basic["snic_read_bytes"]["node0"] > 0
-    assert basic["bytes_by_path"]["de-read"] == 0
+    assert basic["bytes_by_path"]["de-read"] == 0 and basic["read_sides"].get("de", 0) == 0
     assert basic["snic_read_bytes"].get("node1", 0) == basic["snic_read_bytes"].get("node2", 0) == 0
     assert de["read_sides"].get("de", 0) == 6 and de["bytes_by_path"]["pe-read"] == 0
-    # the same hit bytes, read on the other side
-    assert de["bytes_by_path"]["de-read"] == basic["bytes_by_path"]["pe-read"]
+    # the same hit bytes, read on the other side, and counted on the DE nodes' storage NICs
+    assert de["bytes_by_path"]["de-read"] == basic["bytes_by_path"]["pe-read"] > 0
+    assert de["snic_read_bytes"].get("node0", 0) == 0
+    assert de["snic_read_bytes"]["node1"] + de["snic_read_bytes"]["node2"] == de["bytes_by_path"]["de-read"]
+    assert 0 < basic["hit_rate"] == de["hit_rate"] < 1
 
 
 def test_whole_cluster_frozen_past_the_engine_timeout_declares_no_engine_dead(cluster: LocalCluster) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dualpath.runtime.engine.check import CheckConfig, run_check
+from dualpath.runtime.engine.check import PATHS, CheckConfig, run_check
 from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
 
 
@@ -16,5 +16,5 @@ from dualpath.runtime.model.tiny import TinySpec, make_tiny_checkpoint
 def test_tiny_model_all_paths_on_cuda(tmp_path: Path) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     folder = make_tiny_checkpoint(tmp_path / "m", TinySpec(seed=4))
-    report = run_check(CheckConfig(model=str(folder), turns=3, gen_len=4, device="cuda"))
+    report = run_check(CheckConfig(model=str(folder), turns=3, gen_len=4, device="cuda", paths=PATHS))
     assert report["tokens_equal"] and report["max_abs_logit_diff"] < 1e-4

@@ -66,6 +66,38 @@ def test_split_reads_both_sides_and_a_de_miss_cuts_its_share(
         assert again.read_side == "split" and again.hit_tokens == 64  # PE 3 + the DE's first
 
 
+@pytest.mark.parametrize("side", ["pe", "split", "de"])
+def test_the_pe_forwards_only_the_kv_its_de_does_not_hold(
+    tiny_llama: tuple[Decoder, Any], kv_dir: str, side: str
+) -> None:
+    """PD transfer per layer: PE path, the whole prompt (hits from the PE buffer, once); split, all
+    but the DE's share (the DE read that into its own buffer); DE path, only the computed tokens.
+    The outputs stay exact (run_conversation compares them with transformers)."""
+    dec, hf = tiny_llama
+    gen = torch.Generator().manual_seed(21)
+    cfg = LocalConfig(kv_dir=kv_dir, block_size=16)
+    prompt = random_tokens(gen, 70)
+    with LocalPipeline(dec, cfg) as pipe:
+        first = run_conversation(pipe, hf, prompts={"a": prompt}, gen=gen, num_turns=1,
+                                 sides=lambda k, t: "pe")[0]["a-t0"]  # fmt: skip
+        follow = prompt + list(first.tokens) + random_tokens(gen, 9)
+        sent: dict[int, int] = {}  # layer -> tokens the PE sent to a DE
+        submit = pipe.transport.submit
+
+        def counting(dest: str, items: Any, *args: Any, **kw: Any) -> Any:
+            if kw.get("source") == "pe0" and not dest.endswith(".buffer"):
+                for it in items:
+                    sent[it.layer] = sent.get(it.layer, 0) + it.num_tokens
+            return submit(dest, items, *args, **kw)
+
+        pipe.transport.submit = counting  # type: ignore[method-assign]
+        out = run_conversation(pipe, hf, prompts={"a": follow}, gen=gen, num_turns=1,
+                               sides=lambda k, t: side)[0]["a-t0"]  # fmt: skip
+    assert out.read_side == side and out.hit_tokens == 64  # 4 blocks (split: PE 2 + DE 2)
+    own_hits = {"pe": 64, "split": 32, "de": 0}[side]
+    assert sent == dict.fromkeys(range(dec.num_layers), len(follow) - 64 + own_hits)
+
+
 @pytest.mark.parametrize("async_transfer", [False, True])
 def test_mixed_batch_two_decoders_chunked(
     tiny_llama: tuple[Decoder, Any], kv_dir: str, async_transfer: bool

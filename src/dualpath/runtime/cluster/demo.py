@@ -1,9 +1,11 @@
-"""``dualpath demo``: one local 1P2D cluster, the same agents under Basic, DualPath and Oracle.
+"""The ``dualpath demo`` cluster: a local cluster behind the OpenAI-compatible HTTP API, in-process.
 
-The cluster starts once (model loading dominates start-up on small machines); between systems it is
-reconfigured (policy, Oracle's free reads) while idle, and each system's agents use fresh random
-tokens (same lengths), so no system hits another's KV blocks. Storage NICs are capped so KV loading
-binds; Oracle still computes everything but pays nothing for storage reads and PD transfers.
+``ServedCluster`` is what ``dualpath serve`` runs (the scheduler and engine processes, the same
+HTTP app and tokenizer), with the API on a free loopback port; the demo and the throughput
+benchmark measure it with ``dualpath.bench`` over HTTP, as a user measures ``dualpath serve`` with
+``dualpath bench``. Between systems the cluster is reconfigured while idle (policy; Oracle's free
+reads; the storage-NIC cap) over the scheduler's control channel, as restarting ``dualpath serve
+--policy X`` would, without reloading the model. Storage NICs are capped so KV loading binds.
 """
 
 from __future__ import annotations
@@ -11,46 +13,27 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
 
-import msgspec
-
-from dualpath.runtime.cluster.agents import AgentPlan, run_system
+from dualpath.core.registry import lookup
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.cluster.config import (
-    DEMO_SYSTEMS as SYSTEMS,
-)
-from dualpath.runtime.cluster.config import (
+    DEMO_SYSTEMS,
     ClusterConfig,
     DemoConfig,
     SchedulerServiceConfig,
     TrafficConfig,
 )
 from dualpath.runtime.cluster.local import LocalCluster
+from dualpath.runtime.server.config import ServerConfig
 
 
-def run_demo(
-    cfg: DemoConfig,
-    turns: list[tuple[str, tuple[tuple[int, int], ...]]],
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, object]:
-    """Start the cluster, run every system with the agents ``turns`` (``(agent id, ((append_len,
-    gen_len), ...))``, e.g. ``bench.agents.scaled_turns`` of cfg's sizes), return {"config",
-    "systems": {name: row}, "ratios"}."""
-    say = progress or (lambda _msg: None)
-    kv_dir = cfg.kv_dir or tempfile.mkdtemp(prefix="dualpath-demo-kv-")
-    agents = [AgentPlan(agent_id=agent_id, turns=t) for agent_id, t in turns]
-    try:
-        return _run(cfg, agents, kv_dir, say)
-    finally:
-        if not cfg.kv_dir:
-            shutil.rmtree(kv_dir, ignore_errors=True)
-
-
-def _run(
-    cfg: DemoConfig, agents: list[AgentPlan], kv_dir: str, say: Callable[[str], None]
-) -> dict[str, object]:
-    ccfg = ClusterConfig(
+def demo_cluster_config(cfg: DemoConfig, kv_dir: str) -> ClusterConfig:
+    """The demo's cluster: cfg's engines and model, storage NICs capped at ``cfg.snic``."""
+    return ClusterConfig(
         kv_dir=kv_dir,
         model=cfg.model,
         num_prefill_engines=cfg.num_prefill_engines,
@@ -59,38 +42,63 @@ def _run(
         traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
         scheduler=SchedulerServiceConfig(engine_timeout_s=30.0),
     )
-    say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
-    rows: dict[str, dict[str, object]] = {}
-    with LocalCluster(ccfg) as cluster:
+
+
+class ServedCluster:
+    """``with ServedCluster(config) as sc: ... sc.url ...``: start a LocalCluster of ``config``
+    and serve its API at ``url`` (loopback, a free port) with ``server``'s settings (its host and
+    port aside; None: ``dualpath serve``'s defaults); stop both on exit."""
+
+    def __init__(self, config: ClusterConfig, server: ServerConfig | None = None) -> None:
+        self.config = config
+        self.server_config = server or ServerConfig()
+        self.cluster = LocalCluster(config)
+        self.url = ""
+        self._server: Any = None
+
+    def __enter__(self) -> ServedCluster:
+        from dualpath.runtime.server import BackgroundServer, create_app, load_tokenizer
+
+        try:
+            self.cluster.start()
+            tok = load_tokenizer(self.config.model, vocab_size=512)
+            server = replace(
+                self.server_config, model_name=self.server_config.model_name or self.config.model
+            )
+            app = create_app(self.cluster.address, tok, server)
+            self._server = BackgroundServer(app).start()
+        except BaseException:
+            self.__exit__()
+            raise
+        self.url = self._server.url
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        self.cluster.stop()
+
+    def configure(self, system: str, snic_gbps: float | None = None) -> None:
+        """Switch to ``system`` (a ``DEMO_SYSTEMS`` name: policy and free reads) and, when given,
+        every node's storage-NIC cap; only while idle (the scheduler refuses otherwise)."""
+        policy, free = lookup(DEMO_SYSTEMS, system, "system")
 
         async def main() -> None:
-            async with ClusterClient(cluster.address, query_timeout_s=30.0) as client:
-                for i, name in enumerate(cfg.systems):
-                    say(f"running {name}: {len(agents)} agents, {sum(len(a.turns) for a in agents)} turns")
-                    policy, free = SYSTEMS[name]
-                    rows[name] = await run_system(
-                        client,
-                        agents,
-                        policy=policy,
-                        read_free=free,
-                        seed=cfg.seed * 100 + i + 1,
-                        settle_s=0.5,
-                    )
+            async with ClusterClient(self.cluster.address, query_timeout_s=60.0) as client:
+                await client.configure(policy, read_free=free, snic_gbps=snic_gbps)
 
         asyncio.run(main())
-    return {
-        "config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic},
-        "systems": rows,
-        "ratios": ratios(rows),
-    }
 
 
-def ratios(rows: dict[str, dict[str, object]]) -> dict[str, float]:
-    """JCT ratios: basic/dualpath (speedup; ideal 3x at 1P2D when reads bind) and dualpath/oracle."""
-    jct = {k: float(v["jct_s"]) for k, v in rows.items()}  # type: ignore[arg-type]
-    out = {}
-    if "basic" in jct and "dualpath" in jct:
-        out["dualpath_speedup_over_basic"] = jct["basic"] / jct["dualpath"]
-    if "oracle" in jct and "dualpath" in jct:
-        out["dualpath_jct_over_oracle"] = jct["dualpath"] / jct["oracle"]
-    return out
+@contextmanager
+def served_demo_cluster(cfg: DemoConfig, server: ServerConfig | None = None) -> Iterator[ServedCluster]:
+    """The demo's ``ServedCluster``; its KV directory is ``cfg.kv_dir`` or a temporary one
+    (removed afterwards)."""
+    kv_dir = cfg.kv_dir or tempfile.mkdtemp(prefix="dualpath-demo-kv-")
+    try:
+        with ServedCluster(demo_cluster_config(cfg, kv_dir), server) as served:
+            yield served
+    finally:
+        if not cfg.kv_dir:
+            shutil.rmtree(kv_dir, ignore_errors=True)

@@ -4,13 +4,16 @@ Each tick (every ``tick_s`` or after messages) it: marks engines dead after ``en
 without a message and re-dispatches or fails their requests; runs one fetch round of the policy's
 ledger (``ClusterState.fetch``: DE groups, then PE groups, in ``policy.fetch.RUNTIME_ORDER``); sends
 DecodeTask then PrefillTask for each request that got both engines. Token events from DEs are forwarded to the
-request's client with RequestStats on the last one.
+request's client with RequestStats on the last one. ``SchedulerCore`` is all of that without a
+socket (messages in, messages out); ``SchedulerService`` puts it on the ROUTER socket, and the
+conformance trace driver (``adapter.py``) feeds it the recorded traces.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from abc import ABC, abstractmethod
 
 import msgspec
 import zmq
@@ -63,20 +66,15 @@ def _seeded(params: SamplingParams) -> SamplingParams:
     return msgspec.structs.replace(params, seed=secrets.randbits(63))
 
 
-class SchedulerService(EngineLiveness):
+class SchedulerCore(EngineLiveness, ABC):
+    """The service's event handling without sockets: every message goes in through ``handle``
+    (decoded: ``dispatch_msg``), time through ``tick``; everything it sends leaves through
+    ``_send`` (to an engine's socket identity) and ``_to_client``, which a subclass provides
+    (``SchedulerService``: the ROUTER socket; ``runtime/cluster/adapter.py``: a recorder that
+    replays the policy's conformance traces through this very code)."""
+
     def __init__(self, args: SchedulerArgs) -> None:
         self.args = args
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        keys = load_keys(args.key_file)
-        self.gate = Gatekeeper(self.ctx, keys) if keys else None
-        if keys:
-            keys.server(self.sock)
-        self.monitor = self.gate.monitor(self.sock) if self.gate else None
-        bind = args.bind.replace(":0", ":*") if args.bind.endswith(":0") else args.bind
-        self.sock.bind(bind)
-        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.state = ClusterState()
         self.sched: Scheduler | None = None  # built at the first engine hello (needs the KV geometry)
         self.store: BlockStore | None = None
@@ -95,44 +93,15 @@ class SchedulerService(EngineLiveness):
         self.drops = DropCounter("scheduler")
         self._read_rate = StorageReadRate()
 
-    # ------------------------------------------------------------------ main loop
-    def serve_forever(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        while self.running:
-            self.run_once(poller, int(self.args.cluster.scheduler.tick_s * 1000) or 1)
-        self.close()
-
-    def run_once(self, poller: zmq.Poller, timeout_ms: int, now: float | None = None) -> None:
-        """Handle what arrived within ``timeout_ms`` (at most 1,000 messages), then tick at ``now``
-        (the clock by default; tests pass their own)."""
-        if poller.poll(timeout_ms):
-            for _ in range(1000):
-                try:
-                    frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._handle(frames[0], frames[-1], now)
-        if self.monitor is not None:
-            Gatekeeper.count(self.monitor, self.drops, "control")
-        self.tick(time.monotonic() if now is None else now)
-
-    def close(self) -> None:
-        for e in self.state.engines.values():
-            if e.alive:
-                self._send(e.identity, Shutdown(reason="scheduler stopping"))
-        if self.gate is not None:
-            self.gate.stop()
-        self.sock.close(0)
-        self.ctx.term()
-
+    @abstractmethod
     def _send(self, identity: bytes, msg: object) -> None:
-        self.sock.send_multipart([identity, encode(msg)])  # type: ignore[arg-type]
+        """Send ``msg`` to the engine whose main socket is ``identity``."""
 
+    @abstractmethod
     def _to_client(self, identity: bytes, msg: object) -> None:
-        self.sock.send_multipart([identity, b"", encode(msg)])  # type: ignore[arg-type]
+        """Send ``msg`` to the client whose socket is ``identity``."""
 
-    def _handle(self, ident: bytes, raw: bytes, now: float | None = None) -> None:
+    def handle(self, ident: bytes, raw: bytes, now: float | None = None) -> None:
         """Decode, validate and act on one message; a bad one is dropped and counted, never raised
         (garbage, a forged or a stale message must not kill the scheduler or fail others)."""
         try:
@@ -143,11 +112,12 @@ class SchedulerService(EngineLiveness):
             return
         now = time.monotonic() if now is None else now
         try:
-            self._dispatch_msg(ident, msg, now)
+            self.dispatch_msg(ident, msg, now)
         except Exception as exc:  # noqa: BLE001 - a handler bug must not end the scheduler
             self.drops.drop("control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
 
-    def _dispatch_msg(self, ident: bytes, msg: object, now: float) -> None:
+    def dispatch_msg(self, ident: bytes, msg: object, now: float) -> None:
+        """Act on one decoded message that came from socket ``ident`` at ``now``."""
         if isinstance(msg, Submit):
             self._submit(ident, msg, now)
         elif isinstance(msg, Tokens):
@@ -290,12 +260,21 @@ class SchedulerService(EngineLiveness):
         assert self.store is not None and self.hello is not None
         bs = self.hello.block_size
         hit = min(len(self.store.match_prefix(msg.prompt_token_ids)), loadable_hit_blocks(n, bs)) * bs
+        self.admit(ident, rid, list(msg.prompt_token_ids), msg.params, hit, now)
+
+    def admit(
+        self, ident: bytes, rid: str, prompt: list[int], params: SamplingParams, hit_len: int, now: float
+    ) -> None:
+        """Take a valid request of client ``ident`` whose first ``hit_len`` tokens the store holds
+        into the queue (what a Submit becomes once checked against the store)."""
         self.clients[rid] = ident
         self.current[rid] = self.keys[rid] = rid
-        self.prompts[rid] = (list(msg.prompt_token_ids), _seeded(msg.params))
-        self.report.submitted(rid, n, hit, now)
+        self.prompts[rid] = (prompt, _seeded(params))
+        self.report.submitted(rid, len(prompt), hit_len, now)
         self.state.submit(
-            pv.RequestInfo(request_id=rid, cached_len=hit, new_len=n - hit, gen_len=msg.params.max_tokens)
+            pv.RequestInfo(
+                request_id=rid, cached_len=hit_len, new_len=len(prompt) - hit_len, gen_len=params.max_tokens
+            )
         )
 
     def _rid(self, key: str) -> str | None:
@@ -406,6 +385,61 @@ class SchedulerService(EngineLiveness):
             self.state.engines[req.pe].identity,
             PrefillTask(request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de),
         )
+
+
+class SchedulerService(SchedulerCore):
+    """The scheduler process: ``SchedulerCore`` on one zmq ROUTER socket (CURVE when keyed)."""
+
+    def __init__(self, args: SchedulerArgs) -> None:
+        super().__init__(args)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        keys = load_keys(args.key_file)
+        self.gate = Gatekeeper(self.ctx, keys) if keys else None
+        if keys:
+            keys.server(self.sock)
+        self.monitor = self.gate.monitor(self.sock) if self.gate else None
+        bind = args.bind.replace(":0", ":*") if args.bind.endswith(":0") else args.bind
+        self.sock.bind(bind)
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    # ------------------------------------------------------------------ main loop
+    def serve_forever(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while self.running:
+            self.run_once(poller, int(self.args.cluster.scheduler.tick_s * 1000) or 1)
+        self.close()
+
+    def run_once(self, poller: zmq.Poller, timeout_ms: int, now: float | None = None) -> None:
+        """Handle what arrived within ``timeout_ms`` (at most 1,000 messages), then tick at ``now``
+        (the clock by default; tests pass their own)."""
+        if poller.poll(timeout_ms):
+            for _ in range(1000):
+                try:
+                    frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.handle(frames[0], frames[-1], now)
+        if self.monitor is not None:
+            Gatekeeper.count(self.monitor, self.drops, "control")
+        self.tick(time.monotonic() if now is None else now)
+
+    def close(self) -> None:
+        for e in self.state.engines.values():
+            if e.alive:
+                self._send(e.identity, Shutdown(reason="scheduler stopping"))
+        if self.gate is not None:
+            self.gate.stop()
+        self.sock.close(0)
+        self.ctx.term()
+
+    def _send(self, identity: bytes, msg: object) -> None:
+        self.sock.send_multipart([identity, encode(msg)])  # type: ignore[arg-type]
+
+    def _to_client(self, identity: bytes, msg: object) -> None:
+        self.sock.send_multipart([identity, b"", encode(msg)])  # type: ignore[arg-type]
 
 
 def main() -> None:

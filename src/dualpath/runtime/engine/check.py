@@ -12,43 +12,16 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from dualpath.core.errors import require
+from dualpath.runtime.check_config import MESSAGES, OTHER_MESSAGES, PATHS, CheckConfig
 from dualpath.runtime.engine.local import Generation, GenRequest, LocalConfig, LocalPipeline
 from dualpath.runtime.engine.types import KVGeometry, SamplingParams
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
-from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
-PATHS = ("pe", "de", "split", "mixed")
-_MESSAGES = (
-    "What is the capital of France? Answer in one sentence.",
-    "And which river flows through it?",
-    "Name one famous bridge over that river.",
-    "How long is the river?",
-    "Thanks. Summarise our conversation.",
-)
-_OTHER = ("Write a haiku about the sea.", "Now one about mountains.", "And one about rain.",
-          "Which of them do you like best?", "Why?")  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckConfig:
-    model: str = DEFAULT_RUNTIME_MODEL
-    turns: int = 3
-    paths: tuple[str, ...] = PATHS
-    block_size: int = 16
-    gen_len: int = 8
-    tolerance: float = 1e-4
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        require(1 <= self.turns <= len(_MESSAGES), "turns", self.turns, f"must be in [1, {len(_MESSAGES)}]")
-        for p in self.paths:
-            require(p in PATHS, "paths", p, f"choices: {', '.join(PATHS)}")
+__all__ = ["PATHS", "CheckConfig", "run_check"]
 
 
 class _Chat:
@@ -120,7 +93,7 @@ def run_check(cfg: CheckConfig, on_turn: Callable[[], None] | None = None) -> di
 def _run_path(
     dec: Decoder, hf: Any, chat: _Chat, cfg: CheckConfig, path: str, on_turn: Callable[[], None] | None
 ) -> list[dict[str, Any]]:
-    convs = {"a": _MESSAGES} if path != "mixed" else {"a": _MESSAGES, "b": _OTHER}
+    convs = {"a": MESSAGES} if path != "mixed" else {"a": MESSAGES, "b": OTHER_MESSAGES}
     ctx = {k: chat.first(m[0]) for k, m in convs.items()}
     rows = []
     with tempfile.TemporaryDirectory(prefix="dualpath-check-") as kv_dir:

@@ -4,7 +4,8 @@ Per layer ``i`` of a batch: the batch's cached KV of layer ``i`` is put in the d
 (PE read path: copied from the PE buffer, which the store reads filled with Full Blocks; DE read path:
 Layer Blocks pulled from the DE buffer through the transport; split: copied from the PE buffer, which
 holds the PE's share from the store and the DE's share pushed by the DE), the new tokens are
-computed, and their KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once). With
+computed, and their KV goes to the DE buffer through the transport (PE path: the hit KV of that layer too, once;
+split: the PE's share of it, the DE holding its own). With
 ``overlap`` the load of layer ``i + 1`` runs on a helper thread while layer ``i`` computes.
 
 Driven step by step: ``add_request``, ``waiting()`` (what a ``BatchView`` needs), ``step(plan)``
@@ -224,8 +225,12 @@ class PrefillEngine:
                 continue
             if st.blocks is not None:  # PE read path: PE buffer -> device, and hit KV -> DE buffer
                 st.blocks.read_tokens(layer, 0, c, self.staging.padded_view(layer, rid))
-                if st.sent_len < c:  # spec section 4: the PE path forwards the hit KV (from HBM) too
-                    item = _span_item(rid, layer, st.sent_len, self.staging.view(layer, rid)[st.sent_len :],
+                # spec section 4: the PE path forwards the hit KV (from HBM) too; a split only its
+                # own share: the DE read the rest into its buffer itself (it pushed it here)
+                own = st.req.split_block * self.geometry.block_size if st.req.read_side == "split" else c
+                stop = min(c, own) if st.sent_len < own else c
+                if st.sent_len < stop:
+                    item = _span_item(rid, layer, st.sent_len, self.staging.view(layer, rid)[st.sent_len : stop],
                                       self.geometry.block_size)  # fmt: skip
                     dest = st.req.decode_endpoint
                     handles.append(self.transport.submit(dest, [item], source=self.config.name))

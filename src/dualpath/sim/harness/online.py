@@ -18,6 +18,8 @@ from dualpath.sim.config import SimConfig, get_system
 TTFT_SLO_S = 4.0
 TPOT_SLO_S = 0.050
 WARMUP_FRACTION = 0.5
+HORIZON_S = 3600.0  # seconds of arrivals per rate (see above)
+DEFAULT_APS = "0.1:0.5:0.05"  # the sweep's rates (``parse_aps``)
 
 
 def parse_aps(text: str) -> list[float]:
@@ -44,7 +46,7 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def run_online(
-    system: str, cluster, base_trajs, aps: float, *, horizon_s: float = 3600.0, seed: int = 0, **kw
+    system: str, cluster, base_trajs, aps: float, *, horizon_s: float = HORIZON_S, seed: int = 0, **kw
 ) -> dict:
     """One online run at ``aps``; returns latency percentiles and whether it met the SLO."""
     from dualpath.sim.harness.runner import run_one
