@@ -1,0 +1,103 @@
+"""The agents' workload on vLLM P/D (cluster.py): Basic, DualPath and no-I/O on the same cluster.
+
+``k`` conversations, each with its own long context, are first sent once (misses: the prefill
+instance computes and saves them). Then per mode, ``rounds`` rounds of ``k`` concurrent turns: each
+turn is its conversation's context plus a question of its own (so every mode hits the same
+context blocks and none hits another mode's question). Modes switch the proxy, not the instances:
+``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy "dualpath": read side
+from the nodes' read queues) and ``no-io`` (policy "dualpath" with the storage-NIC caps lifted for
+the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
+read sides chosen, and the per-path bytes from the node agents' ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from dualpath.integrations.vllm.cluster import PDCluster
+from dualpath.integrations.vllm.tokens import load_tokenizer
+
+MODES: dict[str, tuple[str, bool]] = {"basic": ("basic", True), "dualpath": ("dualpath", True),
+                                      "no-io": ("dualpath", False)}  # fmt: skip
+_TOPIC = ("The river city grew from a trading post where boats unloaded salt, grain and timber; "
+          "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
+
+
+async def _turns(url: str, prompts: Sequence[list[int]], max_tokens: int) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=900.0) as client:
+
+        async def one(p: list[int]) -> dict[str, Any]:
+            body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+            r = await client.post(f"{url}/v1/completions", json=body)
+            r.raise_for_status()
+            return r.json()  # type: ignore[no-any-return]
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+def _delta(after: dict[int, dict[str, float]], before: dict[int, dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for node, counters in after.items():
+        for k, v in counters.items():
+            out[k] = out.get(k, 0.0) + v - before.get(node, {}).get(k, 0.0)
+    return out
+
+
+def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversations: int = 6, rounds: int = 2,
+        context_repeats: int = 20, max_tokens: int = 2,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run the workload; returns ``{"modes": {mode: result}, "contexts": [lengths]}``."""
+    tokenize = load_tokenizer(cluster.config.model)
+    url = cluster.url
+    ctxs = [tokenize(f"Story {c}. " + _TOPIC * context_repeats) for c in range(conversations)]
+
+    def configure(policy: str, snic: bool) -> None:
+        httpx.post(f"{url}/configure", json={"policy": policy, "snic": snic}, timeout=30).raise_for_status()
+
+    configure("basic", False)
+    if progress:
+        progress(f"warm-up: {conversations} contexts of {min(map(len, ctxs))}-{max(map(len, ctxs))} tokens")
+    asyncio.run(_turns(url, ctxs, 1))
+    out: dict[str, Any] = {}
+    for mode in modes:
+        policy, snic = MODES[mode]
+        configure(policy, snic)
+        before = cluster.metrics()
+        walls, answers = [], []
+        for r in range(rounds):
+            prompts = [ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?")
+                       for c, ctx in enumerate(ctxs)]  # fmt: skip
+            t0 = time.perf_counter()
+            answers += asyncio.run(_turns(url, prompts, max_tokens))
+            walls.append(time.perf_counter() - t0)
+            if progress:
+                progress(f"{mode}: round {r + 1}/{rounds} {walls[-1]:.2f} s")
+        info = [a["dualpath"] for a in answers]
+        sides: dict[str, int] = {}
+        for i in info:
+            sides[i["read_side"]] = sides.get(i["read_side"], 0) + 1
+        wall = sum(walls)
+        out[mode] = {"policy": policy, "snic": snic, "wall_s": wall, "turns_per_s": len(answers) / wall,
+                     "prefill_s_median": statistics.median(i["prefill_s"] for i in info),
+                     "decode_s_median": statistics.median(i["decode_s"] for i in info),
+                     "hit_tokens_mean": statistics.mean(i["cached_len"] for i in info),
+                     "prompt_tokens_mean": statistics.mean(i["prompt_len"] for i in info),
+                     "read_sides": sides, "bytes": _delta(cluster.metrics(), before)}  # fmt: skip
+    return {"modes": out, "contexts": [len(c) for c in ctxs]}
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float]:
+    """Throughput ratios: DualPath / Basic and DualPath / no-I/O (turns per second)."""
+    m = result["modes"]
+    out = {}
+    if "dualpath" in m and "basic" in m:
+        out["dualpath_over_basic"] = m["dualpath"]["turns_per_s"] / m["basic"]["turns_per_s"]
+    if "dualpath" in m and "no-io" in m:
+        out["dualpath_over_noio"] = m["dualpath"]["turns_per_s"] / m["no-io"]["turns_per_s"]
+    return out
