@@ -103,6 +103,7 @@ def test_de_read_path_forwards_intact_layers_and_counts_bytes(tmp_path: Path) ->
     tokens = list(range(16))
     store, hashes, blocks = _store(tmp_path, tokens)
     (tmp_path / "node1-decode.json").write_text(json.dumps({"read_bytes": 5, "written_bytes": 7}))
+    (tmp_path / "node1-prefill.json").write_text(json.dumps({"read_bytes": 3, "written_bytes": 1}))
     agent = Agent(store, node_id=1, limiter=None, counters_files=[str(tmp_path / "node1-*.json")])
     inbox = ForwardInbox(store, timeout_s=30.0)
     try:
@@ -120,7 +121,11 @@ def test_de_read_path_forwards_intact_layers_and_counts_bytes(tmp_path: Path) ->
             text = httpx.get(f"{srv.url}/metrics").text
             assert f"dualpath_vllm_de_read_bytes_total {float(4 * 3 * nbytes)}" in text
             assert f"dualpath_vllm_forwarded_bytes_total {float(4 * 3 * nbytes)}" in text
-            assert "dualpath_vllm_pe_read_bytes_total 5.0" in text
+            assert "dualpath_vllm_pe_read_bytes_total 3.0" in text  # prefill connectors only
+            assert (
+                "dualpath_vllm_pd_kv_bytes_total 5.0" in text
+                and "dualpath_vllm_saved_bytes_total 8.0" in text
+            )
 
             path = block_path(store.root, hashes[2])  # damage block 2's last layer on disk
             data = bytearray(path.read_bytes())

@@ -41,12 +41,14 @@ from dualpath.runtime.transfer import TransferItem
 from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 
 log = logging.getLogger("dualpath.vllm.agent")
-# connector counters (counters_file JSON) exported per path
-CONNECTOR_COUNTERS = {
-    "read_bytes": ("dualpath_vllm_pe_read_bytes", "Hit KV read from storage by this node's prefill connectors (PE read path)"),
-    "forwarded_in_bytes": ("dualpath_vllm_forwarded_in_bytes", "Hit KV received by this node's prefill connectors from agents (DE read path)"),
-    "written_bytes": ("dualpath_vllm_saved_bytes", "KV persisted to storage by this node's connectors"),
-}  # fmt: skip
+# connector counters (counters_file JSON; the file name ends in -prefill.json or -decode.json):
+# (metric, the instance role it is taken from (None: every role), the connector's counter, help)
+CONNECTOR_COUNTERS = (
+    ("dualpath_vllm_pe_read_bytes", "prefill", "read_bytes", "Hit KV read from storage by this node's prefill connectors (PE read path)"),
+    ("dualpath_vllm_forwarded_in_bytes", "prefill", "forwarded_in_bytes", "Hit KV received by this node's prefill connectors from agents (DE read path)"),
+    ("dualpath_vllm_pd_kv_bytes", "decode", "read_bytes", "Prompt KV loaded by this node's decode connectors from the store (the prefill -> decode transfer)"),
+    ("dualpath_vllm_saved_bytes", None, "written_bytes", "KV persisted to storage by this node's connectors"),
+)  # fmt: skip
 
 
 class ReadRequest(BaseModel):
@@ -73,17 +75,27 @@ class _ConnectorFiles:
         self.patterns = patterns
 
     def collect(self) -> Any:
-        totals = dict.fromkeys(CONNECTOR_COUNTERS, 0)
-        for pattern in self.patterns:
-            for path in glob.glob(pattern):
-                try:
-                    found = json.loads(open(path).read())
-                except (OSError, ValueError):
-                    continue  # being replaced: the next scrape sees it
-                for k in totals:
-                    totals[k] += int(found.get(k, 0))
-        for k, (name, text) in CONNECTOR_COUNTERS.items():
-            yield CounterMetricFamily(name, text, value=totals[k])
+        totals = dict.fromkeys((c[0] for c in CONNECTOR_COUNTERS), 0)
+        for path in sorted({p for pattern in self.patterns for p in glob.glob(pattern)}):
+            if path.endswith(".tmp"):
+                continue
+            role = (
+                "prefill"
+                if path.endswith("-prefill.json")
+                else "decode"
+                if path.endswith("-decode.json")
+                else ""
+            )
+            try:
+                with open(path) as f:
+                    found = json.load(f)
+            except (OSError, ValueError):
+                continue  # being replaced: the next scrape sees it
+            for name, want, key, _ in CONNECTOR_COUNTERS:
+                if want is None or want == role:
+                    totals[name] += int(found.get(key, 0))
+        for name, _, _, text in CONNECTOR_COUNTERS:
+            yield CounterMetricFamily(name, text, value=totals[name])
 
 
 class Agent:
