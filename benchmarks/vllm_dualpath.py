@@ -127,7 +127,7 @@ def _pd(args: argparse.Namespace) -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"vLLM 1P2D, storage NICs {args.snic_gbps} Gbit/s per node, "
-          f"{args.pd_conversations} turns x {args.pd_rounds} rounds per mode")  # fmt: skip
+          f"{args.pd_conversations} conversations x {args.pd_rounds} turns per mode")  # fmt: skip
     for mode, m in result["modes"].items():
         b = m["bytes"]
         print(f"  {mode:9s} {m['turns_per_s']:.3f} turns/s  wall {m['wall_s']:.1f} s  prefill "

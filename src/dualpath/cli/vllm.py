@@ -47,7 +47,7 @@ def demo(
     load: str = typer.Option("async", help="Prefill connector load mode: async or layerwise."),
     modes: str = typer.Option("basic,dualpath,no-io", help="Comma-separated: basic, dualpath, no-io."),
     conversations: int = typer.Option(6, min=1, help="Concurrent conversations (turns per round)."),
-    rounds: int = typer.Option(2, min=1, help="Rounds of turns per mode."),
+    rounds: int = typer.Option(2, min=1, help="Turns per conversation per mode (a closed loop each)."),
     context_repeats: int = typer.Option(20, min=1, help="Context length: the topic sentence x N."),
     max_tokens: int = typer.Option(2, min=1, help="Tokens generated per turn (decode instances)."),
     root: str = typer.Option("", help="Working folder (store, logs; default: a temporary one)."),

@@ -11,7 +11,8 @@ question; then a prompt sharing only the start of A's first turn (a partial hit)
 ``--corrupt``, one stored block of A is damaged on disk before A's last turn (connector mode only;
 the block must be a miss, recomputed, and the tokens still equal). ``--conversations N`` first runs
 N-1 more conversations (steps ``C<c>T<turn>``, each its own topic, so its first turn misses) to
-repeat the timings. Prints one JSON object.
+repeat the timings. ``--prompts FILE`` answers the given token-id prompts instead, one at a time
+(``{"tokens": [...]}``: the P/D test's reference). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     start_s = time.perf_counter() - t0
     tok = llm.get_tokenizer()
     params = SamplingParams(temperature=0.0, max_tokens=args.gen_len, ignore_eos=True)
+    if args.prompts:  # given prompts (token ids), one at a time: the P/D test's reference
+        prompts = json.loads(Path(args.prompts).read_text())
+        outs = [llm.generate([TokensPrompt(prompt_token_ids=p)], params, use_tqdm=False)[0] for p in prompts]
+        return {"mode": args.mode, "start_s": start_s, "tokens": [list(o.outputs[0].token_ids) for o in outs]}
     first = tok.encode(_TOPIC * args.context_repeats)
     steps: list[dict[str, Any]] = []
 
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--corrupt", action="store_true")
     p.add_argument("--out", default="", help="write the JSON here (else stdout)")
+    p.add_argument("--prompts", default="", help="a JSON list of token-id prompts to answer instead")
     args = p.parse_args(argv)
     if args.mode.startswith("connector") and not args.store_dir:
         p.error("--mode connector needs --store-dir")

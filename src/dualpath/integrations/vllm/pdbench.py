@@ -1,9 +1,10 @@
 """The agents' workload on vLLM P/D (cluster.py): Basic, DualPath and no-I/O on the same cluster.
 
 ``k`` conversations, each with its own long context, are first sent once (misses: the prefill
-instance computes and saves them). Then per mode, ``rounds`` rounds of ``k`` concurrent turns: each
-turn is its conversation's context plus a question of its own (so every mode hits the same
-context blocks and none hits another mode's question). Modes switch the proxy, not the instances:
+instance computes and saves them). Then per mode the ``k`` conversations run at once, each a closed
+loop of ``rounds`` turns (an agent sends its next turn when the previous answer is in): each turn
+is its conversation's context plus a question of its own (so every mode hits the same context
+blocks and none hits another mode's question). Modes switch the proxy, not the instances:
 ``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy "dualpath": read side
 from the nodes' read queues) and ``no-io`` (policy "dualpath" with the storage-NIC caps lifted for
 the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
@@ -29,16 +30,23 @@ _TOPIC = ("The river city grew from a trading post where boats unloaded salt, gr
           "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
 
 
-async def _turns(url: str, prompts: Sequence[list[int]], max_tokens: int) -> list[dict[str, Any]]:
+async def _turns(url: str, loops: Sequence[Sequence[list[int]]], max_tokens: int,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each of ``loops`` (one per agent) sends its prompts one after the other; all at once."""
+    done: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=900.0) as client:
 
-        async def one(p: list[int]) -> dict[str, Any]:
-            body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
-            r = await client.post(f"{url}/v1/completions", json=body)
-            r.raise_for_status()
-            return r.json()  # type: ignore[no-any-return]
+        async def agent(prompts: Sequence[list[int]]) -> None:
+            for p in prompts:
+                body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+                r = await client.post(f"{url}/v1/completions", json=body)
+                r.raise_for_status()
+                done.append(r.json())
+                if progress:
+                    progress(f"{len(done)} turns done")
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        await asyncio.gather(*(agent(p) for p in loops))
+    return done
 
 
 def _delta(after: dict[int, dict[str, float]], before: dict[int, dict[str, float]]) -> dict[str, float]:
@@ -63,26 +71,23 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversation
     configure("basic", False)
     if progress:
         progress(f"warm-up: {conversations} contexts of {min(map(len, ctxs))}-{max(map(len, ctxs))} tokens")
-    asyncio.run(_turns(url, ctxs, 1))
+    asyncio.run(_turns(url, [[c] for c in ctxs], 1))
     out: dict[str, Any] = {}
     for mode in modes:
         policy, snic = MODES[mode]
         configure(policy, snic)
         before = cluster.metrics()
-        walls, answers = [], []
-        for r in range(rounds):
-            prompts = [ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?")
-                       for c, ctx in enumerate(ctxs)]  # fmt: skip
-            t0 = time.perf_counter()
-            answers += asyncio.run(_turns(url, prompts, max_tokens))
-            walls.append(time.perf_counter() - t0)
-            if progress:
-                progress(f"{mode}: round {r + 1}/{rounds} {walls[-1]:.2f} s")
+        loops = [[ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?") for r in range(rounds)]
+                 for c, ctx in enumerate(ctxs)]  # fmt: skip
+        t0 = time.perf_counter()
+        answers = asyncio.run(_turns(url, loops, max_tokens))
+        wall = time.perf_counter() - t0
+        if progress:
+            progress(f"{mode}: {len(answers)} turns in {wall:.1f} s")
         info = [a["dualpath"] for a in answers]
         sides: dict[str, int] = {}
         for i in info:
             sides[i["read_side"]] = sides.get(i["read_side"], 0) + 1
-        wall = sum(walls)
         out[mode] = {"policy": policy, "snic": snic, "wall_s": wall, "turns_per_s": len(answers) / wall,
                      "prefill_s_median": statistics.median(i["prefill_s"] for i in info),
                      "decode_s_median": statistics.median(i["decode_s"] for i in info),

@@ -95,6 +95,7 @@ class Proxy:
         self.phase.labels("decode").observe(t2 - t1)
         info = {"prefill": route.prefill.url, "decode": route.decode.url, "read_side": route.read_side,
                 "cached_len": route.cached_len, "prompt_len": len(ids), "prefill_s": t1 - t0,
+                "prefill_text": pre["choices"][0].get("text", "") if pre.get("choices") else "",
                 "decode_s": t2 - t1}  # fmt: skip
         self.routes.append(info)
         out["dualpath"] = info
