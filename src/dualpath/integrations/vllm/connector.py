@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +88,12 @@ class DualPathConnector(KVConnectorBase_V1):
         self._layers: dict[str, tuple[int, PagedLayer]] = {}
         self._sources: dict[str, tuple[str, bool]] = {}
         self.snic_in, self.snic_out = self.settings.snic_limiters()
+        # worker-side time: steps by kind (with a load, with only saves, neither) and their wall
+        # time from start_load_kv to the end of the step; time blocked on layer loads; saves
+        self.timing = {f"{k}_{u}": 0 for k in ("load", "save", "plain") for u in ("steps", "step_s")}
+        self.timing.update(load_wait_s=0.0, save_gather_s=0.0, save_write_s=0.0)
+        self._step: tuple[float, bool, bool] | None = None
+        self._forwarded = False  # a layer ran in this step (else a no-forward step)
         self.loader = HitLoader(self.store, self.sizes, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                                 limiter=self.snic_in, on_done=self._write_counters)  # fmt: skip
         self._staging: dict[str, np.ndarray] = {}
@@ -175,35 +183,57 @@ class DualPathConnector(KVConnectorBase_V1):
         assert isinstance(meta, DualPathMetadata), type(meta)
         return meta
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        meta = self._meta()  # the start of a worker step (before its forward)
+        self._step = (time.perf_counter(), bool(meta.loads), bool(meta.saves))
+
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         loads = self._meta().loads
         if loads:
             self.loader.start(loads)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
+        self._forwarded = True
         if layer_name in self._layers:
+            t = time.perf_counter()
             self.loader.wait_layer(self._layers[layer_name][0])
+            self.timing["load_wait_s"] += time.perf_counter() - t
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        done = self.loader.finished()  # async loads: those requests may now be scheduled
+        # async loads: those requests may now be scheduled; a step with no forward (every request
+        # waits for its KV) waits a little for one, instead of vLLM stepping in a busy loop
+        idle = not self._forwarded
+        done = self.loader.finished(idle_wait_s=0.05 if idle else 0.0)
         return None, done or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
-        return self.loader.errors()
+        out = self.loader.errors()
+        if self._step is not None:  # the end of a step (after its forward and saves): timings
+            t0, loads, saves = self._step
+            kind = "load" if loads else "save" if saves else "plain"
+            self.timing[f"{kind}_steps"] += 1
+            self.timing[f"{kind}_step_s"] += time.perf_counter() - t0
+            self._step, self._forwarded = None, False
+            if self.settings.counters_file is not None and (loads or saves):
+                self._write_counters()
+        return out
 
     def _write_counters(self) -> None:
         path = self.settings.counters_file
         if path is None:
             return
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # (the async load thread writes too)
         with open(tmp, "w") as f:
-            json.dump({**self.counters, **self.loader.counters}, f)
+            json.dump({**self.counters, **self.loader.counters, "timing": self.timing}, f)
         os.replace(tmp, path)  # the node agent's /metrics reads it whole
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:  # fmt: skip
+        self._forwarded = True
         if layer_name not in self._layers:
             return
+        t = time.perf_counter()
         layer, paged = self._layers[layer_name]
         lo, hi = self.store.layout.layer_range(layer)
         ratio = self.sizes.ratio
@@ -216,10 +246,12 @@ class DualPathConnector(KVConnectorBase_V1):
             ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
             data = paged.gather(ids).contiguous().view(torch.uint8).numpy()
             buf[:, lo:hi] = data.reshape(len(spec.hashes), hi - lo)
+        self.timing["save_gather_s"] += time.perf_counter() - t
 
     def wait_for_save(self) -> None:
         if not self.has_connector_metadata():
             return
+        t = time.perf_counter()
         for spec in self._meta().saves:
             buf = self._staging.pop(spec.req_id, None)
             if buf is None:
@@ -231,9 +263,9 @@ class DualPathConnector(KVConnectorBase_V1):
                     if self.snic_out is not None:  # persists leave through the storage NIC
                         wait_until(self.snic_out.reserve(buf.shape[1]))
         self._staging.clear()
-        if self.settings.counters_file is not None and self._meta().saves:
-            self._write_counters()
+        self.timing["save_write_s"] += time.perf_counter() - t
 
     def shutdown(self) -> None:
         self.loader.close()
-        log.info("DualPathConnector (%s): %s %s", self.role.name, self.counters, self.loader.counters)
+        log.info("DualPathConnector (%s): %s %s %s", self.role.name, self.counters, self.loader.counters,
+                 self.timing)  # fmt: skip

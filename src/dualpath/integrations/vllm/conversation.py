@@ -32,9 +32,10 @@ _TOPIC = ("The river city grew from a trading post where boats unloaded salt, gr
 _OTHER = " Set that aside. A different question: who built the stone bridges, and why? " * 3
 
 
-def kv_transfer_config(store_dir: str, block_size: int | None = None) -> dict[str, Any]:
-    """The ``--kv-transfer-config`` that loads DualPath's connector over ``store_dir``."""
-    extra: dict[str, Any] = {"store_dir": store_dir}
+def kv_transfer_config(store_dir: str, block_size: int | None = None, **extra_config: Any) -> dict[str, Any]:
+    """The ``--kv-transfer-config`` that loads DualPath's connector over ``store_dir`` (more
+    ``kv_connector_extra_config`` keys as keywords: ``load="async"``, ``counters_file=...``)."""
+    extra: dict[str, Any] = {"store_dir": store_dir, **extra_config}
     if block_size is not None:
         extra["block_size"] = block_size
     return {"kv_connector": CONNECTOR_CLASS, "kv_connector_module_path": CONNECTOR_MODULE,
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               enable_prefix_caching=args.mode.endswith("prefix-cache"),
                               disable_log_stats=False, seed=0)  # fmt: skip
     if args.mode.startswith("connector"):
-        kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size)
+        more = {"load": args.load} | ({"counters_file": args.counters_file} if args.counters_file else {})
+        kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size, **more)
     t0 = time.perf_counter()
     llm = LLM(**kw)
     start_s = time.perf_counter() - t0
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--corrupt", action="store_true")
     p.add_argument("--out", default="", help="write the JSON here (else stdout)")
+    p.add_argument("--load", choices=("layerwise", "async"), default="layerwise")
+    p.add_argument("--counters-file", default="", help="connector modes: its counters and step timings")
     p.add_argument("--prompts", default="", help="a JSON list of token-id prompts to answer instead")
     args = p.parse_args(argv)
     if args.mode.startswith("connector") and not args.store_dir:

@@ -43,6 +43,8 @@ class HitLoader:
         self._lock = threading.Lock()
         self._errors: set[int] = set()
         self._done: set[str] = set()
+        self._in_flight = 0  # async load threads running
+        self._finished_event = threading.Event()
         self._job: StepLoads | None = None
         self._loads: list[LoadSpec] = []
         self.counters = {"loaded_blocks": 0, "failed_blocks": 0, "read_bytes": 0, "forwarded_in_bytes": 0}
@@ -58,6 +60,8 @@ class HitLoader:
         later = [s for s in loads if s.async_load]
         self._job, self._loads = (self._new_job(now), now) if now else (None, [])
         if later:
+            with self._lock:
+                self._in_flight += 1
             job = self._new_job(later)
             threading.Thread(target=self._run_async, args=(job, later), name="dualpath-kv-async",
                              daemon=True).start()  # fmt: skip
@@ -109,6 +113,8 @@ class HitLoader:
         with self._lock:  # errors no later than the pass that reports the request done
             self._errors.update(bad)
             self._done.update(s.req_id for s in loads)
+            self._in_flight -= 1
+            self._finished_event.set()
         self.on_done()
 
     def wait_layer(self, layer: int) -> None:
@@ -128,10 +134,18 @@ class HitLoader:
         self._job, self._loads = None, []
         self.on_done()
 
-    def finished(self) -> set[str]:
-        """Async loads done since the last call (their requests may be scheduled)."""
+    def finished(self, idle_wait_s: float = 0.0) -> set[str]:
+        """Async loads done since the last call (their requests may be scheduled). With
+        ``idle_wait_s`` (a step that ran no forward while loads are in flight) wait that long for
+        one to finish: vLLM steps again at once when every request waits for its KV, and a busy
+        loop would take a CPU core from the other instances for as long as the reads last."""
+        with self._lock:
+            waiting = not self._done and self._in_flight > 0
+        if waiting and idle_wait_s > 0:
+            self._finished_event.wait(idle_wait_s)
         with self._lock:
             out, self._done = self._done, set()
+            self._finished_event.clear()
         return out
 
     def errors(self) -> set[int]:
