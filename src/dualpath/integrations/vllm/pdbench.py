@@ -1,10 +1,10 @@
 """The agents' workload on vLLM P/D (cluster.py): Basic, DualPath and no-I/O on the same cluster.
 
 ``k`` conversations, each with its own long context, are first sent once (misses: the prefill
-instance computes and saves them). Then per mode the ``k`` conversations run at once, each a closed
-loop of ``rounds`` turns (an agent sends its next turn when the previous answer is in): each turn
-is its conversation's context plus a question of its own (so every mode hits the same context
-blocks and none hits another mode's question). Modes switch the proxy, not the instances:
+instance computes and saves them). Then ``rounds`` rounds; in each, every mode in turn sends the
+``k`` conversations' next turns at once (modes interleaved, so a shared machine's load drift hits
+each mode alike): each turn is its conversation's context plus a question of its own (so every
+mode hits the same context blocks and none hits another mode's question). Modes switch the proxy, not the instances:
 ``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy "dualpath": read side
 from the nodes' read queues) and ``no-io`` (policy "dualpath" with the storage-NIC caps lifted for
 the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
@@ -32,7 +32,7 @@ _TOPIC = ("The river city grew from a trading post where boats unloaded salt, gr
 
 async def _turns(url: str, loops: Sequence[Sequence[list[int]]], max_tokens: int,
                  progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """Each of ``loops`` (one per agent) sends its prompts one after the other; all at once."""
+    """Each of ``loops`` (one per agent) sends its prompts one after the other; all agents at once."""
     done: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=900.0) as client:
 
@@ -72,28 +72,36 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversation
     if progress:
         progress(f"warm-up: {conversations} contexts of {min(map(len, ctxs))}-{max(map(len, ctxs))} tokens")
     asyncio.run(_turns(url, [[c] for c in ctxs], 1))
+    got: dict[str, dict[str, Any]] = {m: {"wall_s": 0.0, "answers": [], "bytes": {}} for m in modes}
+    for r in range(rounds):  # modes interleaved round by round: a shared machine's drift hits each
+        for mode in modes:
+            policy, snic = MODES[mode]
+            configure(policy, snic)
+            before = cluster.metrics()
+            prompts = [[ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?")]
+                       for c, ctx in enumerate(ctxs)]  # fmt: skip
+            t0 = time.perf_counter()
+            got[mode]["answers"] += asyncio.run(_turns(url, prompts, max_tokens))
+            wall = time.perf_counter() - t0
+            got[mode]["wall_s"] += wall
+            for k, v in _delta(cluster.metrics(), before).items():
+                got[mode]["bytes"][k] = got[mode]["bytes"].get(k, 0.0) + v
+            if progress:
+                progress(f"round {r + 1}/{rounds} {mode}: {len(prompts)} turns in {wall:.1f} s")
     out: dict[str, Any] = {}
     for mode in modes:
         policy, snic = MODES[mode]
-        configure(policy, snic)
-        before = cluster.metrics()
-        loops = [[ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?") for r in range(rounds)]
-                 for c, ctx in enumerate(ctxs)]  # fmt: skip
-        t0 = time.perf_counter()
-        answers = asyncio.run(_turns(url, loops, max_tokens))
-        wall = time.perf_counter() - t0
-        if progress:
-            progress(f"{mode}: {len(answers)} turns in {wall:.1f} s")
-        info = [a["dualpath"] for a in answers]
+        info = [a["dualpath"] for a in got[mode]["answers"]]
         sides: dict[str, int] = {}
         for i in info:
             sides[i["read_side"]] = sides.get(i["read_side"], 0) + 1
-        out[mode] = {"policy": policy, "snic": snic, "wall_s": wall, "turns_per_s": len(answers) / wall,
+        wall = got[mode]["wall_s"]
+        out[mode] = {"policy": policy, "snic": snic, "wall_s": wall, "turns_per_s": len(info) / wall,
                      "prefill_s_median": statistics.median(i["prefill_s"] for i in info),
                      "decode_s_median": statistics.median(i["decode_s"] for i in info),
                      "hit_tokens_mean": statistics.mean(i["cached_len"] for i in info),
                      "prompt_tokens_mean": statistics.mean(i["prompt_len"] for i in info),
-                     "read_sides": sides, "bytes": _delta(cluster.metrics(), before)}  # fmt: skip
+                     "read_sides": sides, "bytes": got[mode]["bytes"]}  # fmt: skip
     return {"modes": out, "contexts": [len(c) for c in ctxs]}
 
 
