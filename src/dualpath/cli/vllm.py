@@ -98,16 +98,14 @@ def _table(result: dict) -> None:  # type: ignore[type-arg]
     from rich.table import Table
 
     t = Table(title=f"vLLM 1P{result['config']['decode_instances']}D, storage NICs "
-                    f"{result['config']['snic_gbps']} Gbit/s per node")  # fmt: skip
-    for col in ("mode", "policy", "caps", "turns/s", "wall s", "prefill s (med)", "decode s (med)",
-                "hit/prompt tok", "read sides", "PE-read MB", "DE-read MB", "forwarded MB"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("mode", "policy", "read sides") else "right")
+                    f"{result['config']['snic_gbps']} Gbit/s per node (basic: policy basic; dualpath: "
+                    "policy dualpath; no-io: dualpath, caps lifted); prefill/decode s: medians")  # fmt: skip
+    for col in ("mode", "turns/s", "wall s", "prefill s", "decode s", "sides", "PE MB", "DE MB", "fwd MB"):
+        t.add_column(col, justify="left" if col in ("mode", "sides") else "right")
     for mode, m in result["modes"].items():
         b = m["bytes"]
-        t.add_row(mode, m["policy"], "on" if m["snic"] else "off", f"{m['turns_per_s']:.3f}", f"{m['wall_s']:.1f}",
-                  f"{m['prefill_s_median']:.2f}", f"{m['decode_s_median']:.2f}",
-                  f"{m['hit_tokens_mean']:.0f}/{m['prompt_tokens_mean']:.0f}",
-                  " ".join(f"{k}:{v}" for k, v in sorted(m["read_sides"].items())),
+        t.add_row(mode, f"{m['turns_per_s']:.3f}", f"{m['wall_s']:.1f}", f"{m['prefill_s_median']:.2f}",
+                  f"{m['decode_s_median']:.2f}", " ".join(f"{k}:{v}" for k, v in sorted(m["read_sides"].items())),
                   f"{b.get('pe_read_bytes', 0) / 1e6:.0f}", f"{b.get('de_read_bytes', 0) / 1e6:.0f}",
                   f"{b.get('forwarded_bytes', 0) / 1e6:.0f}")  # fmt: skip
     console = Console()
