@@ -28,7 +28,7 @@ def main() -> None:
     spec = json.loads(open(spec_path).read())
     t0 = time.perf_counter()
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=spec["max_model_len"],
-              enable_prefix_caching=True, max_num_seqs=8, seed=0)  # fmt: skip
+              enable_prefix_caching=True, max_num_seqs=8, seed=0, disable_log_stats=False)  # fmt: skip
     start_s = time.perf_counter() - t0
 
     def gen(prompts: list[list[int]], n: int) -> list[Any]:
