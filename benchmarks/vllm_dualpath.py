@@ -12,7 +12,15 @@ of the three runs are equal. Run it in the vLLM venv (docs/vllm.md)::
 
     python benchmarks/vllm_dualpath.py --model DIR [--conversations 3 --turns 4] [--json]
 
-Not built here: vLLM 1P2D with storage caps, Basic vs DualPath vs no-I/O (issue 15); see docs/vllm.md.
+``--part pd``: vLLM 1P2D (one prefill, two decode instances, a DualPath agent per node, the proxy;
+``dualpath.integrations.vllm.cluster``) with each node's storage NIC capped at ``--snic-gbps``, the
+same turns in Basic (every hit read by the prefill node), DualPath (read side from the nodes' read
+queues, ``dualpath.policy``) and no-I/O (DualPath with the caps lifted) modes, in one run; goals
+DualPath / Basic >= 2.5x and DualPath / no-I/O >= 0.85 (turns per second)::
+
+    python benchmarks/vllm_dualpath.py --model DIR --part pd [--snic-gbps 0.04] [--json]
+
+``--part single`` is the one-instance comparison above; ``--part all`` runs both.
 """
 
 from __future__ import annotations
@@ -87,8 +95,52 @@ def main() -> None:
         "--context-repeats", type=int, default=30, help="first prompt: topic x N (~30 tokens each)"
     )
     p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--part", choices=("single", "pd", "all"), default="all")
+    p.add_argument("--snic-gbps", type=float, default=0.04, help="pd: each node's storage-NIC cap")
+    p.add_argument("--pd-conversations", type=int, default=6, help="pd: concurrent turns per round")
+    p.add_argument("--pd-rounds", type=int, default=2)
+    p.add_argument("--vllm-python", default=sys.executable, help="pd: the vLLM venv's python")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.part in ("pd", "all"):
+        _pd(args)
+    if args.part in ("single", "all"):
+        _single(args)
+
+
+def _pd(args: argparse.Namespace) -> None:
+    from dualpath.integrations.vllm import pdbench
+    from dualpath.integrations.vllm.cluster import PDCluster, PDConfig
+
+    with tempfile.TemporaryDirectory(prefix="vllm-pd-") as tmp:
+        cfg = PDConfig(model=args.model, root=tmp, num_decode=2, snic_gbps=args.snic_gbps,
+                       vllm_python=args.vllm_python, block_size=args.block_size)  # fmt: skip
+        with PDCluster(cfg) as cluster:
+            cluster.start(on_progress=lambda n: print(f"  {n} healthy", file=sys.stderr, flush=True))
+            result = pdbench.run(cluster, conversations=args.pd_conversations, rounds=args.pd_rounds,
+                                 progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))  # fmt: skip
+    r = result["ratios"] = pdbench.ratios(result)
+    result["goals_met"] = {"dualpath_over_basic >= 2.5": r["dualpath_over_basic"] >= 2.5,
+                           "dualpath_over_noio >= 0.85": r["dualpath_over_noio"] >= 0.85}  # fmt: skip
+    result["snic_gbps"] = args.snic_gbps
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"vLLM 1P2D, storage NICs {args.snic_gbps} Gbit/s per node, "
+          f"{args.pd_conversations} conversations x {args.pd_rounds} turns per mode")  # fmt: skip
+    for mode, m in result["modes"].items():
+        b = m["bytes"]
+        print(f"  {mode:9s} {m['turns_per_s']:.3f} turns/s  wall {m['wall_s']:.1f} s  prefill "
+              f"{m['prefill_s_median']:.2f} s  decode {m['decode_s_median']:.2f} s  sides {m['read_sides']}  "
+              f"PE-read {b.get('pe_read_bytes', 0) / 1e6:.0f} MB  DE-read {b.get('de_read_bytes', 0) / 1e6:.0f} MB  "
+              f"forwarded {b.get('forwarded_bytes', 0) / 1e6:.0f} MB")  # fmt: skip
+    print(
+        f"DualPath / Basic = {r['dualpath_over_basic']:.2f}x (goal >= 2.5); "
+        f"DualPath / no-I/O = {r['dualpath_over_noio']:.2f} (goal >= 0.85)"
+    )
+
+
+def _single(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="vllm-dualpath-") as tmp:
         runs = {m: _run(m, args, Path(tmp)) for m in MODES}
     toks = {m: [s["tokens"] for s in r["steps"] if "tokens" in s] for m, r in runs.items()}

@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "dualpath.cli.serve",
     "dualpath.cli.bench",
     "dualpath.cli.model",
+    "dualpath.cli.vllm",
 )
 
 

@@ -20,7 +20,11 @@ never served. See docs/vllm.md.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +36,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
+from dualpath.integrations.vllm.hitload import HitLoader
 from dualpath.integrations.vllm.kvcopy import PagedLayer
-from dualpath.integrations.vllm.loadjob import LoadJob
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
-from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index
+from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, read_source
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 from dualpath.runtime.kvstore.bandwidth import wait_until
 
@@ -82,17 +86,20 @@ class DualPathConnector(KVConnectorBase_V1):
         self.tracker = RequestTracker(self.sizes)
         self._hit_tokens: dict[str, int] = {}
         self._layers: dict[str, tuple[int, PagedLayer]] = {}
-        self._job: LoadJob | None = None
-        self._loads: list[LoadSpec] = []
+        self._sources: dict[str, tuple[str, bool]] = {}
         self.snic_in, self.snic_out = self.settings.snic_limiters()
-        self._load_errors: set[int] = set()
+        # worker-side time: steps by kind (with a load, with only saves, neither) and their wall
+        # time from start_load_kv to the end of the step; time blocked on layer loads; saves
+        self.timing = {f"{k}_{u}": 0 for k in ("load", "save", "plain") for u in ("steps", "step_s")}
+        self.timing.update(load_wait_s=0.0, save_gather_s=0.0, save_write_s=0.0)
+        self._step: tuple[float, bool, bool] | None = None
+        self._forwarded = False  # a layer ran in this step (else a no-forward step)
+        self.loader = HitLoader(self.store, self.sizes, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                                limiter=self.snic_in, on_done=self._write_counters)  # fmt: skip
         self._staging: dict[str, np.ndarray] = {}
         self.counters = {
             "hit_tokens": 0,
-            "loaded_blocks": 0,
             "saved_blocks": 0,
-            "failed_blocks": 0,
-            "read_bytes": 0,
             "written_bytes": 0,
         }
         log.info(
@@ -114,7 +121,9 @@ class DualPathConnector(KVConnectorBase_V1):
         self.tracker.admit(request.request_id, lambda: request.all_token_ids)
         self.tracker.set_hit(request.request_id, hit)
         self._hit_tokens[request.request_id] = len(hit) * size
-        return max(0, len(hit) * size - num_computed_tokens), False
+        self._sources[request.request_id] = read_source(request.request_id, request.kv_transfer_params)
+        n = max(0, len(hit) * size - num_computed_tokens)
+        return n, self.settings.load == "async" and n > 0
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int) -> None:  # fmt: skip
@@ -122,10 +131,12 @@ class DualPathConnector(KVConnectorBase_V1):
         if rid not in self.tracker:
             return
         block_ids = blocks.get_block_ids()[0]
-        self.tracker.plan_load(rid, block_ids, num_external_tokens, self._hit_tokens.pop(rid, 0))
+        agent_url, capped = self._sources.pop(rid, ("", True))
+        self.tracker.plan_load(rid, block_ids, num_external_tokens, self._hit_tokens.pop(rid, 0), agent_url,
+                               capped, async_load=self.settings.load == "async")  # fmt: skip
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
-        meta = DualPathMetadata()
+        meta = DualPathMetadata(loads=self.tracker.take_async_loads())
         steps: list[tuple[str, int]] = []
         for new in scheduler_output.scheduled_new_reqs:
             self.tracker.set_blocks(new.req_id, new.block_ids[0], replace=True)
@@ -146,9 +157,12 @@ class DualPathConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        self.tracker.finish(request.request_id)
+        stored = self.tracker.finish(request.request_id)
         self._hit_tokens.pop(request.request_id, None)
-        return False, None  # saves finish within the step (wait_for_save), nothing is held
+        self._sources.pop(request.request_id, None)
+        # saves finish within the step (wait_for_save), nothing is held; a decode request sent on
+        # with these params (the proxy) finds the prompt's whole blocks in the store
+        return False, {"dualpath": {"stored_tokens": stored * self.sizes.store_block_size}}
 
     # ----- worker side -------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -156,6 +170,7 @@ class DualPathConnector(KVConnectorBase_V1):
             layer = PagedLayer.of(cache, block_size=self.sizes.vllm_block_size,
                                   num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)  # fmt: skip
             self._layers[name] = (layer_index(name), layer)
+            self.loader.layers[layer_index(name)] = layer
         log.info(
             "DualPathConnector: %d layers, %s layout %s",
             len(self._layers),
@@ -168,69 +183,57 @@ class DualPathConnector(KVConnectorBase_V1):
         assert isinstance(meta, DualPathMetadata), type(meta)
         return meta
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        meta = self._meta()  # the start of a worker step (before its forward)
+        self._step = (time.perf_counter(), bool(meta.loads), bool(meta.saves))
+
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
-        self._loads = self._meta().loads
-        self._job = (
-            LoadJob(self.store, [s.hashes for s in self._loads], limiter=self.snic_in)
-            if self._loads
-            else None
-        )
+        loads = self._meta().loads
+        if loads:
+            self.loader.start(loads)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        job = self._job
-        if job is None or layer_name not in self._layers:
-            return
-        layer, paged = self._layers[layer_name]
-        size, ratio, vb = self.sizes.store_block_size, self.sizes.ratio, self.sizes.vllm_block_size
-        for spec, blocks in zip(self._loads, job.wait(layer), strict=True):
-            if len(blocks):
-                tokens = (
-                    torch.from_numpy(blocks)
-                    .view(paged.cache.dtype)
-                    .view(len(blocks) * size, 2, self.num_kv_heads, self.head_dim)
-                )
-                lo = spec.start_token - spec.first_block * size  # vLLM-block aligned
-                hi = min(spec.end_token - spec.first_block * size, len(blocks) * size)
-                if hi > lo:
-                    first = spec.first_block * ratio + lo // vb
-                    paged.scatter(spec.vllm_block_ids[first : first + (hi - lo) // vb], tokens[lo:hi])
-        job.release(layer)
-        if layer == self.num_layers - 1:
-            self._finish_job(job)
+        self._forwarded = True
+        if layer_name in self._layers:
+            t = time.perf_counter()
+            self.loader.wait_layer(self._layers[layer_name][0])
+            self.timing["load_wait_s"] += time.perf_counter() - t
 
-    def _finish_job(self, job: LoadJob) -> None:
-        good = job.finish()
-        self.counters["read_bytes"] += job.read_bytes
-        if job.error is not None:
-            log.error("DualPathConnector: store reads failed (%s); every hit of this step recomputed",
-                      job.error)  # fmt: skip
-        vb = self.sizes.vllm_block_size
-        for spec, n_good, n in zip(self._loads, good, job.num_blocks, strict=True):
-            self.counters["loaded_blocks"] += n_good
-            if n_good < n:  # recompute from the first unreadable block on
-                bad_from = max(spec.start_token, (spec.first_block + n_good) * self.sizes.store_block_size)
-                self._load_errors.update(spec.vllm_block_ids[bad_from // vb : -(-spec.end_token // vb)])
-                self.counters["failed_blocks"] += n - n_good
-                log.warning(
-                    "DualPathConnector: request %s: %d of %d store blocks unreadable, "
-                    "recomputing tokens from %d",
-                    spec.req_id,
-                    n - n_good,
-                    n,
-                    bad_from,
-                )
-        self._job, self._loads = None, []
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        # async loads: those requests may now be scheduled; a step with no forward (every request
+        # waits for its KV) waits a little for one, instead of vLLM stepping in a busy loop
+        idle = not self._forwarded
+        done = self.loader.finished(idle_wait_s=0.05 if idle else 0.0)
+        return None, done or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
-        if self._job is not None:  # a step whose last layer never waited (no attention metadata)
-            self._finish_job(self._job)
-        out, self._load_errors = self._load_errors, set()
+        out = self.loader.errors()
+        if self._step is not None:  # the end of a step (after its forward and saves): timings
+            t0, loads, saves = self._step
+            kind = "load" if loads else "save" if saves else "plain"
+            self.timing[f"{kind}_steps"] += 1
+            self.timing[f"{kind}_step_s"] += time.perf_counter() - t0
+            self._step, self._forwarded = None, False
+            if self.settings.counters_file is not None and (loads or saves):
+                self._write_counters()
         return out
+
+    def _write_counters(self) -> None:
+        path = self.settings.counters_file
+        if path is None:
+            return
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # (the async load thread writes too)
+        with open(tmp, "w") as f:
+            json.dump({**self.counters, **self.loader.counters, "timing": self.timing}, f)
+        os.replace(tmp, path)  # the node agent's /metrics reads it whole
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:  # fmt: skip
+        self._forwarded = True
         if layer_name not in self._layers:
             return
+        t = time.perf_counter()
         layer, paged = self._layers[layer_name]
         lo, hi = self.store.layout.layer_range(layer)
         ratio = self.sizes.ratio
@@ -243,10 +246,12 @@ class DualPathConnector(KVConnectorBase_V1):
             ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
             data = paged.gather(ids).contiguous().view(torch.uint8).numpy()
             buf[:, lo:hi] = data.reshape(len(spec.hashes), hi - lo)
+        self.timing["save_gather_s"] += time.perf_counter() - t
 
     def wait_for_save(self) -> None:
         if not self.has_connector_metadata():
             return
+        t = time.perf_counter()
         for spec in self._meta().saves:
             buf = self._staging.pop(spec.req_id, None)
             if buf is None:
@@ -258,6 +263,9 @@ class DualPathConnector(KVConnectorBase_V1):
                     if self.snic_out is not None:  # persists leave through the storage NIC
                         wait_until(self.snic_out.reserve(buf.shape[1]))
         self._staging.clear()
+        self.timing["save_write_s"] += time.perf_counter() - t
 
     def shutdown(self) -> None:
-        log.info("DualPathConnector (%s): %s", self.role.name, self.counters)
+        self.loader.close()
+        log.info("DualPathConnector (%s): %s %s %s", self.role.name, self.counters, self.loader.counters,
+                 self.timing)  # fmt: skip

@@ -11,7 +11,8 @@ question; then a prompt sharing only the start of A's first turn (a partial hit)
 ``--corrupt``, one stored block of A is damaged on disk before A's last turn (connector mode only;
 the block must be a miss, recomputed, and the tokens still equal). ``--conversations N`` first runs
 N-1 more conversations (steps ``C<c>T<turn>``, each its own topic, so its first turn misses) to
-repeat the timings. Prints one JSON object.
+repeat the timings. ``--prompts FILE`` answers the given token-id prompts instead, one at a time
+(``{"tokens": [...]}``: the P/D test's reference). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ _TOPIC = ("The river city grew from a trading post where boats unloaded salt, gr
 _OTHER = " Set that aside. A different question: who built the stone bridges, and why? " * 3
 
 
-def kv_transfer_config(store_dir: str, block_size: int | None = None) -> dict[str, Any]:
-    """The ``--kv-transfer-config`` that loads DualPath's connector over ``store_dir``."""
-    extra: dict[str, Any] = {"store_dir": store_dir}
+def kv_transfer_config(store_dir: str, block_size: int | None = None, **extra_config: Any) -> dict[str, Any]:
+    """The ``--kv-transfer-config`` that loads DualPath's connector over ``store_dir`` (more
+    ``kv_connector_extra_config`` keys as keywords: ``load="async"``, ``counters_file=...``)."""
+    extra: dict[str, Any] = {"store_dir": store_dir, **extra_config}
     if block_size is not None:
         extra["block_size"] = block_size
     return {"kv_connector": CONNECTOR_CLASS, "kv_connector_module_path": CONNECTOR_MODULE,
@@ -65,12 +67,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               enable_prefix_caching=args.mode.endswith("prefix-cache"),
                               disable_log_stats=False, seed=0)  # fmt: skip
     if args.mode.startswith("connector"):
-        kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size)
+        more = {"load": args.load} | ({"counters_file": args.counters_file} if args.counters_file else {})
+        kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size, **more)
     t0 = time.perf_counter()
     llm = LLM(**kw)
     start_s = time.perf_counter() - t0
     tok = llm.get_tokenizer()
     params = SamplingParams(temperature=0.0, max_tokens=args.gen_len, ignore_eos=True)
+    if args.prompts:  # given prompts (token ids), one at a time: the P/D test's reference
+        prompts = json.loads(Path(args.prompts).read_text())
+        outs = [llm.generate([TokensPrompt(prompt_token_ids=p)], params, use_tqdm=False)[0] for p in prompts]
+        return {"mode": args.mode, "start_s": start_s, "tokens": [list(o.outputs[0].token_ids) for o in outs]}
     first = tok.encode(_TOPIC * args.context_repeats)
     steps: list[dict[str, Any]] = []
 
@@ -118,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--corrupt", action="store_true")
     p.add_argument("--out", default="", help="write the JSON here (else stdout)")
+    p.add_argument("--load", choices=("layerwise", "async"), default="layerwise")
+    p.add_argument("--counters-file", default="", help="connector modes: its counters and step timings")
+    p.add_argument("--prompts", default="", help="a JSON list of token-id prompts to answer instead")
     args = p.parse_args(argv)
     if args.mode.startswith("connector") and not args.store_dir:
         p.error("--mode connector needs --store-dir")

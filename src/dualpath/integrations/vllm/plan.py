@@ -42,7 +42,9 @@ class BlockSizes:
 class LoadSpec:
     """Load tokens ``[start_token, end_token)`` of a request from store blocks ``hashes`` (the
     store blocks covering that span, in order; ``first_block`` is the index of ``hashes[0]``) into
-    the request's vLLM blocks ``vllm_block_ids`` (the request's whole block table)."""
+    the request's vLLM blocks ``vllm_block_ids`` (the request's whole block table). ``agent_url``:
+    the decode node's agent that reads and forwards them (DE read path); "" reads them here (PE).
+    ``capped``: the reads go through the emulated storage NICs (False: the no-I/O baseline)."""
 
     req_id: str
     hashes: tuple[str, ...]
@@ -50,6 +52,9 @@ class LoadSpec:
     start_token: int
     end_token: int
     vllm_block_ids: tuple[int, ...]
+    agent_url: str = ""
+    capped: bool = True
+    async_load: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +85,7 @@ class RequestTracker:
     def __init__(self, sizes: BlockSizes) -> None:
         self.sizes = sizes
         self._reqs: dict[str, _Req] = {}
+        self._async: list[LoadSpec] = []
 
     def __contains__(self, req_id: str) -> bool:
         return req_id in self._reqs
@@ -106,9 +112,10 @@ class RequestTracker:
         r.num_stored = max(r.num_stored, len(hashes))
 
     def plan_load(self, req_id: str, block_ids: Sequence[int], num_external_tokens: int,
-                  num_hit_tokens: int) -> None:  # fmt: skip
+                  num_hit_tokens: int, agent_url: str = "", capped: bool = True,
+                  async_load: bool = False) -> None:  # fmt: skip
         """After vLLM allocated ``block_ids``: load the last ``num_external_tokens`` of the hit
-        (the tokens before it are vLLM's own prefix-cache hit)."""
+        (the tokens before it are vLLM's own prefix-cache hit), here or through ``agent_url``."""
         r = self._reqs[req_id]
         r.block_ids = list(block_ids)
         if num_external_tokens <= 0:
@@ -118,7 +125,11 @@ class RequestTracker:
         first, last = start // size, (num_hit_tokens - 1) // size
         r.pending_load = LoadSpec(req_id=req_id, hashes=tuple(r.hashes[first : last + 1]),
                                   first_block=first, start_token=start, end_token=num_hit_tokens,
-                                  vllm_block_ids=tuple(block_ids))  # fmt: skip
+                                  vllm_block_ids=tuple(block_ids), agent_url=agent_url,
+                                  capped=capped, async_load=async_load)  # fmt: skip
+        if async_load:  # sent with the next step's metadata, whether or not the request runs in it
+            self._async.append(r.pending_load)
+            r.pending_load = None
 
     def set_blocks(self, req_id: str, block_ids: Sequence[int] | None, *, replace: bool) -> None:
         """New vLLM blocks of a running request (``replace``: the whole table, after preemption)."""
@@ -126,6 +137,11 @@ class RequestTracker:
             return
         r = self._reqs[req_id]
         r.block_ids = list(block_ids) if replace else r.block_ids + list(block_ids)
+
+    def take_async_loads(self) -> list[LoadSpec]:
+        """The async loads planned since the last call (their requests wait for them, unscheduled)."""
+        out, self._async = self._async, []
+        return out
 
     def step_specs(self, req_id: str, num_tokens_after: int) -> tuple[LoadSpec | None, SaveSpec | None]:
         """The load (once, the step after admission) and the saves of one scheduled step, given
@@ -148,5 +164,7 @@ class RequestTracker:
         r.num_stored = num_whole
         return load, save
 
-    def finish(self, req_id: str) -> None:
-        self._reqs.pop(req_id, None)
+    def finish(self, req_id: str) -> int:
+        """Forget a request; returns how many of its leading store blocks are in the store."""
+        r = self._reqs.pop(req_id, None)
+        return 0 if r is None else r.num_stored

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -10,7 +11,27 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.runtime.kvstore.bandwidth import BandwidthLimiter, SharedTokenBucket, TokenBucket
 
-_KEYS = {"store_dir", "block_size", "verify", "capacity_bytes", "snic_gbps", "snic_state_file"}
+_log = logging.getLogger("dualpath.integrations.vllm")
+_KEYS = {
+    "store_dir",
+    "block_size",
+    "verify",
+    "capacity_bytes",
+    "snic_gbps",
+    "snic_state_file",
+    "counters_file",
+    "load",
+}
+
+
+def snic_limiter(gbps: float | None, state_file: str | None, direction: str) -> BandwidthLimiter | None:
+    """One direction ("in": reads, "out": persists) of an emulated storage NIC of ``gbps`` Gbit/s;
+    shared by every process naming ``state_file`` (one node), else this process's own; None if
+    uncapped."""
+    if gbps is None:
+        return None
+    rate = gbps_to_bytes_per_s(gbps)
+    return TokenBucket(rate) if state_file is None else SharedTokenBucket(f"{state_file}.{direction}", rate)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,7 +41,12 @@ class ConnectorSettings:
     ``verify``: crc32-check every read (default on); ``capacity_bytes``: the store's bound
     ("auto": its blocks plus 90% of the free space; None: unbounded); ``snic_gbps``: an emulated
     storage-NIC cap in Gbit/s per direction (reads in, persists out; None: uncapped), shared by every
-    instance naming the same ``snic_state_file`` (one emulated node), else per instance."""
+    instance naming the same ``snic_state_file`` (one emulated node), else per instance;
+    ``counters_file``: the worker's byte counters are written there as JSON after each load (the
+    node agent's ``/metrics`` exports them; None: not written); ``load``: "layerwise" (a hit is
+    copied in layer by layer in the request's own step, overlapped with its compute) or "async"
+    (the request waits, unscheduled, until its hit is in; several requests' reads overlap, as
+    vLLM's P/D connectors load; see hitload.py)."""
 
     store_dir: str
     block_size: int
@@ -28,16 +54,13 @@ class ConnectorSettings:
     capacity_bytes: int | None | Literal["auto"] = "auto"
     snic_gbps: float | None = None
     snic_state_file: str | None = None
+    counters_file: str | None = None
+    load: Literal["layerwise", "async"] = "layerwise"
 
     def snic_limiters(self) -> tuple[BandwidthLimiter | None, BandwidthLimiter | None]:
         """(read, write) limiters of the emulated storage NIC, or (None, None) when uncapped."""
-        if self.snic_gbps is None:
-            return None, None
-        rate = gbps_to_bytes_per_s(self.snic_gbps)
-        if self.snic_state_file is None:
-            return TokenBucket(rate), TokenBucket(rate)
-        return (SharedTokenBucket(f"{self.snic_state_file}.in", rate),
-                SharedTokenBucket(f"{self.snic_state_file}.out", rate))  # fmt: skip
+        return (snic_limiter(self.snic_gbps, self.snic_state_file, "in"),
+                snic_limiter(self.snic_gbps, self.snic_state_file, "out"))  # fmt: skip
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any], *, vllm_block_size: int) -> ConnectorSettings:
@@ -61,8 +84,14 @@ class ConnectorSettings:
         state = extra.get("snic_state_file")
         require(state is None or (isinstance(state, str) and bool(state)), "snic_state_file", state,
                 "must be a file path or null")  # fmt: skip
+        counters = extra.get("counters_file")
+        require(counters is None or (isinstance(counters, str) and bool(counters)), "counters_file",
+                counters, "must be a file path or null")  # fmt: skip
+        load = extra.get("load", "layerwise")
+        require(load in ("layerwise", "async"), "load", load, "choices: layerwise, async")
         return cls(store_dir=str(store_dir), block_size=block_size, verify=verify, capacity_bytes=cap,
-                   snic_gbps=None if snic is None else float(snic), snic_state_file=state)  # fmt: skip
+                   snic_gbps=None if snic is None else float(snic), snic_state_file=state,
+                   counters_file=counters, load=load)  # fmt: skip
 
 
 _LAYER = re.compile(r"\.(\d+)\.")
@@ -74,3 +103,26 @@ def layer_index(layer_name: str) -> int:
     if not found:
         raise ConfigError("layer_name", layer_name, "has no layer number")
     return int(found[-1])
+
+
+READ_SIDES = ("pe", "de")
+
+
+def read_source(req_id: str, kv_transfer_params: dict[str, Any] | None) -> tuple[str, bool]:
+    """Where a request's hit is read, from the ``dualpath`` entry of its ``kv_transfer_params``
+    (set by the router, ``router.py``: ``{"read_side": "pe"}`` or ``{"read_side": "de",
+    "agent_url": URL}``, optionally ``"snic": false``): ``(agent_url, capped)``, the agent's URL
+    for the DE read path or "" to read here (PE read path, also without the entry), and whether the
+    reads go through the emulated storage NICs (``"snic": false`` lifts the caps for this request:
+    the no-I/O baseline). A malformed entry is logged and read here, capped: it must not stop
+    the engine."""
+    entry = (kv_transfer_params or {}).get("dualpath")
+    if not isinstance(entry, dict) or "read_side" not in entry:
+        return "", True
+    side, url, capped = entry.get("read_side"), entry.get("agent_url"), entry.get("snic", True) is not False
+    if side == "de" and isinstance(url, str) and url.startswith(("http://", "https://")):
+        return url, capped
+    if side != "pe":
+        _log.error("request %s: kv_transfer_params dualpath=%r: read_side must be one of %s (with an "
+                   "http agent_url for 'de'); reading on the PE side", req_id, entry, READ_SIDES)  # fmt: skip
+    return "", capped

