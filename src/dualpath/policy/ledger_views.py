@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Final
+from typing import Any, Final
 
 from dualpath.policy.views import (
     DecodeFetchView,
@@ -84,6 +84,9 @@ class Entry:
     assignment: PrefillAssignment | None = None
     pe_done: bool = False
     reads: dict[int, int] = field(default_factory=dict)  # node -> tokens not yet read
+    # The driver's own object for this request (the simulator's ``Req``), kept across a requeue;
+    # the ledger never reads it. Saves drivers an id -> object map beside the ledger's.
+    driver: Any = None
 
 
 class LedgerViews:

@@ -10,11 +10,13 @@ applied plan to the simulation (:class:`SimSink`) to start its work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from dualpath.policy.batch import BatchLimits, batch_candidates
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
 from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger, ViewBounds
+from dualpath.policy.predictor import AttentionTimePredictor
 from dualpath.policy.views import (
     BatchItem,
     BatchPlan,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from dualpath.sim.request import Req
 
 BATCH_VIEW_LIMIT: Final = 64
+MEMO_LIMIT: Final = 1 << 20  # spans ForwardMemo keeps before it starts afresh
 
 
 class SimSink(Protocol):
@@ -80,7 +83,6 @@ class PolicyAdapter:
             ledger.set_read_rate(rate, node)
         self.fetcher = Fetcher(ledger, scheduler, order, self, beta_tokens=scheduler.config.beta_tokens)
         self.batch_limits = BatchLimits(hbm_tokens=pe_hbm_tokens, max_items=BATCH_VIEW_LIMIT)
-        self.reqs: dict[str, Req] = {}
 
     @property
     def fetches(self) -> int:
@@ -88,8 +90,7 @@ class PolicyAdapter:
 
     # ------------------------------------------------------------------ events
     def arrive(self, req: Req) -> None:
-        self.reqs[req.rid] = req
-        self.ledger.arrive(req.info)
+        self.ledger.arrive(req.info).driver = req  # (plans' entries lead back to the Req)
 
     def tick(self) -> None:
         """One fetch round (the simulation calls it on its fetch timer)."""
@@ -103,22 +104,21 @@ class PolicyAdapter:
 
     def finished(self, req: Req) -> None:
         self.ledger.on_finished(req.rid)
-        del self.reqs[req.rid]
 
     # ------------------------------------------------------------------ FetchSink
     def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None:
         if plan.routings:
             self.sim.request_tick()  # requests moved into private queues: fetch again next tick
-        reqs, sim = self.reqs, self.sim
+        sim = self.sim
         for entry in assigned:
-            sim.assign_de(reqs[entry.info.request_id], entry.de)
+            sim.assign_de(entry.driver, entry.de)
 
     def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None:
-        reqs, sim = self.reqs, self.sim
+        sim = self.sim
         for entry in assigned:
             a = entry.assignment
             assert a is not None
-            sim.assign_pe(reqs[a.request_id], a)
+            sim.assign_pe(entry.driver, a)
 
     # ------------------------------------------------------------------ PE batch
     def plan_batch(self, st: PeState) -> list[tuple[Req, int, int]]:
@@ -173,6 +173,29 @@ class PolicyAdapter:
                 req.out_claimed = False
                 sim.unclaim_output(req)
         return out
+
+
+class ForwardMemo:
+    """The quota batcher's predictor: ``inner`` (the policy's whole-forward
+    ``ForwardAttentionPredictor``) with ``attention_flops`` memoised per ``(cached, new)``, in the
+    compiled set. The same numbers (the function is pure); the batch planner's binary search asks
+    for the same spans over and over, and the memo skips the interpreted call per ask."""
+
+    __slots__ = ("inner", "_flops", "predict_s")
+
+    def __init__(self, inner: AttentionTimePredictor) -> None:
+        self.inner = inner
+        self._flops: dict[tuple[int, int], float] = {}
+        self.predict_s: Callable[[float], float] = inner.predict_s
+
+    def attention_flops(self, cached_len: int, new_len: int) -> float:
+        key = (cached_len, new_len)
+        value = self._flops.get(key)
+        if value is None:
+            if len(self._flops) >= MEMO_LIMIT:
+                self._flops.clear()
+            value = self._flops[key] = self.inner.attention_flops(cached_len, new_len)
+        return value
 
 
 def _prompt_len(req: Req) -> int:
