@@ -152,12 +152,13 @@ class LedgerViews:
     def _changed(self, eng: Engine) -> None:
         """``eng``'s numbers changed: its group's view (and, for a DE, the group total) is stale."""
         key = eng.key
-        self._groups.pop(key, None)
-        stale = self._stale.get(key)
-        if stale is None:
-            self._stale[key] = {eng.engine_id}
-        else:
-            stale.add(eng.engine_id)
+        if key in self._loads:  # (a group never viewed has nothing cached: it is built whole)
+            self._groups.pop(key, None)
+            stale = self._stale.get(key)
+            if stale is None:
+                self._stale[key] = {eng.engine_id}
+            else:
+                stale.add(eng.engine_id)
         if eng.is_de:
             self._totals_dirty.add(eng.node_id)
 
