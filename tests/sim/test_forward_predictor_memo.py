@@ -1,6 +1,5 @@
 """The simulator hands the policy the policy's own ``ForwardAttentionPredictor`` over its memoised
-per-layer predictor (no copy of the arithmetic), behind a memo of its whole-forward FLOPs
-(``sim.adapter.ForwardMemo``), and the memos give the unmemoised numbers."""
+per-layer predictor (no copy of the arithmetic), and the memo gives the unmemoised numbers."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dualpath.policy import ForwardAttentionPredictor
-from dualpath.sim.adapter import ForwardMemo
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
 from dualpath.sim.harness.experiments import make_cluster
@@ -18,9 +16,7 @@ _sim = Simulation(SimConfig(cluster=_cluster, system=get_system("dualpath")), []
 
 
 def test_the_scheduler_gets_the_policy_predictor_over_the_memo() -> None:
-    memo = _sim.adapter.scheduler.config.attention_predictor
-    assert type(memo) is ForwardMemo
-    pred = memo.inner
+    pred = _sim.adapter.scheduler.config.attention_predictor
     assert type(pred) is ForwardAttentionPredictor
     assert pred.layer is _sim.costs.predictor
     assert pred.num_layers == _cluster.model_spec.num_layers
@@ -34,7 +30,3 @@ def test_memo_gives_the_cost_models_numbers(cached: int, new: int, flops: float)
     assert memo.attention_flops(cached, new) == layer.attention_flops(cached, new)
     assert memo.attention_flops(cached, new) == layer.attention_flops(cached, new)  # a hit
     assert memo.predict_s(flops) == layer.predict_s(flops)
-    forward = _sim.adapter.scheduler.config.attention_predictor
-    for _ in range(2):  # a miss, then a hit
-        assert forward.attention_flops(cached, new) == forward.inner.attention_flops(cached, new)
-    assert forward.predict_s(flops) == forward.inner.predict_s(flops)

@@ -10,13 +10,11 @@ applied plan to the simulation (:class:`SimSink`) to start its work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from dualpath.policy.batch import BatchLimits, batch_candidates
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
 from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger, ViewBounds
-from dualpath.policy.predictor import AttentionTimePredictor
 from dualpath.policy.views import (
     BatchItem,
     BatchPlan,
@@ -32,7 +30,6 @@ if TYPE_CHECKING:
     from dualpath.sim.request import Req
 
 BATCH_VIEW_LIMIT: Final = 64
-MEMO_LIMIT: Final = 1 << 20  # spans ForwardMemo keeps before it starts afresh
 
 
 class SimSink(Protocol):
@@ -173,29 +170,6 @@ class PolicyAdapter:
                 req.out_claimed = False
                 sim.unclaim_output(req)
         return out
-
-
-class ForwardMemo:
-    """The quota batcher's predictor: ``inner`` (the policy's whole-forward
-    ``ForwardAttentionPredictor``) with ``attention_flops`` memoised per ``(cached, new)``, in the
-    compiled set. The same numbers (the function is pure); the batch planner's binary search asks
-    for the same spans over and over, and the memo skips the interpreted call per ask."""
-
-    __slots__ = ("inner", "_flops", "predict_s")
-
-    def __init__(self, inner: AttentionTimePredictor) -> None:
-        self.inner = inner
-        self._flops: dict[tuple[int, int], float] = {}
-        self.predict_s: Callable[[float], float] = inner.predict_s
-
-    def attention_flops(self, cached_len: int, new_len: int) -> float:
-        key = (cached_len, new_len)
-        value = self._flops.get(key)
-        if value is None:
-            if len(self._flops) >= MEMO_LIMIT:
-                self._flops.clear()
-            value = self._flops[key] = self.inner.attention_flops(cached_len, new_len)
-        return value
 
 
 def _prompt_len(req: Req) -> int:

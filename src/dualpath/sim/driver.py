@@ -19,7 +19,7 @@ from functools import partial
 from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
 from dualpath.policy.fetch import SIM_ORDER
 from dualpath.policy.views import PrefillAssignment
-from dualpath.sim.adapter import ForwardMemo, PolicyAdapter
+from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster
 from dualpath.sim.config import SimConfig
 from dualpath.sim.costs import CostCache
@@ -86,9 +86,7 @@ class Simulation:
             read_done=self._read_done,
             starved=self.starved_units,
         )
-        forward = ForwardMemo(
-            ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
-        )
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s,
             kv_bytes_per_token=self.bpt,
