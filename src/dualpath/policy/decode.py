@@ -66,12 +66,15 @@ def route_balanced(tokens: list[int], needs: list[int]) -> list[int]:
             out.append(pos)
             tokens[pos] = tokens[pos] + need
         return out
-    heap = [(total, pos) for pos, total in enumerate(tokens)]
+    # Heap of ``total * n + pos``: ordered as ``(total, pos)`` (ints, ``pos < n``), one integer
+    # comparison instead of a tuple's two.
+    n = len(tokens)
+    heap = [total * n + pos for pos, total in enumerate(tokens)]
     heapq.heapify(heap)
     for need in needs:
-        total, pos = heap[0]
-        out.append(pos)
-        heapq.heapreplace(heap, (total + need, pos))
+        key = heap[0]
+        out.append(key % n)
+        heapq.heapreplace(heap, key + need * n)
     return out
 
 

@@ -106,10 +106,9 @@ class Ledger(LedgerViews):
     # ------------------------------------------------------------------ mutators
     def arrive(self, info: RequestInfo) -> Entry:
         """A request joins the tail of the global queue."""
-        if info.request_id in self.requests:
-            raise DualpathError(f"request {info.request_id!r} is already in the ledger")
         entry = _entry(info)
-        self.requests[info.request_id] = entry
+        if self.requests.setdefault(info.request_id, entry) is not entry:
+            raise DualpathError(f"request {info.request_id!r} is already in the ledger")
         self.global_queue.append(entry)
         return entry
 
@@ -254,6 +253,7 @@ class Ledger(LedgerViews):
         entry.reads.clear()
         if requeue:
             fresh = _entry(entry.info)
+            fresh.driver = entry.driver
             self.requests[request_id] = fresh
             self.global_queue.appendleft(fresh)
         return entry

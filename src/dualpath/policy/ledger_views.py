@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Final
+from typing import Any, Final
 
 from dualpath.policy.views import (
     DecodeFetchView,
@@ -84,6 +84,9 @@ class Entry:
     assignment: PrefillAssignment | None = None
     pe_done: bool = False
     reads: dict[int, int] = field(default_factory=dict)  # node -> tokens not yet read
+    # The driver's own object for this request (the simulator's ``Req``), kept across a requeue;
+    # the ledger never reads it. Saves drivers an id -> object map beside the ledger's.
+    driver: Any = None
 
 
 class LedgerViews:
@@ -149,12 +152,13 @@ class LedgerViews:
     def _changed(self, eng: Engine) -> None:
         """``eng``'s numbers changed: its group's view (and, for a DE, the group total) is stale."""
         key = eng.key
-        self._groups.pop(key, None)
-        stale = self._stale.get(key)
-        if stale is None:
-            self._stale[key] = {eng.engine_id}
-        else:
-            stale.add(eng.engine_id)
+        if key in self._loads:  # (a group never viewed has nothing cached: it is built whole)
+            self._groups.pop(key, None)
+            stale = self._stale.get(key)
+            if stale is None:
+                self._stale[key] = {eng.engine_id}
+            else:
+                stale.add(eng.engine_id)
         if eng.is_de:
             self._totals_dirty.add(eng.node_id)
 

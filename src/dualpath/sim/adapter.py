@@ -80,7 +80,6 @@ class PolicyAdapter:
             ledger.set_read_rate(rate, node)
         self.fetcher = Fetcher(ledger, scheduler, order, self, beta_tokens=scheduler.config.beta_tokens)
         self.batch_limits = BatchLimits(hbm_tokens=pe_hbm_tokens, max_items=BATCH_VIEW_LIMIT)
-        self.reqs: dict[str, Req] = {}
 
     @property
     def fetches(self) -> int:
@@ -88,8 +87,7 @@ class PolicyAdapter:
 
     # ------------------------------------------------------------------ events
     def arrive(self, req: Req) -> None:
-        self.reqs[req.rid] = req
-        self.ledger.arrive(req.info)
+        self.ledger.arrive(req.info).driver = req  # (plans' entries lead back to the Req)
 
     def tick(self) -> None:
         """One fetch round (the simulation calls it on its fetch timer)."""
@@ -103,22 +101,21 @@ class PolicyAdapter:
 
     def finished(self, req: Req) -> None:
         self.ledger.on_finished(req.rid)
-        del self.reqs[req.rid]
 
     # ------------------------------------------------------------------ FetchSink
     def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None:
         if plan.routings:
             self.sim.request_tick()  # requests moved into private queues: fetch again next tick
-        reqs, sim = self.reqs, self.sim
+        sim = self.sim
         for entry in assigned:
-            sim.assign_de(reqs[entry.info.request_id], entry.de)
+            sim.assign_de(entry.driver, entry.de)
 
     def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None:
-        reqs, sim = self.reqs, self.sim
+        sim = self.sim
         for entry in assigned:
             a = entry.assignment
             assert a is not None
-            sim.assign_pe(reqs[a.request_id], a)
+            sim.assign_pe(entry.driver, a)
 
     # ------------------------------------------------------------------ PE batch
     def plan_batch(self, st: PeState) -> list[tuple[Req, int, int]]:

@@ -49,6 +49,7 @@ class DeState:
         "slot",
         "model_mark",
         "model_t",
+        "touched",
     )
 
     unit: DecodeUnit  # the DecodeUnit it steps in (set by the unit)
@@ -66,6 +67,7 @@ class DeState:
         self.slot = 0
         self.model_mark = 0.0  # unit step counter when this GPU's model traffic was last put on links
         self.model_t = 0.0  # ... and the time
+        self.touched = False  # a finish in the unit's current ``_on_finish`` removed one of its requests
 
 
 class DecodeUnit:
@@ -85,7 +87,6 @@ class DecodeUnit:
         self.costs = costs
         self.on_done = on_done
         self.states = states
-        self._by_gpu = {st.gpu_id: st for st in states}
         for slot, st in enumerate(states):
             st.unit = self
             st.slot = slot
@@ -94,7 +95,7 @@ class DecodeUnit:
         self.counter = 0.0
         self.last_t = 0.0
         self.step_s = 0.0
-        self.heap: list[tuple[float, int, Req]] = []
+        self.heap: list[tuple[float, int, Req, DeState]] = []  # (target, seq, req, its DE)
         self.seq = 0
         self.handle: Handle | None = None
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
@@ -152,7 +153,7 @@ class DecodeUnit:
             return
         req.target = self.counter + steps
         self.seq += 1
-        heapq.heappush(self.heap, (req.target, self.seq, req))
+        heapq.heappush(self.heap, (req.target, self.seq, req, st))
         self.flush_model_traffic(st)
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
@@ -165,17 +166,18 @@ class DecodeUnit:
         self._advance()
         heap = self.heap
         limit = self.counter + 1e-6
-        touched: set[DeState] = set()
+        touched: list[DeState] = []  # in first-finish order (``st.touched`` marks membership)
         while heap and heap[0][0] <= limit:
-            _t, _s, req = heapq.heappop(heap)
-            st = self._by_gpu[req.de_gpu]
-            if st not in touched:
+            _t, _s, req, st = heapq.heappop(heap)
+            if not st.touched:
+                st.touched = True
+                touched.append(st)
                 self.flush_model_traffic(st)
             st.batch -= 1
             st.ctx_sum -= req.prompt_len + req.gen_len / 2
-            touched.add(st)
             self.on_done(req, st)
         for st in touched:
+            st.touched = False
             self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0)
             if not st.batch:
                 st.ctx_sum = 0.0

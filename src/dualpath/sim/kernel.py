@@ -1,7 +1,9 @@
 """Deterministic discrete-event kernel.
 
 Events live in one heap keyed ``(time_s, priority, seq)``: equal times run in priority order, then
-in scheduling order (``seq`` is a per-kernel counter, never global). Callbacks are plain callables
+in scheduling order (``seq`` is a per-kernel counter, never global). The heap holds
+``(time_s, priority << 40 | seq, item)``: the same order (``seq`` stays below 2**40) at one integer
+comparison instead of two when times tie. Callbacks are plain callables
 taking no argument (bind with a closure or a bound method). Cancellation is lazy: ``at``
 returns a handle whose ``cancel()`` marks it dead; the heap skips dead entries (``call_at`` is the
 same without a handle, for events nobody cancels). An exception in a
@@ -23,6 +25,7 @@ PRIO_COMPLETE: Final = 0
 PRIO_ENGINE: Final = 1
 PRIO_FETCH: Final = 2
 PRIO_ARRIVAL: Final = 3
+_SEQ_BITS: Final = 40  # the heap key's low bits hold seq, the high ones the priority
 
 
 class SimulationError(DualpathError):
@@ -56,7 +59,7 @@ class Kernel:
         self.now_s = 0.0
         self.events = 0
         # last: a Handle or a plain callable
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, int, object]] = []
         self._seq = 0
         self._stopped = False
 
@@ -77,7 +80,7 @@ class Kernel:
                 raise SimulationError(self.now_s, f"event scheduled in the past ({time_s!r})")
             time_s = self.now_s
         self._seq += 1
-        heapq.heappush(self._heap, (time_s, priority, self._seq, item))
+        heapq.heappush(self._heap, (time_s, (priority << _SEQ_BITS) + self._seq, item))
 
     def stop(self) -> None:
         """Stop the loop after the current event (the online stopping rule uses this)."""
@@ -96,7 +99,7 @@ class Kernel:
                 if time_s > until_s:
                     break
                 pop(heap)
-                item = entry[3]
+                item = entry[2]
                 if isinstance(item, Handle):
                     if not item.alive:
                         continue
@@ -118,4 +121,4 @@ class Kernel:
 
     @property
     def pending(self) -> int:
-        return sum(1 for entry in self._heap if not isinstance(entry[3], Handle) or entry[3].alive)
+        return sum(1 for entry in self._heap if not isinstance(entry[2], Handle) or entry[2].alive)
