@@ -47,6 +47,32 @@ class Calibration:
     # output unblocked.
     de_output_reserve: float = 0.25
 
+    # --- fixed costs (physical, NOT fitted; issue 14 section 2) ------------------------------------
+    # Each is a latency a request (or a step) pays on top of what bandwidth and compute give; the
+    # comment gives its physical range (also the accepted range, _BOUNDS). Measured effect of each
+    # on the published points: docs/fidelity.md.
+    # Per-request storage read latency on top of bandwidth (3FS-like: a read's blocks go out in
+    # parallel, so the request pays about one storage round trip: metadata lookup + first block
+    # over RDMA, ~0.2-1 ms on NVMe-backed 3FS). Range 0-10 ms.
+    storage_read_latency_s: float = 0.0005
+    # DRAM-buffer allocation of a claim once room is granted (block bookkeeping in a pre-registered
+    # pinned pool, no page faults or RDMA registration on the path). Range 0-5 ms.
+    buffer_alloc_s: float = 0.0001
+    # PD hand-off per request: the PE's "KV complete" message to the DE, the DE's HBM block
+    # allocation and the posting of the DRAM -> HBM copy (one RPC round trip ~0.1 ms plus the DE
+    # engine noticing it at its next scheduling point, about half a decode step). Not under Oracle
+    # (PD transfers bypassed). Range 0-50 ms.
+    pd_handoff_s: float = 0.002
+    # PD hand-off per layer of layerwise streaming: each layer's "KV loaded / sent" completion
+    # (RDMA completion poll + CUDA event) that the next step waits for; paid once per layer of an
+    # iteration that moves KV. Range 0-0.5 ms.
+    pd_layer_handoff_s: float = 0.00002
+    # A request joining a DE's running batch stalls its decode unit: the engine's admission (block
+    # table, batch re-formation) -- this constant -- plus the DE-buffer -> HBM copy's HBM writes
+    # (prompt KV bytes / HBM bandwidth, derived, not a constant): decode is HBM-bound, so the
+    # copy's bytes take that long away from it. Range 0-10 ms.
+    decode_join_s: float = 0.0002
+
     # --- HBM -------------------------------------------------------------------------------------
     # Fraction of HBM usable for weights + KV (the rest: activations, CUDA graphs, allocator slack).
     # FITTED to Oracle at 2,048-4,096 agents, where JCT is bound by how many requests DE HBM holds:
@@ -124,6 +150,11 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "de_output_reserve": (0.0, 0.99, False),
     "prefill_iter_overhead_s": (0.0, math.inf, False),
     "decode_step_overhead_s": (0.0, math.inf, False),
+    "storage_read_latency_s": (0.0, 0.01, False),
+    "buffer_alloc_s": (0.0, 0.005, False),
+    "pd_handoff_s": (0.0, 0.05, False),
+    "pd_layer_handoff_s": (0.0, 0.0005, False),
+    "decode_join_s": (0.0, 0.01, False),
 }
 
 DEFAULT_CALIBRATION = Calibration()

@@ -57,6 +57,12 @@ class CostCache:
         cal: Calibration = DEFAULT_CALIBRATION,
     ) -> None:
         self.model = model
+        self.cal = cal
+        # fixed costs the load path and the decode units charge (sim/calibration.py)
+        self.pd_handoff_s: float = cal.pd_handoff_s
+        self.layer_handoff_s: float = cal.pd_layer_handoff_s * model.num_layers
+        self._join_s = cal.decode_join_s
+        self._copy_s_per_token = model.kv_bytes_per_token / gpu.mem_bytes_per_s
         self._prefill_scale = cal.prefill_time_scale
         self._prefill_overhead_s = cal.prefill_iter_overhead_s
         self._decode_scale = cal.decode_time_scale
@@ -112,6 +118,11 @@ class CostCache:
             )
             self._decode[key] = value
         return value
+
+    def join_stall_s(self, copied_tokens: int) -> float:
+        """How long a request joining a decode batch stalls it: the engine's admission plus the
+        DE-buffer -> HBM copy's HBM writes (``copied_tokens`` of KV at the HBM bandwidth)."""
+        return self._join_s + copied_tokens * self._copy_s_per_token
 
     def pe_model_bytes(self, num_tokens: int) -> float:
         """EP all-to-all bytes one PE GPU sends (and receives) for ``num_tokens`` tokens."""
