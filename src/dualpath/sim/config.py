@@ -62,7 +62,8 @@ class SimConfig:
     parallelism). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
     offline (every agent starts at 0), else Poisson agent arrivals per second (online).
     ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
-    (None: not written). ``cost_model``: ``dualpath.cost`` name. ``calibration``: the
+    (None: not written). ``cost_model``: ``dualpath.cost`` name (``calibrated``: the measured kernel
+    tables, the roofline where they are missing, said in the result's ``cost_model``). ``calibration``: the
     simulator's constants (``sim/calibration.py``). ``snic_directions``
     (``dualpath.core.links.SNIC_DIRECTIONS``): "shared" (default, the published numbers) books a
     node's storage reads and persists on one SNIC link; "duplex" gives persists the SNIC's other
@@ -75,7 +76,7 @@ class SimConfig:
     aps: float | None = None
     horizon_s: float = 600.0
     ttft_stop_s: float | None = None
-    cost_model: str = "roofline"
+    cost_model: str = "calibrated"
     block_len: int = 64
     out_dir: str | None = None
     max_sim_s: float = 1e7

@@ -53,6 +53,7 @@ class Simulation:
             de_ep_size=de_ep,
             num_gpus_per_node=gpn,
             cal=cal,
+            tp_size=cluster.tp_size,
         )
         from dualpath.cost import weight_bytes_per_gpu
 

@@ -19,6 +19,7 @@ from dualpath.sim.links import check_utilisation
 if TYPE_CHECKING:
     from dualpath.sim.cluster import Cluster
     from dualpath.sim.config import SimConfig
+    from dualpath.sim.costs import CostCache
     from dualpath.sim.kernel import Kernel
     from dualpath.sim.load_path import LoadPath
     from dualpath.sim.prefill import PrefillUnit
@@ -63,6 +64,7 @@ class RunState(Protocol):
     storage: Storage
     load: LoadPath
     prefill_units: list[PrefillUnit]
+    costs: CostCache
     agents: list[Agent]
     agents_left: int
     bpt: int
@@ -207,6 +209,7 @@ class Metrics:
             "events": sim.kernel.events,
             "sim_time_s": sim.kernel.now_s,
             "stopped": self.stopped_reason or None,
+            "cost_model": sim.costs.source,
             **(
                 {
                     "latency": {
