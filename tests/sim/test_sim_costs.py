@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import dualpath
+from dualpath.core.errors import ConfigError
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.cost import make_cost_model
 from dualpath.cost.tables import perf_db_dir
@@ -72,20 +73,22 @@ def test_without_tables_the_roofline_runs_and_says_why(
     monkeypatch, tmp_path, make_cluster, make_trajectories
 ) -> None:
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
-    cache = _cache("calibrated")
-    assert cache.source.startswith("roofline (calibrated unavailable") and DATA_DIR_ENV in cache.source
+    cache = _cache("auto")
+    assert cache.source.startswith("roofline (auto: calibrated unavailable") and DATA_DIR_ENV in cache.source
+    with pytest.raises(ConfigError):  # asked for by name, the tables must be there
+        _cache("calibrated")
     res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
     assert res["cost_model"].startswith("roofline")
 
 
 def test_tp_engines_run_the_roofline() -> None:
-    cache = _cache("calibrated", "qwen2.5-32b", 1, 1, tp_size=2)
+    cache = _cache("auto", "qwen2.5-32b", 1, 1, tp_size=2)
     assert cache.source.startswith("roofline (calibrated not used") and "TP-2" in cache.source
 
 
 @needs_tables
 def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -> None:
-    cache = _cache("calibrated")
+    cache = _cache("auto")
     assert cache.source == "calibrated"
     # decode grows with the batch (measured MoE and attention kernels)
     steps = [cache.decode_step_s(b, b * 32768) for b in (1, 8, 32, 64)]

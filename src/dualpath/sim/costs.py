@@ -54,6 +54,10 @@ class MemoAttentionPredictor:
 
 
 class CostCache:
+    pe_cost: Any
+    de_cost: Any
+    predictor: MemoAttentionPredictor
+
     def __init__(
         self,
         model: Any,
@@ -66,8 +70,10 @@ class CostCache:
         cal: Calibration = DEFAULT_CALIBRATION,
         tp_size: int = 1,
     ) -> None:
-        """``tp_size`` > 1: ``gpu`` is a TP group seen as one engine (sim/cluster.py); the kernel
-        tables are per GPU, so such an engine runs the roofline (said in ``source``)."""
+        """``name``: a ``dualpath.cost`` model, or ``auto``: ``calibrated`` if its tables can be
+        read, else the roofline (``source`` says which and why). ``tp_size`` > 1: ``gpu`` is a TP
+        group seen as one engine (sim/cluster.py); the kernel tables are per GPU, so such an engine
+        runs the roofline (said in ``source``)."""
         self.model = model
         self.cal = cal
         # fixed costs the load path and the decode units charge (sim/calibration.py)
@@ -76,6 +82,9 @@ class CostCache:
         self._join_s = cal.decode_join_s
         self._copy_s_per_token = model.kv_bytes_per_token / gpu.mem_bytes_per_s
         self.num_layers: int = model.num_layers
+        auto = name == "auto"
+        if auto:
+            name = "calibrated"
         self.source = name
         if tp_size > 1 and name != "roofline":
             self.source = (
@@ -84,18 +93,12 @@ class CostCache:
             )
             name = "roofline"
         try:
-            self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node)
-            self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node)
-        except ConfigError as exc:  # no kernel tables for this GPU / data folder: roofline
-            if name == "roofline":
+            self._make(name, model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node)
+        except ConfigError as exc:  # auto: no kernel tables (or no pyarrow to read them)
+            if not auto:
                 raise
-            self.source = f"roofline ({name} unavailable: {exc})"
-            self.pe_cost = make_cost_model(
-                "roofline", gpu, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
-            )
-            self.de_cost = make_cost_model(
-                "roofline", gpu, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node
-            )
+            self.source = f"roofline (auto: {name} unavailable: {exc})"
+            self._make("roofline", model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node)
         moe_layers = model.num_moe_layers
         self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
             pe_ep_size, num_gpus_per_node, cal
@@ -103,7 +106,6 @@ class CostCache:
         self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
             de_ep_size, num_gpus_per_node, cal
         )
-        self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
         self._traffic_pe: float = model_traffic_bytes(
@@ -112,6 +114,15 @@ class CostCache:
         self._traffic_de: float = model_traffic_bytes(
             model, 1, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node
         )
+
+    def _make(self, name: str, model: Any, gpu: Any, pe_ep: int, de_ep: int, gpn: int) -> None:
+        """Both roles' cost models and the attention predictor; the tables are read here (a
+        missing table raises now, not in the middle of a run)."""
+        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep, num_gpus_per_node=gpn)
+        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep, num_gpus_per_node=gpn)
+        self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
+        self.pe_cost.prefill_layer_times_s(model, [(0, _TOKEN_BUCKET)])
+        self.de_cost.decode_step_time_s(model, [_CTX_BUCKET])
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
         """Predicted attention seconds of one layer for ``(cached_len, new_len)`` entries."""
