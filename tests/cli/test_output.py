@@ -56,7 +56,12 @@ def _offline() -> dict:
             "requests_per_sim_s": 3072 / jct,
             "snic_max_over_avg": 2.877,
             "requests_per_wall_s": 12452.9,
-            "ttft_breakdown_s": {"queueing": 0.025, "allocation": 0.0, "reading": 0.0519, "prefill": 0.1188},
+            "ttft_breakdown_s": {
+                "scheduling": 0.025,
+                "allocation": 0.0,
+                "reading": 0.0519,
+                "prefill": 0.1188,
+            },
         }
 
     return {

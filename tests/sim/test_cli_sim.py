@@ -78,12 +78,12 @@ def test_calibrate_overrides_one_run_and_is_recorded() -> None:
             "--calibrate",
             "storage_efficiency=0.1",
             "--calibrate",
-            "decode_time_scale=3",
+            "ep_layer_latency_rdma_s=0.0006",
         ]
     )
     assert base["calibration_overrides"] == {}
     assert base["calibration"] == DEFAULT_CALIBRATION.as_constants()
-    assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "DECODE_TIME_SCALE": 3.0}
+    assert slow["calibration_overrides"] == {"STORAGE_EFFICIENCY": 0.1, "EP_LAYER_LATENCY_RDMA_S": 0.0006}
     assert slow["calibration"]["STORAGE_EFFICIENCY"] == 0.1
     assert slow["systems"]["basic"]["jct_s"] > base["systems"]["basic"]["jct_s"]
     assert DEFAULT_CALIBRATION.storage_efficiency == 0.5  # the default itself is never changed

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from dualpath.cli._common import print_table
 
+BREAKDOWN_KEYS = ("scheduling", "allocation", "reading", "prefill")  # sim/metrics.py BREAKDOWN
 COLUMNS = ("point", "setting", "published", "simulated", "unit", "rel error", "scaled")
 
 
@@ -55,6 +56,17 @@ def print_fidelity(result: dict[str, Any], out: Console | None = None) -> None:
         legend=legend,
         out=out,
     )
+    breakdowns = [m for m in result.get("measured", []) if "ttft_breakdown_s" in m]
+    if breakdowns:
+        print_table(
+            "TTFT breakdown (mean s per request; spec section 10 gives no numbers, so no error)",
+            ("run", "TTFT", "scheduling", "allocation", "reading KV", "prefill"),
+            [
+                (m["what"], m["ttft_s"], *(m["ttft_breakdown_s"][k] for k in BREAKDOWN_KEYS))
+                for m in breakdowns
+            ],
+            out=out,
+        )
 
 
 def run_fidelity_cli(*, quick: bool, json_out: bool, out: str | None, scale_name: str | None = None) -> None:

@@ -18,7 +18,7 @@ OFFLINE_COLUMNS = (
     "SNIC max/avg (x)",
     "sim speed (req/wall-s)",
 )
-BREAKDOWN_COLUMNS = ("system", "queueing (s)", "allocation (s)", "KV reading (s)", "prefill (s)")
+BREAKDOWN_COLUMNS = ("system", "scheduling (s)", "allocation (s)", "KV reading (s)", "prefill (s)")
 ONLINE_COLUMNS = (
     "system",
     "capacity (agents/s)",
@@ -58,7 +58,7 @@ def print_offline(
             )
         )
         bd = r["ttft_breakdown_s"]
-        parts.append((name, bd["queueing"], bd["allocation"], bd["reading"], bd["prefill"]))
+        parts.append((name, bd["scheduling"], bd["allocation"], bd["reading"], bd["prefill"]))
     print_table(
         f"offline JCT: {model} {pd_label}, MaxLen {maxlen}, {result['agents']} agents",
         OFFLINE_COLUMNS,

@@ -11,8 +11,7 @@ import typer
 
 from dualpath.cli._common import choices_help, default_of
 from dualpath.core.links import SNIC_DIRECTIONS
-from dualpath.cost.factory import COST_MODEL_NAMES
-from dualpath.sim.config import SYSTEMS, SimConfig
+from dualpath.sim.config import SIM_COST_MODELS, SYSTEMS, SimConfig
 from dualpath.sim.harness.experiments import WorkloadSpec
 from dualpath.sim.harness.online import DEFAULT_APS, HORIZON_S
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
@@ -63,7 +62,11 @@ def register(app: typer.Typer) -> None:
         gen_scale: float = typer.Option(_WORKLOAD.gen_scale, help="Scale every generation length."),
         dram_buffer_gb: float = typer.Option(None, help="DRAM buffer per node (default per model)."),
         cost_model: str = typer.Option(
-            default_of(SimConfig, "cost_model"), help=choices_help("Cost model", COST_MODEL_NAMES)
+            default_of(SimConfig, "cost_model"),
+            help=choices_help(
+                "Cost model (auto: calibrated when the kernel tables are there, else roofline)",
+                SIM_COST_MODELS,
+            ),
         ),
         seed: int = typer.Option(default_of(SimConfig, "seed"), help="Seed for the workload and arrivals."),
         out: str = typer.Option(None, help="Folder for per-request CSV records and results."),
@@ -172,7 +175,7 @@ def run_cli(
     systems = [s.strip() for s in system.split(",") if s.strip()]
     for name in systems:
         get_system(name)  # fail early with the choices
-    check_choice("cost model", cost_model, COST_MODEL_NAMES)
+    check_choice("cost model", cost_model, SIM_COST_MODELS)
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(

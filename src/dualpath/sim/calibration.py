@@ -47,6 +47,32 @@ class Calibration:
     # output unblocked.
     de_output_reserve: float = 0.25
 
+    # --- fixed costs (physical, NOT fitted; issue 14 section 2) ------------------------------------
+    # Each is a latency a request (or a step) pays on top of what bandwidth and compute give; the
+    # comment gives its physical range (also the accepted range, _BOUNDS). Measured effect of each
+    # on the published points: docs/fidelity.md.
+    # Per-request storage read latency on top of bandwidth (3FS-like: a read's blocks go out in
+    # parallel, so the request pays about one storage round trip: metadata lookup + first block
+    # over RDMA, ~0.2-1 ms on NVMe-backed 3FS). Range 0-10 ms.
+    storage_read_latency_s: float = 0.0005
+    # DRAM-buffer allocation of a claim once room is granted (block bookkeeping in a pre-registered
+    # pinned pool, no page faults or RDMA registration on the path). Range 0-5 ms.
+    buffer_alloc_s: float = 0.0001
+    # PD hand-off per request: the PE's "KV complete" message to the DE, the DE's HBM block
+    # allocation and the posting of the DRAM -> HBM copy (one RPC round trip ~0.1 ms plus the DE
+    # engine noticing it at its next scheduling point, about half a decode step). Not under Oracle
+    # (PD transfers bypassed). Range 0-50 ms.
+    pd_handoff_s: float = 0.002
+    # PD hand-off per layer of layerwise streaming: each layer's "KV loaded / sent" completion
+    # (RDMA completion poll + CUDA event) that the next step waits for; paid once per layer of an
+    # iteration that moves KV. Range 0-0.5 ms.
+    pd_layer_handoff_s: float = 0.00002
+    # A request joining a DE's running batch stalls its decode unit: the engine's admission (block
+    # table, batch re-formation) -- this constant -- plus the DE-buffer -> HBM copy's HBM writes
+    # (prompt KV bytes / HBM bandwidth, derived, not a constant): decode is HBM-bound, so the
+    # copy's bytes take that long away from it. Range 0-10 ms.
+    decode_join_s: float = 0.0002
+
     # --- HBM -------------------------------------------------------------------------------------
     # Fraction of HBM usable for weights + KV (the rest: activations, CUDA graphs, allocator slack).
     # FITTED to Oracle at 2,048-4,096 agents, where JCT is bound by how many requests DE HBM holds:
@@ -74,16 +100,26 @@ class Calibration:
     decode_ep_nodes: int = 4
 
     # --- compute ---------------------------------------------------------------------------------
-    # Multipliers on the cost model's times (1.0 = the cost model as is). The roofline model is
-    # optimistic for small EP batches (kernel launch, synchronisation, imbalance across the group).
-    # FITTED to Oracle at 512 agents (latency bound: the longest trajectory's ~640 turns): decode
-    # 2.1x gives TPOT ~48 ms at offline load (the paper's online TPOT is 39 ms at 0.4 APS);
-    # prefill 1.5x.
-    prefill_time_scale: float = 1.5
-    decode_time_scale: float = 2.1
-    # Fixed per-iteration overhead of a PE iteration / DE step (scheduling, launch, sync), seconds.
+    # Step times come from the cost model as is (``SimConfig.cost_model``: the measured kernel
+    # tables by default, sim/costs.py); there is no per-token multiplier. What the per-GPU kernel
+    # times leave out is charged here as fixed times, each with its physical range:
+    # Host time per PE iteration / DE step that the GPUs wait for (scheduling the batch, input
+    # preparation, sampling sync). Prefill: 5 ms (chosen; an iteration plans chunked batches and
+    # cannot run as a CUDA graph; range 0-50 ms). Decode: 0.3 ms, the backends' overlapped
+    # scheduler with CUDA graphs (cost/latency_terms.py ITERATION_OVERHEAD_S; range 0-5 ms).
     prefill_iter_overhead_s: float = 0.005
-    decode_step_overhead_s: float = 0.0
+    decode_step_overhead_s: float = 0.0003
+    # Latency of one MoE layer's EP dispatch + combine that the step cannot hide, for an EP group
+    # spanning nodes (RDMA). Its bytes are on the CNIC links already (the high-priority lane); this
+    # is the latency floor of the two all-to-alls. DeepEP's published low-latency kernels on H800 +
+    # 400 Gb/s IB take 155 + 273 us (dispatch + combine, EP 32, 128 tokens per GPU) and 118 + 195 us
+    # at EP 16; two-micro-batch overlap hides part. Range 50-600 us. FITTED to Oracle at 512 agents
+    # on the given row (latency bound, so set by the decode step; 380 us gave -7.3%, 440 us -1.4%):
+    # 440 us, about DeepEP's unoverlapped EP 32 time.
+    ep_layer_latency_rdma_s: float = 0.00044
+    # The same for an EP group inside one node (NVLink: one kernel launch and two barriers per
+    # all-to-all). Not fitted (range 10-200 us). DS 27B's 1P1D runs EP 8 inside a node.
+    ep_layer_latency_nvlink_s: float = 0.00005
 
     # --- PE batching -----------------------------------------------------------------------------
     # The paper's compute quota is "300 ms" of predicted attention time. Read per attention LAYER,
@@ -122,8 +158,15 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "storage_efficiency": (0.0, 1.0, True),
     "hbm_usable_fraction": (0.0, 1.0, True),
     "de_output_reserve": (0.0, 0.99, False),
-    "prefill_iter_overhead_s": (0.0, math.inf, False),
-    "decode_step_overhead_s": (0.0, math.inf, False),
+    "prefill_iter_overhead_s": (0.0, 0.05, False),
+    "decode_step_overhead_s": (0.0, 0.005, False),
+    "ep_layer_latency_rdma_s": (0.0, 0.0006, False),
+    "ep_layer_latency_nvlink_s": (0.0, 0.0002, False),
+    "storage_read_latency_s": (0.0, 0.01, False),
+    "buffer_alloc_s": (0.0, 0.005, False),
+    "pd_handoff_s": (0.0, 0.05, False),
+    "pd_layer_handoff_s": (0.0, 0.0005, False),
+    "decode_join_s": (0.0, 0.01, False),
 }
 
 DEFAULT_CALIBRATION = Calibration()

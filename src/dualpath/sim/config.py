@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
+from dualpath.cost.factory import COST_MODEL_NAMES
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
+
+# ``SimConfig.cost_model``: a dualpath.cost model, or auto (calibrated if its tables can be read)
+SIM_COST_MODELS = ("auto", *COST_MODEL_NAMES)
 
 if TYPE_CHECKING:
     from dualpath.spec.clusters import ClusterPreset
@@ -62,7 +66,9 @@ class SimConfig:
     parallelism). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
     offline (every agent starts at 0), else Poisson agent arrivals per second (online).
     ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
-    (None: not written). ``cost_model``: ``dualpath.cost`` name. ``calibration``: the
+    (None: not written). ``cost_model``: a ``dualpath.cost`` name, or ``auto`` (the default):
+    ``calibrated`` (the measured kernel tables) where the tables can be read, else the roofline;
+    the result's ``cost_model`` says which ran and why. ``calibration``: the
     simulator's constants (``sim/calibration.py``). ``snic_directions``
     (``dualpath.core.links.SNIC_DIRECTIONS``): "shared" (default, the published numbers) books a
     node's storage reads and persists on one SNIC link; "duplex" gives persists the SNIC's other
@@ -75,7 +81,7 @@ class SimConfig:
     aps: float | None = None
     horizon_s: float = 600.0
     ttft_stop_s: float | None = None
-    cost_model: str = "roofline"
+    cost_model: str = "auto"
     block_len: int = 64
     out_dir: str | None = None
     max_sim_s: float = 1e7

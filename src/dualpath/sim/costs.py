@@ -1,10 +1,18 @@
 """Fast, memoised access to a ``dualpath.cost`` model for the simulator's hot loops.
 
+The step times are the cost model's as is: by default ``calibrated``, the measured kernel tables
+(cost/calibrated.py: GEMM, MLA / attention, MoE per GPU, interpolated over their grids, the
+roofline only for an op no table covers, each op's source in ``describe()["coverage"]``). Without
+the tables (a bare clone: no ``$DUALPATH_DATA_DIR``) the roofline model runs instead and
+``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
+stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
+the EP all-to-all latency of a group (RDMA when it spans nodes, NVLink inside one).
+
 A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
 (GEMMs, MoE, norms) from ``prefill_layer_times_s`` of a zero-context batch with the same number of
 new tokens, memoised per 16-token bucket. A decode step is memoised per (batch size, mean context
-bucketed to 1,024 tokens). The run's calibration multipliers (sim/calibration.py) apply here.
+bucketed to 1,024 tokens).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from dualpath.core.errors import ConfigError
 from dualpath.cost import make_cost_model, model_traffic_bytes
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
@@ -45,6 +54,10 @@ class MemoAttentionPredictor:
 
 
 class CostCache:
+    pe_cost: Any
+    de_cost: Any
+    predictor: MemoAttentionPredictor
+
     def __init__(
         self,
         model: Any,
@@ -55,16 +68,44 @@ class CostCache:
         de_ep_size: int,
         num_gpus_per_node: int,
         cal: Calibration = DEFAULT_CALIBRATION,
+        tp_size: int = 1,
     ) -> None:
+        """``name``: a ``dualpath.cost`` model, or ``auto``: ``calibrated`` if its tables can be
+        read, else the roofline (``source`` says which and why). ``tp_size`` > 1: ``gpu`` is a TP
+        group seen as one engine (sim/cluster.py); the kernel tables are per GPU, so such an engine
+        runs the roofline (said in ``source``)."""
         self.model = model
-        self._prefill_scale = cal.prefill_time_scale
-        self._prefill_overhead_s = cal.prefill_iter_overhead_s
-        self._decode_scale = cal.decode_time_scale
-        self._decode_overhead_s = cal.decode_step_overhead_s
+        self.cal = cal
+        # fixed costs the load path and the decode units charge (sim/calibration.py)
+        self.pd_handoff_s: float = cal.pd_handoff_s
+        self.layer_handoff_s: float = cal.pd_layer_handoff_s * model.num_layers
+        self._join_s = cal.decode_join_s
+        self._copy_s_per_token = model.kv_bytes_per_token / gpu.mem_bytes_per_s
         self.num_layers: int = model.num_layers
-        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node)
-        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node)
-        self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
+        auto = name == "auto"
+        if auto:
+            name = "calibrated"
+        self.source = name
+        if tp_size > 1 and name != "roofline":
+            self.source = (
+                f"roofline ({name} not used: its kernel tables are per GPU and a TP-{tp_size} engine"
+                " is modelled as one GPU of the group's resources)"
+            )
+            name = "roofline"
+        try:
+            self._make(name, model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node)
+        except ConfigError as exc:  # auto: no kernel tables (or no pyarrow to read them)
+            if not auto:
+                raise
+            self.source = f"roofline (auto: {name} unavailable: {exc})"
+            self._make("roofline", model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node)
+        moe_layers = model.num_moe_layers
+        self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
+            pe_ep_size, num_gpus_per_node, cal
+        )
+        self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
+            de_ep_size, num_gpus_per_node, cal
+        )
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
         self._traffic_pe: float = model_traffic_bytes(
@@ -73,6 +114,15 @@ class CostCache:
         self._traffic_de: float = model_traffic_bytes(
             model, 1, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node
         )
+
+    def _make(self, name: str, model: Any, gpu: Any, pe_ep: int, de_ep: int, gpn: int) -> None:
+        """Both roles' cost models and the attention predictor; the tables are read here (a
+        missing table raises now, not in the middle of a run)."""
+        self.pe_cost = make_cost_model(name, gpu, ep_size=pe_ep, num_gpus_per_node=gpn)
+        self.de_cost = make_cost_model(name, gpu, ep_size=de_ep, num_gpus_per_node=gpn)
+        self.predictor = MemoAttentionPredictor(self.pe_cost.attention_predictor(model))
+        self.pe_cost.prefill_layer_times_s(model, [(0, _TOKEN_BUCKET)])
+        self.de_cost.decode_step_time_s(model, [_CTX_BUCKET])
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
         """Predicted attention seconds of one layer for ``(cached_len, new_len)`` entries."""
@@ -95,7 +145,7 @@ class CostCache:
 
     def iteration_s(self, layer_s: float) -> float:
         """Whole-iteration time from the (group-synchronised) per-layer time."""
-        return layer_s * self.num_layers * self._prefill_scale + self._prefill_overhead_s
+        return layer_s * self.num_layers + self._prefill_fixed_s
 
     def decode_step_s(self, batch_size: int, ctx_sum: float) -> float:
         """Seconds of one decode step of one GPU holding ``batch_size`` requests."""
@@ -106,12 +156,24 @@ class CostCache:
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = (
-                self.de_cost.decode_step_time_s(self.model, lens) * self._decode_scale
-                + self._decode_overhead_s
-            )
+            value = self.de_cost.decode_step_time_s(self.model, lens) + self._decode_fixed_s
             self._decode[key] = value
         return value
+
+    def describe(self) -> dict[str, object]:
+        """Which cost model ran (and why the roofline, if it did), per role, with table coverage."""
+        return {
+            "source": self.source,
+            "prefill": self.pe_cost.describe(),
+            "decode": self.de_cost.describe(),
+            "prefill_fixed_s": self._prefill_fixed_s,
+            "decode_fixed_s": self._decode_fixed_s,
+        }
+
+    def join_stall_s(self, copied_tokens: int) -> float:
+        """How long a request joining a decode batch stalls it: the engine's admission plus the
+        DE-buffer -> HBM copy's HBM writes (``copied_tokens`` of KV at the HBM bandwidth)."""
+        return self._join_s + copied_tokens * self._copy_s_per_token
 
     def pe_model_bytes(self, num_tokens: int) -> float:
         """EP all-to-all bytes one PE GPU sends (and receives) for ``num_tokens`` tokens."""
@@ -119,3 +181,12 @@ class CostCache:
 
     def de_model_bytes(self, num_tokens: int) -> float:
         return self._traffic_de * num_tokens
+
+
+def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration) -> float:
+    """Per-MoE-layer EP all-to-all latency of a group of ``ep_size`` GPUs (0 without EP)."""
+    if ep_size <= 1:
+        return 0.0
+    if ep_size > num_gpus_per_node:
+        return cal.ep_layer_latency_rdma_s
+    return cal.ep_layer_latency_nvlink_s

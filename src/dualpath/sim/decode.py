@@ -144,8 +144,9 @@ class DecodeUnit:
             wait = (self.heap[0][0] - self.counter) * self.step_s
             self.handle = self.kernel.at(self.kernel.now_s + max(wait, 0.0), self._on_finish, PRIO_COMPLETE)
 
-    def join(self, req: Req, st: DeState) -> None:
-        """``req``'s KV is in ``st``'s HBM: add it to the running batch."""
+    def join(self, req: Req, st: DeState, copied_tokens: int = 0) -> None:
+        """``req``'s KV is in ``st``'s HBM (``copied_tokens`` of it just copied from the DE
+        buffer): add it to the running batch."""
         self._advance()
         steps = req.gen_len - 1
         if steps <= 0:
@@ -157,6 +158,8 @@ class DecodeUnit:
         self.flush_model_traffic(st)
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
+        if self.step_s > 0.0:  # the join stalls the running batch (CostCache.join_stall_s)
+            self.counter -= self.costs.join_stall_s(copied_tokens) / self.step_s
         self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
         self._restep()
         req.t_join = self.kernel.now_s

@@ -53,6 +53,7 @@ class Simulation:
             de_ep_size=de_ep,
             num_gpus_per_node=gpn,
             cal=cal,
+            tp_size=cluster.tp_size,
         )
         from dualpath.cost import weight_bytes_per_gpu
 
@@ -67,7 +68,13 @@ class Simulation:
                 config.cluster.name,
                 "weights do not fit in PE or DE HBM (use more nodes per EP group)",
             )
-        self.storage = Storage(self.kernel, cluster.nodes, self.bpt)
+        self.storage = Storage(
+            self.kernel,
+            cluster.nodes,
+            self.bpt,
+            read_latency_s=cal.storage_read_latency_s,
+            alloc_s=cal.buffer_alloc_s,
+        )
         self.max_de_tokens = de_kv
         self.pe_states = {g.gpu_id: PeState(g.gpu_id, g.node_id) for g in cluster.gpus if g.role == "pe"}
         self.de_states = {

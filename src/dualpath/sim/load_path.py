@@ -177,7 +177,8 @@ class LoadPath:
             self.storage.release(self.nodes[pe_node_id], req.pe_read_len * bpt)
         gpu = self.gpus[req.de_gpu]
         node = self.nodes[de.node_id]
-        end = transfer3(node.dram, gpu.tx, gpu.rx, req.prompt_len * bpt, kv_at)
+        start = kv_at + self.costs.pd_handoff_s  # the PD hand-off (sim/calibration.py)
+        end = transfer3(node.dram, gpu.tx, gpu.rx, req.prompt_len * bpt, start)
         self.kernel.call_at(end, lambda: self._to_hbm(req, de, node), PRIO_COMPLETE)
 
     def _to_hbm(self, req: Req, de: DeState, node: Node) -> None:
@@ -189,7 +190,7 @@ class LoadPath:
                 unit.kick()
         new_blocks = req.prompt_len // self.block_len - req.hit_len // self.block_len
         self.storage.write(node, new_blocks * self.block_len * self.bpt)
-        de.unit.join(req, de)
+        de.unit.join(req, de, req.prompt_len)
 
     def persist_decode(self, req: Req, de: DeState) -> None:
         """Decode finished: write the full blocks it completed (DRAM -> SNIC -> storage)."""
@@ -202,8 +203,10 @@ class LayerwiseLoad(LoadPath):
     """Per-layer loads and sends overlapped with compute (spec section 4)."""
 
     def iteration_end(self, batches: Batches, now: float, compute_s: float) -> tuple[float, float]:
+        costs = self.costs
         xfer_end = self._transfers(batches, now, True)
-        end = max(now + compute_s, xfer_end + compute_s / self.costs.num_layers)
+        # + every layer's load/send completion hand-off (sim/calibration.py PD_LAYER_HANDOFF_S)
+        end = max(now + compute_s, xfer_end + compute_s / costs.num_layers) + costs.layer_handoff_s
         return end, end
 
 

@@ -15,11 +15,11 @@ from array import array
 from typing import IO, TYPE_CHECKING, Final, Protocol
 
 from dualpath.sim.links import check_utilisation
-from dualpath.sim.prefill import EARLY_ITERATIONS
 
 if TYPE_CHECKING:
     from dualpath.sim.cluster import Cluster
     from dualpath.sim.config import SimConfig
+    from dualpath.sim.costs import CostCache
     from dualpath.sim.kernel import Kernel
     from dualpath.sim.load_path import LoadPath
     from dualpath.sim.prefill import PrefillUnit
@@ -45,7 +45,13 @@ FIELDS = (
     "t_join",
     "t_done",
 )
-BREAKDOWN = ("queueing", "allocation", "reading", "prefill")
+# TTFT breakdown in the paper's four categories (its figure 12), each the time a request spends in
+# that state; they tile arrival -> first token, so they sum to TTFT (sim/request.py says which
+# timestamps bound each).
+BREAKDOWN = ("scheduling", "allocation", "reading", "prefill")
+# "Early in the run" for the attention balance: iterations that start before the first 5% of the
+# run's requests (agent turns) have their first token.
+EARLY_FRACTION: Final = 0.05
 STOP_WINDOW: Final = 1000  # requests in the online stopping rule's mean TTFT
 
 
@@ -58,6 +64,7 @@ class RunState(Protocol):
     storage: Storage
     load: LoadPath
     prefill_units: list[PrefillUnit]
+    costs: CostCache
     agents: list[Agent]
     agents_left: int
     bpt: int
@@ -84,7 +91,7 @@ class Metrics:
         self._ttft_sum = 0.0
         self._ttst_sum = 0.0
         self._tpot_sum = 0.0
-        self._queueing_sum = 0.0
+        self._scheduling_sum = 0.0
         self._allocation_sum = 0.0
         self._reading_sum = 0.0
         self._prefill_sum = 0.0
@@ -99,6 +106,7 @@ class Metrics:
         self._window_sum = 0.0
         self.stop_ttft_s: float | None = stop_ttft_s
         self.agent_jct = array("d")
+        self.t_first = array("d")  # every finished request's first-token time (the early window)
         self._file: IO[str] | None = None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
@@ -110,11 +118,12 @@ class Metrics:
         self.num_requests += 1
         ttft = req.t_first - req.t_arrive
         self._ttft_sum += ttft
-        self._queueing_sum += req.t_pe - req.t_arrive
+        self._scheduling_sum += req.t_pe - req.t_arrive
         self._allocation_sum += req.t_alloc - req.t_pe
         self._reading_sum += req.t_read - req.t_alloc
         self._prefill_sum += req.t_first - req.t_read
         self._ttft_n += 1
+        self.t_first.append(req.t_first)
         ttst = tpot = math.nan
         if req.gen_len > 1:
             ttst = req.t_join + step_s - req.t_first  # first -> second token (the paper's TTST)
@@ -142,7 +151,7 @@ class Metrics:
             "ttft": self._ttft_sum,
             "ttst": self._ttst_sum,
             "tpot": self._tpot_sum,
-            "queueing": self._queueing_sum,
+            "scheduling": self._scheduling_sum,
             "allocation": self._allocation_sum,
             "reading": self._reading_sum,
             "prefill": self._prefill_sum,
@@ -194,12 +203,13 @@ class Metrics:
             "ttft_breakdown_s": {k: sums[k] / n for k in BREAKDOWN},
             "snic_max_over_avg": _max_over_avg(snic),
             "attn_max_over_avg": attn_sum / attn_n if attn_n else 1.0,
-            "attn_max_over_avg_early": _early_attn(sim),
+            "attn_max_over_avg_early": _early_attn(sim, self.t_first),
             "bytes": cluster.bytes_by_class(),
             "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
             "events": sim.kernel.events,
             "sim_time_s": sim.kernel.now_s,
             "stopped": self.stopped_reason or None,
+            "cost_model": sim.costs.source,
             **(
                 {
                     "latency": {
@@ -233,9 +243,26 @@ def check_invariants(sim: RunState, metrics: Metrics) -> None:
         raise AssertionError(f"{sim.agents_left} agents did not finish")
 
 
-def _early_attn(sim: RunState) -> float:
-    total = sum(u.attn_early_sum for u in sim.prefill_units)
-    count = sum(min(u.attn_ratio_n, EARLY_ITERATIONS) for u in sim.prefill_units)
+def early_cutoff_s(t_first: array | list[float], fraction: float = EARLY_FRACTION) -> float:
+    """Time by which the first ``fraction`` of the requests (at least one) had their first token
+    (0.0 without requests)."""
+    if not t_first:
+        return 0.0
+    k = max(1, math.ceil(fraction * len(t_first)))
+    return sorted(t_first)[k - 1]
+
+
+def _early_attn(sim: RunState, t_first: array) -> float:
+    """Mean attention max/avg over the multi-GPU PE iterations that start by :func:`early_cutoff_s`
+    (1.0 when there are none: single-GPU units, or no request finished)."""
+    cutoff = early_cutoff_s(t_first)
+    total, count = 0.0, 0
+    for unit in sim.prefill_units:
+        for t, ratio in zip(unit.attn_t, unit.attn_ratio):
+            if t > cutoff:
+                break
+            total += ratio
+            count += 1
     return total / count if count else 1.0
 
 

@@ -11,18 +11,15 @@ two timing methods and the driver's ``on_done``.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dualpath.sim.kernel import PRIO_COMPLETE, Kernel
 
 if TYPE_CHECKING:
     from dualpath.sim.costs import CostCache
     from dualpath.sim.request import Req
-
-# Attention balance "early in the run" (the paper's 1.06): the first iterations, when every PE is
-# saturated by the agents' first turns.
-EARLY_ITERATIONS: Final = 100
 
 
 class PeState:
@@ -76,7 +73,10 @@ class PrefillUnit:
         self.busy = False
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
-        self.attn_early_sum = 0.0
+        # start time and attention max/avg of every multi-GPU iteration (sim/metrics.py picks the
+        # early ones: those before the first 5% of the run's requests had their first token)
+        self.attn_t = array("d")
+        self.attn_ratio = array("d")
 
     def kick(self) -> None:
         """A request became ready on one of this unit's GPUs: start iterating if idle."""
@@ -108,8 +108,8 @@ class PrefillUnit:
             ratio = max(attn) * len(attn) / sum(attn)
             self.attn_ratio_sum += ratio
             self.attn_ratio_n += 1
-            if self.attn_ratio_n <= EARLY_ITERATIONS:
-                self.attn_early_sum += ratio
+            self.attn_t.append(self.kernel.now_s)
+            self.attn_ratio.append(ratio)
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
         end, kv_at = self.load.iteration_end(batches, now, compute_s)

@@ -1,8 +1,9 @@
 """Simulated requests (one agent turn each) and agents. Mutable, slotted, owned by the driver.
 
-Times are simulated seconds; ``nan`` until the stage happens. TTFT breakdown (spec section 10):
-queueing = arrival -> PE assigned (DE and PE queues), allocation = PE assigned -> every DRAM-buffer
-claim admitted, reading = claims admitted -> KV read done, prefill = read done -> first token.
+Times are simulated seconds; ``nan`` until the stage happens. TTFT breakdown (the paper's figure 12
+categories, sim/metrics.py): scheduling = arrival -> PE assigned (the global and DE queues and the
+fetch cadence), allocation = PE assigned -> every DRAM-buffer claim admitted, reading = claims
+admitted -> KV read done, prefill = read done -> first token (waiting for a PE batch included).
 """
 
 from __future__ import annotations

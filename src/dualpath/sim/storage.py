@@ -47,8 +47,20 @@ class Storage:
     """Per-node buffer gates (``gates[node_id]``: the FIFO of claims waiting for room) and storage
     traffic. ``bytes_read`` is checked against hit tokens."""
 
-    def __init__(self, kernel: Kernel, nodes: list[Node], kv_bytes_per_token: int) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        nodes: list[Node],
+        kv_bytes_per_token: int,
+        *,
+        read_latency_s: float = 0.0,
+        alloc_s: float = 0.0,
+    ) -> None:
+        """``read_latency_s``: per-read storage latency on top of bandwidth; ``alloc_s``: time to
+        allocate an admitted claim's buffer room before its read starts (sim/calibration.py)."""
         self.kernel = kernel
+        self.read_latency_s = read_latency_s
+        self.alloc_s = alloc_s
         self.nodes = nodes
         self.bpt = kv_bytes_per_token
         self.bytes_read = 0.0
@@ -101,12 +113,13 @@ class Storage:
             node.buffer_used += claim.nbytes
             if node.buffer_used > self.peak_buffer[node.node_id]:
                 self.peak_buffer[node.node_id] = node.buffer_used
-            claim.req.t_alloc = self.kernel.now_s
+            start = self.kernel.now_s + self.alloc_s
+            claim.req.t_alloc = start
             if claim.on_admit is not None:
                 claim.on_admit(claim.req)
             if claim.read_tokens > 0:
                 nbytes = claim.read_tokens * self.bpt
-                end = transfer2(node.snic, node.dram, nbytes, self.kernel.now_s)
+                end = transfer2(node.snic, node.dram, nbytes, start) + self.read_latency_s
                 node.snic_read_bytes += nbytes
                 self.bytes_read += nbytes
                 self.kernel.call_at(end, partial(self._read_done, node, claim), PRIO_COMPLETE)

@@ -1,0 +1,100 @@
+"""The simulator's step times: the cost model as is (no per-token multipliers), the measured kernel
+tables when present, the roofline (said so) when not; fixed per-step terms added once."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import dualpath
+from dualpath.core.errors import ConfigError
+from dualpath.core.paths import DATA_DIR_ENV, data_dir
+from dualpath.cost import make_cost_model
+from dualpath.cost.tables import perf_db_dir
+from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
+from dualpath.sim.config import SimConfig, get_system
+from dualpath.sim.costs import CostCache
+from dualpath.sim.harness.runner import run_one
+from dualpath.spec.hardware import get_gpu
+from dualpath.spec.models import MODELS
+
+SRC = Path(dualpath.__file__).parent
+
+
+def _has_tables() -> bool:
+    try:
+        perf_db_dir(data_dir(), "h100")
+    except Exception:
+        return False
+    return True
+
+
+needs_tables = pytest.mark.skipif(
+    not _has_tables(), reason=f"kernel tables not found: set {DATA_DIR_ENV} to the shared data folder"
+)
+
+
+def test_time_scale_multipliers_are_gone_from_the_code() -> None:
+    names = {f for f in Calibration.__dataclass_fields__}
+    assert not {"prefill_time_scale", "decode_time_scale"} & names
+    pattern = re.compile(r"(PREFILL|DECODE)_TIME_SCALE|(prefill|decode)_time_scale|_(prefill|decode)_scale")
+    hits = [str(p) for p in SRC.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert hits == []
+
+
+def _cache(name: str, model: str = "deepseek-v3.2", pe: int = 16, de: int = 32, **kw) -> CostCache:
+    return CostCache(
+        MODELS[model], get_gpu("h100"), name=name, pe_ep_size=pe, de_ep_size=de, num_gpus_per_node=8, **kw
+    )
+
+
+def test_steps_are_the_cost_model_plus_the_fixed_terms() -> None:
+    cal = DEFAULT_CALIBRATION
+    cache = _cache("roofline")
+    model = MODELS["deepseek-v3.2"]
+    de = make_cost_model("roofline", get_gpu("h100"), ep_size=32, num_gpus_per_node=8)
+    lens = [8192 + 512] * 16
+    fixed = cal.decode_step_overhead_s + model.num_moe_layers * cal.ep_layer_latency_rdma_s
+    assert cache.decode_step_s(16, 16 * 8704) == pytest.approx(de.decode_step_time_s(model, lens) + fixed)
+    pe_fixed = cal.prefill_iter_overhead_s + model.num_moe_layers * cal.ep_layer_latency_rdma_s
+    assert cache.iteration_s(0.01) == pytest.approx(0.01 * model.num_layers + pe_fixed)
+    # an EP group inside one node pays the NVLink latency; no EP, none
+    small = _cache("roofline", "ds-27b", 8, 8)
+    assert small.describe()["decode_fixed_s"] == pytest.approx(
+        cal.decode_step_overhead_s + MODELS["ds-27b"].num_moe_layers * cal.ep_layer_latency_nvlink_s
+    )
+    dense = _cache("roofline", "qwen2.5-32b", 1, 1)
+    assert dense.describe()["decode_fixed_s"] == pytest.approx(cal.decode_step_overhead_s)
+
+
+def test_without_tables_the_roofline_runs_and_says_why(
+    monkeypatch, tmp_path, make_cluster, make_trajectories
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    cache = _cache("auto")
+    assert cache.source.startswith("roofline (auto: calibrated unavailable") and DATA_DIR_ENV in cache.source
+    with pytest.raises(ConfigError):  # asked for by name, the tables must be there
+        _cache("calibrated")
+    res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
+    assert res["cost_model"].startswith("roofline")
+
+
+def test_tp_engines_run_the_roofline() -> None:
+    cache = _cache("auto", "qwen2.5-32b", 1, 1, tp_size=2)
+    assert cache.source.startswith("roofline (calibrated not used") and "TP-2" in cache.source
+
+
+@needs_tables
+def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -> None:
+    cache = _cache("auto")
+    assert cache.source == "calibrated"
+    # decode grows with the batch (measured MoE and attention kernels)
+    steps = [cache.decode_step_s(b, b * 32768) for b in (1, 8, 32, 64)]
+    assert steps == sorted(steps) and steps[-1] > steps[0]
+    cov = cache.describe()["decode"]["coverage"]  # filled as ops are first looked up
+    assert "generation_mla_perf" in cov["deepseek-v3.2/decode_attn"]
+    assert "moe_perf" in cov["deepseek-v3.2/moe"]
+    res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
+    assert res["cost_model"] == "calibrated"
