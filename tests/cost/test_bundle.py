@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dualpath.core.errors import ConfigError
 from dualpath.core.paths import DATA_DIR_ENV
 from dualpath.cost import make_cost_model
 from dualpath.cost.bundle import BUNDLED_GPUS, build_one
@@ -55,6 +56,15 @@ def test_without_pyarrow_or_data_dir_the_bundle_gives_measured_times(monkeypatch
     assert 0 < decode_s < prefill_s
     notes = cost.describe()["coverage"]  # type: ignore[attr-defined]
     assert notes["deepseek-v3.2/moe"].startswith("moe_perf") and "generation_mla_perf" in str(notes)
+
+
+def test_unbundled_parquet_without_pyarrow_names_the_extra(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / PERF_DB / "gb200").mkdir(parents=True)  # tables there, none bundled
+    _no_pyarrow(monkeypatch)
+    with pytest.raises(ConfigError, match=r"pip install 'dualpath\[calibrated\]'"):
+        open_tables("gb200", tmp_path)
+    bundled = open_tables("h100_sxm", tmp_path)  # no H100 tables in the folder: the bundle
+    assert bundled.bundled and bundled.origin == "bundled h100_sxm.npz"
 
 
 @pytest.mark.parametrize("gpu", BUNDLED_GPUS)
