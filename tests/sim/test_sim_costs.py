@@ -1,5 +1,6 @@
 """The simulator's step times: the cost model as is (no per-token multipliers), the measured kernel
-tables when present, the roofline (said so) when not; fixed per-step terms added once."""
+tables (a data folder's or the bundled ones), the roofline (said so) for a GPU without them; fixed
+per-step terms added once."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import pytest
 
 import dualpath
 from dualpath.core.errors import ConfigError
-from dualpath.core.paths import DATA_DIR_ENV, data_dir
+from dualpath.core.paths import DATA_DIR_ENV
 from dualpath.cost import make_cost_model
-from dualpath.cost.tables import perf_db_dir
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.costs import CostCache
@@ -21,19 +21,6 @@ from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import MODELS
 
 SRC = Path(dualpath.__file__).parent
-
-
-def _has_tables() -> bool:
-    try:
-        perf_db_dir(data_dir(), "h100")
-    except Exception:
-        return False
-    return True
-
-
-needs_tables = pytest.mark.skipif(
-    not _has_tables(), reason=f"kernel tables not found: set {DATA_DIR_ENV} to the shared data folder"
-)
 
 
 def test_time_scale_multipliers_are_gone_from_the_code() -> None:
@@ -92,7 +79,6 @@ def test_tp_engines_run_the_roofline() -> None:
     assert cache.source.startswith("roofline (calibrated not used") and "TP-2" in cache.source
 
 
-@needs_tables
 def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -> None:
     cache = _cache("auto")
     assert cache.source.startswith("calibrated (")
