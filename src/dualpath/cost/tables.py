@@ -57,8 +57,8 @@ def open_tables(perf_db: str, data_dir: str | Path | None = None) -> PerfTables:
     raise ConfigError(
         "data_dir",
         str(root),
-        f"no measured kernel tables for {perf_db!r} (none bundled; set {DATA_DIR_ENV} or pass "
-        "data_dir=; h100/h200 have full tables, b200 attention and MoE only)",
+        f"no measured kernel tables for {perf_db!r} (the package bundles h100_sxm, h200_sxm and "
+        f"b200_sxm; for others set {DATA_DIR_ENV} or pass data_dir=)",
     )
 
 
