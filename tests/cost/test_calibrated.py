@@ -144,13 +144,17 @@ def test_calibrated_close_to_roofline_and_monotonic(h100, cal16, roofline_ep16, 
 
 def test_missing_data_is_a_config_error(h100, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     shipped = resolve_data_dir()  # tests/data (tests/conftest.py)
+    a100 = get_gpu("a100")  # no tables in a data folder, none bundled
     with pytest.raises(ConfigError, match=str(tmp_path)):
-        make_cost_model("calibrated", h100, data_dir=tmp_path)
+        make_cost_model("calibrated", a100, data_dir=tmp_path)
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="nowhere"):
-        make_cost_model("calibrated", h100)
+        make_cost_model("calibrated", a100)
+    # H100 tables are bundled: a data folder without them falls back to the archive
+    assert make_cost_model("calibrated", h100).tables.bundled  # type: ignore[attr-defined]
     monkeypatch.setenv(DATA_DIR_ENV, str(shipped))
-    assert make_cost_model("calibrated", h100).name == "calibrated"
+    cost = make_cost_model("calibrated", h100)
+    assert cost.name == "calibrated" and not cost.tables.bundled  # type: ignore[attr-defined]
 
 
 def test_frame_select_and_mask(h100_tables) -> None:  # type: ignore[no-untyped-def]

@@ -115,8 +115,15 @@ def test_moe_layout_stands_in_at_equal_gpu_count(reference_data: Path) -> None:
     assert t.source.startswith("table moe_perf fp8_block tp4 ep2 for tp8 ep1")
 
 
-def test_no_tables_falls_back_to_roofline_and_says_why(tmp_path: Path) -> None:
+def test_a_data_dir_without_tables_uses_the_bundled_ones(tmp_path: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), tmp_path)
+    assert kt.tables is not None and kt.tables.bundled
+    assert kt.describe()["origin"] == "bundled h100_sxm.npz" and "trtllm" in kt.describe()["gemm"]
+    assert kt.gemm(128, 4096, 4096, "bfloat16").source.startswith("table gemm_perf")
+
+
+def test_no_tables_falls_back_to_roofline_and_says_why(tmp_path: Path) -> None:
+    kt = KernelTables.load(get_system("gb200"), tmp_path)  # none in the folder, none bundled
     t = kt.gemm(128, 4096, 4096, "bfloat16")
     assert t.time_s > 0 and t.source.startswith("roofline:") and "DUALPATH_DATA_DIR" in t.source
     a = kt.generation_attention(batch=8, kv_len=1000, heads=8, kv_heads=2, head_dim=128, kv_dtype="fp8")

@@ -71,8 +71,14 @@ def test_more_tp_lowers_batch_one_tpot() -> None:
     assert tp4.tpot_s < tp1.tpot_s
 
 
-def test_without_tables_every_op_says_roofline(tmp_path: Path) -> None:
+def test_a_data_dir_without_tables_reads_the_bundled_ones(tmp_path: Path) -> None:
     p = predict(_agg(system="h200_sxm"), data_dir=tmp_path)
+    assert p.source["mlp_gemm"].startswith("table gemm_perf")
+    assert p.source["attn_generation"].startswith("table generation_attention_perf")
+
+
+def test_without_tables_every_op_says_roofline(tmp_path: Path) -> None:
+    p = predict(_agg(system="gb200"), data_dir=tmp_path)  # none in the folder, none bundled
     assert p.ttft_s > 0 and p.tpot_s > 0
     assert "attn_context" in p.fallback_ops and "mlp_gemm" in p.fallback_ops
     assert "DUALPATH_DATA_DIR" in p.source["mlp_gemm"]

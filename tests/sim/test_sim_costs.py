@@ -1,5 +1,6 @@
 """The simulator's step times: the cost model as is (no per-token multipliers), the measured kernel
-tables when present, the roofline (said so) when not; fixed per-step terms added once."""
+tables (a data folder's or the bundled ones), the roofline (said so) for a GPU without them; fixed
+per-step terms added once."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import pytest
 
 import dualpath
 from dualpath.core.errors import ConfigError
-from dualpath.core.paths import DATA_DIR_ENV, data_dir
+from dualpath.core.paths import DATA_DIR_ENV
 from dualpath.cost import make_cost_model
-from dualpath.cost.tables import perf_db_dir
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.costs import CostCache
@@ -23,19 +23,6 @@ from dualpath.spec.models import MODELS
 SRC = Path(dualpath.__file__).parent
 
 
-def _has_tables() -> bool:
-    try:
-        perf_db_dir(data_dir(), "h100")
-    except Exception:
-        return False
-    return True
-
-
-needs_tables = pytest.mark.skipif(
-    not _has_tables(), reason=f"kernel tables not found: set {DATA_DIR_ENV} to the shared data folder"
-)
-
-
 def test_time_scale_multipliers_are_gone_from_the_code() -> None:
     names = {f for f in Calibration.__dataclass_fields__}
     assert not {"prefill_time_scale", "decode_time_scale"} & names
@@ -44,9 +31,11 @@ def test_time_scale_multipliers_are_gone_from_the_code() -> None:
     assert hits == []
 
 
-def _cache(name: str, model: str = "deepseek-v3.2", pe: int = 16, de: int = 32, **kw) -> CostCache:
+def _cache(
+    name: str, model: str = "deepseek-v3.2", pe: int = 16, de: int = 32, gpu: str = "h100", **kw
+) -> CostCache:
     return CostCache(
-        MODELS[model], get_gpu("h100"), name=name, pe_ep_size=pe, de_ep_size=de, num_gpus_per_node=8, **kw
+        MODELS[model], get_gpu(gpu), name=name, pe_ep_size=pe, de_ep_size=de, num_gpus_per_node=8, **kw
     )
 
 
@@ -69,16 +58,20 @@ def test_steps_are_the_cost_model_plus_the_fixed_terms() -> None:
     assert dense.describe()["decode_fixed_s"] == pytest.approx(cal.decode_step_overhead_s)
 
 
-def test_without_tables_the_roofline_runs_and_says_why(
-    monkeypatch, tmp_path, make_cluster, make_trajectories
-) -> None:
+def test_without_tables_the_roofline_runs_and_says_why(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
-    cache = _cache("auto")
+    cache = _cache("auto", gpu="a100")  # no tables in the data folder, none bundled
     assert cache.source.startswith("roofline (auto: calibrated unavailable") and DATA_DIR_ENV in cache.source
     with pytest.raises(ConfigError):  # asked for by name, the tables must be there
-        _cache("calibrated")
+        _cache("calibrated", gpu="a100")
+
+
+def test_a_bare_clone_runs_the_bundled_tables(monkeypatch, tmp_path, make_cluster, make_trajectories) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))  # a data folder without kernel tables
+    cache = _cache("auto")
+    assert cache.source == "calibrated (bundled h100_sxm.npz)"
     res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
-    assert res["cost_model"].startswith("roofline")
+    assert res["cost_model"] == "calibrated (bundled h100_sxm.npz)"
 
 
 def test_tp_engines_run_the_roofline() -> None:
@@ -86,10 +79,9 @@ def test_tp_engines_run_the_roofline() -> None:
     assert cache.source.startswith("roofline (calibrated not used") and "TP-2" in cache.source
 
 
-@needs_tables
 def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -> None:
     cache = _cache("auto")
-    assert cache.source == "calibrated"
+    assert cache.source.startswith("calibrated (")
     # decode grows with the batch (measured MoE and attention kernels)
     steps = [cache.decode_step_s(b, b * 32768) for b in (1, 8, 32, 64)]
     assert steps == sorted(steps) and steps[-1] > steps[0]
@@ -97,4 +89,4 @@ def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -
     assert "generation_mla_perf" in cov["deepseek-v3.2/decode_attn"]
     assert "moe_perf" in cov["deepseek-v3.2/moe"]
     res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
-    assert res["cost_model"] == "calibrated"
+    assert res["cost_model"].startswith("calibrated (")

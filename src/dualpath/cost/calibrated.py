@@ -36,8 +36,7 @@ from dualpath.cost.tables import (
     PerfTables,
     Surface,
     curve_from_rows,
-    perf_db_dir,
-    resolve_data_dir,
+    open_tables,
     select,
 )
 from dualpath.spec.model_spec import causal_kv_sum
@@ -62,9 +61,9 @@ class CalibratedCostModel(RooflineCostModel):
     def load(
         cls, *, gpu: GPUSpec, config: CostConfig, data_dir: str | Path | None = None
     ) -> CalibratedCostModel:
-        """Open ``gpu``'s tables (lazily read); ConfigError naming the path if they are absent."""
-        root = perf_db_dir(resolve_data_dir(data_dir), gpu.name)
-        return cls(gpu=gpu, config=config, tables=PerfTables(root))
+        """Open ``gpu``'s tables (lazily read): the data folder's, else the bundled ones
+        (cost/tables.py ``open_tables``); ConfigError naming the path if neither has them."""
+        return cls(gpu=gpu, config=config, tables=open_tables(f"{gpu.name}_sxm", data_dir))
 
     # ---- table bindings (built once per model and op) ---------------------------------------
     def _lookup(self, model: ModelSpec, op: str) -> Lookup:
@@ -207,6 +206,6 @@ class CalibratedCostModel(RooflineCostModel):
 
     def describe(self) -> dict[str, object]:
         info = RooflineCostModel.describe(self)
-        info["tables"] = str(self.tables.root)
+        info["tables"] = self.tables.origin
         info["coverage"] = dict(sorted(self.notes.items()))
         return info

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dualpath.core.errors import ConfigError
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, Efficiency, roofline_s
 from dualpath.cost.grid import Grid
-from dualpath.cost.tables import EXTRA_HINT, PERF_DB, PerfTables, resolve_data_dir, select
+from dualpath.cost.tables import PerfTables, open_tables, select
 from dualpath.spec.systems import SystemSpec
 
 DTYPE_BYTES = {
@@ -85,27 +86,24 @@ class KernelTables:
 
     @classmethod
     def load(cls, system: SystemSpec, data_dir: str | Path | None = None) -> KernelTables:
-        import importlib.util
-
-        root = resolve_data_dir(data_dir) / PERF_DB / system.perf_db
-        if importlib.util.find_spec("pyarrow") is None:
-            return cls(
-                system=system, tables=None, missing=f"reading kernel tables needs pyarrow: {EXTRA_HINT}"
-            )
-        if not root.is_dir():
-            return cls(
-                system=system, tables=None, missing=f"no kernel tables at {root} (set DUALPATH_DATA_DIR)"
-            )
-        return cls(system=system, tables=PerfTables(root))
+        """The data folder's tables, else the bundled ones (cost/tables.py ``open_tables``);
+        none (every op by roofline, ``missing`` says why) when neither has ``system``'s."""
+        try:
+            return cls(system=system, tables=open_tables(system.perf_db, data_dir))
+        except ConfigError as exc:
+            return cls(system=system, tables=None, missing=str(exc))
 
     def describe(self) -> dict[str, str]:
-        """Which framework and version each op folder's tables were collected with."""
+        """Which framework and version each op's tables were collected with, and their origin."""
         if self.tables is None:
             return {"all": self.missing}
-        out = {}
-        for op_dir in sorted(p for p in self.tables.root.iterdir() if p.is_dir()):
-            versions = sorted(op_dir.glob("*/*"))
-            out[op_dir.name] = ", ".join(f"{v.parent.name} {v.name}" for v in versions)
+        versions: dict[str, list[str]] = {}
+        for op, framework, version, _ in self.tables.listing():
+            entry = f"{framework} {version}"
+            if entry not in versions.setdefault(op, []):
+                versions[op].append(entry)
+        out = {op: ", ".join(entries) for op, entries in versions.items()}
+        out["origin"] = self.tables.origin
         return out
 
     # ---- table access ------------------------------------------------------------------------

@@ -4,14 +4,18 @@ Layout: ``<data>/hardware/aiconfigurator-perf-db/<gpu>_sxm/<op>/<framework>/<ver
 with ``latency`` in milliseconds (converted to seconds here). NCCL ``message_size`` is an element
 count (a ``half`` row at N elements matches an ``int8`` row at 2N), so bytes = size x dtype bytes.
 
-A table is read with pyarrow (the ``calibrated`` extra) into a :class:`Frame` of numpy columns; no
-pandas. Only the calibrated cost model reads tables, so the base install does not need pyarrow.
+A table is read with pyarrow (the ``calibrated`` extra) into a :class:`Frame` of numpy columns (strings
+as fixed-width unicode); no pandas. The package also ships the H100/H200/B200 tables as numpy archives
+(``cost/data/<gpu>_sxm.npz``, made by ``python -m dualpath.cost.bundle build``), read with numpy
+alone: :func:`open_tables` uses a data folder's parquet tables when it has them (and pyarrow is
+installed), else the bundled ones, so every install gets the same step times.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +25,49 @@ import numpy as np
 
 from dualpath.core.errors import ConfigError
 from dualpath.core.paths import DATA_DIR_ENV
-from dualpath.core.paths import data_dir as resolve_data_dir  # noqa: F401 (the name cost callers use)
+from dualpath.core.paths import data_dir as resolve_data_dir
 
 PERF_DB = Path("hardware") / "aiconfigurator-perf-db"
+BUNDLE_DIR = Path(__file__).resolve().parent / "data"  # the shipped <gpu>_sxm.npz archives
 MS = 1e-3
-_FRAMES: dict[Path, Frame] = {}  # parquet path -> Frame, shared by every PerfTables (read-only)
+_FRAMES: dict[str, Frame] = {}  # table file (or archive/key) -> Frame, shared by all (read-only)
+_LISTINGS: dict[Path, list[tuple[str, str, str, str]]] = {}  # tables root -> its tables
 EXTRA_HINT = "pip install 'dualpath[calibrated]'"
+
+
+def bundled_path(perf_db: str) -> Path:
+    """The shipped archive of ``perf_db``'s tables (``h100_sxm`` -> ``cost/data/h100_sxm.npz``)."""
+    return BUNDLE_DIR / f"{perf_db}.npz"
+
+
+def open_tables(perf_db: str, data_dir: str | Path | None = None) -> PerfTables:
+    """``perf_db``'s tables: the data folder's parquet (``data_dir``, else ``$DUALPATH_DATA_DIR``,
+    else ``../shared/data``) when it has them and pyarrow can read them, else the bundled archive;
+    ConfigError naming the path (or the extra) when neither is there."""
+    root = resolve_data_dir(data_dir) / PERF_DB / perf_db
+    bundle = bundled_path(perf_db)
+    if root.is_dir():
+        if _have_pyarrow():
+            return PerfTables(root)
+        if bundle.is_file():
+            return PerfTables(bundle, note=f"pyarrow not installed to read {root}")
+        raise ConfigError("kernel tables", str(root), f"reading them needs pyarrow: {EXTRA_HINT}")
+    if bundle.is_file():
+        return PerfTables(bundle)
+    raise ConfigError(
+        "data_dir",
+        str(root),
+        f"no measured kernel tables for {perf_db!r} (the package bundles h100_sxm, h200_sxm and "
+        f"b200_sxm; for others set {DATA_DIR_ENV} or pass data_dir=)",
+    )
+
+
+def _have_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def perf_db_dir(data_dir: Path, gpu_name: str) -> Path:
@@ -72,27 +113,79 @@ def read_table(path: Path) -> Frame:
             "kernel table", str(path), f"reading kernel tables needs pyarrow: {EXTRA_HINT}"
         ) from None
     table = pq.read_table(path)
-    return Frame({name: table.column(name).to_numpy() for name in table.column_names})
+    return Frame({name: _column(table.column(name).to_numpy()) for name in table.column_names})
+
+
+def _column(values: np.ndarray) -> np.ndarray:
+    """Strings (pyarrow gives objects) as fixed-width unicode, as the bundled archives hold them."""
+    return values.astype(str) if values.dtype == object else values
+
+
+def read_bundle(path: Path) -> dict[str, Frame]:
+    """A bundled archive as ``{"<op>/<framework>/<version>/<table>": Frame}`` (numpy only, no
+    pickle); columns in the order the archive holds them."""
+    columns: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(path, allow_pickle=False) as archive:
+        for key in archive.files:
+            table, _, column = key.rpartition("/")
+            columns.setdefault(table, {})[column] = archive[key]
+    return {table: Frame(data) for table, data in columns.items()}
 
 
 @dataclass(frozen=True, slots=True)
 class PerfTables:
-    """Lazily loaded tables of one GPU. ``frame(op, table)`` returns a :class:`Frame` or None.
-    Frames are cached per file for the whole process and must not be mutated."""
+    """Lazily loaded tables of one GPU: ``root`` a folder of parquet tables or a bundled ``.npz``.
+    ``frame(op, table)`` returns a :class:`Frame` or None (the newest framework/version when
+    several). Frames are cached per table for the whole process and must not be mutated."""
 
     root: Path
+    note: str = ""  # why the bundle is used although a data folder has tables
 
-    def path(self, op: str, table: str) -> Path | None:
-        hits = sorted((self.root / op).glob(f"*/*/{table}.parquet"))
-        return hits[-1] if hits else None
+    @property
+    def bundled(self) -> bool:
+        return self.root.suffix == ".npz"
+
+    @property
+    def origin(self) -> str:
+        """Where the tables come from, for results: the bundle or the data folder."""
+        if self.bundled:
+            return f"bundled {self.root.name}" + (f" ({self.note})" if self.note else "")
+        return f"data dir {self.root}"
+
+    def listing(self) -> list[tuple[str, str, str, str]]:
+        """Every table as ``(op, framework, version, table)``, sorted (cached per root)."""
+        if self.root not in _LISTINGS:
+            _LISTINGS[self.root] = self._list()
+        return _LISTINGS[self.root]
+
+    def _list(self) -> list[tuple[str, str, str, str]]:
+        if self.bundled:
+            names = {name.rpartition("/")[0] for name in _archive_names(self.root)}
+            return sorted(tuple(name.split("/")) for name in names)  # type: ignore[misc]
+        return sorted(
+            (*p.relative_to(self.root).parent.parts, p.stem)  # type: ignore[misc]
+            for p in self.root.glob("*/*/*/*.parquet")
+        )
 
     def frame(self, op: str, table: str) -> Frame | None:
-        path = self.path(op, table)
-        if path is None:
+        hits = [t for t in self.listing() if t[0] == op and t[3] == table]
+        if not hits:
             return None
-        if path not in _FRAMES:
-            _FRAMES[path] = read_table(path)
-        return _FRAMES[path]
+        name = "/".join(hits[-1])
+        key = f"{self.root}:{name}"
+        if key not in _FRAMES:
+            if self.bundled:
+                for other, frame in read_bundle(self.root).items():
+                    _FRAMES.setdefault(f"{self.root}:{other}", frame)
+            else:
+                _FRAMES[key] = read_table(self.root / f"{name}.parquet")
+        return _FRAMES[key]
+
+
+def _archive_names(path: Path) -> list[str]:
+    """The column keys of an archive (its ``.npy`` member names), without reading the arrays."""
+    with zipfile.ZipFile(path) as archive:
+        return [name.removesuffix(".npy") for name in archive.namelist()]
 
 
 def select(frame: Any, **equal: object) -> Any:

@@ -2,9 +2,9 @@
 
 The step times are the cost model's as is: by default ``calibrated``, the measured kernel tables
 (cost/calibrated.py: GEMM, MLA / attention, MoE per GPU, interpolated over their grids, the
-roofline only for an op no table covers, each op's source in ``describe()["coverage"]``). Without
-the tables (a bare clone: no ``$DUALPATH_DATA_DIR``) the roofline model runs instead and
-``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
+roofline only for an op no table covers, each op's source in ``describe()["coverage"]``): a data
+folder's tables, else the ones the package bundles (H100/H200/B200), ``source`` says which. For
+a GPU with neither the roofline model runs instead and ``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
 stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
 the EP all-to-all latency of a group (RDMA when it spans nodes, NVLink inside one).
 
@@ -99,6 +99,9 @@ class CostCache:
                 raise
             self.source = f"roofline (auto: {name} unavailable: {exc})"
             self._make("roofline", model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node)
+        tables = getattr(self.pe_cost, "tables", None)
+        if tables is not None:  # the kernel tables' origin: the bundled archive or a data folder
+            self.source = f"{self.source} ({tables.origin})"
         moe_layers = model.num_moe_layers
         self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
             pe_ep_size, num_gpus_per_node, cal
