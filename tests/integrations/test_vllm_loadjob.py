@@ -12,21 +12,14 @@ from dualpath.integrations.vllm.loadjob import LoadJob
 from dualpath.integrations.vllm.settings import ConnectorSettings
 from dualpath.runtime.kvstore import BlockLayout, BlockStore, TokenBucket
 from dualpath.runtime.kvstore.files import block_path
-from dualpath.runtime.kvstore.layout import chain_hashes
+
+from .conftest import filled_store
 
 LAYOUT = BlockLayout(num_layers=3, kv_bytes_per_token_layer=8, block_size=4)
 
 
 def _store(tmp_path: Path, tokens: list[int]) -> tuple[BlockStore, list[str], list[np.ndarray]]:
-    store = BlockStore(tmp_path / "kv", LAYOUT, capacity_bytes=None)
-    hashes = chain_hashes(tokens, LAYOUT.block_size)
-    rng = np.random.default_rng(0)
-    blocks = []
-    for i, h in enumerate(hashes):
-        data = rng.integers(0, 256, LAYOUT.full_block_bytes, dtype=np.uint8)
-        assert store.write_full(h, hashes[i - 1] if i else None, tokens[4 * i : 4 * i + 4], data)
-        blocks.append(data)
-    return store, hashes, blocks
+    return filled_store(tmp_path, tokens, LAYOUT, seed=0)
 
 
 def test_every_layer_of_every_hit_block_arrives_intact(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from dualpath.runtime.kvstore.files import block_path
 from dualpath.runtime.kvstore.layout import chain_hashes
 from dualpath.runtime.server.run import BackgroundServer
 
+from .conftest import filled_store
+
 LAYOUT = BlockLayout(num_layers=3, kv_bytes_per_token_layer=8, block_size=4)
 P = Instance(role="prefill", node_id=0, url="http://p", agent_url="http://a0")
 D1 = Instance(role="decode", node_id=1, url="http://d1", agent_url="http://a1")
@@ -31,15 +33,7 @@ D2 = Instance(role="decode", node_id=2, url="http://d2", agent_url="http://a2")
 
 
 def _store(tmp_path: Path, tokens: list[int]) -> tuple[BlockStore, list[str], list[np.ndarray]]:
-    store = BlockStore(tmp_path / "kv", LAYOUT, capacity_bytes=None)
-    hashes = chain_hashes(tokens, LAYOUT.block_size)
-    rng = np.random.default_rng(1)
-    blocks = []
-    for i, h in enumerate(hashes):
-        data = rng.integers(0, 256, LAYOUT.full_block_bytes, dtype=np.uint8)
-        assert store.write_full(h, hashes[i - 1] if i else None, tokens[4 * i : 4 * i + 4], data)
-        blocks.append(data)
-    return store, hashes, blocks
+    return filled_store(tmp_path, tokens, LAYOUT, seed=1)
 
 
 def _spec(hashes: list[str], agent_url: str = "") -> LoadSpec:
