@@ -25,7 +25,9 @@ from dualpath.planner.modes import MODES, mode_spec, parse_modes
 from dualpath.planner.parallel import DECODE_CTX_GRID, PP_DEGREES, TP_DEGREES
 from dualpath.planner.power import power_fit
 from dualpath.planner.run import RunConfig, RunResult, simulate
-from dualpath.planner.search import Counts, Demand, phase1, phase2
+from dualpath.planner.search import Counts, Demand
+from dualpath.planner.search_allocate import phase2
+from dualpath.planner.search_shortlist import phase1
 from dualpath.planner.sigma_batch import SIGMA_RULES
 from dualpath.planner.workloads import AGENTIC_MAXLEN, WORKLOADS, make_requests
 from dualpath.spec.device import BITS
