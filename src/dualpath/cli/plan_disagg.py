@@ -1,7 +1,7 @@
 """``dualpath plan disagg``: the disaggregation planner (ND / PD / AF / PDAF, issue 11).
 
 ``plan disagg`` plans one model; ``sweep``, ``ablate``, ``profile``, ``catalog`` and ``figures`` are
-sub-commands. Every option left out takes its default from :class:`dualpath.planner.api.PlanConfig`
+sub-commands. Every option left out takes its default from :class:`dualpath.planner.config.PlanConfig`
 (options default to None here and are dropped before the config is built). The planner modules are
 imported inside command bodies so ``dualpath plan`` starts fast.
 """
@@ -103,7 +103,7 @@ N2nOpt = Annotated[
 
 def _config(**given: Any) -> Any:
     """A PlanConfig from the options that were given; the rest keep PlanConfig's defaults."""
-    from dualpath.planner.api import PlanConfig
+    from dualpath.planner.config import PlanConfig
 
     kwargs = {k: v for k, v in given.items() if v is not None}
     return PlanConfig(**kwargs)
@@ -361,7 +361,7 @@ def profile_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stage FLOPs and bytes, KV share, arithmetic intensity and roofline position."""
-    from dualpath.planner.api import stage_profile
+    from dualpath.planner.stage_profile import stage_profile
 
     stages = stage_profile(model, io, overrides=parse_sets(sets), precision=precision, catalog=catalog)
     result = {
