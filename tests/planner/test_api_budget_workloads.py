@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from dualpath.core.errors import ConfigError, UnknownNameError
-from dualpath.planner.api import PlanConfig, allowed_precision, plan_disagg, stage_profile
+from dualpath.planner.api import plan_disagg
 from dualpath.planner.budget import BUDGET_SCALE, cheapest_nd, resolve_budget
 from dualpath.planner.catalog import npu_catalog
+from dualpath.planner.config import PlanConfig, allowed_precision
+from dualpath.planner.stage_profile import stage_profile
 from dualpath.planner.workloads import make_requests
 from dualpath.spec.models import get_model
 

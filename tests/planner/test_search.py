@@ -17,7 +17,9 @@ from dualpath.planner.catalog import gpu_catalog, npu_catalog
 from dualpath.planner.modes import MODES, mode_spec
 from dualpath.planner.parallel import Layout
 from dualpath.planner.pools import PoolPlan
-from dualpath.planner.search import Counts, Demand, phase1, phase2, replica_sigma
+from dualpath.planner.search import Counts, Demand, replica_sigma
+from dualpath.planner.search_allocate import phase2
+from dualpath.planner.search_shortlist import phase1
 from dualpath.spec.models import get_model
 
 ALL16 = {s: (16,) for s in ("pa", "pf", "da", "df")}
@@ -220,7 +222,8 @@ def test_leftover_budget_goes_to_the_weakest_pool() -> None:
 def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], leftover: float) -> None:
     """The fast fill hands out exactly the replicas the one-at-a-time rule does (same floats, same
     order), including exact budget ties and leapfrogging near-equal pools."""
-    from dualpath.planner.search import Candidate, _fill
+    from dualpath.planner.search import Candidate
+    from dualpath.planner.search_allocate import _fill
 
     dev = npu_catalog()[0]
     cands = [

@@ -1,22 +1,42 @@
 """``dualpath plan disagg``: the disaggregation planner (ND / PD / AF / PDAF, issue 11).
 
 ``plan disagg`` plans one model; ``sweep``, ``ablate``, ``profile``, ``catalog`` and ``figures`` are
-sub-commands. Every option left out takes its default from :class:`dualpath.planner.api.PlanConfig`
+sub-commands. Every option left out takes its default from :class:`dualpath.planner.config.PlanConfig`
 (options default to None here and are dropped before the config is built). The planner modules are
 imported inside command bodies so ``dualpath plan`` starts fast.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from dualpath.cli._common import print_json
+from dualpath.cli.plan_disagg_opts import (
+    AccOpt,
+    CatalogOpt,
+    EffOpt,
+    JsonOpt,
+    N2nOpt,
+    OutLenOpt,
+    OutOpt,
+    PrecOpt,
+    PricesOpt,
+    RateOpt,
+    ReqOpt,
+    ScaleOpt,
+    SeedOpt,
+    SetOpt,
+    SigmaOpt,
+    TopKOpt,
+    WorkOpt,
+    budget_options,
+    config_from,
+    emit,
+    modes_of,
+    parse_sets,
+)
 from dualpath.cli.plan_disagg_show import (
     progress_lines,
     show_ablate,
@@ -25,149 +45,13 @@ from dualpath.cli.plan_disagg_show import (
     show_profile,
     show_sweep,
 )
-from dualpath.core.errors import ConfigError, require
+from dualpath.core.errors import require
 
 disagg_app = typer.Typer(
     help="Disaggregation planner: when do PD, AF and PDAF beat ND?",
     invoke_without_command=True,
     no_args_is_help=False,
 )
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-OutOpt = Annotated[str | None, typer.Option("--out", help="Folder to write the JSON result into.")]
-CatalogOpt = Annotated[
-    str, typer.Option("--catalog", help="Design space: npu (power budget) or gpu (USD/hour budget).")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        help="Model ablation NAME=VALUE (repeatable): kv_width, kv_lora_rank, active_experts_x, "
-        "total_experts_x, ffn_expansion, dtype_bytes.",
-    ),
-]
-ScaleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--budget-scale",
-        help="Budget = scale x cost of the cheapest ND deployment holding the "
-        "16-bit weights (default: the fitted PlanConfig.budget_scale).",
-    ),
-]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Allocations simulated end to end (default 8).")]
-PrecOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--precision",
-        help="Stage bits: 16, or PA,PF,DA,DF such as 16,8,16,4, or 'search' (with --accuracy-table).",
-    ),
-]
-AccOpt = Annotated[
-    Path | None,
-    typer.Option("--accuracy-table", help="JSON workload -> stage -> allowed bits, for --precision search."),
-]
-ReqOpt = Annotated[int | None, typer.Option("--requests", help="Requests per run (default 500).")]
-RateOpt = Annotated[float | None, typer.Option("--rate", help="Arrival rate, requests/s (default 125).")]
-OutLenOpt = Annotated[
-    int | None,
-    typer.Option("--output-len", help="Output tokens O per request (default 1000); input = O x I/O."),
-]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the request lengths.")]
-WorkOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--workload", help="io (I/O ratio), agentic (synthetic agent turns) or chatbot (Azure trace)."
-    ),
-]
-EffOpt = Annotated[
-    str | None,
-    typer.Option("--efficiency", help="ideal (the paper's Eq. 1) or fitted (the project's H100 values)."),
-]
-PricesOpt = Annotated[
-    Path | None, typer.Option("--prices", help="JSON GPU name -> USD/hour, overriding the dated price table.")
-]
-SigmaOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--sigma",
-        help="Phase-1 score: largest-batch (the issue's rule, default) or batch-aware (a decode "
-        "replica rated at the batch the run's requests give it).",
-    ),
-]
-
-N2nOpt = Annotated[
-    float | None,
-    typer.Option("--n2n-gbs", help="N2N GB/s per device and direction across a pool boundary (default 50)."),
-]
-
-
-def _config(**given: Any) -> Any:
-    """A PlanConfig from the options that were given; the rest keep PlanConfig's defaults."""
-    from dualpath.planner.api import PlanConfig
-
-    kwargs = {k: v for k, v in given.items() if v is not None}
-    return PlanConfig(**kwargs)
-
-
-def parse_sets(items: list[str] | None) -> dict[str, float]:
-    """``["kv_width=4096", ...]`` -> ``{"kv_width": 4096.0}``; ConfigError naming a bad item."""
-    overrides: dict[str, float] = {}
-    for item in items or []:
-        name, sep, text = item.partition("=")
-        require(bool(sep) and bool(name.strip()), "set", item, "expected NAME=VALUE")
-        try:
-            overrides[name.strip()] = float(text)
-        except ValueError:
-            raise ConfigError(f"set {name.strip()}", text, "expected a number") from None
-    return overrides
-
-
-def _modes(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    from dualpath.planner.report import _split
-
-    return tuple(_split(text))
-
-
-def _budget(
-    budget_w: float | None, budget_usd_hr: float | None, budget_scale: float | None
-) -> dict[str, float | None]:
-    given = {
-        k: v
-        for k, v in (
-            ("--budget-w", budget_w),
-            ("--budget-usd-hr", budget_usd_hr),
-            ("--budget-scale", budget_scale),
-        )
-        if v is not None
-    }
-    require(
-        len(given) <= 1,
-        "budget",
-        ", ".join(given),
-        "give at most one of --budget-w, --budget-usd-hr and --budget-scale",
-    )
-    return {"budget_w": budget_w, "budget_usd_hr": budget_usd_hr, "budget_scale": budget_scale}
-
-
-def _write(out: str | None, name: str, obj: dict) -> None:
-    if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, default=str)
-
-
-def _emit(
-    result: dict, json_out: bool, show: Callable[[dict], None], out: str | None = None, name: str = ""
-) -> None:
-    """Write ``result`` to ``out/name`` (with ``--out``), then print it as JSON or as tables."""
-    if name:
-        _write(out, name, result)
-    if json_out:
-        print_json(result)
-    else:
-        show(result)
 
 
 @disagg_app.callback()
@@ -220,12 +104,12 @@ def disagg(
         "--model is required (or use a sub-command: sweep, ablate, profile, catalog, figures)",
     )
     require(io is not None, "io", io, "--io (the input/output length ratio) is required")
-    config = _config(
+    config = config_from(
         model=model,
         catalog=catalog,
         io_ratio=io,
-        modes=_modes(mode),
-        **_budget(budget_w, budget_usd_hr, budget_scale),
+        modes=modes_of(mode),
+        **budget_options(budget_w, budget_usd_hr, budget_scale),
         top_k=top_k,
         precision=precision,
         accuracy_table=accuracy_table,
@@ -248,7 +132,7 @@ def disagg(
 
     with progress_lines(f"planning {config.model}", total=None) as step:
         result = plan_disagg(config, progress=step)
-    _emit(result, json_out, show_plan, out, "plan.json")
+    emit(result, json_out, show_plan, out, "plan.json")
 
 
 @disagg_app.command("sweep")
@@ -279,11 +163,11 @@ def sweep_cmd(
     from dualpath.planner.report import parse_floats, parse_models, sweep
 
     names, ratios = parse_models(models), parse_floats("io", io)
-    base = _config(
+    base = config_from(
         model=names[0],
         catalog=catalog,
         io_ratio=ratios[0],
-        modes=_modes(mode),
+        modes=modes_of(mode),
         budget_scale=budget_scale,
         top_k=top_k,
         precision=precision,
@@ -298,7 +182,7 @@ def sweep_cmd(
     )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
-    _emit(result, json_out, show_sweep, out, f"sweep_{base.catalog}.json")
+    emit(result, json_out, show_sweep, out, f"sweep_{base.catalog}.json")
 
 
 @disagg_app.command("ablate")
@@ -336,7 +220,7 @@ def ablate_cmd(
     )
     points = parse_floats("values", values) if values is not None else ABLATION_VALUES[factor]
     names = parse_models(models)
-    base = _config(
+    base = config_from(
         model=names[0],
         catalog=catalog,
         io_ratio=io,
@@ -348,7 +232,7 @@ def ablate_cmd(
     )
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)
-    _emit(result, json_out, show_ablate, out, f"ablate_{factor}.json")
+    emit(result, json_out, show_ablate, out, f"ablate_{factor}.json")
 
 
 @disagg_app.command("profile")
@@ -361,7 +245,7 @@ def profile_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Stage FLOPs and bytes, KV share, arithmetic intensity and roofline position."""
-    from dualpath.planner.api import stage_profile
+    from dualpath.planner.stage_profile import stage_profile
 
     stages = stage_profile(model, io, overrides=parse_sets(sets), precision=precision, catalog=catalog)
     result = {
@@ -372,7 +256,7 @@ def profile_cmd(
         "overrides": parse_sets(sets),
         "stages": stages,
     }
-    _emit(result, json_out, show_profile)
+    emit(result, json_out, show_profile)
 
 
 @disagg_app.command("catalog")
@@ -385,7 +269,7 @@ def catalog_cmd(
     from dualpath.planner.catalog import catalog_report
 
     result = catalog_report(catalog, prices)
-    _emit(result, json_out, show_catalog)
+    emit(result, json_out, show_catalog)
 
 
 @disagg_app.command("figures")

@@ -54,7 +54,7 @@ def scan(
     **config: Any,
 ) -> list[dict]:
     """One NPU sweep per scale; ``config`` sets other PlanConfig fields (e.g. ``top_k``)."""
-    from dualpath.planner.api import PlanConfig
+    from dualpath.planner.config import PlanConfig
 
     cache = cache or PlanCache()
     points = []

@@ -62,7 +62,7 @@ class FigureGrid:
     sigma: str | None = None
 
     def base(self, catalog: str, model: str, io_ratio: float):  # -> PlanConfig
-        from dualpath.planner.api import PlanConfig
+        from dualpath.planner.config import PlanConfig
 
         given: dict[str, Any] = {
             "num_requests": self.num_requests,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dualpath.core.errors import ConfigError, require
 
 if TYPE_CHECKING:
-    from dualpath.planner.api import PlanConfig
+    from dualpath.planner.config import PlanConfig
 
 # The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
 PAPER_MODELS: tuple[str, ...] = (

@@ -1,0 +1,160 @@
+"""Phase 2 of the search (issue 11 section 6): budget splits, filled and ranked.
+
+**Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
+pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)
+(never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to
+the lowest-sigma pool that still fits. ``sigma_joint = min`` over pools. Besides that rule's pick,
+each split also yields the variants where one pool takes another of its short-listed candidates (so
+a one-pool mode, ND, ranks its whole short list too). Allocations are ranked by sigma_joint (ties:
+lower cost), duplicates dropped. Deterministic: every order has a total tie-break.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from dualpath.planner import sigma_batch
+from dualpath.planner.links import N2N_GBS, n2n_bytes_per_s
+from dualpath.planner.pools import Allocation
+
+if TYPE_CHECKING:
+    from dualpath.planner.modes import ModeSpec
+    from dualpath.planner.search import Candidate, Counts
+
+
+def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
+    """The rule: cheapest candidate reaching sigma >= 1 within the slice, else the highest sigma."""
+    best: tuple[tuple[float, float, int], Candidate, int] | None = None
+    for c in cands:
+        need = max(c.min_dp, math.ceil(1.0 / c.sigma1 - 1e-12))
+        if need * c.replica_cost <= slice_budget * (1 + 1e-12):
+            key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
+            if best is None or key < best[0]:
+                best = (key, c, need)
+    if best is not None:
+        return best[1], best[2]
+    fallback = None
+    for c in cands:
+        d = int(slice_budget * (1 + 1e-12) // c.replica_cost)
+        key2 = (-float(f"{d * c.sigma1:.9g}"), -d * c.sigma_sum, c.order)
+        if d >= c.min_dp and (fallback is None or key2 < fallback[0]):
+            fallback = (key2, c, d)
+    return None if fallback is None else (fallback[1], fallback[2])
+
+
+def _fill(chosen: list[list[object]], leftover: float) -> None:
+    """Hand ``leftover`` out one replica at a time to the lowest-sigma pool that fits (in bulk
+    steps that give the same result). ``chosen`` rows are [candidate, dp], mutated.
+
+    Each round gives the lowest-sigma pool (ties: the lower index) the replicas that lift it just
+    past the next-lowest (or all it can buy when alone); the loop is written out on plain lists
+    because budgets that buy thousands of replicas leapfrog two near-equal pools one replica a
+    round (the floating-point operations are the reference rule's, in its order)."""
+    n = len(chosen)
+    unit = [r[0].replica_cost for r in chosen]  # type: ignore[attr-defined]
+    rate = [r[0].sigma1 for r in chosen]  # type: ignore[attr-defined]
+    dps: list[int] = [r[1] for r in chosen]  # type: ignore[misc]
+    tol = 1 + 1e-12
+    inf = math.inf
+    while True:
+        lim = leftover * tol
+        best = -1
+        low = second = inf
+        for j in range(n):
+            if unit[j] <= lim:
+                sj = dps[j] * rate[j]
+                if best < 0 or sj < low:
+                    if best >= 0 and low < second:
+                        second = low
+                    best, low = j, sj
+                elif sj < second:
+                    second = sj
+        if best < 0:
+            break
+        room = int(lim // unit[best])
+        k = room if second == inf else min(room, int((second - low) / rate[best]) + 1)
+        k = max(1, k)
+        dps[best] += k
+        leftover -= k * unit[best]
+    for row, dp in zip(chosen, dps, strict=True):
+        row[1] = dp
+
+
+def _splits(num_pools: int, grid: int) -> list[tuple[int, ...]]:
+    if num_pools == 1:
+        return [(grid,)]
+    return [s for s in itertools.product(range(1, grid), repeat=num_pools) if sum(s) == grid]
+
+
+def phase2(
+    mode: ModeSpec,
+    shortlists: Mapping[str, Sequence[Sequence[Candidate]]],
+    *,
+    budget: float,
+    grid: int,
+    counts: Counts,
+    sigma_rule: str = "largest-batch",
+    n2n_gbs: float = N2N_GBS,
+) -> list[Allocation]:
+    """Ranked, de-duplicated allocations of ``mode`` (best first)."""
+    batch_aware = sigma_rule == "batch-aware"
+    pick = sigma_batch.pick if batch_aware else _pick
+    fill = sigma_batch.fill if batch_aware else _fill
+    pools = mode.pools
+    seen: dict[tuple[object, ...], Allocation] = {}
+    started: set[tuple[tuple[int, int], ...]] = set()  # many splits start alike
+    for split in _splits(len(pools), grid):
+        slices = [budget * k / grid for k in split]
+        flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
+        base = [pick(f, s) for f, s in zip(flat, slices, strict=True)]
+        if any(b is None for b in base):
+            continue
+        variants: list[list[tuple[Candidate, int]]] = [base]  # type: ignore[list-item]
+        for i, (p, s) in enumerate(zip(pools, slices, strict=True)):
+            for group in shortlists[p.name]:
+                if base[i][0] in group:  # type: ignore[index]
+                    continue
+                other = pick(group, s)
+                if other is not None:
+                    variants.append([*base[:i], other, *base[i + 1 :]])  # type: ignore[list-item]
+        for var in variants:
+            chosen: list[list[object]] = [[c, d] for c, d in var]
+            spent = sum(c.replica_cost * d for c, d in var)
+            if spent > budget * (1 + 1e-9):
+                continue
+            start = tuple((id(c), d) for c, d in var)  # the fill is a function of its start,
+            if start in started:  # so an allocation seen once is already ranked
+                continue
+            started.add(start)
+            fill(chosen, budget - spent)
+            plans = tuple(
+                c.plan(p, d)  # type: ignore[attr-defined]
+                for (c, d), p in zip(chosen, pools, strict=True)
+            )
+            if batch_aware:
+                names = [p.name for p in pools]
+                kvb = mode.kv_boundary
+                coupled = sigma_batch.coupled_sigmas(
+                    names.index(mode.kv_pool.name),
+                    chosen,  # type: ignore[arg-type]
+                    kv_boundary=None if kvb is None else (names.index(kvb[0]), names.index(kvb[1])),
+                    n2n_bps=n2n_bytes_per_s(1, 1, n2n_gbs),
+                )
+                if coupled is not None:
+                    plans = tuple(
+                        dataclasses.replace(p, sigma=x) for p, x in zip(plans, coupled, strict=True)
+                    )
+            cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
+            alloc = Allocation(
+                mode=mode.name, pools=plans, cost=cost, sigma_joint=min(p.sigma for p in plans)
+            )
+            key = alloc.key()
+            if key not in seen:
+                seen[key] = alloc
+    ranked = sorted(seen.values(), key=lambda a: (-float(f"{a.sigma_joint:.9g}"), a.cost, repr(a.key())))
+    counts.allocations_ranked += len(ranked)
+    return ranked
