@@ -16,7 +16,7 @@ import zmq
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.messages import EngineHello, Heartbeat, Progress, Query, Submit, encode
 from dualpath.runtime.transfer import HitsLoaded
-from dualpath.runtime.transfer.zmq_transport import CtlMsg, DataMsg, ItemMeta
+from dualpath.runtime.transfer.zmq_wire import CtlMsg, DataMsg, ItemMeta
 
 DROPPED = "dualpath_messages_dropped_total"
 

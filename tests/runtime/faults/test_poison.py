@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.client import ClusterClient
 from dualpath.runtime.transfer import PrefillDone
-from dualpath.runtime.transfer.zmq_transport import CtlMsg
+from dualpath.runtime.transfer.zmq_wire import CtlMsg
 
 # (label, extra body fields or raw JSON body, status) -- before this change: 503 (engine killed)
 # for the first three, then 503 for every later request; 500 for the last three.

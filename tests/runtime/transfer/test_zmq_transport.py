@@ -175,7 +175,7 @@ def test_marker_layers_and_bad_control_fields_are_dropped_at_decode() -> None:
     import msgspec
     import zmq
 
-    from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta
+    from dualpath.runtime.transfer.zmq_wire import DataMsg, ItemMeta
 
     b = ZmqTransport()
     try:

@@ -30,7 +30,7 @@ from dualpath.runtime.cluster.messages import (
     Tokens,
     encode,
 )
-from dualpath.runtime.cluster.scheduler import SchedulerCore
+from dualpath.runtime.cluster.sched_core import SchedulerCore
 from dualpath.runtime.cluster.state import ClusterState
 
 CLIENT = b"client"

@@ -1,6 +1,6 @@
 """The scheduler service's side of engine liveness: silence turns into a death, a late heartbeat
 into a revival, and a death into what becomes of the lost engine's requests (the rules are the
-policy's, ``policy/recovery.py``). ``SchedulerService`` (``scheduler.py``) inherits it.
+policy's, ``policy/recovery.py``). ``SchedulerCore`` (``sched_core.py``) inherits it.
 """
 
 from __future__ import annotations

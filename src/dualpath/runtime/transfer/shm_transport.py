@@ -24,7 +24,8 @@ import zmq
 
 from dualpath.core.errors import require
 from dualpath.runtime.transfer.base import TransferItem
-from dualpath.runtime.transfer.zmq_transport import DataMsg, ItemMeta, ZmqTransport, payload_view
+from dualpath.runtime.transfer.zmq_transport import ZmqTransport
+from dualpath.runtime.transfer.zmq_wire import DataMsg, ItemMeta, payload_view
 
 
 def _shm_dir() -> Path:

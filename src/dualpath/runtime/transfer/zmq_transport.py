@@ -10,14 +10,8 @@ control messages) into the sink bound to the destination endpoint and sends an a
 means the payload sits in the destination sink. Endpoint names map to transport addresses through
 ``add_route`` (the cluster fills the table from the scheduler's peer list).
 
-Nothing received can stop the receive thread or make it wait on one peer: every header is
-decoded and validated field by field (``DataMsg`` / ``ItemMeta`` / ``CtlMsg`` and the control
-messages' constraints: counts >= 0, layers >= 0 (or ``FULL_BLOCK``), a ``tcp://`` or ``ipc://``
-``reply_to``, bounded strings, one payload frame per item of the stated size, none for control),
-a bad one is dropped and counted in ``drops`` (``runtime/transfer/drops.py``); connecting to a
-``reply_to`` that zmq refuses is a drop, not a crash; acks are sent without blocking (an ack
-a peer cannot take is dropped and counted; its sender's handle times out) and at most
-``MAX_ACK_PEERS`` ack sockets are kept (least recently used closed first).
+The wire format is ``zmq_wire.py``; the receive thread, and why nothing received can stop it,
+``zmq_recv.py``.
 """
 
 from __future__ import annotations
@@ -27,12 +21,9 @@ import queue
 import tempfile
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
-import torch
 import zmq
 
 from dualpath.core.errors import ConfigError
@@ -46,67 +37,13 @@ from dualpath.runtime.transfer.base import (
 )
 from dualpath.runtime.transfer.control import MAX_CONTROLS, Control
 from dualpath.runtime.transfer.drops import DropCounter
-
-MAX_ACK_PEERS = 256
-ACK_HWM = 10_000  # acks queued per peer before one is dropped (never blocking the receive thread)
-_Meta = msgspec.Meta
-_Count = Annotated[int, _Meta(ge=0, le=2**63 - 1)]
-_Name = Annotated[str, _Meta(max_length=256)]
-_ReplyTo = Annotated[str, _Meta(pattern=r"^(tcp://[^\s/]+:[0-9]{1,5}|ipc:///[^\s]+)$", max_length=512)]
-
-
-class ItemMeta(msgspec.Struct, array_like=True, frozen=True):
-    key: Annotated[str, _Meta(min_length=1, max_length=256)]
-    block_index: Annotated[int, _Meta(ge=-1, le=2**31)]
-    layer: Annotated[int, _Meta(ge=-1, le=2**16)]  # -1: FULL_BLOCK
-    num_tokens: _Count
-    token_offset: _Count
-    nbytes: _Count
-    slot: Annotated[int, _Meta(ge=-1, le=2**63 - 1)] = -1  # shm offset (shm transport); -1 = frame
-
-
-class DataMsg(msgspec.Struct, array_like=True, frozen=True, tag="d"):
-    seq: _Count
-    reply_to: _ReplyTo
-    dest: _Name
-    source: _Name
-    items: Annotated[list[ItemMeta], _Meta(max_length=1 << 16)]
-    segment: Annotated[str, _Meta(max_length=1024)] = ""
-
-
-class CtlMsg(msgspec.Struct, array_like=True, frozen=True, tag="c"):
-    """Typed control messages for endpoint ``dest`` (no payload frames)."""
-
-    seq: _Count
-    reply_to: _ReplyTo
-    dest: _Name
-    source: _Name
-    msgs: Annotated[list[Control], _Meta(max_length=MAX_CONTROLS)]
-
-
-class AckMsg(msgspec.Struct, array_like=True, frozen=True, tag="a"):
-    seq: _Count
-    error: Annotated[str, _Meta(max_length=4096)] | None = None
-
-
-_decoder = msgspec.msgpack.Decoder(DataMsg | AckMsg | CtlMsg)
-_encoder = msgspec.msgpack.Encoder()
-
+from dualpath.runtime.transfer.zmq_recv import ZmqReceiver
+from dualpath.runtime.transfer.zmq_wire import ENCODER, CtlMsg, DataMsg, ItemMeta, payload_view
 
 _Job = tuple[int, str, str, Sequence[Any], bool]  # seq, dest, source, items or controls, control?
 
 
-def payload_view(payload: Any) -> memoryview:
-    """Raw bytes of a payload (a tensor of any dtype is sent as its contiguous bytes)."""
-    if isinstance(payload, torch.Tensor):
-        t = payload.detach().contiguous()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        return memoryview(t.view(torch.uint8).numpy()).cast("B")  # type: ignore[arg-type]
-    return memoryview(payload).cast("B")
-
-
-class ZmqTransport(Transport):
+class ZmqTransport(ZmqReceiver, Transport):
     """See the module docstring. ``scheme`` "tcp" binds ``tcp://host:*``, "ipc" a socket file."""
 
     kind = "zmq"
@@ -284,12 +221,12 @@ class ZmqTransport(Transport):
                         resources = self._pending[seq][2] if seq in self._pending else []
                     frames: list[memoryview] = []
                     if control:
-                        head = _encoder.encode(CtlMsg(seq, self.address, dest, source, list(what)))
+                        head = ENCODER.encode(CtlMsg(seq, self.address, dest, source, list(what)))
                     else:
                         if self.limiter is not None:
                             self.limiter(sum(i.nbytes for i in what))
                         metas, frames, segment = self._pack(addr, what, resources)
-                        head = _encoder.encode(DataMsg(seq, self.address, dest, source, metas, segment))
+                        head = ENCODER.encode(DataMsg(seq, self.address, dest, source, metas, segment))
                     sock = socks.get(addr)
                     if sock is None:
                         sock = socks[addr] = self._push(addr)
@@ -299,61 +236,6 @@ class ZmqTransport(Transport):
         finally:
             for s in socks.values():
                 s.close(0)
-
-    def _recv_loop(self) -> None:
-        acks: OrderedDict[str, zmq.Socket] = OrderedDict()
-        ctl = self._ctl
-        poller = zmq.Poller()
-        poller.register(self._pull, zmq.POLLIN)
-        poller.register(ctl, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        try:
-            while True:
-                ready = dict(poller.poll())
-                if ctl in ready:
-                    break
-                if self._monitor is not None and self._monitor in ready:
-                    Gatekeeper.count(self._monitor, self.drops, "data")
-                if self._pull not in ready:
-                    continue
-                frames = self._pull.recv_multipart(copy=False)
-                try:
-                    self._on_message(frames, acks)
-                except Exception as exc:  # noqa: BLE001 - never kill the receive thread
-                    self.drops.drop("data", "handler_error", f"{type(exc).__name__}: {exc}")
-        finally:
-            for s in acks.values():
-                s.close(0)
-            ctl.close(0)
-
-    def _on_message(self, frames: list[zmq.Frame], acks: OrderedDict[str, zmq.Socket]) -> None:
-        try:
-            msg = _decoder.decode(frames[0].buffer)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            cause = "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable"
-            self.drops.drop("data", cause, str(exc))
-            return
-        if isinstance(msg, AckMsg):
-            self._finish(msg.seq, msg.error)
-            return
-        bad = (
-            self._check_frames(msg, frames)
-            if isinstance(msg, DataMsg)
-            else (None if len(frames) == 1 else f"a control message with {len(frames) - 1} payload frames")
-        )
-        if bad is not None:
-            self.drops.drop("data", "bad_frames", bad)
-            error: str | None = f"refused: {bad}"
-        else:
-            error = self._deliver(msg, frames)
-        sock = self._ack_socket(msg.reply_to, acks)
-        if sock is None:
-            return
-        try:
-            sock.send(_encoder.encode(AckMsg(msg.seq, error)), zmq.NOBLOCK)
-        except zmq.Again:  # the peer takes nothing (gone, or not a transport): its handle times out
-            self.drops.drop("data", "ack_undeliverable", msg.reply_to)
 
     def _push(self, addr: str, sndhwm: int = 1000) -> zmq.Socket:
         """A PUSH socket connected to ``addr`` (a CURVE client of the cluster when keyed)."""
@@ -368,62 +250,3 @@ class ZmqTransport(Transport):
             sock.close(0)
             raise
         return sock
-
-    def _check_frames(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
-        """Why the payload frames do not match the header (None: they do)."""
-        if len(frames) != len(msg.items) + 1:
-            return f"{len(msg.items)} items but {len(frames) - 1} payload frames"
-        for i, m in enumerate(msg.items):
-            if len(frames[i + 1].buffer) != m.nbytes:
-                return f"item {i} states {m.nbytes} bytes, its frame has {len(frames[i + 1].buffer)}"
-        return None
-
-    def _ack_socket(self, addr: str, acks: OrderedDict[str, zmq.Socket]) -> zmq.Socket | None:
-        sock = acks.get(addr)
-        if sock is not None:
-            acks.move_to_end(addr)
-            return sock
-        try:  # (a deep queue: acks are tiny, and one is dropped only when a peer takes none)
-            sock = self._push(addr, sndhwm=ACK_HWM)
-        except zmq.ZMQError as exc:
-            self.drops.drop("data", "bad_reply_to", f"{addr!r}: {exc}")
-            return None
-        acks[addr] = sock
-        while len(acks) > MAX_ACK_PEERS:
-            acks.popitem(last=False)[1].close(0)
-        return sock
-
-    def _deliver(self, msg: DataMsg | CtlMsg, frames: list[zmq.Frame]) -> str | None:
-        with self._lock:
-            sink: Any = self._sinks.get(msg.dest)
-        if sink is None:
-            return f"unknown endpoint {msg.dest!r} at {self.address}"
-        try:
-            if isinstance(msg, DataMsg):
-                sink.deliver(msg.source, self._unpack(msg, frames))
-            elif hasattr(sink, "control"):
-                sink.control(msg.source, msg.msgs)
-            else:
-                self.drops.drop("data", "no_control_sink", msg.dest)
-                return f"endpoint {msg.dest!r} takes no control messages"
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
-
-    def _stop_recv(self) -> None:
-        if self._recv_thread.is_alive():
-            s = self.ctx.socket(zmq.PUSH)
-            s.connect(self._ctl_addr)
-            s.send(b"stop")
-            s.close(0)
-            self._recv_thread.join(5)
-        if self._gate is not None:
-            self._gate.stop()
-        self._pull.close(0)
-        addr = self.address
-        if addr.startswith("ipc://"):
-            try:
-                os.unlink(addr[len("ipc://") :])
-            except OSError:
-                pass
-        self.ctx.term()

@@ -1,0 +1,118 @@
+"""The parts an engine process is built from: its model (``load_model``, or a standby's, loaded
+already), the block store's capacity, the traffic manager of its links, the transport sink that
+holds KV until the worker exists (``SinkGate``), a PE's policy knobs (``sched_config``) and a
+Configure applied to a running engine. ``engine_main.py`` puts them together.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import torch
+
+from dualpath.runtime.cluster.config import EngineArgs
+from dualpath.runtime.cluster.kvio import Geometry
+from dualpath.runtime.cluster.messages import Configure
+from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
+
+if TYPE_CHECKING:
+    from dualpath.policy import SchedulerConfig
+
+
+def store_capacity(args: EngineArgs) -> int | None | str:
+    return "auto" if args.kv_capacity_bytes is None else args.kv_capacity_bytes
+
+
+def load_model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
+    from dualpath.runtime.model import load_decoder
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.cluster.engine.dtype]
+    decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
+    eos = getattr(ckpt.hf_config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, list) else eos
+    return (
+        decoder,
+        Geometry.of(decoder, args.cluster.engine.block_size),
+        eos,
+        ckpt.config.vocab_size,
+        ckpt.config.max_position_embeddings,
+    )
+
+
+Loaded = tuple[object, Geometry, "int | None", int, int]  # what load_model returns
+
+
+def make_traffic(args: EngineArgs, engine_id: int) -> TrafficManager:
+    t = args.cluster.traffic
+    return TrafficManager(
+        engine_id=engine_id,
+        node_id=args.node_id,
+        snic_gbps=t.snic_gbps,
+        cnic_gbps=t.cnic_gbps,
+        shared_dir=links_dir(args.cluster_id),
+        read_free=t.read_free,
+        snic_directions=t.snic_directions,
+    )
+
+
+class SinkGate:
+    """The engine's transport sink (KV and control messages): waits (on the receive thread) until
+    the worker is built."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._sink: object = None
+
+    def open(self, sink: object) -> None:
+        self._sink = sink
+        self._ready.set()
+
+    def deliver(self, source: str, items: object) -> None:
+        if not self._ready.wait(120.0):
+            raise RuntimeError("engine worker not ready")
+        self._sink.deliver(source, items)  # type: ignore[attr-defined]
+
+    def control(self, source: str, msgs: object) -> None:
+        if not self._ready.wait(120.0):
+            raise RuntimeError("engine worker not ready")
+        self._sink.control(source, msgs)  # type: ignore[attr-defined]
+
+
+def sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
+    """A PE's policy knobs: the measured (or fixed) whole-forward attention predictor and the quota
+    for dualpath*'s "quota" batching; the token budget for the baselines' "tokens" batching (the
+    policy's registry picks the mode)."""
+    from dualpath.policy import SchedulerConfig
+    from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor
+
+    fixed = None
+    if args.cluster.engine.attention_s_per_gflop > 0:
+        fixed = fixed_predictor(
+            decoder,
+            seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
+            intercept_s=args.cluster.engine.attention_intercept_s,
+        )
+    pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
+    print(
+        f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
+        f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
+        f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms",
+        flush=True,
+    )
+    return SchedulerConfig(
+        compute_quota_s=args.cluster.engine.compute_quota_s,
+        attention_predictor=pred,
+        max_batch_tokens=args.cluster.engine.max_batch_tokens,
+        block_size=args.cluster.engine.block_size,
+    )
+
+
+def apply_configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
+    from dualpath.policy import make_scheduler
+
+    traffic.read_free = msg.read_free
+    if msg.snic_gbps is not None:
+        traffic.set_snic_gbps(msg.snic_gbps)
+    if hasattr(worker, "scheduler"):  # same knobs (and fitted predictor), the new policy's mode
+        worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)

@@ -1,0 +1,167 @@
+"""The scheduler core's side of requests: a Submit checked and admitted into the queue (its
+prefix hit looked up in the store), progress and token events of the engines routed to the request's
+client (RequestStats on the last token), and a failure or finish dropping the request's state.
+``SchedulerCore`` (``sched_core.py``) inherits it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from dualpath.policy import views as pv
+from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
+from dualpath.runtime.cluster.messages import Cancel, Progress, Rejected, Submit, Tokens
+from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
+
+if TYPE_CHECKING:
+    from dualpath.runtime.cluster.messages import EngineHello
+    from dualpath.runtime.cluster.sched_info import Reporter
+    from dualpath.runtime.cluster.state import ClusterState, EngineState
+    from dualpath.runtime.transfer.drops import DropCounter
+
+MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bounded at decode)
+
+
+def _seeded(params: SamplingParams) -> SamplingParams:
+    """``params`` with a seed: an unseeded request drawing tokens (temperature > 0) gets a fresh
+    random one here, once, so its PE and DE steps (and a re-dispatch) draw from one stream while
+    two unseeded requests do not draw the same tokens (before: every unseeded request used 0)."""
+    if params.seed is not None or params.temperature == 0.0:
+        return params
+    return msgspec.structs.replace(params, seed=secrets.randbits(63))
+
+
+class RequestLifecycle:
+    """Needs the core's ``state``, ``store``, ``hello``, ``report``, ``drops``, request maps
+    (``clients``, ``prompts``, ``keys``, ``current``, ``attempts``), ``_send``, ``_to_client``
+    and ``_engine_of``."""
+
+    state: ClusterState
+    store: BlockStore | None
+    hello: EngineHello | None
+    report: Reporter
+    drops: DropCounter
+    clients: dict[str, bytes]
+    prompts: dict[str, tuple[list[int], SamplingParams]]
+    keys: dict[str, str]
+    current: dict[str, str]
+    attempts: dict[str, int]
+
+    if TYPE_CHECKING:
+
+        def _send(self, identity: bytes, msg: object) -> None: ...
+
+        def _to_client(self, identity: bytes, msg: object) -> None: ...
+
+        def _engine_of(self, ident: bytes) -> EngineState | None: ...
+
+    def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
+        rid, n = msg.request_id, len(msg.prompt_token_ids)
+        reject = self.report.validate(msg)
+        if reject is not None:
+            self._to_client(ident, Rejected(request_id=rid, kind=reject[0], reason=reject[1]))
+            return
+        assert self.store is not None and self.hello is not None
+        bs = self.hello.block_size
+        hit = min(len(self.store.match_prefix(msg.prompt_token_ids)), loadable_hit_blocks(n, bs)) * bs
+        self.admit(ident, rid, list(msg.prompt_token_ids), msg.params, hit, now)
+
+    def admit(
+        self, ident: bytes, rid: str, prompt: list[int], params: SamplingParams, hit_len: int, now: float
+    ) -> None:
+        """Take a valid request of client ``ident`` whose first ``hit_len`` tokens the store holds
+        into the queue (what a Submit becomes once checked against the store)."""
+        self.clients[rid] = ident
+        self.current[rid] = self.keys[rid] = rid
+        self.prompts[rid] = (prompt, _seeded(params))
+        self.report.submitted(rid, len(prompt), hit_len, now)
+        self.state.submit(
+            pv.RequestInfo(
+                request_id=rid, cached_len=hit_len, new_len=len(prompt) - hit_len, gen_len=params.max_tokens
+            )
+        )
+
+    def _rid(self, key: str) -> str | None:
+        """Client request id of an engine-facing key; None if stale (an earlier attempt)."""
+        rid = self.keys.get(key)
+        return rid if rid is not None and self.current.get(rid) == key else None
+
+    def _progress(self, msg: Progress, now: float) -> None:
+        rid = self._rid(msg.request_id)
+        e = self.state.engines.get(msg.engine_id)
+        if e is None:
+            self.drops.drop("control", "unknown_engine", f"progress from engine {msg.engine_id}")
+            return
+        e.last_seen_s = now
+        if rid is None:
+            return
+        req = self.state.requests.get(rid)
+        if req is None or msg.engine_id not in (req.pe, req.de):
+            self.drops.drop("control", "not_assigned", f"progress of {rid!r} from engine {msg.engine_id}")
+            return
+        if msg.event == "read_done" and e is not None:
+            self.state.read_done(rid, e.node_id)
+        elif msg.event == "prefill_done":
+            self.state.prefill_done(rid)
+            if msg.hit_len is not None:
+                self.report.loaded(rid, msg.hit_len)
+        elif msg.event == "failed":
+            self._fail(rid, msg.error or "engine failure")
+
+    def _tokens(self, sender: bytes, msg: Tokens, now: float) -> None:
+        de = self._engine_of(sender)
+        if de is None or de.role != "decode":
+            self.drops.drop("control", "unknown_engine", "token events not from a decode engine")
+            return
+        for ev in msg.events:
+            rid = self._rid(ev.request_id)
+            ident = self.clients.get(rid) if rid is not None else None
+            req = self.state.requests.get(rid) if rid is not None else None
+            if rid is None or ident is None or req is None:
+                continue
+            if req.de != de.engine_id:
+                self.drops.drop("control", "not_assigned", f"tokens of {rid!r} from engine {de.engine_id}")
+                continue
+            ev = msgspec.structs.replace(ev, request_id=rid)
+            if ev.is_last:
+                ev = msgspec.structs.replace(ev, stats=self.report.stats(rid, req, now))
+                self._drop(rid, cancel=False)
+            else:
+                self.report.token(rid, now)
+            self._to_client(ident, Tokens(events=[ev]))
+
+    def _fail(self, rid: str, error: str) -> None:
+        error = error[:MAX_ERROR_CHARS]
+        ident = self.clients.get(rid)
+        if ident is not None:
+            self._to_client(
+                ident,
+                Tokens(
+                    events=[
+                        TokenEvent(
+                            request_id=rid,
+                            index=self.report.num_tokens(rid),
+                            token_id=-1,
+                            finish_reason="error",
+                            error=error,
+                        )
+                    ]
+                ),
+            )
+        self.report.failed(rid)
+        self._drop(rid, cancel=True)
+
+    def _drop(self, rid: str, cancel: bool) -> None:
+        req = self.state.finish(rid)
+        if req is not None and cancel:
+            for eid in (req.pe, req.de):
+                if eid >= 0 and self.state.engines[eid].alive:
+                    self._send(self.state.engines[eid].identity, Cancel(request_id=self.current[rid]))
+        self.keys.pop(self.current.pop(rid, ""), None)
+        self.attempts.pop(rid, None)
+        self.clients.pop(rid, None)
+        self.prompts.pop(rid, None)
+        self.report.forget(rid)
