@@ -10,6 +10,7 @@ phase, from the same lane times the run uses).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -158,3 +159,33 @@ def decode_step_s(timer: PoolTimer, batch: int, demand: Demand) -> float:
     lane = math.ceil(batch / timer.plan.layout.pp)
     ctx = demand.input_len + demand.output_len / 2
     return sum(timer.timers[s].decode_s(lane, ctx) for s in timer.plan.stages if s in ("da", "df"))
+
+
+def pick_rule(
+    cands: Sequence[Candidate],
+    need_of: Callable[[Candidate], int | None],
+    fallback_of: Callable[[Candidate], tuple[int, float] | None],
+) -> tuple[Candidate, int] | None:
+    """Phase 2's pick in one slice: the cheapest candidate whose ``need_of`` (replicas reaching
+    sigma >= 1 within the slice, or None) exists, ties to the larger summed sigma, then the lower
+    order; else the highest ``fallback_of`` score ((replicas, sigma) the slice buys, or None),
+    compared at 9 significant digits, with the same ties."""
+    best: tuple[tuple[float, float, int], Candidate, int] | None = None
+    for c in cands:
+        need = need_of(c)
+        if need is not None:
+            key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
+            if best is None or key < best[0]:
+                best = (key, c, need)
+    if best is not None:
+        return best[1], best[2]
+    fallback: tuple[tuple[float, float, int], Candidate, int] | None = None
+    for c in cands:
+        got = fallback_of(c)
+        if got is None:
+            continue
+        d, score = got
+        key2 = (-float(f"{score:.9g}"), -d * c.sigma_sum, c.order)
+        if fallback is None or key2 < fallback[0]:
+            fallback = (key2, c, d)
+    return None if fallback is None else (fallback[1], fallback[2])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from dualpath.planner import sigma_batch
 from dualpath.planner.links import N2N_GBS, n2n_bytes_per_s
 from dualpath.planner.pools import Allocation
+from dualpath.planner.search import pick_rule
 
 if TYPE_CHECKING:
     from dualpath.planner.modes import ModeSpec
@@ -28,22 +29,17 @@ if TYPE_CHECKING:
 
 def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
     """The rule: cheapest candidate reaching sigma >= 1 within the slice, else the highest sigma."""
-    best: tuple[tuple[float, float, int], Candidate, int] | None = None
-    for c in cands:
+    cap = slice_budget * (1 + 1e-12)
+
+    def need_of(c: Candidate) -> int | None:
         need = max(c.min_dp, math.ceil(1.0 / c.sigma1 - 1e-12))
-        if need * c.replica_cost <= slice_budget * (1 + 1e-12):
-            key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
-            if best is None or key < best[0]:
-                best = (key, c, need)
-    if best is not None:
-        return best[1], best[2]
-    fallback = None
-    for c in cands:
-        d = int(slice_budget * (1 + 1e-12) // c.replica_cost)
-        key2 = (-float(f"{d * c.sigma1:.9g}"), -d * c.sigma_sum, c.order)
-        if d >= c.min_dp and (fallback is None or key2 < fallback[0]):
-            fallback = (key2, c, d)
-    return None if fallback is None else (fallback[1], fallback[2])
+        return need if need * c.replica_cost <= cap else None
+
+    def fallback_of(c: Candidate) -> tuple[int, float] | None:
+        d = int(cap // c.replica_cost)
+        return None if d < c.min_dp else (d, d * c.sigma1)
+
+    return pick_rule(cands, need_of, fallback_of)
 
 
 def _fill(chosen: list[list[object]], leftover: float) -> None:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from dualpath.planner.search import pick_rule
+
 if TYPE_CHECKING:
     from dualpath.planner.search import Candidate
 
@@ -94,26 +96,18 @@ def rank_key(c: Candidate, budget: float) -> tuple[float, float, float, int]:
 def pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
     """The rule with batch-aware scores: cheapest candidate reaching sigma >= 1 in the slice, else
     the highest sigma the slice buys."""
-    best: tuple[tuple[float, float, int], Candidate, int] | None = None
-    for c in cands:
-        dmax = int(slice_budget * TOL // c.replica_cost)
-        need = smallest_dp(c, c.min_dp, dmax, 1.0)
-        if need is not None:
-            key = (need * c.replica_cost, -need * c.sigma_sum, c.order)
-            if best is None or key < best[0]:
-                best = (key, c, need)
-    if best is not None:
-        return best[1], best[2]
-    fallback = None
-    for c in cands:
+
+    def need_of(c: Candidate) -> int | None:
+        return smallest_dp(c, c.min_dp, int(slice_budget * TOL // c.replica_cost), 1.0)
+
+    def fallback_of(c: Candidate) -> tuple[int, float] | None:
         d = int(slice_budget * TOL // c.replica_cost)
         if d < c.min_dp:
-            continue
+            return None
         d = smallest_dp(c, c.min_dp, d, c.sigma_at(d)) or d  # no replica that adds nothing
-        key2 = (-float(f"{c.sigma_at(d):.9g}"), -d * c.sigma_sum, c.order)
-        if fallback is None or key2 < fallback[0]:
-            fallback = (key2, c, d)
-    return None if fallback is None else (fallback[1], fallback[2])
+        return d, c.sigma_at(d)
+
+    return pick_rule(cands, need_of, fallback_of)
 
 
 def coupled_sigmas(
