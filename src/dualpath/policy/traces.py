@@ -98,25 +98,30 @@ class TraceDriver(Protocol):
     def plans(self) -> list[tuple[str, int, DecodePlan | PrefillPlan]]: ...
 
 
+def feed(driver: TraceDriver, ev: Event) -> None:
+    """Hand one event to ``driver`` (its method of that kind); DualpathError on a bad event."""
+    if ev.kind == "arrive":
+        if ev.request is None:
+            raise DualpathError("arrive event without a request")
+        driver.arrive(ev.request)
+    elif ev.kind == "tick":
+        driver.tick(ev.t)
+    elif ev.kind == "read_done":
+        driver.read_done(ev.request_id, ev.node_id)
+    elif ev.kind == "prefill_done":
+        driver.prefill_done(ev.request_id)
+    elif ev.kind == "finished":
+        driver.finished(ev.request_id)
+    elif ev.kind == "engine_lost":
+        driver.engine_lost(ev.engine_id)
+    else:
+        raise DualpathError(f"event kind {ev.kind!r}; choices: {', '.join(EVENT_KINDS)}")
+
+
 def play(driver: TraceDriver, events: tuple[Event, ...]) -> list[tuple[str, int, Any]]:
     """Feed ``events`` to ``driver``; returns its applied plans."""
     for ev in events:
-        if ev.kind == "arrive":
-            if ev.request is None:
-                raise DualpathError("arrive event without a request")
-            driver.arrive(ev.request)
-        elif ev.kind == "tick":
-            driver.tick(ev.t)
-        elif ev.kind == "read_done":
-            driver.read_done(ev.request_id, ev.node_id)
-        elif ev.kind == "prefill_done":
-            driver.prefill_done(ev.request_id)
-        elif ev.kind == "finished":
-            driver.finished(ev.request_id)
-        elif ev.kind == "engine_lost":
-            driver.engine_lost(ev.engine_id)
-        else:
-            raise DualpathError(f"event kind {ev.kind!r}; choices: {', '.join(EVENT_KINDS)}")
+        feed(driver, ev)
     return driver.plans()
 
 

@@ -11,7 +11,7 @@ from dualpath.policy.fetch import RUNTIME_ORDER, SIM_ORDER, FetchOrder
 from dualpath.policy.ledger import ViewBounds
 from dualpath.policy.reference import ReferenceDriver
 from dualpath.policy.scheduler import POLICY_NAMES, make_scheduler
-from dualpath.policy.traces import Event, PlanRecord, Trace
+from dualpath.policy.traces import Event, PlanRecord, Trace, feed
 from dualpath.policy.views import RequestInfo
 
 ORDERS: dict[str, FetchOrder] = {"sim": SIM_ORDER, "runtime": RUNTIME_ORDER}
@@ -38,19 +38,7 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
 
     def emit(ev: Event) -> None:
         events.append(ev)
-        if ev.kind == "arrive":
-            assert ev.request is not None
-            driver.arrive(ev.request)
-        elif ev.kind == "tick":
-            driver.tick(ev.t)
-        elif ev.kind == "read_done":
-            driver.read_done(ev.request_id, ev.node_id)
-        elif ev.kind == "prefill_done":
-            driver.prefill_done(ev.request_id)
-        elif ev.kind == "finished":
-            driver.finished(ev.request_id)
-        else:
-            driver.engine_lost(ev.engine_id)
+        feed(driver, ev)
 
     losses = {
         rounds // 3: [p * e + e * 1],  # a DE of group p + 1
