@@ -20,7 +20,7 @@ from dualpath.core.errors import require
 from dualpath.policy import SchedulerConfig, make_scheduler
 from dualpath.policy import views as pv
 from dualpath.policy.scheduler import POLICIES
-from dualpath.runtime.cluster.state import ClusterState, EngineState
+from dualpath.runtime.cluster.state import ClusterState, EngineState, read_side
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 
 
@@ -112,9 +112,8 @@ class Router:
             e = self.state.requests[rid]
             a = e.assignment
             assert a is not None and e.de >= 0
-            side = a.read_side if e.info.cached_len else "none"
             out.append(Route(request_id=rid, prefill=self.engines[a.engine_id], decode=self.engines[e.de],
-                             read_side=side, cached_len=e.info.cached_len, pe_read_len=a.pe_read_len,
+                             read_side=read_side(e), cached_len=e.info.cached_len, pe_read_len=a.pe_read_len,
                              de_read_len=a.de_read_len))  # fmt: skip
         return out
 
