@@ -18,19 +18,9 @@ import time
 from dualpath.cost import make_cost_model
 from dualpath.cost.stages import stage_time_s, stage_work
 from dualpath.planner.catalog import npu_catalog
+from dualpath.planner.report import PAPER_MODELS as MODELS
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import get_model
-
-MODELS = (
-    "deepseek-v4-pro",
-    "deepseek-v4-flash",
-    "llama-3.1-405b",
-    "llama-4-maverick",
-    "llama-4-scout",
-    "glm-4.6",
-    "gpt-oss-120b",
-    "qwen3-235b-a22b",
-)
 
 
 def _per_call_us(fn, calls: int) -> float:  # type: ignore[no-untyped-def]

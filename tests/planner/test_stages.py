@@ -22,20 +22,10 @@ from dualpath.cost.stages import (
     stage_work,
 )
 from dualpath.planner.ablation import apply_overrides
+from dualpath.planner.report import PAPER_MODELS
 from dualpath.spec.device import Device, DeviceSpec
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import MODELS, get_model
-
-PAPER_MODELS = (
-    "deepseek-v4-pro",
-    "deepseek-v4-flash",
-    "llama-3.1-405b",
-    "llama-4-maverick",
-    "llama-4-scout",
-    "glm-4.6",
-    "gpt-oss-120b",
-    "qwen3-235b-a22b",
-)
 
 
 def test_paper_models_in_table() -> None:
