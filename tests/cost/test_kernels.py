@@ -112,7 +112,19 @@ def test_moe_layout_stands_in_at_equal_gpu_count(reference_data: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), reference_data)
     # Qwen3-235B-FP8 experts have no fp8_block rows at moe_tp 8: read tp4 ep2 (8 GPUs too)
     t = kt.moe(tokens=64, hidden=4096, inter=1536, topk=8, experts=128, moe_tp=8, moe_ep=1, dtype="fp8_block")
-    assert t.source.startswith("table moe_perf fp8_block tp4 ep2 for tp8 ep1")
+    assert t.source.startswith("table moe_perf fp8_block balanced tp4 ep2 for tp8 ep1")
+
+
+def test_moe_reads_the_asked_routing_else_balanced(reference_data: Path) -> None:
+    kt = KernelTables.load(get_system("h100_sxm"), reference_data)
+    shape = dict(hidden=4096, inter=1536, topk=8, experts=128, moe_tp=1, moe_ep=8, dtype="fp8")
+    skewed = kt.moe(tokens=8192, distribution="power_law_1.01", **shape)
+    even = kt.moe(tokens=8192, **shape)
+    assert skewed.source.startswith("table moe_perf fp8 power_law_1.01 tp1 ep8")
+    assert skewed.time_s > even.time_s  # at thousands of tokens the hot EP rank sets the time
+    missing = kt.moe(tokens=64, distribution="power_law_9", **shape)
+    assert missing.source.startswith("table moe_perf fp8 balanced")
+    assert missing.time_s == kt.moe(tokens=64, **shape).time_s
 
 
 def test_a_data_dir_without_tables_uses_the_bundled_ones(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 from dualpath.core.errors import ConfigError, require
 from dualpath.cost.forward import Forward
 from dualpath.cost.kernels import KernelTables
-from dualpath.cost.latency import Pool, Prediction, predict_agg, predict_disagg
+from dualpath.cost.latency import Pool, Prediction, predict_disagg
+from dualpath.cost.latency_agg import predict_agg
 from dualpath.cost.latency_terms import BACKENDS, Parallel, Precision
 from dualpath.cost.tables import resolve_data_dir
 from dualpath.spec.models import get_model

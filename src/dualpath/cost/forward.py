@@ -27,9 +27,11 @@ from dualpath.cost.kernels import KernelTables, OpTime
 from dualpath.cost.latency_terms import (
     ELEMENTWISE_KERNELS,
     FUSED_NORMS_TRTLLM,
+    MOE_DISTRIBUTION,
     Parallel,
     Precision,
     iteration_overhead_s,
+    padded_decode_batch,
 )
 from dualpath.spec.model_spec import ModelSpec
 
@@ -98,8 +100,10 @@ class Forward:
         tokens = step.num_tokens
         if tokens <= 0:
             return out
+        if not step.ctx_requests:  # a decode-only iteration runs at its CUDA graph's batch
+            tokens = padded_decode_batch(self.backend, step.gen_requests)
         for window, count in self._attention_layers():
-            self._attention(out, step, window, count)
+            self._attention(out, step, tokens, window, count)
         num_moe = m.num_moe_layers
         self._mlp(out, tokens, m.num_layers - num_moe)
         if num_moe:
@@ -123,14 +127,15 @@ class Forward:
         windowed = m.num_window_layers
         return [(m.window_len, windowed), (0, m.num_layers - windowed)]
 
-    def _attention(self, out: StepTime, step: Step, window: int, layers: int) -> None:
+    def _attention(self, out: StepTime, step: Step, tokens: float, window: int, layers: int) -> None:
+        """``tokens``: the rows the GEMMs and collectives compute (the step's, or its padded
+        CUDA-graph batch); attention itself sees only the real requests."""
         m, tp, k = self.model, self.par.tp, self.kernels
         if m.attention_kind == "mla":
-            self._mla(out, step, layers)
+            self._mla(out, step, tokens, layers)
             return
         heads = m.num_heads // tp
         kv_heads = max(1, m.num_kv_heads // tp)
-        tokens = step.num_tokens
         qkv_n = (heads + 2 * kv_heads) * m.head_dim
         out.add("attn_qkv_gemm", k.gemm(tokens, qkv_n, m.hidden_size, self.prec.gemm), layers)
         out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm), layers)
@@ -172,7 +177,7 @@ class Forward:
             )
         self._allreduce(out, tokens, layers)
 
-    def _mla(self, out: StepTime, step: Step, layers: int) -> None:
+    def _mla(self, out: StepTime, step: Step, tokens: float, layers: int) -> None:
         m, k, prec = self.model, self.kernels, self.prec
         heads = m.num_heads // self.par.tp
         for phase, count, length in (
@@ -197,7 +202,7 @@ class Forward:
                 out.add(f"mla_{phase}_module", module * (count / max(count, 1.0)), layers)
                 continue
             self._mla_parts(out, phase, count, length, heads, layers)
-        self._allreduce(out, step.num_tokens, layers)
+        self._allreduce(out, tokens, layers)
 
     def _mla_parts(
         self, out: StepTime, phase: str, count: float, length: float, heads: int, layers: int
@@ -259,6 +264,7 @@ class Forward:
                 moe_tp=par.moe_tp,
                 moe_ep=par.moe_ep,
                 dtype=self.prec.moe,
+                distribution=MOE_DISTRIBUTION,
             ),
             layers,
         )

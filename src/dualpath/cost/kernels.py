@@ -11,9 +11,10 @@ read (the grid axes, in order, and the growth exponent used above the largest me
 - ``context_mla_perf`` / ``generation_mla_perf``: MLA kernels, ``num_heads`` = heads per GPU;
 - ``mla_{context,generation}_module_perf``: the whole MLA block of the DeepSeek-V3 shape
   (projections, attention, output projection) by ``gemm_type``;
-- ``moe_perf``: by (hidden, inter, top-k, experts, moe_tp, moe_ep, dtype), balanced routing;
-  axis num_tokens (the tokens the whole EP group routes), growth 1. A (moe_tp, moe_ep) the table
-  lacks is read at a measured one with the same product (same expert bytes and FLOPs per GPU);
+- ``moe_perf``: by (hidden, inter, top-k, experts, moe_tp, moe_ep, dtype, routing distribution:
+  the asked one, ``balanced`` where a shape was measured only balanced); axis num_tokens (the
+  tokens the whole EP group routes), growth 1. A (moe_tp, moe_ep) the table lacks is read at a
+  measured one with the same product (same expert bytes and FLOPs per GPU);
 - ``custom_allreduce_perf`` (TensorRT-LLM's one-shot/two-shot kernel) and ``nccl_perf``: axes
   (message_size), per GPU count; ``message_size`` is an element count (cost/tables.py).
 
@@ -41,6 +42,8 @@ DTYPE_BYTES = {
     "w4a16_mxfp4": 0.53,
     "int4_wo": 0.53,
     "w4afp8": 0.53,
+    "int8_wo": 1.0,
+    "w4a16_nvfp4": 0.5625,
 }
 # weight-only int4 / mxfp4 compute in BF16, W4AFP8 in FP8
 DTYPE_BITS = {
@@ -51,6 +54,8 @@ DTYPE_BITS = {
     "w4a16_mxfp4": 16,
     "int4_wo": 16,
     "w4afp8": 8,
+    "int8_wo": 16,
+    "w4a16_nvfp4": 16,
 }
 PREFERRED_SOURCES = (
     "torch_flow",
@@ -305,17 +310,22 @@ class KernelTables:
         moe_tp: int,
         moe_ep: int,
         dtype: str,
+        distribution: str = "balanced",
     ) -> OpTime:
-        """Routed experts of one MoE layer on one GPU when the EP group routes ``tokens``."""
+        """Routed experts of one MoE layer on one GPU when the EP group routes ``tokens`` with
+        the measured token-to-expert ``distribution`` (``balanced`` where it was not measured)."""
         shape = dict(
             hidden_size=hidden,
             inter_size=inter,
             topk=topk,
             num_experts=experts,
-            distribution="balanced",
+            distribution=distribution,
             moe_dtype=dtype,
         )
         layout = self._moe_layout(shape, moe_tp, moe_ep)
+        if layout is None and distribution != "balanced":
+            shape["distribution"] = "balanced"
+            layout = self._moe_layout(shape, moe_tp, moe_ep)
         if layout is not None:
             grid = self._grid(
                 "moe",
@@ -328,7 +338,8 @@ class KernelTables:
             )
             assert grid is not None
             note = "" if layout == (moe_tp, moe_ep) else f" for tp{moe_tp} ep{moe_ep}"
-            return self._from(grid, f"moe_perf {dtype} tp{layout[0]} ep{layout[1]}{note}", tokens)
+            routing = shape["distribution"]
+            return self._from(grid, f"moe_perf {dtype} {routing} tp{layout[0]} ep{layout[1]}{note}", tokens)
         local = experts / moe_ep
         hit = 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
         weights = local * hit * 3 * hidden * inter / moe_tp * DTYPE_BYTES[dtype]

@@ -1,0 +1,156 @@
+"""Steady-state TTFT and TPOT of aggregated serving: the closed loop's iteration schedule.
+
+One replica serves prefill and decode with continuous batching; ``concurrency`` clients each
+re-submit as soon as their request's last token arrives (a closed loop, as genai-perf / aiperf /
+``vllm bench serve --max-concurrency`` run it). Each attention rank holds ``b`` of them: the busiest
+rank's ``ceil(concurrency / attention_dp)`` (the ranks meet at every MoE gather), capped by its KV
+pool (cost/memory.py; clients beyond the pool wait ``(clients - b) / b`` periods, in TTFT).
+
+**Groups.** The clients start together; the engine prefills ``g = budget // isl`` prompts per
+iteration (``budget``: ``MAX_NUM_TOKENS`` less the decode tokens that share it, at least a
+quarter), a longer prompt one at a time over ``chunks = ceil(isl / budget)`` iterations. So the
+``G = ceil(b / g)`` groups are prefilled in consecutive iterations, and with fixed ``isl`` and
+``osl`` every group has the same period and they stay staggered one prefill block apart.
+
+**One group's period**, in iterations: its ``chunks`` prefill iterations (the first token comes
+with the last), ``osl - 1`` decode iterations, then ``D = ARRIVAL_WAIT_ITERATIONS +
+OVERLAP_EXTRA_STEPS`` iterations before its next prefill: with an overlapped scheduler (the default
+of all three backends, cost/latency_terms.py) the iteration after the last token is already
+launched with the finished requests in it (``OVERLAP_EXTRA_STEPS = 1``), and the next one is
+scheduled before the re-submitted requests arrive (``ARRIVAL_WAIT_ITERATIONS = 1``). The period is
+``T = max(chunks + osl - 1 + D, G x chunks)``; when the prefills need more (prefill-bound) the
+excess is queueing, in TTFT.
+
+**Positions.** Laying the ``T`` iterations of one period out (prefill iterations first, group by
+group, then decode-only ones) gives each iteration its work: the prefilling group's prompts (or
+chunk) plus one decode row for every request holding a slot (decoding, or in its extra step); an
+iteration with nothing in it costs nothing (the engine idles until the requests arrive). A
+request's TTFT is its wait window (the ``D`` iterations, or more when prefill-bound, before its
+group's prefill: typically the *previous groups' prefill iterations*, since the groups are
+adjacent) plus its own prefill iterations; its TPOT the mean of the ``osl - 1`` iterations after
+them (the other groups' prefills stall it there). Both are averaged over the groups.
+
+With ``pp > 1`` decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers
+over its micro-batch, plus the stage-to-stage activation transfers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dualpath.cost.forward import Forward, Step, StepTime
+from dualpath.cost.latency import Prediction, _accumulate, _check, _kv_cap, _ms, _pp_s, _sources
+from dualpath.cost.latency_terms import ARRIVAL_WAIT_ITERATIONS, MAX_NUM_TOKENS, overlap_extra_steps
+
+
+def _cyclic_cover(period: int, starts: np.ndarray, length: int) -> np.ndarray:
+    """How many of the windows ``[s, s + length)`` (mod ``period``) cover each position."""
+    out = np.zeros(period + 1, dtype=np.int64)
+    if length <= 0:
+        return out[:period]
+    full, rest = divmod(length, period)
+    out[0] += full * len(starts)
+    if rest:
+        s = starts % period
+        e = s + rest
+        np.add.at(out, s, 1)
+        np.add.at(out, np.minimum(e, period), -1)
+        wrap = e > period
+        np.add.at(out, np.zeros(int(wrap.sum()), dtype=np.int64), 1)
+        np.add.at(out, e[wrap] - period, -1)
+    return np.cumsum(out)[:period]
+
+
+def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
+    """Aggregated serving (see the module doc)."""
+    _check(isl, osl, concurrency)
+    fw.par.check(fw.model)
+    pp = fw.par.pp
+    clients = float(max(math.ceil(concurrency / fw.par.attention_dp - 1e-9), 1))
+    b, notes = _kv_cap(fw, clients, isl + osl, "agg")
+    budget = max(MAX_NUM_TOKENS - int(b), MAX_NUM_TOKENS // 4)  # decode tokens take their share
+    chunks = math.ceil(isl / budget)
+    per_group = 1.0 if chunks > 1 else min(b, float(max(1, budget // isl)))
+    groups = max(1, math.ceil(b / per_group - 1e-9))
+    g = b / groups  # prompts per prefill iteration (the groups evened out)
+    extra = overlap_extra_steps(fw.backend)
+    wait = ARRIVAL_WAIT_ITERATIONS + extra
+    holds = chunks + (osl - 1) + extra  # iterations a request holds its slot
+    prefill_iters = groups * chunks
+    period = max(chunks + (osl - 1) + wait, prefill_iters)
+    starts = np.arange(groups, dtype=np.int64) * chunks
+    absent = _cyclic_cover(period, starts + holds, period - holds)
+    pos = np.arange(period)
+    prefilling = pos < prefill_iters
+    decoders = groups - absent - prefilling.astype(np.int64)
+    kv = isl + osl / 2
+
+    steps: dict[tuple[int, int], tuple[StepTime, float]] = {}
+
+    def cost(p: int) -> tuple[StepTime, float]:
+        chunk = int(p % chunks) if prefilling[p] else -1
+        key = (chunk, int(decoders[p]))
+        if key not in steps:
+            rows = g * key[1] / pp
+            if chunk >= 0:
+                new = min(budget, isl - chunk * budget)
+                st = fw.step(
+                    Step(ctx_requests=g, isl=new, prefix=chunk * budget, gen_requests=rows, kv_len=kv)
+                )
+                steps[key] = (st, st.time_s + _pp_s(fw, g * new + rows))
+            elif rows > 0:
+                st = fw.step(Step(gen_requests=rows, kv_len=kv))
+                steps[key] = (st, st.time_s + _pp_s(fw, rows))
+            else:  # nobody holds a slot: the engine idles until the requests arrive
+                steps[key] = (StepTime(), 0.0)
+        return steps[key]
+
+    times = np.array([cost(p)[1] for p in range(period)])
+    keys = [(int(p % chunks) if prefilling[p] else -1, int(decoders[p])) for p in range(period)]
+    window = period - chunks - (osl - 1)  # iterations between a request's last token and its prefill
+    wait_cover = _cyclic_cover(period, starts - window, window) / groups
+    own_cover = _cyclic_cover(period, starts, chunks) / groups
+    dec_cover = _cyclic_cover(period, starts + chunks, osl - 1) / groups
+    wait_s = float(wait_cover @ times)
+    own_w: dict[tuple[int, int], float] = {}
+    dec_w: dict[tuple[int, int], float] = {}
+    for p in np.flatnonzero(own_cover):
+        own_w[keys[p]] = own_w.get(keys[p], 0.0) + float(own_cover[p])
+    for p in np.flatnonzero(dec_cover):
+        dec_w[keys[p]] = dec_w.get(keys[p], 0.0) + float(dec_cover[p]) / (osl - 1)
+    own, tpot = StepTime(), StepTime()
+    for key, w in own_w.items():
+        _accumulate(own, steps[key][0], w)
+    for key, w in dec_w.items():
+        _accumulate(tpot, steps[key][0], w)
+    own_s = float(own_cover @ times)
+    tpot_s = float(dec_cover @ times) / (osl - 1) if osl > 1 else 0.0
+    # KV-bound: the clients beyond the pool wait (clients - b) / b periods for a slot
+    queue_s = (clients - b) / b * float(times.sum())
+    ttft_s = wait_s + own_s + queue_s
+    prefill_wait = float(wait_cover[prefilling].sum())
+    return Prediction(
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        breakdown_ms={
+            "ttft": _ms(
+                own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own.time_s}
+            ),
+            "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
+            "batch": {
+                "prefill_group": g,
+                "groups": float(groups),
+                "period_iterations": float(period),
+                "wait_iterations": float(window),
+                "prefill_iterations_in_wait": prefill_wait,
+                "prefill_iteration_share": float(dec_cover[prefilling].sum()) / max(osl - 1, 1),
+                "decodes_per_prefill_iteration": float(g * decoders[0]),
+                "decodes_per_decode_iteration": float(g * decoders[-1]) if period > prefill_iters else 0.0,
+                "running_per_rank": b,
+            },
+        },
+        source=_sources(*(st for st, _ in steps.values())),
+        notes=tuple(notes),
+    )
