@@ -107,7 +107,7 @@ class Forward:
         num_moe = m.num_moe_layers
         self._mlp(out, tokens, m.num_layers - num_moe)
         if num_moe:
-            self._moe(out, tokens, num_moe)
+            self._moe(out, tokens, num_moe, decode_only=not step.ctx_requests)
         self._elementwise(out, tokens, m.num_layers)
         emitting = step.ctx_requests + step.gen_requests
         out.add(
@@ -249,29 +249,40 @@ class Forward:
         out.add("mlp_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
         self._allreduce(out, tokens, layers)
 
-    def _moe(self, out: StepTime, tokens: float, layers: int) -> None:
+    def _moe(self, out: StepTime, tokens: float, layers: int, *, decode_only: bool = False) -> None:
+        """Router, routed and shared experts, and the collectives around them. In TensorRT-LLM's
+        decode CUDA graphs the shared experts run on an auxiliary stream beside the routed ones
+        (its DeepSeek-V3 model code, ``maybe_execute_in_parallel``): they cost only what exceeds
+        the routed experts' time."""
         m, k, par = self.model, self.kernels, self.par
         out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"), layers)
         group = tokens * par.attention_dp
-        out.add(
-            "moe_experts",
-            k.moe(
-                tokens=group,
-                hidden=m.hidden_size,
-                inter=m.moe_intermediate_size,
-                topk=m.num_active_experts,
-                experts=m.num_routed_experts,
-                moe_tp=par.moe_tp,
-                moe_ep=par.moe_ep,
-                dtype=self.prec.moe,
-                distribution=MOE_DISTRIBUTION,
-            ),
-            layers,
+        routed = k.moe(
+            tokens=group,
+            hidden=m.hidden_size,
+            inter=m.moe_intermediate_size,
+            topk=m.num_active_experts,
+            experts=m.num_routed_experts,
+            moe_tp=par.moe_tp,
+            moe_ep=par.moe_ep,
+            dtype=self.prec.moe,
+            distribution=MOE_DISTRIBUTION,
         )
+        out.add("moe_experts", routed, layers)
         if m.num_shared_experts:
             inter = -(-m.num_shared_experts * m.moe_intermediate_size // par.tp)
-            out.add("moe_shared_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
-            out.add("moe_shared_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
+            up = k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm)
+            down = k.gemm(tokens, m.hidden_size, inter, self.prec.gemm)
+            if decode_only and self.backend == "trtllm":
+                hidden = max(up.time_s + down.time_s - routed.time_s, 0.0)
+                out.add(
+                    "moe_shared_gemm",
+                    OpTime(hidden, f"{up.source}, overlapped with the routed experts"),
+                    layers,
+                )
+            else:
+                out.add("moe_shared_gemm", up, layers)
+                out.add("moe_shared_gemm", down, layers)
         gpus = par.tp * par.attention_dp
         if par.attention_dp > 1:  # gather every rank's tokens for the experts, scatter the sums
             for op in ("all_gather", "reduce_scatter"):

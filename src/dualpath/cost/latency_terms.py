@@ -43,13 +43,14 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   than "balanced", which spreads tokens perfectly), at thousands of tokens the hot rank makes it
   1.2-1.8x slower. Shapes measured only balanced fall back to the balanced rows (the source says).
 - ``CUDA_GRAPH_SIZES``: decode-only iterations run as CUDA graphs captured at fixed batch sizes,
-  and vLLM and SGLang pad a decode batch up to the next captured size (the padded rows go through
-  every GEMM, expert and collective; attention and the LM head see only the real requests).
-  vLLM V1: ``cudagraph_capture_sizes`` default 1, 2, 4, then multiples of 8 to 256, then of 16 to
-  512 (vllm/config/compilation.py); SGLang: ``cuda_graph_bs`` 1, 2, 4, 8, 12, multiples of 8 to
-  256, then of 16 to 512 (sglang server_args). Above the largest size they run eagerly, unpadded.
-  TensorRT-LLM's PyTorch flow pads only with ``cuda_graph_config.enable_padding`` (off by
-  default), so it is not padded here.
+  padded up to the next captured size (the padded rows go through every GEMM, expert and
+  collective; attention and the LM head see only the real requests). vLLM V1:
+  ``cudagraph_capture_sizes`` default 1, 2, 4, then multiples of 8 to 256, then of 16 to 512
+  (vllm/config/compilation.py); SGLang: ``cuda_graph_bs`` 1, 2, 4, 8, 12, multiples of 8 to 256,
+  then of 16 to 512 (sglang server_args); TensorRT-LLM pads with ``cuda_graph_config.
+  enable_padding`` (set in the agg / decode configs AIConfigurator generates, its generator's
+  rule files), whose default sizes are 1, 2, 4, multiples of 8 to 128, then powers of two.
+  Above the largest size a batch runs eagerly, unpadded.
 - ``KV_MEMORY``: how each backend sizes its KV pool (cost/memory.py): TensorRT-LLM takes
   ``free_gpu_memory_fraction = 0.9`` of the memory left after weights and activations; vLLM
   caps its whole footprint (weights, activations, graphs, KV) at ``gpu_memory_utilization = 0.9``
@@ -88,13 +89,13 @@ def _sizes(*parts: range | tuple[int, ...]) -> tuple[int, ...]:
 CUDA_GRAPH_SIZES: dict[str, tuple[int, ...]] = {
     "vllm": _sizes((1, 2, 4), range(8, 257, 8), range(272, 513, 16)),
     "sglang": _sizes((1, 2, 4, 8, 12), range(16, 257, 8), range(272, 513, 16)),
-    "trtllm": (),  # no padding unless cuda_graph_config.enable_padding is set
+    "trtllm": _sizes((1, 2, 4), range(8, 129, 8), (256, 512, 1024, 2048)),
 }
 
 
 def padded_decode_batch(backend: str, requests: float) -> float:
     """The batch a decode-only iteration of ``requests`` actually computes on ``backend``: the
-    next captured CUDA-graph size (vLLM, SGLang), else the requests themselves."""
+    next captured CUDA-graph size, else (above the largest) the requests themselves."""
     sizes = CUDA_GRAPH_SIZES.get(backend, ())
     if not sizes or requests <= 0 or requests > sizes[-1]:
         return requests
