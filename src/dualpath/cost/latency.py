@@ -85,14 +85,21 @@ def _check(isl: int, osl: int, concurrency: float) -> None:
 
 
 def _kv_cap(fw: Forward, batch: float, context_len: float, what: str) -> tuple[float, list[str]]:
-    """``batch`` capped at what one attention rank's KV pool holds, and a note when it binds."""
+    """``batch`` capped at what one attention rank's KV pool holds, and a note when it binds. A
+    pool below one request still runs one (the engine admits a request whose KV fits the pool
+    only in part by paging, or the memory model is a little off); weights that leave no pool at
+    all are predicted as if they fit (the measurement exists, so the memory estimate is wrong)."""
     cap = max_requests_per_rank(fw.model, fw.par, fw.prec, fw.kernels.system.gpu, context_len, fw.backend)
     if cap >= batch:
         return batch, []
-    if cap < 1:
+    if cap <= 0:
         return batch, [
+            f"{what}: the weights leave no KV room per rank (cost/memory.py); predicted as if they fit"
+        ]
+    if cap < 1:
+        return 1.0, [
             f"{what}: weights leave KV room for {cap:.2f} requests of {context_len:.0f} "
-            "tokens per rank (cost/memory.py); predicted as if they fit"
+            "tokens per rank (cost/memory.py); predicted as if one fits, the rest queue"
         ]
     return float(math.floor(cap)), [
         f"{what}: the KV cache holds {math.floor(cap)} of {batch:g} requests per rank; the rest queue"

@@ -6,9 +6,15 @@ re-submit as soon as their request's last token arrives (a closed loop, as genai
 rank's ``ceil(concurrency / attention_dp)`` (the ranks meet at every MoE gather), capped by its KV
 pool (cost/memory.py; clients beyond the pool wait ``(clients - b) / b`` periods, in TTFT).
 
-**Groups.** The clients start together; the engine prefills ``g = budget // isl`` prompts per
-iteration (``budget``: ``MAX_NUM_TOKENS`` less the decode tokens that share it, at least a
-quarter), a longer prompt one at a time over ``chunks = ceil(isl / budget)`` iterations. So the
+**Groups.** The clients start together; the engine prefills ``g = budget // isl`` whole prompts
+per iteration (``budget``: ``MAX_NUM_TOKENS`` less the decode tokens that share it, at least a
+quarter), or ``budget / isl`` where the backend chunks prompts to fill the budget
+(``CHUNKED_PREFILL``: vLLM, SGLang), a longer prompt one at a time over ``chunks = ceil(isl /
+budget)`` iterations of equal size. TensorRT-LLM does not chunk by default, so a prompt longer
+than the budget runs whole in one iteration (the deployment must have raised its
+``max_num_tokens`` to serve it). Where the packing changes (e.g. two 4000-token prompts per
+iteration at concurrency 128, one at 256) TTFT can fall as concurrency rises: the iterations a
+request waits for get smaller. So the
 ``G = ceil(b / g)`` groups are prefilled in consecutive iterations, and with fixed ``isl`` and
 ``osl`` every group has the same period and they stay staggered one prefill block apart.
 
@@ -42,7 +48,12 @@ import numpy as np
 
 from dualpath.cost.forward import Forward, Step, StepTime
 from dualpath.cost.latency import Prediction, _accumulate, _check, _kv_cap, _ms, _pp_s, _sources
-from dualpath.cost.latency_terms import ARRIVAL_WAIT_ITERATIONS, MAX_NUM_TOKENS, overlap_extra_steps
+from dualpath.cost.latency_terms import (
+    ARRIVAL_WAIT_ITERATIONS,
+    CHUNKED_PREFILL,
+    MAX_NUM_TOKENS,
+    overlap_extra_steps,
+)
 
 
 def _cyclic_cover(period: int, starts: np.ndarray, length: int) -> np.ndarray:
@@ -71,8 +82,12 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     clients = float(max(math.ceil(concurrency / fw.par.attention_dp - 1e-9), 1))
     b, notes = _kv_cap(fw, clients, isl + osl, "agg")
     budget = max(MAX_NUM_TOKENS - int(b), MAX_NUM_TOKENS // 4)  # decode tokens take their share
-    chunks = math.ceil(isl / budget)
-    per_group = 1.0 if chunks > 1 else min(b, float(max(1, budget // isl)))
+    chunking = CHUNKED_PREFILL.get(fw.backend, False)
+    # a backend that does not chunk serves a longer prompt only with a budget raised to hold it
+    chunks = math.ceil(isl / budget) if chunking else 1
+    size = math.ceil(isl / chunks)  # prompt tokens per chunk iteration (an even split)
+    fill = budget / isl if chunking else float(max(1, budget // isl))
+    per_group = 1.0 if chunks > 1 else min(b, fill)
     groups = max(1, math.ceil(b / per_group - 1e-9))
     g = b / groups  # prompts per prefill iteration (the groups evened out)
     extra = overlap_extra_steps(fw.backend)
@@ -95,10 +110,8 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
         if key not in steps:
             rows = g * key[1] / pp
             if chunk >= 0:
-                new = min(budget, isl - chunk * budget)
-                st = fw.step(
-                    Step(ctx_requests=g, isl=new, prefix=chunk * budget, gen_requests=rows, kv_len=kv)
-                )
+                new = min(size, isl - chunk * size)
+                st = fw.step(Step(ctx_requests=g, isl=new, prefix=chunk * size, gen_requests=rows, kv_len=kv))
                 steps[key] = (st, st.time_s + _pp_s(fw, g * new + rows))
             elif rows > 0:
                 st = fw.step(Step(gen_requests=rows, kv_len=kv))

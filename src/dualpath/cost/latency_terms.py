@@ -17,6 +17,11 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   scheduling and CUDA graphs at batch 256 (vLLM, PR #11133; 5-6 ms before the overlap). SGLang's
   Nsight profile shows no gap with its Triton backend and "a minor gap" with FlashInfer (lmsys
   blog 2024-12-04); TensorRT-LLM publishes none. We take the measured 0.16 ms for all three.
+- ``CHUNKED_PREFILL``: whether a prompt that does not fit the iteration's remaining budget is
+  split (vLLM V1: chunked prefill on by default; SGLang: ``chunked_prefill_size`` 8192 on 80 GB+
+  GPUs) or waits for the next iteration (TensorRT-LLM: ``enable_chunked_prefill`` off by default,
+  whole prompts only). Chunking backends fill every prefill iteration to the budget, so their
+  groups hold ``budget / isl`` prompts (fractional); TensorRT-LLM's ``floor(budget / isl)``.
 - ``MAX_NUM_TOKENS = 8192``: tokens an engine schedules in one iteration (the default token budget
   of the three backends on 80 GB+ GPUs: TensorRT-LLM ``max_num_tokens``, vLLM V1
   ``max_num_batched_tokens`` for online serving, SGLang ``chunked_prefill_size``). It sets how many
@@ -75,6 +80,7 @@ ELEMENTWISE_KERNELS = 4
 FUSED_NORMS_TRTLLM = 2
 MAX_NUM_TOKENS = 8192
 ARRIVAL_WAIT_ITERATIONS = 1
+CHUNKED_PREFILL = {"trtllm": False, "vllm": True, "sglang": True}
 OVERLAP_EXTRA_STEPS = {"trtllm": 1, "vllm": 1, "sglang": 1}
 ITERATION_OVERHEAD_S = {"trtllm": 1.6e-4, "vllm": 1.6e-4, "sglang": 1.6e-4}
 KV_TRANSFER_EFFICIENCY = 0.8
