@@ -224,7 +224,7 @@ class Parallel:
                 self.moe_ep,
                 f"must divide {model.name}'s {model.num_routed_experts} experts",
             )
-        elif (self.moe_tp, self.moe_ep) != (1, 1) and self.moe_tp * self.moe_ep != self.tp:
+        elif self.moe_tp * self.moe_ep not in (1, self.tp, self.tp * self.attention_dp):
             raise ConfigError(
                 "moe_tp x moe_ep", (self.moe_tp, self.moe_ep), f"{model.name} is dense: leave them 1"
             )
