@@ -152,10 +152,11 @@ class KernelTables(MoeKernels):
 
     @property
     def launch_floor_s(self) -> float:
-        """The fastest measured kernel: the smallest GEMM latency, else the system files' 3 us."""
+        """The fastest measured kernel: the smallest GEMM latency (of the kin system's tables when
+        ours have none), else the system files' 3 us."""
         frame = self.tables.frame("gemm", "gemm_perf") if self.tables is not None else None
         if frame is None or not len(frame):
-            return self.efficiency.kernel_launch_s
+            return self.anchor.launch_floor_s if self.anchor is not None else self.efficiency.kernel_launch_s
         return float(frame["latency"].min()) * 1e-3
 
     # ---- roofline ----------------------------------------------------------------------------
