@@ -171,3 +171,27 @@ def test_prefill_only_closed_loop_is_prefill_bound() -> None:
     assert many.tpot_s == 0.0
     # 16 clients in groups of 4 prompts: each waits for the other three groups
     assert many.ttft_s > 3 * one.ttft_s
+
+
+def test_overlapped_schedulers_wait_for_the_previous_groups_prefills() -> None:
+    # 32 clients of 4000 tokens: 16 groups of 2 prompts in consecutive iterations; a re-submitted
+    # request waits for the extra step and the iteration scheduled before it arrived, which are
+    # the previous two groups' prefills (but for the first two groups)
+    p = predict(_agg())
+    batch = p.breakdown_ms["batch"]
+    assert batch["groups"] == 16 and batch["wait_iterations"] == 2
+    assert batch["prefill_iterations_in_wait"] == pytest.approx((0 + 1 + 2 * 14) / 16)
+    own = p.ttft_s * 1e3 - p.breakdown_ms["ttft"]["wait_for_iteration"] - p.breakdown_ms["ttft"]["queue_wait"]
+    assert p.breakdown_ms["ttft"]["wait_for_iteration"] > 1.5 * own
+
+
+def test_sglang_prefills_apart_and_its_groups_fall_into_step() -> None:
+    # SGLang pauses decoding for a prefill batch, so the groups start and finish together:
+    # a request waits on average for half the round's prefills, and decodes without the others'
+    vllm, sglang = predict(_agg(backend="vllm")), predict(_agg(backend="sglang"))
+    assert sglang.ttft_s > 2 * vllm.ttft_s and sglang.tpot_s < vllm.tpot_s
+    assert sglang.breakdown_ms["batch"]["decodes_per_prefill_iteration"] == 0
+    one_v, one_s = predict(_agg(backend="vllm", batch_size=1)), predict(_agg(backend="sglang", batch_size=1))
+    assert one_s.ttft_s == pytest.approx(one_v.ttft_s, rel=1e-6)  # one request: nothing to wait for
+    assert sglang.ttft_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["ttft"].values()))
+    assert sglang.tpot_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["tpot"].values()))

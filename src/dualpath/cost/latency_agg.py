@@ -36,6 +36,14 @@ group's prefill: typically the *previous groups' prefill iterations*, since the 
 adjacent) plus its own prefill iterations; its TPOT the mean of the ``osl - 1`` iterations after
 them (the other groups' prefills stall it there). Both are averaged over the groups.
 
+**Prefill apart from decode** (SGLang's default: no ``--enable-mixed-chunk``): a prefill
+iteration holds prompts only and the decoding requests wait through it, so every group starts
+decoding at the same iteration and, with a fixed ``osl``, all finish together: the stagger
+collapses and each round is ``G x chunks`` prefill iterations, then ``osl - 1`` decode iterations
+of all ``b``, then the overlapped extra step. Group ``k`` waits for the extra step and the ``k - 1``
+prefills before its own (TTFT: the extra step + ``(G + 1) / 2`` group prefills on average); a
+decoding request sits through the later groups' prefills (``(G - 1) / 2`` on average) in its TPOT.
+
 With ``pp > 1`` decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers
 over its micro-batch, plus the stage-to-stage activation transfers.
 """
@@ -51,8 +59,9 @@ from dualpath.cost.latency import Prediction, _accumulate, _check, _kv_cap, _ms,
 from dualpath.cost.latency_terms import (
     ARRIVAL_WAIT_ITERATIONS,
     CHUNKED_PREFILL,
-    MAX_NUM_TOKENS,
+    MIXED_BATCHES,
     overlap_extra_steps,
+    prefill_budget_tokens,
 )
 
 
@@ -81,7 +90,10 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     pp = fw.par.pp
     clients = float(max(math.ceil(concurrency / fw.par.attention_dp - 1e-9), 1))
     b, notes = _kv_cap(fw, clients, isl + osl, "agg")
-    budget = max(MAX_NUM_TOKENS - int(b), MAX_NUM_TOKENS // 4)  # decode tokens take their share
+    if not MIXED_BATCHES.get(fw.backend, True):
+        return _alternating(fw, isl=isl, osl=osl, clients=clients, b=b, notes=notes)
+    tokens = prefill_budget_tokens(fw.backend, fw.kernels.system.gpu.capacity_bytes)
+    budget = max(tokens - int(b), tokens // 4)  # decode tokens take their share
     chunking = CHUNKED_PREFILL.get(fw.backend, False)
     # a backend that does not chunk serves a longer prompt only with a budget raised to hold it
     chunks = math.ceil(isl / budget) if chunking else 1
@@ -165,5 +177,61 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
             },
         },
         source=_sources(*(st for st, _ in steps.values())),
+        notes=tuple(notes),
+    )
+
+
+def _alternating(
+    fw: Forward, *, isl: int, osl: int, clients: float, b: float, notes: list[str]
+) -> Prediction:
+    """A backend that runs prefill iterations apart from decode ones (see the module doc)."""
+    pp = fw.par.pp
+    budget = prefill_budget_tokens(fw.backend, fw.kernels.system.gpu.capacity_bytes)  # prompts only
+    chunks = math.ceil(isl / budget)
+    size = math.ceil(isl / chunks)
+    per_group = 1.0 if chunks > 1 else min(b, budget / isl)
+    groups = max(1, math.ceil(b / per_group - 1e-9))
+    g = b / groups
+    kv = isl + osl / 2
+    own, own_s = StepTime(), 0.0
+    for c in range(chunks):
+        new = min(size, isl - c * size)
+        st = fw.step(Step(ctx_requests=g, isl=new, prefix=c * size))
+        own_s += st.time_s + _pp_s(fw, g * new)
+        _accumulate(own, st, 1.0)
+    dec = fw.step(Step(gen_requests=b / pp, kv_len=kv))
+    dec_s = dec.time_s + _pp_s(fw, b / pp)
+    extra = overlap_extra_steps(fw.backend)
+    before = (groups - 1) / 2  # mean group prefills ahead of a request's own
+    after = (groups - 1) / 2  # mean group prefills a decoding request sits through
+    wait_s = extra * dec_s + before * own_s
+    round_s = groups * own_s + (osl - 1 + extra) * dec_s
+    queue_s = (clients - b) / b * round_s
+    tpot = StepTime()
+    tpot_s = 0.0
+    if osl > 1:
+        tpot_s = (after * own_s + (osl - 1) * dec_s) / (osl - 1)
+        _accumulate(tpot, dec, 1.0)
+        _accumulate(tpot, own, after / (osl - 1))
+    own_ms = own.time_s
+    return Prediction(
+        ttft_s=wait_s + own_s + queue_s,
+        tpot_s=tpot_s,
+        breakdown_ms={
+            "ttft": _ms(own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own_ms}),
+            "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
+            "batch": {
+                "prefill_group": g,
+                "groups": float(groups),
+                "period_iterations": float(groups * chunks + osl - 1 + extra),
+                "wait_iterations": extra + before * chunks,
+                "prefill_iterations_in_wait": before * chunks,
+                "prefill_iteration_share": after * chunks / max(osl - 1, 1),
+                "decodes_per_prefill_iteration": 0.0,
+                "decodes_per_decode_iteration": b,
+                "running_per_rank": b,
+            },
+        },
+        source=_sources(own, dec),
         notes=tuple(notes),
     )

@@ -22,9 +22,15 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   GPUs) or waits for the next iteration (TensorRT-LLM: ``enable_chunked_prefill`` off by default,
   whole prompts only). Chunking backends fill every prefill iteration to the budget, so their
   groups hold ``budget / isl`` prompts (fractional); TensorRT-LLM's ``floor(budget / isl)``.
+- ``MIXED_BATCHES``: whether a prefill iteration also carries the running requests' decode
+  tokens. TensorRT-LLM's in-flight batching and vLLM V1's unified scheduler do; SGLang runs a
+  prefill ("extend") batch apart and pauses decoding for it unless ``--enable-mixed-chunk`` is
+  given (off by default, sglang server_args). With fixed lengths that synchronises the groups
+  (cost/latency_agg.py ``_alternating``).
 - ``MAX_NUM_TOKENS = 8192``: tokens an engine schedules in one iteration (the default token budget
   of the three backends on 80 GB+ GPUs: TensorRT-LLM ``max_num_tokens``, vLLM V1
-  ``max_num_batched_tokens`` for online serving, SGLang ``chunked_prefill_size``). It sets how many
+  ``max_num_batched_tokens`` for online serving, SGLang ``chunked_prefill_size``; SGLang raises
+  it to 16384 on GPUs of 160 GiB or more, ``prefill_budget_tokens``). It sets how many
   prompts are prefilled together in aggregated serving and the chunk size of longer prompts.
 - ``ARRIVAL_WAIT_ITERATIONS = 1`` and ``OVERLAP_EXTRA_STEPS``: a closed-loop client re-submits
   when its last token is out; by then the engine has already scheduled its next iteration (the
@@ -81,6 +87,7 @@ FUSED_NORMS_TRTLLM = 2
 MAX_NUM_TOKENS = 8192
 ARRIVAL_WAIT_ITERATIONS = 1
 CHUNKED_PREFILL = {"trtllm": False, "vllm": True, "sglang": True}
+MIXED_BATCHES = {"trtllm": True, "vllm": True, "sglang": False}
 OVERLAP_EXTRA_STEPS = {"trtllm": 1, "vllm": 1, "sglang": 1}
 ITERATION_OVERHEAD_S = {"trtllm": 1.6e-4, "vllm": 1.6e-4, "sglang": 1.6e-4}
 KV_TRANSFER_EFFICIENCY = 0.8
@@ -107,6 +114,14 @@ def padded_decode_batch(backend: str, requests: float) -> float:
         return requests
     need = math.ceil(requests - 1e-9)
     return float(next(n for n in sizes if n >= need))
+
+
+def prefill_budget_tokens(backend: str, capacity_bytes: float) -> int:
+    """Tokens one iteration may carry: ``MAX_NUM_TOKENS``, except SGLang's ``chunked_prefill_size``
+    of 16384 on GPUs of 160 GiB or more (its server_args tiers it by memory; 8192 below)."""
+    if backend == "sglang" and capacity_bytes >= 160 * (1 << 30):
+        return 2 * MAX_NUM_TOKENS
+    return MAX_NUM_TOKENS
 
 
 def sglang_mem_fraction_static(capacity_bytes: float, tp: int = 1, pp: int = 1) -> float:
