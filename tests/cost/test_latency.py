@@ -195,3 +195,14 @@ def test_sglang_prefills_apart_and_its_groups_fall_into_step() -> None:
     assert one_s.ttft_s == pytest.approx(one_v.ttft_s, rel=1e-6)  # one request: nothing to wait for
     assert sglang.ttft_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["ttft"].values()))
     assert sglang.tpot_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["tpot"].values()))
+
+
+def test_quantised_re_releases_run_at_the_precision_their_name_carries() -> None:
+    from dualpath.cost.deployment import precision_in_name
+
+    assert precision_in_name("nvidia/Llama-3.1-8B-Instruct-FP8") == "fp8"
+    assert precision_in_name("/models/nvidia/DeepSeek-R1-0528-FP4-v2") == "nvfp4"
+    assert precision_in_name("Qwen/Qwen3-32B") is None
+    named = predict(_agg(model="nvidia/Llama-3.1-8B-Instruct-FP8", precision=None, layout=Layout(tp=1)))
+    given = predict(_agg(model="meta-llama/Llama-3.1-8B-Instruct", precision="fp8", layout=Layout(tp=1)))
+    assert named.tpot_s == pytest.approx(given.tpot_s) and named.ttft_s == pytest.approx(given.ttft_s)

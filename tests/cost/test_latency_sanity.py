@@ -73,12 +73,13 @@ def test_ttft_does_not_fall_with_concurrency_at_a_fixed_packing(
 @given(
     model=models, system=systems, backend=backends, c=st.sampled_from([1, 8, 32]), isl=st.integers(128, 8000)
 )
-def test_ttft_grows_with_the_prompt(reference_data: Path, model, system, backend, c, isl) -> None:  # type: ignore[no-untyped-def]
+def test_ttft_and_tpot_grow_with_the_prompt(reference_data: Path, model, system, backend, c, isl) -> None:  # type: ignore[no-untyped-def]
     kw = dict(model=model, system=system, backend=backend, osl=200, batch_size=c)
     short, long = _p(reference_data, isl=isl, **kw), _p(reference_data, isl=2 * isl, **kw)
     if short.notes or long.notes:
         return
     assert long.ttft_s >= short.ttft_s * (1 - NOISE)
+    assert long.tpot_s >= short.tpot_s * (1 - NOISE)  # longer KV to read, more prefill per round
 
 
 @pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm"])
