@@ -54,7 +54,7 @@ class MoeKernels:
         from dualpath.cost.kernels import OpTime
 
         self_: Any = self
-        base = dict(hidden_size=hidden, inter_size=inter, topk=topk, num_experts=experts)
+        base: dict[str, object] = dict(hidden_size=hidden, inter_size=inter, topk=topk, num_experts=experts)
         routings = tuple(dict.fromkeys((distribution, "balanced")))
         for routing in routings:
             shape = {**base, "distribution": routing, "moe_dtype": dtype}
