@@ -21,7 +21,9 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   split (vLLM V1: chunked prefill on by default; SGLang: ``chunked_prefill_size`` 8192 on 80 GB+
   GPUs) or waits for the next iteration (TensorRT-LLM: ``enable_chunked_prefill`` off by default,
   whole prompts only). Chunking backends fill every prefill iteration to the budget, so their
-  groups hold ``budget / isl`` prompts (fractional); TensorRT-LLM's ``floor(budget / isl)``.
+  groups hold ``budget / isl`` prompts (fractional); TensorRT-LLM's ``floor(budget / isl)``, and
+  a TensorRT-LLM prompt longer than the budget runs whole in one iteration (a deployment serving
+  it must have raised ``max_num_tokens``).
 - ``MIXED_BATCHES``: whether a prefill iteration also carries the running requests' decode
   tokens. TensorRT-LLM's in-flight batching and vLLM V1's unified scheduler do; SGLang runs a
   prefill ("extend") batch apart and pauses decoding for it unless ``--enable-mixed-chunk`` is
@@ -71,7 +73,8 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   rule from sglang's server_args documentation).
 - Attention DP: the ranks meet at every MoE gather / scatter, so an iteration lasts as long as
   the busiest rank's: with ``concurrency`` clients over ``attention_dp`` ranks the busiest holds
-  ``ceil(concurrency / attention_dp)`` (cost/latency.py).
+  ``ceil(concurrency / attention_dp)`` (cost/latency_agg.py; the decode ranks of disaggregated
+  serving likewise, cost/latency.py).
 """
 
 from __future__ import annotations
