@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,19 @@ def test_moe_layout_stands_in_at_equal_gpu_count(reference_data: Path) -> None:
     kt = KernelTables.load(get_system("h100_sxm"), reference_data)
     # Qwen3-235B-FP8 experts have no fp8_block rows at moe_tp 8: read tp4 ep2 (8 GPUs too)
     t = kt.moe(tokens=64, hidden=4096, inter=1536, topk=8, experts=128, moe_tp=8, moe_ep=1, dtype="fp8_block")
-    assert t.source.startswith("table moe_perf fp8_block tp4 ep2 for tp8 ep1")
+    assert t.source.startswith("table moe_perf fp8_block balanced tp4 ep2 for tp8 ep1")
+
+
+def test_moe_reads_the_asked_routing_else_balanced(reference_data: Path) -> None:
+    kt = KernelTables.load(get_system("h100_sxm"), reference_data)
+    shape = dict(hidden=4096, inter=1536, topk=8, experts=128, moe_tp=1, moe_ep=8, dtype="fp8")
+    skewed = kt.moe(tokens=8192, distribution="power_law_1.01", **shape)
+    even = kt.moe(tokens=8192, **shape)
+    assert skewed.source.startswith("table moe_perf fp8 power_law_1.01 tp1 ep8")
+    assert skewed.time_s > even.time_s  # at thousands of tokens the hot EP rank sets the time
+    missing = kt.moe(tokens=64, distribution="power_law_9", **shape)
+    assert missing.source.startswith("table moe_perf fp8 balanced")
+    assert missing.time_s == kt.moe(tokens=64, **shape).time_s
 
 
 def test_a_data_dir_without_tables_uses_the_bundled_ones(tmp_path: Path) -> None:
@@ -123,7 +136,8 @@ def test_a_data_dir_without_tables_uses_the_bundled_ones(tmp_path: Path) -> None
 
 
 def test_no_tables_falls_back_to_roofline_and_says_why(tmp_path: Path) -> None:
-    kt = KernelTables.load(get_system("gb200"), tmp_path)  # none in the folder, none bundled
+    # none in the folder, none bundled, and no kin system to read from
+    kt = replace(KernelTables.load(get_system("gb200"), tmp_path), anchor=None)
     t = kt.gemm(128, 4096, 4096, "bfloat16")
     assert t.time_s > 0 and t.source.startswith("roofline:") and "DUALPATH_DATA_DIR" in t.source
     a = kt.generation_attention(batch=8, kv_len=1000, heads=8, kv_heads=2, head_dim=128, kv_dtype="fp8")
@@ -132,3 +146,20 @@ def test_no_tables_falls_back_to_roofline_and_says_why(tmp_path: Path) -> None:
     ring = kt.collective("all_reduce", elements=1e6, num_gpus=4)
     assert ring.source.startswith("ring") and ring.time_s > 0
     assert kt.collective("all_reduce", elements=1e6, num_gpus=1).time_s == 0.0
+
+
+def test_a_system_without_a_table_reads_its_kin_plus_the_roofline_difference(tmp_path: Path) -> None:
+    b200 = KernelTables.load(get_system("b200_sxm"), tmp_path)  # B200 has no GEMM or NCCL tables
+    h200 = KernelTables.load(get_system("h200_sxm"), tmp_path)
+    assert b200.anchor is not None and b200.anchor.system.name == "h200_sxm"
+    t = b200.gemm(128, 4096, 4096, "bfloat16")
+    assert t.source.startswith("table gemm_perf") and t.source.endswith("on h200_sxm + roofline difference")
+    alone = KernelTables(system=b200.system, tables=b200.tables)  # no kin: B200's own roofline
+    bare = alone.gemm(128, 4096, 4096, "bfloat16").time_s
+    h200_roof = KernelTables(system=h200.system, tables=None).gemm(128, 4096, 4096, "bfloat16").time_s
+    measured = h200.gemm(128, 4096, 4096, "bfloat16").time_s
+    assert t.time_s == pytest.approx(max(measured - h200_roof + bare, bare))
+    # a small all-reduce keeps the measured latency, not the ring's (n - 1) hops of p2p latency
+    ar = b200.collective("all_reduce", elements=4096, num_gpus=8, backend="trtllm")
+    ring = alone.collective("all_reduce", elements=4096, num_gpus=8, backend="trtllm")
+    assert "custom_allreduce_perf" in ar.source and ar.time_s < ring.time_s / 5

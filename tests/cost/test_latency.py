@@ -77,11 +77,12 @@ def test_a_data_dir_without_tables_reads_the_bundled_ones(tmp_path: Path) -> Non
     assert p.source["attn_generation"].startswith("table generation_attention_perf")
 
 
-def test_without_tables_every_op_says_roofline(tmp_path: Path) -> None:
+def test_without_tables_every_op_says_where_it_came_from(tmp_path: Path) -> None:
     p = predict(_agg(system="gb200"), data_dir=tmp_path)  # none in the folder, none bundled
     assert p.ttft_s > 0 and p.tpot_s > 0
     assert "attn_context" in p.fallback_ops and "mlp_gemm" in p.fallback_ops
-    assert "DUALPATH_DATA_DIR" in p.source["mlp_gemm"]
+    # GB200 reads its kin's tables (B200, then H200) and re-times them by the roofline
+    assert "roofline" in p.source["mlp_gemm"] and "gb200" not in p.source["mlp_gemm"]
 
 
 def test_tables_used_where_they_have_points(reference_data: Path) -> None:
@@ -170,3 +171,38 @@ def test_prefill_only_closed_loop_is_prefill_bound() -> None:
     assert many.tpot_s == 0.0
     # 16 clients in groups of 4 prompts: each waits for the other three groups
     assert many.ttft_s > 3 * one.ttft_s
+
+
+def test_overlapped_schedulers_wait_for_the_previous_groups_prefills() -> None:
+    # 32 clients of 4000 tokens: 16 groups of 2 prompts in consecutive iterations; a re-submitted
+    # request waits for the extra step and the iteration scheduled before it arrived, which are
+    # the previous two groups' prefills (but for the first two groups)
+    p = predict(_agg())
+    batch = p.breakdown_ms["batch"]
+    assert batch["groups"] == 16 and batch["wait_iterations"] == 2
+    assert batch["prefill_iterations_in_wait"] == pytest.approx((0 + 1 + 2 * 14) / 16)
+    own = p.ttft_s * 1e3 - p.breakdown_ms["ttft"]["wait_for_iteration"] - p.breakdown_ms["ttft"]["queue_wait"]
+    assert p.breakdown_ms["ttft"]["wait_for_iteration"] > 1.5 * own
+
+
+def test_sglang_prefills_apart_and_its_groups_fall_into_step() -> None:
+    # SGLang pauses decoding for a prefill batch, so the groups start and finish together:
+    # a request waits on average for half the round's prefills, and decodes without the others'
+    vllm, sglang = predict(_agg(backend="vllm")), predict(_agg(backend="sglang"))
+    assert sglang.ttft_s > 2 * vllm.ttft_s and sglang.tpot_s < vllm.tpot_s
+    assert sglang.breakdown_ms["batch"]["decodes_per_prefill_iteration"] == 0
+    one_v, one_s = predict(_agg(backend="vllm", batch_size=1)), predict(_agg(backend="sglang", batch_size=1))
+    assert one_s.ttft_s == pytest.approx(one_v.ttft_s, rel=1e-6)  # one request: nothing to wait for
+    assert sglang.ttft_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["ttft"].values()))
+    assert sglang.tpot_s * 1e3 == pytest.approx(sum(sglang.breakdown_ms["tpot"].values()))
+
+
+def test_quantised_re_releases_run_at_the_precision_their_name_carries() -> None:
+    from dualpath.cost.deployment import precision_in_name
+
+    assert precision_in_name("nvidia/Llama-3.1-8B-Instruct-FP8") == "fp8"
+    assert precision_in_name("/models/nvidia/DeepSeek-R1-0528-FP4-v2") == "nvfp4"
+    assert precision_in_name("Qwen/Qwen3-32B") is None
+    named = predict(_agg(model="nvidia/Llama-3.1-8B-Instruct-FP8", precision=None, layout=Layout(tp=1)))
+    given = predict(_agg(model="meta-llama/Llama-3.1-8B-Instruct", precision="fp8", layout=Layout(tp=1)))
+    assert named.tpot_s == pytest.approx(given.tpot_s) and named.ttft_s == pytest.approx(given.ttft_s)

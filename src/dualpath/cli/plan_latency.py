@@ -66,6 +66,11 @@ def _int(row: dict[str, str], key: str) -> int | None:
     return int(value)
 
 
+def _text(row: dict[str, str], key: str) -> str | None:
+    raw = (row.get(key) or "").strip()
+    return None if raw == "" or raw.lower() in ("nan", "none", "null") else raw
+
+
 def _mode(raw: str) -> str:
     word = raw.strip().lower()
     return "disagg" if word.startswith("disag") else "agg" if word.startswith("ag") else word
@@ -87,7 +92,8 @@ def deployment_from_row(row: dict[str, str]):  # type: ignore[no-untyped-def]
     for key in ("model_path", "system", "isl", "osl", "batch_size"):
         if not (row.get(key) or "").strip():
             raise ConfigError(key, row.get(key), "missing")
-    text = {k: (row.get(k) or "").strip() or None for k in ("precision", "gemm_quant_mode", "moe_quant_mode")}
+    keys = ("precision", "gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode")
+    text = {k: _text(row, k) for k in keys}
     return Deployment(
         model=row["model_path"].strip(),
         system=row["system"].strip(),
@@ -96,6 +102,7 @@ def deployment_from_row(row: dict[str, str]):  # type: ignore[no-untyped-def]
         precision=text["precision"],
         gemm_quant_mode=text["gemm_quant_mode"],
         moe_quant_mode=text["moe_quant_mode"],
+        kv_dtype=text["kvcache_quant_mode"],
         isl=_int(row, "isl") or 0,
         osl=_int(row, "osl") or 0,
         batch_size=_int(row, "batch_size") or 0,

@@ -5,7 +5,8 @@ Field names follow AIConfigurator's silicon-measurement columns without ``_size`
 ``tp_size``, ``prefill_workers`` for ``prefill_num_workers``); ``batch_size`` is the client
 concurrency. Layout fields left None take defaults: ``pp``/``attention_dp`` 1; experts
 ``moe_tp = tp x attention_dp`` when neither ``moe_tp`` nor ``moe_ep`` is given (pure TP MoE), else
-the missing one so that ``moe_tp x moe_ep = tp x attention_dp``. Two conventions for attention DP
+the missing one so that ``moe_tp x moe_ep = tp x attention_dp`` (both 1 on a multi-GPU replica,
+as CSVs write dense rows, count as not set). Two conventions for attention DP
 are accepted: AIConfigurator's (``tp`` is the attention TP, a replica has ``tp x attention_dp`` GPUs)
 and TensorRT-LLM's (``tp_size`` is the world and attention DP splits it: ``--tp 8
 --attention-dp 8 --moe-ep 8`` is 8 GPUs). The second is read when ``attention_dp`` divides ``tp``
@@ -20,7 +21,8 @@ from pathlib import Path
 from dualpath.core.errors import ConfigError, require
 from dualpath.cost.forward import Forward
 from dualpath.cost.kernels import KernelTables
-from dualpath.cost.latency import Pool, Prediction, predict_agg, predict_disagg
+from dualpath.cost.latency import Pool, Prediction, predict_disagg
+from dualpath.cost.latency_agg import predict_agg
 from dualpath.cost.latency_terms import BACKENDS, Parallel, Precision
 from dualpath.cost.tables import resolve_data_dir
 from dualpath.spec.models import get_model
@@ -47,6 +49,8 @@ class Layout:
         if dp > 1 and tp % dp == 0 and experts == tp and tp * dp != experts:
             tp //= dp  # TensorRT-LLM's convention: tp_size is the world, attention DP splits it
         gpus = tp * dp
+        if (moe_tp, moe_ep) == (1, 1) and gpus > 1:
+            moe_tp = moe_ep = None  # a CSV's 1 / 1 on a multi-GPU replica means "not set"
         if moe_tp is None and moe_ep is None:
             moe_tp, moe_ep = gpus, 1
         elif moe_tp is None and moe_ep is not None:
@@ -87,6 +91,17 @@ class Deployment:
         require(self.backend in BACKENDS, "backend", self.backend, f"choices: {', '.join(BACKENDS)}")
 
 
+def precision_in_name(name: str) -> str | None:
+    """The precision a quantised re-release's name carries (``nvidia/Llama-3.1-8B-Instruct-FP8``:
+    fp8, ``...-FP4`` / ``-NVFP4``: nvfp4), for rows that give no precision; else None."""
+    tail = name.strip().rstrip("/").split("/")[-1].lower()
+    if tail.endswith(("-fp4", "-nvfp4", "-fp4-v2")):
+        return "nvfp4"
+    if tail.endswith(("-fp8", "-fp8-dynamic")):
+        return "fp8"
+    return None
+
+
 def kernels_for(system: str, data_dir: str | Path | None = None) -> KernelTables:
     """The kernel tables of ``system`` (cached per process and data folder)."""
     spec = get_system(system)
@@ -100,8 +115,11 @@ def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
     """TTFT / TPOT of ``dep``; ConfigError naming the value that does not fit."""
     model = get_model(dep.model)
     kernels = kernels_for(dep.system, data_dir)
+    precision = dep.precision
+    if not (precision or dep.gemm_quant_mode or dep.moe_quant_mode):
+        precision = precision_in_name(dep.model)
     prec = Precision.resolve(
-        model, dep.precision, gemm=dep.gemm_quant_mode, moe=dep.moe_quant_mode, kv=dep.kv_dtype
+        model, precision, gemm=dep.gemm_quant_mode, moe=dep.moe_quant_mode, kv=dep.kv_dtype
     )
 
     def forward(layout: Layout, prefix: str) -> Forward:

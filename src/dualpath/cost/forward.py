@@ -27,9 +27,11 @@ from dualpath.cost.kernels import KernelTables, OpTime
 from dualpath.cost.latency_terms import (
     ELEMENTWISE_KERNELS,
     FUSED_NORMS_TRTLLM,
+    MOE_DISTRIBUTION,
     Parallel,
     Precision,
     iteration_overhead_s,
+    padded_decode_batch,
 )
 from dualpath.spec.model_spec import ModelSpec
 
@@ -98,12 +100,14 @@ class Forward:
         tokens = step.num_tokens
         if tokens <= 0:
             return out
+        if not step.ctx_requests:  # a decode-only iteration runs at its CUDA graph's batch
+            tokens = padded_decode_batch(self.backend, step.gen_requests)
         for window, count in self._attention_layers():
-            self._attention(out, step, window, count)
+            self._attention(out, step, tokens, window, count)
         num_moe = m.num_moe_layers
         self._mlp(out, tokens, m.num_layers - num_moe)
         if num_moe:
-            self._moe(out, tokens, num_moe)
+            self._moe(out, tokens, num_moe, decode_only=not step.ctx_requests)
         self._elementwise(out, tokens, m.num_layers)
         emitting = step.ctx_requests + step.gen_requests
         out.add(
@@ -123,14 +127,15 @@ class Forward:
         windowed = m.num_window_layers
         return [(m.window_len, windowed), (0, m.num_layers - windowed)]
 
-    def _attention(self, out: StepTime, step: Step, window: int, layers: int) -> None:
+    def _attention(self, out: StepTime, step: Step, tokens: float, window: int, layers: int) -> None:
+        """``tokens``: the rows the GEMMs and collectives compute (the step's, or its padded
+        CUDA-graph batch); attention itself sees only the real requests."""
         m, tp, k = self.model, self.par.tp, self.kernels
         if m.attention_kind == "mla":
-            self._mla(out, step, layers)
+            self._mla(out, step, tokens, layers)
             return
         heads = m.num_heads // tp
         kv_heads = max(1, m.num_kv_heads // tp)
-        tokens = step.num_tokens
         qkv_n = (heads + 2 * kv_heads) * m.head_dim
         out.add("attn_qkv_gemm", k.gemm(tokens, qkv_n, m.hidden_size, self.prec.gemm), layers)
         out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm), layers)
@@ -172,7 +177,7 @@ class Forward:
             )
         self._allreduce(out, tokens, layers)
 
-    def _mla(self, out: StepTime, step: Step, layers: int) -> None:
+    def _mla(self, out: StepTime, step: Step, tokens: float, layers: int) -> None:
         m, k, prec = self.model, self.kernels, self.prec
         heads = m.num_heads // self.par.tp
         for phase, count, length in (
@@ -197,7 +202,7 @@ class Forward:
                 out.add(f"mla_{phase}_module", module * (count / max(count, 1.0)), layers)
                 continue
             self._mla_parts(out, phase, count, length, heads, layers)
-        self._allreduce(out, step.num_tokens, layers)
+        self._allreduce(out, tokens, layers)
 
     def _mla_parts(
         self, out: StepTime, phase: str, count: float, length: float, heads: int, layers: int
@@ -244,28 +249,40 @@ class Forward:
         out.add("mlp_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
         self._allreduce(out, tokens, layers)
 
-    def _moe(self, out: StepTime, tokens: float, layers: int) -> None:
+    def _moe(self, out: StepTime, tokens: float, layers: int, *, decode_only: bool = False) -> None:
+        """Router, routed and shared experts, and the collectives around them. In TensorRT-LLM's
+        decode CUDA graphs the shared experts run on an auxiliary stream beside the routed ones
+        (its DeepSeek-V3 model code, ``maybe_execute_in_parallel``): they cost only what exceeds
+        the routed experts' time."""
         m, k, par = self.model, self.kernels, self.par
         out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"), layers)
         group = tokens * par.attention_dp
-        out.add(
-            "moe_experts",
-            k.moe(
-                tokens=group,
-                hidden=m.hidden_size,
-                inter=m.moe_intermediate_size,
-                topk=m.num_active_experts,
-                experts=m.num_routed_experts,
-                moe_tp=par.moe_tp,
-                moe_ep=par.moe_ep,
-                dtype=self.prec.moe,
-            ),
-            layers,
+        routed = k.moe(
+            tokens=group,
+            hidden=m.hidden_size,
+            inter=m.moe_intermediate_size,
+            topk=m.num_active_experts,
+            experts=m.num_routed_experts,
+            moe_tp=par.moe_tp,
+            moe_ep=par.moe_ep,
+            dtype=self.prec.moe,
+            distribution=MOE_DISTRIBUTION,
         )
+        out.add("moe_experts", routed, layers)
         if m.num_shared_experts:
             inter = -(-m.num_shared_experts * m.moe_intermediate_size // par.tp)
-            out.add("moe_shared_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
-            out.add("moe_shared_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
+            up = k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm)
+            down = k.gemm(tokens, m.hidden_size, inter, self.prec.gemm)
+            if decode_only and self.backend == "trtllm":
+                hidden = max(up.time_s + down.time_s - routed.time_s, 0.0)
+                out.add(
+                    "moe_shared_gemm",
+                    OpTime(hidden, f"{up.source}, overlapped with the routed experts"),
+                    layers,
+                )
+            else:
+                out.add("moe_shared_gemm", up, layers)
+                out.add("moe_shared_gemm", down, layers)
         gpus = par.tp * par.attention_dp
         if par.attention_dp > 1:  # gather every rank's tokens for the experts, scatter the sums
             for op in ("all_gather", "reduce_scatter"):

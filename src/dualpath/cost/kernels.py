@@ -11,9 +11,10 @@ read (the grid axes, in order, and the growth exponent used above the largest me
 - ``context_mla_perf`` / ``generation_mla_perf``: MLA kernels, ``num_heads`` = heads per GPU;
 - ``mla_{context,generation}_module_perf``: the whole MLA block of the DeepSeek-V3 shape
   (projections, attention, output projection) by ``gemm_type``;
-- ``moe_perf``: by (hidden, inter, top-k, experts, moe_tp, moe_ep, dtype), balanced routing;
-  axis num_tokens (the tokens the whole EP group routes), growth 1. A (moe_tp, moe_ep) the table
-  lacks is read at a measured one with the same product (same expert bytes and FLOPs per GPU);
+- ``moe_perf``: by (hidden, inter, top-k, experts, moe_tp, moe_ep, dtype, routing distribution:
+  the asked one, ``balanced`` where a shape was measured only balanced); axis num_tokens (the
+  tokens the whole EP group routes), growth 1. A (moe_tp, moe_ep) the table lacks is read at a
+  measured one with the same product (same expert bytes and FLOPs per GPU);
 - ``custom_allreduce_perf`` (TensorRT-LLM's one-shot/two-shot kernel) and ``nccl_perf``: axes
   (message_size), per GPU count; ``message_size`` is an element count (cost/tables.py).
 
@@ -23,35 +24,23 @@ Every answer is an :class:`OpTime` whose ``source`` names the table, or says ``r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dualpath.core.errors import ConfigError
+from dualpath.cost.dtypes import DTYPE_BITS, DTYPE_BYTES
 from dualpath.cost.efficiency import DEFAULT_EFFICIENCY, Efficiency, roofline_s
 from dualpath.cost.grid import Grid
+from dualpath.cost.kernels_moe import MoeKernels
 from dualpath.cost.tables import PerfTables, open_tables, select
 from dualpath.spec.systems import SystemSpec
 
-DTYPE_BYTES = {
-    "bfloat16": 2.0,
-    "fp8": 1.0,
-    "fp8_block": 1.0,
-    "nvfp4": 0.5625,
-    "w4a16_mxfp4": 0.53,
-    "int4_wo": 0.53,
-    "w4afp8": 0.53,
-}
-# weight-only int4 / mxfp4 compute in BF16, W4AFP8 in FP8
-DTYPE_BITS = {
-    "bfloat16": 16,
-    "fp8": 8,
-    "fp8_block": 8,
-    "nvfp4": 4,
-    "w4a16_mxfp4": 16,
-    "int4_wo": 16,
-    "w4afp8": 8,
-}
+# Where a system's tables have no point, the op is read from the kin system's tables and re-timed
+# by the roofline difference (KernelTables._fallback): Blackwell from Hopper (B200 has only
+# attention and MoE tables; GB200 none), the two Hoppers from each other.
+ANCHOR_SYSTEMS = {"b200_sxm": "h200_sxm", "gb200": "b200_sxm", "h100_sxm": "h200_sxm", "h200_sxm": "h100_sxm"}
 PREFERRED_SOURCES = (
     "torch_flow",
     "default",
@@ -74,24 +63,53 @@ class OpTime:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class KernelTables:
+class KernelTables(MoeKernels):
     """The kernel tables of ``system`` (None: none on disk) and the roofline behind them."""
 
     system: SystemSpec
     tables: PerfTables | None
     missing: str = ""  # why there are no tables (the path looked at)
     efficiency: Efficiency = DEFAULT_EFFICIENCY
+    anchor: KernelTables | None = None  # a kin system's tables for the points ours lack
     _grids: dict[tuple[Any, ...], Grid | None] = field(default_factory=dict)
     _layouts: dict[tuple[Any, ...], set[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, system: SystemSpec, data_dir: str | Path | None = None) -> KernelTables:
+    def load(
+        cls, system: SystemSpec, data_dir: str | Path | None = None, *, _seen: tuple[str, ...] = ()
+    ) -> KernelTables:
         """The data folder's tables, else the bundled ones (cost/tables.py ``open_tables``);
-        none (every op by roofline, ``missing`` says why) when neither has ``system``'s."""
+        none (every op by roofline, ``missing`` says why) when neither has ``system``'s. The
+        ``ANCHOR_SYSTEMS`` kin is loaded beside them (see ``_fallback``)."""
+        from dualpath.spec.systems import get_system
+
+        seen = (*_seen, system.name)
+        kin = ANCHOR_SYSTEMS.get(system.name)
+        anchor = None
+        if kin is not None and kin not in seen:
+            anchor = cls.load(get_system(kin), data_dir, _seen=seen)
+            if anchor.tables is None and anchor.anchor is None:
+                anchor = None
         try:
-            return cls(system=system, tables=open_tables(system.perf_db, data_dir))
+            return cls(system=system, tables=open_tables(system.perf_db, data_dir), anchor=anchor)
         except ConfigError as exc:
-            return cls(system=system, tables=None, missing=str(exc))
+            return cls(system=system, tables=None, missing=str(exc), anchor=anchor)
+
+    def _fallback(
+        self, time_s: float, why: str, op: Callable[[KernelTables], OpTime], floor_s: float | None = None
+    ) -> OpTime:
+        """Our roofline ``time_s`` for a point our tables lack, unless the anchor system measured
+        it: then the anchor's time plus the difference of the two rooflines (the measured fixed
+        costs carry over, the ideal work is re-timed on our GPU and links), at least ``floor_s``
+        (our roofline by default)."""
+        if self.anchor is not None:
+            theirs = op(self.anchor)
+            if theirs.source.startswith("table"):
+                bare = KernelTables(system=self.anchor.system, tables=None, efficiency=self.anchor.efficiency)
+                floor = time_s if floor_s is None else floor_s
+                time_s = max(theirs.time_s - op(bare).time_s + time_s, floor)
+                return OpTime(time_s, f"{theirs.source} on {self.anchor.system.name} + roofline difference")
+        return OpTime(time_s, why)
 
     def describe(self) -> dict[str, str]:
         """Which framework and version each op's tables were collected with, and their origin."""
@@ -134,10 +152,11 @@ class KernelTables:
 
     @property
     def launch_floor_s(self) -> float:
-        """The fastest measured kernel: the smallest GEMM latency, else the system files' 3 us."""
+        """The fastest measured kernel: the smallest GEMM latency (of the kin system's tables when
+        ours have none), else the system files' 3 us."""
         frame = self.tables.frame("gemm", "gemm_perf") if self.tables is not None else None
         if frame is None or not len(frame):
-            return self.efficiency.kernel_launch_s
+            return self.anchor.launch_floor_s if self.anchor is not None else self.efficiency.kernel_launch_s
         return float(frame["latency"].min()) * 1e-3
 
     # ---- roofline ----------------------------------------------------------------------------
@@ -171,7 +190,7 @@ class KernelTables:
             eff.gemm_compute(1 if b <= 1 else 2),
             eff.gemm_memory,
         )
-        return OpTime(time_s, self._why_not("gemm_perf", dtype))
+        return self._fallback(time_s, self._why_not("gemm_perf", dtype), lambda kt: kt.gemm(m, n, k, dtype))
 
     def context_attention(
         self,
@@ -209,9 +228,19 @@ class KernelTables:
         time_s = self.roofline(
             4.0 * heads * head_dim * pairs, kv_bytes, 16, eff.attention_compute, eff.attention_memory
         )
-        return OpTime(
+        return self._fallback(
             time_s,
             self._why_not("context_attention_perf", f"{kv_heads} KV heads x {head_dim}, window {window}"),
+            lambda kt: kt.context_attention(
+                batch=batch,
+                isl=isl,
+                prefix=prefix,
+                heads=heads,
+                kv_heads=kv_heads,
+                head_dim=head_dim,
+                kv_dtype=kv_dtype,
+                window=window,
+            ),
         )
 
     def generation_attention(
@@ -244,9 +273,18 @@ class KernelTables:
         time_s = self.roofline(
             4.0 * heads * head_dim * keys * batch, kv_bytes, 16, eff.attention_compute, eff.attention_memory
         )
-        return OpTime(
+        return self._fallback(
             time_s,
             self._why_not("generation_attention_perf", f"{kv_heads} KV heads x {head_dim}, window {window}"),
+            lambda kt: kt.generation_attention(
+                batch=batch,
+                kv_len=kv_len,
+                heads=heads,
+                kv_heads=kv_heads,
+                head_dim=head_dim,
+                kv_dtype=kv_dtype,
+                window=window,
+            ),
         )
 
     def mla_module(
@@ -289,76 +327,19 @@ class KernelTables:
         if grid is not None:
             return self._from(grid, table, heads, batch, length)
         eff = self.efficiency
-        return OpTime(
+        return self._fallback(
             self.roofline(flops, num_bytes, 16, eff.attention_compute, eff.attention_memory),
             self._why_not(table, f"{heads} heads"),
+            lambda kt: kt.mla_kernel(
+                phase,
+                batch=batch,
+                length=length,
+                heads=heads,
+                kv_dtype=kv_dtype,
+                flops=flops,
+                num_bytes=num_bytes,
+            ),
         )
-
-    def moe(
-        self,
-        *,
-        tokens: float,
-        hidden: int,
-        inter: int,
-        topk: int,
-        experts: int,
-        moe_tp: int,
-        moe_ep: int,
-        dtype: str,
-    ) -> OpTime:
-        """Routed experts of one MoE layer on one GPU when the EP group routes ``tokens``."""
-        shape = dict(
-            hidden_size=hidden,
-            inter_size=inter,
-            topk=topk,
-            num_experts=experts,
-            distribution="balanced",
-            moe_dtype=dtype,
-        )
-        layout = self._moe_layout(shape, moe_tp, moe_ep)
-        if layout is not None:
-            grid = self._grid(
-                "moe",
-                "moe_perf",
-                ("num_tokens",),
-                (1,),
-                moe_tp_size=layout[0],
-                moe_ep_size=layout[1],
-                **shape,
-            )
-            assert grid is not None
-            note = "" if layout == (moe_tp, moe_ep) else f" for tp{moe_tp} ep{moe_ep}"
-            return self._from(grid, f"moe_perf {dtype} tp{layout[0]} ep{layout[1]}{note}", tokens)
-        local = experts / moe_ep
-        hit = 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
-        weights = local * hit * 3 * hidden * inter / moe_tp * DTYPE_BYTES[dtype]
-        flops = 2.0 * 3 * hidden * inter / moe_tp * tokens * topk / moe_ep
-        eff = self.efficiency
-        time_s = self.roofline(flops, weights, DTYPE_BITS[dtype], eff.moe_compute, eff.moe_memory)
-        return OpTime(
-            time_s,
-            self._why_not("moe_perf", f"{experts}x{hidden}x{inter} top{topk} {dtype} tp{moe_tp} ep{moe_ep}"),
-        )
-
-    def _moe_layout(self, shape: dict[str, object], moe_tp: int, moe_ep: int) -> tuple[int, int] | None:
-        """The measured (moe_tp, moe_ep) to read: the asked one, else the one with the same GPU
-        count (so the same expert weights and FLOPs per GPU) closest in moe_tp; None if neither."""
-        key = tuple(sorted(shape.items()))
-        if key not in self._layouts:
-            frame = self.tables.frame("moe", "moe_perf") if self.tables is not None else None
-            rows = select(frame, **shape)
-            self._layouts[key] = (
-                set()
-                if rows is None
-                else set(zip(rows["moe_tp_size"].tolist(), rows["moe_ep_size"].tolist(), strict=True))
-            )
-        have = self._layouts[key]
-        if not have:
-            return None
-        if (moe_tp, moe_ep) in have:
-            return moe_tp, moe_ep
-        same = [(t, e) for t, e in have if t * e == moe_tp * moe_ep]
-        return min(same, key=lambda te: (abs(te[0] - moe_tp), te)) if same else None
 
     def collective(
         self, op: str, *, elements: float, num_gpus: int, dtype_bytes: float = 2.0, backend: str = "trtllm"
@@ -385,8 +366,12 @@ class KernelTables:
             return self._from(grid, f"nccl_perf {op} {num_gpus} GPUs", elements)
         # ring: all-reduce moves 2 (n-1)/n of the buffer per GPU, the others (n-1)/n
         share = (2.0 if op == "all_reduce" else 1.0) * (num_gpus - 1) / num_gpus
-        time_s = (
-            share * elements * dtype_bytes / self.system.link_bytes_per_s(num_gpus)
-            + (num_gpus - 1) * self.system.p2p_latency_s
+        wire_s = share * elements * dtype_bytes / self.system.link_bytes_per_s(num_gpus)
+        return self._fallback(
+            wire_s + (num_gpus - 1) * self.system.p2p_latency_s,
+            f"ring over {num_gpus} GPUs ({self._why_not('nccl_perf', op)[10:]})",
+            lambda kt: kt.collective(
+                op, elements=elements, num_gpus=num_gpus, dtype_bytes=dtype_bytes, backend=backend
+            ),
+            floor_s=wire_s,
         )
-        return OpTime(time_s, f"ring over {num_gpus} GPUs ({self._why_not('nccl_perf', op)[10:]})")

@@ -1,25 +1,7 @@
 """Steady-state TTFT and TPOT of a deployment (``dualpath plan latency``), from cost/forward.py.
 
-Aggregated (one replica serves prefill and decode, continuous batching, ``concurrency`` clients
-each re-submitting as soon as its request finishes): each attention rank holds
-``b = concurrency / attention_dp`` requests. Benchmark clients start all ``b`` at once, and the
-engine prefills them in groups of ``g = budget // isl`` prompts, ``budget`` being its token budget
-per iteration (``MAX_NUM_TOKENS``) less the ``b`` decode tokens that share it (at least a quarter
-of it); a longer prompt is chunked over ``ceil(isl / budget)`` iterations. With a
-fixed ``osl`` every group also finishes together and comes back together, so the groups stay
-staggered: a request spends ``busy = osl - 1 + chunks`` iterations in the batch, and a cycle has
-``max(busy, b / g x chunks)`` iterations (longer when prefill is the bottleneck; the excess is
-queueing). Each cycle holds ``b / g x chunks`` prefill iterations (a group's prompts plus the
-``b (osl - 1) / cycle`` decode tokens of the others, KV length ``isl + osl / 2``) and decode-only
-iterations for the rest. TPOT is the mean iteration a decoding request goes through: the other
-groups' prefill iterations (they stall it) in their share, decode-only ones otherwise. TTFT = the
-request's own group-prefill iteration(s) + the queueing + ``ARRIVAL_WAIT_ITERATIONS`` mean
-iterations: a re-submitted request lands just after the next iteration of the other groups
-started and waits for it to end (no wait when its group is the whole batch: the engine is idle
-when it arrives). With ``pp > 1``
-decode runs ``pp`` micro-batches: a token of a request takes one pass of all layers over its
-micro-batch, plus the stage-to-stage activation transfers. The running batch is capped by the KV
-pool (cost/memory.py); clients beyond it wait ``(clients - b) / b`` cycles, counted in TTFT.
+This module holds the prediction record, the helpers and disaggregated serving; aggregated
+serving (the closed loop's iteration schedule) is in cost/latency_agg.py.
 
 Disaggregated: a prefill worker runs batches of up to ``prefill_batch`` prompts; TTFT = queueing
 (M/D/1 on the prefill workers at the closed-loop arrival rate) + the prefill batch + the KV
@@ -38,11 +20,7 @@ from dataclasses import dataclass
 
 from dualpath.core.errors import require
 from dualpath.cost.forward import Forward, Step, StepTime
-from dualpath.cost.latency_terms import (
-    ARRIVAL_WAIT_ITERATIONS,
-    KV_TRANSFER_EFFICIENCY,
-    MAX_NUM_TOKENS,
-)
+from dualpath.cost.latency_terms import KV_TRANSFER_EFFICIENCY
 from dualpath.cost.memory import max_requests_per_rank
 
 FIXED_POINT_ROUNDS = 12
@@ -107,76 +85,25 @@ def _check(isl: int, osl: int, concurrency: float) -> None:
 
 
 def _kv_cap(fw: Forward, batch: float, context_len: float, what: str) -> tuple[float, list[str]]:
-    """``batch`` capped at what one attention rank's KV pool holds, and a note when it binds."""
-    cap = max_requests_per_rank(fw.model, fw.par, fw.prec, fw.kernels.system.gpu, context_len)
+    """``batch`` capped at what one attention rank's KV pool holds, and a note when it binds. A
+    pool below one request still runs one (the engine admits a request whose KV fits the pool
+    only in part by paging, or the memory model is a little off); weights that leave no pool at
+    all are predicted as if they fit (the measurement exists, so the memory estimate is wrong)."""
+    cap = max_requests_per_rank(fw.model, fw.par, fw.prec, fw.kernels.system.gpu, context_len, fw.backend)
     if cap >= batch:
         return batch, []
-    if cap < 1:
+    if cap <= 0:
         return batch, [
+            f"{what}: the weights leave no KV room per rank (cost/memory.py); predicted as if they fit"
+        ]
+    if cap < 1:
+        return 1.0, [
             f"{what}: weights leave KV room for {cap:.2f} requests of {context_len:.0f} "
-            "tokens per rank (cost/memory.py); predicted as if they fit"
+            "tokens per rank (cost/memory.py); predicted as if one fits, the rest queue"
         ]
     return float(math.floor(cap)), [
         f"{what}: the KV cache holds {math.floor(cap)} of {batch:g} requests per rank; the rest queue"
     ]
-
-
-def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
-    """Aggregated serving (see the module doc)."""
-    _check(isl, osl, concurrency)
-    fw.par.check(fw.model)
-    pp = fw.par.pp
-    clients = max(concurrency / fw.par.attention_dp, 1.0)
-    b, notes = _kv_cap(fw, clients, isl + osl, "agg")
-    budget = max(MAX_NUM_TOKENS - int(b), MAX_NUM_TOKENS // 4)  # decode tokens take their share
-    chunks = math.ceil(isl / budget)
-    group = 1.0 if chunks > 1 else min(b, float(max(1, budget // isl)))
-    busy = (osl - 1) + chunks  # iterations a request is in the batch
-    cycle = max(float(busy), b / group * chunks)  # prefill-bound when the groups need more
-    decodes = b * (osl - 1) / cycle / pp  # decode tokens of one (micro-)batch iteration
-    kv = isl + osl / 2
-    own = StepTime()  # one group's prefill iterations (all its chunks) with the others' decodes
-    own_s = 0.0
-    for c in range(chunks):
-        new = min(budget, isl - c * budget)
-        st = fw.step(Step(ctx_requests=group, isl=new, prefix=c * budget, gen_requests=decodes, kv_len=kv))
-        own_s += st.time_s + _pp_s(fw, group * new + decodes)
-        _accumulate(own, st, 1.0)
-    dec = fw.step(Step(gen_requests=decodes, kv_len=kv)) if decodes > 0 else StepTime()
-    dec_s = dec.time_s + (_pp_s(fw, decodes) if decodes > 0 else 0.0)
-    prefill_iters = b / group * chunks
-    iteration_s = (b / group * own_s + (cycle - prefill_iters) * dec_s) / cycle  # the mean
-    # a request decodes through the other groups' prefill iterations and the decode-only ones
-    frac = (prefill_iters - chunks) / (cycle - chunks) if cycle > chunks else 0.0
-    tpot_s = (frac * own_s / chunks + (1.0 - frac) * dec_s) if osl > 1 else 0.0
-    tpot = StepTime()
-    _accumulate(tpot, own, frac / chunks)
-    _accumulate(tpot, dec, 1.0 - frac)
-    # prefill-bound: the queue (cycle - busy iterations) already includes the arrival wait;
-    # KV-bound: the clients beyond the pool wait (clients - b) / b cycles for a slot
-    queue_s = (cycle - busy) * iteration_s + (clients - b) / b * cycle * iteration_s
-    # the running iteration is only there to wait for when other groups are in flight
-    arrival_s = ARRIVAL_WAIT_ITERATIONS * iteration_s if b > group else 0.0
-    wait_s = max(arrival_s - queue_s, 0.0)
-    ttft_s = own_s + queue_s + wait_s
-    return Prediction(
-        ttft_s=ttft_s,
-        tpot_s=tpot_s,
-        breakdown_ms={
-            "ttft": _ms(
-                own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own.time_s}
-            ),
-            "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
-            "batch": {
-                "prefill_group": group,
-                "prefill_iteration_share": frac,
-                "decodes_per_iteration": decodes * pp,
-                "running_per_rank": b,
-            },
-        },
-        source=_sources(own, dec),
-        notes=tuple(notes),
-    )
 
 
 def _accumulate(into: StepTime, step: StepTime, weight: float) -> None:
@@ -226,7 +153,8 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int, concurren
         return st, st.time_s + _pp_s(pfw, max(batch / ranks, 1.0) * isl)
 
     def decode_step(batch: float) -> tuple[StepTime, float]:
-        per_rank = max(batch / dfw.par.attention_dp, 1.0) / dfw.par.pp
+        dp = dfw.par.attention_dp  # the busiest rank sets the pace (cost/latency_agg.py)
+        per_rank = max(math.ceil(batch / dp - 1e-9) if dp > 1 else batch, 1.0) / dfw.par.pp
         st = dfw.step(Step(gen_requests=per_rank, kv_len=kv))
         return st, st.time_s + _pp_s(dfw, per_rank)
 

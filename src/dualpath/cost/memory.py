@@ -3,7 +3,10 @@
 Per GPU of a replica (``tp x attention_dp x pp``): weights = (attention + dense/shared/router +
 embedding parameters) / tp + routed experts / (moe_tp x moe_ep), all over ``pp``, at the
 precision's bytes (cost/kernels.py ``DTYPE_BYTES``; embeddings and LM head stay BF16). The KV pool
-is ``KV_FREE_FRACTION`` of what is left after ``OTHER_MEM_BYTES`` + ``NCCL_MEM_BYTES``. A token's
+follows each backend's own rule (cost/latency_terms.py): TensorRT-LLM ``KV_FREE_FRACTION`` of
+what is left after weights, ``OTHER_MEM_BYTES`` and ``NCCL_MEM_BYTES``; vLLM
+``VLLM_GPU_MEMORY_UTILIZATION`` of the device less weights and those reserves; SGLang
+``mem_fraction_static`` of the device less weights (its reserve covers activations and graphs). A token's
 KV on one GPU: GQA ``2 x max(1, kv_heads / tp) x head_dim`` values per layer (heads split by TP),
 MLA its whole latent (every TP rank keeps it), windowed layers at most their window; layers / pp.
 
@@ -17,7 +20,7 @@ Constants (from the aiconfigurator system files and TensorRT-LLM's defaults, not
 from __future__ import annotations
 
 from dualpath.cost.kernels import DTYPE_BYTES
-from dualpath.cost.latency_terms import Parallel, Precision
+from dualpath.cost.latency_terms import Parallel, Precision, sglang_mem_fraction_static
 from dualpath.spec.hardware import GPUSpec
 from dualpath.spec.model_spec import ModelSpec
 from dualpath.spec.params import attention_params, expert_params, ffn_non_expert_params
@@ -27,6 +30,7 @@ OTHER_MEM_BYTES = 3.5 * GIB
 NCCL_MEM_BYTES = {1: 0.0, 2: 342 * (1 << 20)}
 NCCL_MEM_DEFAULT = 392 * (1 << 20)
 KV_FREE_FRACTION = 0.9
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's CacheConfig.gpu_memory_utilization default
 
 
 def weight_bytes_per_gpu(model: ModelSpec, par: Parallel, prec: Precision) -> float:
@@ -52,13 +56,32 @@ def kv_bytes_per_token_gpu(model: ModelSpec, par: Parallel, prec: Precision, con
     return per_layer * tokens / context_len / par.pp
 
 
+def kv_pool_bytes_per_gpu(
+    model: ModelSpec, par: Parallel, prec: Precision, gpu: GPUSpec, backend: str = "trtllm"
+) -> float:
+    """Bytes of one GPU's KV pool under ``backend``'s sizing rule (0 when weights leave none)."""
+    gpus = par.tp * par.attention_dp * par.pp
+    reserve = OTHER_MEM_BYTES + NCCL_MEM_BYTES.get(gpus, NCCL_MEM_DEFAULT)
+    weights = weight_bytes_per_gpu(model, par, prec)
+    capacity = gpu.capacity_bytes
+    if backend == "vllm":
+        pool = VLLM_GPU_MEMORY_UTILIZATION * capacity - weights - reserve
+    elif backend == "sglang":
+        pool = sglang_mem_fraction_static(capacity, par.tp * par.attention_dp, par.pp) * capacity - weights
+    else:
+        pool = (capacity - weights - reserve) * KV_FREE_FRACTION
+    return max(pool, 0.0)
+
+
 def max_requests_per_rank(
-    model: ModelSpec, par: Parallel, prec: Precision, gpu: GPUSpec, context_len: float
+    model: ModelSpec,
+    par: Parallel,
+    prec: Precision,
+    gpu: GPUSpec,
+    context_len: float,
+    backend: str = "trtllm",
 ) -> float:
     """Requests of ``context_len`` tokens one attention rank's KV pool holds (may be < 1: the
     weights leave too little; callers say so)."""
-    gpus = par.tp * par.attention_dp * par.pp
-    reserve = OTHER_MEM_BYTES + NCCL_MEM_BYTES.get(gpus, NCCL_MEM_DEFAULT)
-    free = gpu.capacity_bytes - weight_bytes_per_gpu(model, par, prec) - reserve
-    pool = max(free, 0.0) * KV_FREE_FRACTION
+    pool = kv_pool_bytes_per_gpu(model, par, prec, gpu, backend)
     return pool / (kv_bytes_per_token_gpu(model, par, prec, context_len) * context_len)

@@ -1,0 +1,141 @@
+"""Directions a steady-state TTFT / TPOT must follow, checked without any end-to-end measurement.
+
+Tolerances: neighbouring points of the measured kernel tables differ by up to a few percent in
+the wrong direction (run-to-run noise: e.g. H200's FP8 GEMM at m = 1 reads 25 us against 16 us
+at m = 8), so "non-decreasing" allows ``NOISE``. Where a direction does not hold physically, the
+test stays out of it and says why:
+
+- TTFT may fall as concurrency rises where the prefill packing changes (two 4000-token prompts
+  per iteration at 128 clients, one at 256: the iterations a request waits for get smaller);
+- TPOT may fall as the prompt grows once the KV pool caps the running batch (fewer decode rows;
+  the rest queue, in TTFT); rows with a KV note are skipped;
+- FP8 is slower than BF16 in the tables for small GEMMs (m <= 16 at TP >= 4: a 13-25 us floor
+  against 6-8 us), so "FP8 not slower" is checked where the weights dominate (TP <= 2);
+- more TP adds all-reduces: at batch 1 it is not slower only while the weights dominate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dualpath.cost.deployment import Deployment, Layout, predict
+
+NOISE = 0.06
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+LAYOUTS = {
+    "Qwen/Qwen3-32B": Layout(tp=2),
+    "meta-llama/Llama-3.1-70B-Instruct": Layout(tp=4),
+    "Qwen/Qwen3-235B-A22B-FP8": Layout(tp=4, moe_ep=4),
+    "openai/gpt-oss-120b": Layout(tp=2, moe_ep=2),
+    "deepseek-ai/DeepSeek-R1": Layout(tp=8, attention_dp=8, moe_ep=8),
+}
+models = st.sampled_from(sorted(LAYOUTS))
+systems = st.sampled_from(["h100_sxm", "h200_sxm", "b200_sxm"])
+backends = st.sampled_from(["trtllm", "vllm", "sglang"])
+
+
+def _p(data: Path, **kw: object):  # type: ignore[no-untyped-def]
+    if "layout" not in kw:
+        kw["layout"] = LAYOUTS[str(kw["model"])]
+    return predict(Deployment(**kw), data_dir=data)  # type: ignore[arg-type]
+
+
+@SETTINGS
+@given(
+    model=models, system=systems, backend=backends, c=st.integers(1, 64), isl=st.sampled_from([1024, 4000])
+)
+def test_tpot_does_not_fall_with_concurrency(reference_data: Path, model, system, backend, c, isl) -> None:  # type: ignore[no-untyped-def]
+    lo = _p(reference_data, model=model, system=system, backend=backend, isl=isl, osl=256, batch_size=c)
+    hi = _p(reference_data, model=model, system=system, backend=backend, isl=isl, osl=256, batch_size=2 * c)
+    if lo.notes or hi.notes:
+        return
+    assert hi.tpot_s >= lo.tpot_s * (1 - NOISE)
+
+
+@SETTINGS
+@given(model=models, system=systems, c=st.integers(1, 48))
+def test_ttft_does_not_fall_with_concurrency_at_a_fixed_packing(
+    reference_data: Path, model, system, c
+) -> None:  # type: ignore[no-untyped-def]
+    # vLLM fills every prefill iteration to the budget (chunked prefill): the packing does not jump
+    kw = dict(model=model, system=system, backend="vllm", isl=2000, osl=256)
+    lo, hi = _p(reference_data, batch_size=c, **kw), _p(reference_data, batch_size=c + 16, **kw)
+    assert hi.ttft_s >= lo.ttft_s * (1 - NOISE)
+
+
+@SETTINGS
+@given(
+    model=models, system=systems, backend=backends, c=st.sampled_from([1, 8, 32]), isl=st.integers(128, 8000)
+)
+def test_ttft_and_tpot_grow_with_the_prompt(reference_data: Path, model, system, backend, c, isl) -> None:  # type: ignore[no-untyped-def]
+    kw = dict(model=model, system=system, backend=backend, osl=200, batch_size=c)
+    short, long = _p(reference_data, isl=isl, **kw), _p(reference_data, isl=2 * isl, **kw)
+    if short.notes or long.notes:
+        return
+    assert long.ttft_s >= short.ttft_s * (1 - NOISE)
+    assert long.tpot_s >= short.tpot_s * (1 - NOISE)  # longer KV to read, more prefill per round
+
+
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm"])
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_fp8_is_not_slower_where_the_weights_dominate(reference_data: Path, system, model, tp) -> None:  # type: ignore[no-untyped-def]
+    kw = dict(model=model, system=system, isl=2000, osl=200, batch_size=8, layout=Layout(tp=tp))
+    bf16, fp8 = _p(reference_data, precision="bf16", **kw), _p(reference_data, precision="fp8", **kw)
+    assert fp8.tpot_s <= bf16.tpot_s * (1 + NOISE / 2) and fp8.ttft_s <= bf16.ttft_s * (1 + NOISE / 2)
+
+
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "b200_sxm"])
+@pytest.mark.parametrize("backend", ["trtllm", "vllm"])
+@pytest.mark.parametrize(
+    ("model", "tps"), [("meta-llama/Llama-3.1-70B-Instruct", (2, 4, 8)), ("Qwen/Qwen3-32B", (1, 2, 4))]
+)
+def test_more_tp_is_not_slower_for_a_memory_bound_decode(
+    reference_data: Path, system, backend, model, tps
+) -> None:  # type: ignore[no-untyped-def]
+    tpot = [
+        _p(
+            reference_data,
+            model=model,
+            system=system,
+            backend=backend,
+            isl=1024,
+            osl=256,
+            batch_size=1,
+            layout=Layout(tp=tp),
+        ).tpot_s
+        for tp in tps
+    ]
+    assert all(b <= a * (1 + NOISE / 2) for a, b in zip(tpot, tpot[1:], strict=False))
+
+
+@SETTINGS
+@given(model=models, system=systems, c=st.integers(1, 128), pw=st.integers(1, 4))
+def test_disagg_ttft_holds_at_least_the_prefill_and_the_transfer(
+    reference_data: Path, model, system, c, pw
+) -> None:  # type: ignore[no-untyped-def]
+    lay = LAYOUTS[model]
+    p = _p(
+        reference_data,
+        model=model,
+        system=system,
+        mode="disagg",
+        isl=4000,
+        osl=500,
+        batch_size=c,
+        layout=lay,
+        prefill=Layout(tp=lay.tp, attention_dp=lay.attention_dp, moe_ep=lay.moe_ep),
+        prefill_workers=pw,
+        decode=lay,
+        decode_batch=c,
+    )
+    ttft = p.breakdown_ms["ttft"]
+    prefill_ms = sum(v for k, v in ttft.items() if k not in ("queue_wait", "kv_transfer", "pp_p2p"))
+    assert p.ttft_s * 1e3 >= prefill_ms + ttft["kv_transfer"] - 1e-9 and ttft["kv_transfer"] > 0
+    assert p.tpot_s > 0
