@@ -6,7 +6,9 @@ roofline only for an op no table covers, each op's source in ``describe()["cover
 folder's tables, else the ones the package bundles (H100/H200/B200), ``source`` says which. For
 a GPU with neither the roofline model runs instead and ``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
 stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
-the EP all-to-all latency of a group (RDMA when it spans nodes, NVLink inside one).
+the EP all-to-all latency floor of a group (RDMA when it spans nodes, NVLink inside one); a DE step
+of a group spanning nodes also pays its all-to-all bytes over DeepEP's published low-latency
+bandwidths per token of the GPU's batch (sim/ep_comm.py).
 
 A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
