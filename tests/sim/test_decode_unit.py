@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from dualpath.sim.costs import CostCache
 from dualpath.sim.decode import DecodeUnit, DeState
 from dualpath.sim.kernel import Kernel
+from dualpath.sim.request import Agent, Req
 from dualpath.spec.hardware import get_gpu
 from dualpath.spec.models import MODELS
 
 
-class _Req:  # the fields a decode unit reads and writes of a request
-    def __init__(self, rid: int, gen_len: int, prompt_len: int = 4096) -> None:
-        self.rid, self.gen_len, self.prompt_len = rid, gen_len, prompt_len
-        self.target = 0.0
-        self.t_join = math.nan
+def _req(i: int, gen_len: int, prompt_len: int = 4096) -> Req:
+    return Req(Agent(i, f"t{i}", [(prompt_len, gen_len)]), 0, 0, prompt_len, gen_len, 64)
 
 
 def _unit(num_gpus: int = 2) -> tuple[Kernel, DecodeUnit, list[DeState], list]:
@@ -39,19 +35,19 @@ def _unit(num_gpus: int = 2) -> tuple[Kernel, DecodeUnit, list[DeState], list]:
         costs=costs,
         gpus=[None] * num_gpus,  # type: ignore[list-item]  # no link costs (model bytes 0)
         model_bytes_per_token=0.0,
-        on_done=lambda req, st: done.append((req.rid, kernel.now_s)),
+        on_done=lambda req, st: done.append((req.agent.index, kernel.now_s)),
     )
     return kernel, unit, states, done
 
 
 def test_a_join_waits_for_the_next_step_boundary_but_an_idle_unit_starts_at_once() -> None:
     kernel, unit, (a, b), done = _unit()
-    first = _Req(1, gen_len=11)
+    first = _req(1, gen_len=11)
     kernel.call_at(0.0, lambda: unit.join(first, a), 0)
     kernel.run(until_s=0.0)
     step = unit.step_s
     assert first.t_join == 0.0 and first.target == 10.0  # an idle unit: its first step now
-    second = _Req(2, gen_len=4)
+    second = _req(2, gen_len=4)
     t = 2.4 * step
     kernel.call_at(t, lambda: unit.join(second, b, copied_tokens=0), 0)
     kernel.run(until_s=t + 1e-9)
@@ -67,12 +63,12 @@ def test_a_join_waits_for_the_next_step_boundary_but_an_idle_unit_starts_at_once
 def test_lockstep_join_stalls_of_different_gpus_overlap_but_one_gpus_add_up() -> None:
     def stall_after(joins: list[int]) -> float:
         kernel, unit, states, _ = _unit(3)
-        long = _Req(0, gen_len=1000)
+        long = _req(0, gen_len=1000)
         kernel.call_at(0.0, lambda: unit.join(long, states[0]), 0)
         kernel.run(until_s=0.0)
         t = 10.3 * unit.step_s
         for i, gpu in enumerate(joins):
-            req = _Req(i + 1, gen_len=500)
+            req = _req(i + 1, gen_len=500)
             kernel.call_at(t, lambda r=req, g=gpu: unit.join(r, states[g], copied_tokens=32768), 0)
         kernel.run(until_s=t)
         # how far the counter is behind where an unstalled unit would be
@@ -87,7 +83,7 @@ def test_lockstep_join_stalls_of_different_gpus_overlap_but_one_gpus_add_up() ->
 def test_next_boundary_is_the_next_whole_step_or_now_when_idle() -> None:
     kernel, unit, (a, _), _ = _unit()
     assert unit.next_boundary_s(0.5) == 0.5  # idle
-    kernel.call_at(0.0, lambda: unit.join(_Req(1, gen_len=100), a), 0)
+    kernel.call_at(0.0, lambda: unit.join(_req(1, gen_len=100), a), 0)
     kernel.run(until_s=0.0)
     step = unit.step_s
     assert unit.next_boundary_s(2.25 * step) == pytest.approx(3 * step)
