@@ -46,7 +46,15 @@ def test_steps_are_the_cost_model_plus_the_fixed_terms() -> None:
     de = make_cost_model("roofline", get_gpu("h100"), ep_size=32, num_gpus_per_node=8)
     lens = [8192 + 512] * 16
     fixed = cal.decode_step_overhead_s + model.num_moe_layers * cal.ep_layer_latency_rdma_s
-    assert cache.decode_step_s(16, 16 * 8704) == pytest.approx(de.decode_step_time_s(model, lens) + fixed)
+    # + the all-to-all bytes of the GPU's 16 tokens over DeepEP's low-latency bandwidths at EP 32
+    # (48 / 53 GB/s): 8 selections of 7,408 B (FP8 + scales + header) out, 14,336 B (BF16) back
+    per_token = model.num_moe_layers * 8 * (7408 / 48e9 + 14336 / 53e9)
+    expected = de.decode_step_time_s(model, lens) + fixed + 16 * per_token
+    assert cache.decode_step_s(16, 16 * 8704) == pytest.approx(expected)
+    assert cache.describe()["decode_a2a_s_per_token"] == pytest.approx(per_token)
+    terms = cache.decode_terms_s(16, 8704)
+    assert sum(terms.values()) == pytest.approx(expected)
+    assert terms["a2a_bytes"] == pytest.approx(16 * per_token)
     pe_fixed = cal.prefill_iter_overhead_s + model.num_moe_layers * cal.ep_layer_latency_rdma_s
     assert cache.iteration_s(0.01) == pytest.approx(0.01 * model.num_layers + pe_fixed)
     # an EP group inside one node pays the NVLink latency; no EP, none
@@ -90,3 +98,21 @@ def test_with_tables_the_steps_come_from_them(make_cluster, make_trajectories) -
     assert "moe_perf" in cov["deepseek-v3.2/moe"]
     res = run_one(SimConfig(system=get_system("dualpath"), cluster=make_cluster()), make_trajectories(4))
     assert res["cost_model"].startswith("calibrated (")
+
+
+def test_deepep_bandwidths_reproduce_its_published_latencies() -> None:
+    """DeepEP's README: 128 tokens per GPU at EP 32 dispatch in 155 us and combine in 273 us
+    (H800, CX7 400 Gb/s); the bytes over its published bandwidths give the same times (the floor
+    the simulator adds is what the paper's engine has beyond them)."""
+    from dualpath.sim.ep_comm import ll_bandwidth_bytes_per_s, ll_selection_bytes
+
+    model = MODELS["deepseek-v3.2"]
+    d_bytes, c_bytes = ll_selection_bytes(model)
+    d_bw, c_bw = ll_bandwidth_bytes_per_s(32)
+    assert 128 * 8 * d_bytes / d_bw == pytest.approx(155e-6, rel=0.03)
+    assert 128 * 8 * c_bytes / c_bw == pytest.approx(273e-6, rel=0.03)
+    assert ll_bandwidth_bytes_per_s(48) == ll_bandwidth_bytes_per_s(32)  # the next smaller row
+    assert ll_bandwidth_bytes_per_s(32, 800.0)[0] == pytest.approx(2 * d_bw)  # scales with the CNIC
+    # inside one node (DS 27B's EP 8) and without EP: no bytes term
+    assert _cache("roofline", "ds-27b", 8, 8).describe()["decode_a2a_s_per_token"] == 0.0
+    assert _cache("roofline", "qwen2.5-32b", 1, 1).describe()["decode_a2a_s_per_token"] == 0.0

@@ -58,10 +58,11 @@ class Calibration:
     # DRAM-buffer allocation of a claim once room is granted (block bookkeeping in a pre-registered
     # pinned pool, no page faults or RDMA registration on the path). Range 0-5 ms.
     buffer_alloc_s: float = 0.0001
-    # PD hand-off per request: the PE's "KV complete" message to the DE, the DE's HBM block
-    # allocation and the posting of the DRAM -> HBM copy (one RPC round trip ~0.1 ms plus the DE
-    # engine noticing it at its next scheduling point, about half a decode step). Not under Oracle
-    # (PD transfers bypassed). Range 0-50 ms.
+    # PD hand-off per request: the PE's "KV complete" message to the DE (one RPC round trip,
+    # ~0.1 ms), the DE's HBM block allocation and the posting of the DRAM -> HBM copy of ~500 Full
+    # Blocks (spec section 5: ~1 us per RDMA submission, 5-7 us per cudaMemcpyAsync). The DE
+    # engine's noticing it at its next step boundary is not in here: the decode unit gives that
+    # wait (sim/load_path.py). Not under Oracle (PD transfers bypassed). Range 0-50 ms.
     pd_handoff_s: float = 0.002
     # PD hand-off per layer of layerwise streaming: each layer's "KV loaded / sent" completion
     # (RDMA completion poll + CUDA event) that the next step waits for; paid once per layer of an
@@ -70,7 +71,9 @@ class Calibration:
     # A request joining a DE's running batch stalls its decode unit: the engine's admission (block
     # table, batch re-formation) -- this constant -- plus the DE-buffer -> HBM copy's HBM writes
     # (prompt KV bytes / HBM bandwidth, derived, not a constant): decode is HBM-bound, so the
-    # copy's bytes take that long away from it. Range 0-10 ms.
+    # copy's bytes take that long away from it. The unit's GPUs step in lockstep, so stalls of
+    # different GPUs in one step overlap (sim/decode.py charges the largest). The request enters
+    # the batch at the next step boundary. Range 0-10 ms.
     decode_join_s: float = 0.0002
 
     # --- HBM -------------------------------------------------------------------------------------
@@ -109,14 +112,17 @@ class Calibration:
     # scheduler with CUDA graphs (cost/latency_terms.py ITERATION_OVERHEAD_S; range 0-5 ms).
     prefill_iter_overhead_s: float = 0.005
     decode_step_overhead_s: float = 0.0003
-    # Latency of one MoE layer's EP dispatch + combine that the step cannot hide, for an EP group
-    # spanning nodes (RDMA). Its bytes are on the CNIC links already (the high-priority lane); this
-    # is the latency floor of the two all-to-alls. DeepEP's published low-latency kernels on H800 +
-    # 400 Gb/s IB take 155 + 273 us (dispatch + combine, EP 32, 128 tokens per GPU) and 118 + 195 us
-    # at EP 16; two-micro-batch overlap hides part. Range 50-600 us. FITTED to Oracle at 512 agents
-    # on the given row (latency bound, so set by the decode step; 380 us gave -7.3%, 440 us -1.4%):
-    # 440 us, about DeepEP's unoverlapped EP 32 time.
-    ep_layer_latency_rdma_s: float = 0.00044
+    # Latency floor of one MoE layer's EP dispatch + combine that the step cannot hide, for an EP
+    # group spanning nodes (RDMA): what the bytes do not give (launches, signalling round trips,
+    # the wait for the slowest rank). A decode step also pays the bytes, per token of the GPU's
+    # batch, over DeepEP's published low-latency bandwidths (sim/ep_comm.py: 3.4 us per token and
+    # layer at EP 32, not fitted); PE iterations put their bytes on the CNIC links instead. DeepEP
+    # publishes 155 + 273 us at EP 32 and 128 tokens per GPU, which its bandwidths already explain
+    # (floor ~0), so what the fit puts here is latency the paper's engine has beyond DeepEP's
+    # kernels. Range 50-600 us. FITTED to Oracle at 512 agents on the given row (latency bound, so
+    # set by the decode step at 1-2 requests per GPU): 440 us before the bytes term (session 11),
+    # 410 us with it (session 12: 390 us gave -3.5%, 410 us -1.4%, 440 us +1.7%).
+    ep_layer_latency_rdma_s: float = 0.00041
     # The same for an EP group inside one node (NVLink: one kernel launch and two barriers per
     # all-to-all). Not fitted (range 10-200 us). DS 27B's 1P1D runs EP 8 inside a node.
     ep_layer_latency_nvlink_s: float = 0.00005

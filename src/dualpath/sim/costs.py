@@ -6,7 +6,9 @@ roofline only for an op no table covers, each op's source in ``describe()["cover
 folder's tables, else the ones the package bundles (H100/H200/B200), ``source`` says which. For
 a GPU with neither the roofline model runs instead and ``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
 stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
-the EP all-to-all latency of a group (RDMA when it spans nodes, NVLink inside one).
+the EP all-to-all latency floor of a group (RDMA when it spans nodes, NVLink inside one); a DE step
+of a group spanning nodes also pays its all-to-all bytes over DeepEP's published low-latency
+bandwidths per token of the GPU's batch (sim/ep_comm.py).
 
 A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
@@ -23,6 +25,11 @@ from typing import Any, Final
 from dualpath.core.errors import ConfigError
 from dualpath.cost import make_cost_model, model_traffic_bytes
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
+from dualpath.sim.ep_comm import (
+    DEEPEP_MEASURED_CNIC_GBPS,
+    decode_a2a_bytes_s_per_token,
+    decode_cnic_bytes_per_token,
+)
 
 _TOKEN_BUCKET: Final = 16
 _CTX_BUCKET: Final = 1024
@@ -69,11 +76,13 @@ class CostCache:
         num_gpus_per_node: int,
         cal: Calibration = DEFAULT_CALIBRATION,
         tp_size: int = 1,
+        cnic_gbps: float = DEEPEP_MEASURED_CNIC_GBPS,
     ) -> None:
         """``name``: a ``dualpath.cost`` model, or ``auto``: ``calibrated`` if its tables can be
         read, else the roofline (``source`` says which and why). ``tp_size`` > 1: ``gpu`` is a TP
         group seen as one engine (sim/cluster.py); the kernel tables are per GPU, so such an engine
-        runs the roofline (said in ``source``)."""
+        runs the roofline (said in ``source``). ``cnic_gbps``: one GPU's compute NIC, which scales
+        DeepEP's published all-to-all bandwidths (sim/ep_comm.py)."""
         self.model = model
         self.cal = cal
         # fixed costs the load path and the decode units charge (sim/calibration.py)
@@ -109,14 +118,20 @@ class CostCache:
         self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
             de_ep_size, num_gpus_per_node, cal
         )
+        # + per token of the GPU's batch: its dispatch + combine bytes over DeepEP's low-latency
+        # bandwidth, every MoE layer (sim/ep_comm.py; an EP group spanning nodes only)
+        self._decode_a2a_s_per_token: float = (
+            moe_layers * decode_a2a_bytes_s_per_token(model, de_ep_size, cnic_gbps)
+            if de_ep_size > num_gpus_per_node
+            else 0.0
+        )
         self._other: dict[int, float] = {}
         self._decode: dict[tuple[int, int], float] = {}
         self._traffic_pe: float = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
-        self._traffic_de: float = model_traffic_bytes(
-            model, 1, ep_size=de_ep_size, num_gpus_per_node=num_gpus_per_node
-        )
+        # decode runs DeepEP's low-latency kernels: every remote selection crosses the CNIC
+        self._traffic_de: float = decode_cnic_bytes_per_token(model, de_ep_size, num_gpus_per_node)
 
     def _make(self, name: str, model: Any, gpu: Any, pe_ep: int, de_ep: int, gpn: int) -> None:
         """Both roles' cost models and the attention predictor; the tables are read here (a
@@ -159,7 +174,11 @@ class CostCache:
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = self.de_cost.decode_step_time_s(self.model, lens) + self._decode_fixed_s
+            value = (
+                self.de_cost.decode_step_time_s(self.model, lens)
+                + self._decode_fixed_s
+                + batch_size * self._decode_a2a_s_per_token
+            )
             self._decode[key] = value
         return value
 
@@ -171,6 +190,27 @@ class CostCache:
             "decode": self.de_cost.describe(),
             "prefill_fixed_s": self._prefill_fixed_s,
             "decode_fixed_s": self._decode_fixed_s,
+            "decode_a2a_s_per_token": self._decode_a2a_s_per_token,
+        }
+
+    def decode_terms_s(self, batch_size: int, context_len: int) -> dict[str, float]:
+        """One decode step of one GPU with ``batch_size`` requests of ``context_len`` tokens, by
+        term (seconds; they sum to :meth:`decode_step_s`'s value up to its context bucketing):
+        attention, dense GEMMs, routed experts, the EP all-to-all floor and its bytes, overhead."""
+        model, de = self.model, self.de_cost
+        lens = [context_len] * batch_size
+        layers = model.num_layers
+        attention = layers * de.decode_attention_layer_s(model, lens)
+        dense = layers * de.dense_op_s(model, batch_size)
+        moe = layers * de.moe_op_s(model, batch_size * de.config.ep_size)
+        overhead = self.cal.decode_step_overhead_s
+        return {
+            "attention": attention,
+            "dense": dense,
+            "moe": moe,
+            "a2a_floor": self._decode_fixed_s - overhead,
+            "a2a_bytes": batch_size * self._decode_a2a_s_per_token,
+            "overhead": overhead,
         }
 
     def join_stall_s(self, copied_tokens: int) -> float:

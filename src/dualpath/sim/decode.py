@@ -2,9 +2,13 @@
 
 A decode *unit* is a set of DE GPUs that step in lockstep (one EP group; one GPU for DP models).
 Its step time is the slowest GPU's (``CostCache.decode_step_s`` of that GPU's batch), constant
-between batch changes. The unit keeps a step counter that advances continuously with time; a
-request joining at counter ``c`` produces its last token at counter ``c + gen_len - 1`` (its first
-token came from prefill). So the only events are joins and the next finish: no per-token events.
+between batch changes. The unit keeps a step counter that advances continuously with time, whole
+numbers at step boundaries; a request joining at counter ``c`` enters the batch at the next
+boundary ``ceil(c)`` (continuous batching admits between steps; an idle unit starts at once) and
+produces its last token at counter ``ceil(c) + gen_len - 1`` (its first token came from prefill).
+So the only events are joins and the next finish: no per-token events. A join stalls the unit
+(``CostCache.join_stall_s``); the GPUs step in lockstep, so in one step the unit waits for the GPU
+with the most stall, not for the sum over GPUs.
 Context growth during a turn's decode (at most a few hundred tokens on tens of thousands) is folded
 in by counting each request at its mid-decode context.
 
@@ -20,6 +24,7 @@ per token (0 without link costs: the load path says) and the driver's ``on_done`
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,6 +55,9 @@ class DeState:
         "model_mark",
         "model_t",
         "touched",
+        "stall_step",
+        "stall_acc",
+        "model_credit",
     )
 
     unit: DecodeUnit  # the DecodeUnit it steps in (set by the unit)
@@ -68,6 +76,9 @@ class DeState:
         self.model_mark = 0.0  # unit step counter when this GPU's model traffic was last put on links
         self.model_t = 0.0  # ... and the time
         self.touched = False  # a finish in the unit's current ``_on_finish`` removed one of its requests
+        self.stall_step = -1  # the unit step in which this GPU's join stalls were last charged ...
+        self.stall_acc = 0.0  # ... and their sum in that step
+        self.model_credit = 0.0  # request-steps since the mark that joiners spent before their boundary
 
 
 class DecodeUnit:
@@ -98,6 +109,8 @@ class DecodeUnit:
         self.heap: list[tuple[float, int, Req, DeState]] = []  # (target, seq, req, its DE)
         self.seq = 0
         self.handle: Handle | None = None
+        self.stall_step = -1  # the step of the largest per-GPU join stall charged so far ...
+        self.stall_max = 0.0  # ... and that stall (lockstep: a step waits for its slowest GPU)
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
         self.model_bytes_per_token = model_bytes_per_token
         self.gpus = gpus
@@ -122,12 +135,13 @@ class DecodeUnit:
         high priority) -- call after ``_advance`` and before its batch changes."""
         steps = self.counter - st.model_mark
         if st.batch and steps > 0 and self.model_bytes_per_token:
-            nbytes = steps * st.batch * self.model_bytes_per_token
+            nbytes = (steps * st.batch - st.model_credit) * self.model_bytes_per_token
             gpu = self.gpus[st.slot]
             gpu.tx.preempt(nbytes, st.model_t)
             gpu.rx.preempt(nbytes, st.model_t)
         st.model_mark = self.counter
         st.model_t = self.kernel.now_s
+        st.model_credit = 0.0
 
     def flush_all(self) -> None:
         """End of run: every GPU's outstanding model traffic."""
@@ -152,17 +166,36 @@ class DecodeUnit:
         if steps <= 0:
             self.on_done(req, st)
             return
-        req.target = self.counter + steps
+        self.flush_model_traffic(st)
+        running = bool(self.heap)
+        if running:  # the join stalls the running batch (CostCache.join_stall_s) ...
+            k = int(self.counter)
+            if st.stall_step != k:
+                st.stall_step = k
+                st.stall_acc = 0.0
+            if self.stall_step != k:
+                self.stall_step = k
+                self.stall_max = 0.0
+            st.stall_acc = st.stall_acc + self.costs.join_stall_s(copied_tokens)
+            extra = st.stall_acc - self.stall_max
+            if extra > 0.0:  # ... but stalls of other GPUs in the same step overlap with it
+                self.stall_max = st.stall_acc
+                self.counter -= extra / self.step_s
+        # a running batch admits requests at its next step boundary (an integer counter); an
+        # idle unit starts a step now
+        if running:
+            start = float(math.ceil(self.counter - 1e-9))
+        else:
+            start = self.counter = float(math.ceil(self.counter - 1e-9))
+        req.target = start + steps
         self.seq += 1
         heapq.heappush(self.heap, (req.target, self.seq, req, st))
-        self.flush_model_traffic(st)
         st.batch += 1
         st.ctx_sum += req.prompt_len + req.gen_len / 2
-        if self.step_s > 0.0:  # the join stalls the running batch (CostCache.join_stall_s)
-            self.counter -= self.costs.join_stall_s(copied_tokens) / self.step_s
+        st.model_credit = start - st.model_mark  # it sends nothing before its first step
         self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
         self._restep()
-        req.t_join = self.kernel.now_s
+        req.t_join = self.kernel.now_s + (start - self.counter) * self.step_s
 
     def _on_finish(self) -> None:
         self.handle = None
@@ -185,6 +218,14 @@ class DecodeUnit:
             if not st.batch:
                 st.ctx_sum = 0.0
         self._restep()
+
+    def next_boundary_s(self, t: float) -> float:
+        """The first step boundary at or after time ``t`` (>= now) at the current step time: when
+        the engine's scheduling loop next runs and sees what arrived by ``t``; ``t`` if idle."""
+        if not self.heap or self.step_s <= 0.0:
+            return t
+        c_t = self.counter + (t - self.last_t) / self.step_s
+        return t + (math.ceil(c_t - 1e-9) - c_t) * self.step_s
 
     def current_step_s(self) -> float:
         return self.step_s

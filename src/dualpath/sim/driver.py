@@ -54,6 +54,7 @@ class Simulation:
             num_gpus_per_node=gpn,
             cal=cal,
             tp_size=cluster.tp_size,
+            cnic_gbps=cluster.node_spec.cnic_gbps,
         )
         from dualpath.cost import weight_bytes_per_gpu
 

@@ -177,8 +177,13 @@ class LoadPath:
             self.storage.release(self.nodes[pe_node_id], req.pe_read_len * bpt)
         gpu = self.gpus[req.de_gpu]
         node = self.nodes[de.node_id]
-        start = kv_at + self.costs.pd_handoff_s  # the PD hand-off (sim/calibration.py)
-        end = transfer3(node.dram, gpu.tx, gpu.rx, req.prompt_len * bpt, start)
+        # the PD hand-off (sim/calibration.py); the DE engine sees it at its next step boundary
+        # (its scheduling loop runs between decode steps) and only then posts the copy. The copy
+        # is booked on the links from the hand-off (booking it later would leave the FIFO links
+        # idle in front of it) and its end is moved by that wait.
+        start = kv_at + self.costs.pd_handoff_s
+        wait = de.unit.next_boundary_s(start) - start
+        end = transfer3(node.dram, gpu.tx, gpu.rx, req.prompt_len * bpt, start) + wait
         self.kernel.call_at(end, lambda: self._to_hbm(req, de, node), PRIO_COMPLETE)
 
     def _to_hbm(self, req: Req, de: DeState, node: Node) -> None:
