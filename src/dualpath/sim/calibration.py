@@ -108,8 +108,10 @@ class Calibration:
     # times leave out is charged here as fixed times, each with its physical range:
     # Host time per PE iteration / DE step that the GPUs wait for (scheduling the batch, input
     # preparation, sampling sync). Prefill: 5 ms (chosen; an iteration plans chunked batches and
-    # cannot run as a CUDA graph; range 0-50 ms). Decode: 0.3 ms, the backends' overlapped
-    # scheduler with CUDA graphs (cost/latency_terms.py ITERATION_OVERHEAD_S; range 0-5 ms).
+    # cannot run as a CUDA graph; range 0-50 ms). Decode: 0.3 ms, an estimate for an overlapped
+    # scheduler with CUDA graphs (range 0-5 ms). `plan latency` now uses the measured 0.16 ms
+    # (cost/latency_terms.py ITERATION_OVERHEAD_S, vLLM PR #11133); the 0.14 ms difference is
+    # 0.3% of a 45 ms decode step, and the given row was fitted with 0.3 ms, so it stays.
     prefill_iter_overhead_s: float = 0.005
     decode_step_overhead_s: float = 0.0003
     # Latency floor of one MoE layer's EP dispatch + combine that the step cannot hide, for an EP
