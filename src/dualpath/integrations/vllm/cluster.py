@@ -1,10 +1,10 @@
-"""vLLM P/D on one machine standing in for a storage-bound cluster: one prefill instance (node 0) and
-``num_decode`` decode instances (nodes 1..n), a DualPath agent per node (agent.py), the proxy
+"""vLLM P/D on one machine standing in for a storage-bound cluster: ``num_prefill`` prefill instances
+(nodes 0..p-1, default one) and ``num_decode`` decode instances (nodes p..p+d-1), a DualPath agent per node (agent.py), the proxy
 (proxy.py) with the router (router.py) in this process. No vLLM import: the instances are
 ``python -m vllm.entrypoints.openai.api_server`` processes of ``vllm_python``.
 
-Every instance runs the connector over one shared store. The prefill instance's connector reads
-PE-side hits through node 0's emulated storage NIC (``snic_gbps``); a decode node's agent reads
+Every instance runs the connector over one shared store. A prefill instance's connector reads
+PE-side hits through its node's emulated storage NIC (``snic_gbps``); a decode node's agent reads
 DE-side hits through that node's NIC and forwards them to the prefill instance. Decode instances
 load the prompt's KV from the store uncapped: it stands for the prefill -> decode transfer over the
 compute network (the KV the prefill just saved), not for a storage read. Every process started is
@@ -44,11 +44,12 @@ def _free_port() -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PDConfig:
     """``snic_gbps``: each node's storage-NIC cap (None: uncapped); ``load``: the prefill
-    connector's load mode (settings.py); ``block_size``: vLLM's and the store's block."""
+    connectors' load mode (settings.py); ``block_size``: vLLM's and the store's block."""
 
     model: str
     root: str
     num_decode: int = 2
+    num_prefill: int = 1
     snic_gbps: float | None = 0.2
     load: str = "async"
     block_size: int = 32
@@ -105,7 +106,12 @@ class PDCluster:
         (root / "logs").mkdir(parents=True, exist_ok=True)
         layout = model_layout(c.model, c.block_size)
         store = BlockStore(root / "store", layout, "auto")
-        for node in range(c.num_decode + 1):
+        if c.num_prefill < 1 or c.num_decode < 1:
+            raise ConfigError(
+                "num_prefill/num_decode", f"{c.num_prefill}/{c.num_decode}", "need at least one of each"
+            )
+        nodes = range(c.num_prefill + c.num_decode)
+        for node in nodes:
             port = _free_port()
             cmd = [sys.executable, "-m", "dualpath.integrations.vllm.agent", "--model", c.model, "--store-dir",
                    str(root / "store"), "--block-size", str(c.block_size), "--node-id", str(node), "--port",
@@ -114,8 +120,8 @@ class PDCluster:
                 cmd += ["--snic-gbps", str(c.snic_gbps), "--snic-state-file", str(root / f"node{node}.snic")]
             self._spawn(f"agent{node}", cmd)
             self.agents[node] = f"http://127.0.0.1:{port}"
-        for node in range(c.num_decode + 1):
-            role = "prefill" if node == 0 else "decode"
+        for node in nodes:
+            role = "prefill" if node < c.num_prefill else "decode"
             port = _free_port()
             cmd = [c.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", c.model, "--port", str(port),
                    "--dtype", "float32", "--max-model-len", str(c.max_model_len), "--block-size", str(c.block_size),
