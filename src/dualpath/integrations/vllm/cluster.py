@@ -77,7 +77,10 @@ class PDCluster:
     def _env(self) -> dict[str, str]:
         src = str(Path(dualpath.__file__).resolve().parents[1])
         return dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-                    VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib))  # fmt: skip
+                    VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib),
+                    # one unpinned OpenMP thread per instance (conversation.py says why)
+                    VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+                    OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))  # fmt: skip
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / "logs" / f"{name}.log", "wb")
