@@ -1,7 +1,8 @@
-"""vLLM 2P1D with DualPath's connector (cluster.py ``num_prefill=2``): two conversations at once
+"""vLLM 2P1D with DualPath's connector (cluster.py ``num_prefill=2``): four conversations at once
 through the proxy under policy "dualpath" (read side and prefill instance chosen per request by
-``dualpath.policy``); greedy tokens equal vLLM's without a connector (prefix cache off), both prefill
-instances serve turns, and later turns hit every whole block of the previous one.
+``dualpath.policy``, with a per-PE batch budget of 700 tokens so that one PE's fetch cannot take all
+four 625-token first turns); greedy tokens equal vLLM's without a connector (prefix cache off), both
+prefill instances serve turns, and later turns hit every whole block of the previous one.
 
 Needs the vLLM venv (docs/vllm.md): three vLLM instances at once, minutes to start on a small CPU;
 marked slow, skipped without vLLM (``.ci/run`` runs it with DUALPATH_VLLM_VENV).
@@ -64,14 +65,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model = root / "model"
     export_hf_folder("smollm2-135m", model)
     tok = load_tokenizer(model)
-    cfg = PDConfig(model=str(model), root=str(root / "pd"), num_prefill=2, num_decode=1, snic_gbps=None)
+    cfg = PDConfig(
+        model=str(model), root=str(root / "pd"), num_prefill=2, num_decode=1, snic_gbps=None, beta_tokens=700
+    )
     with PDCluster(cfg) as cluster:
         cluster.start()
         url = cluster.url
         httpx.post(f"{url}/configure", json={"policy": "dualpath"}, timeout=30).raise_for_status()
-        firsts = [tok(f"Mill {c}. " + TOPIC * 8) for c in range(2)]
-        with ThreadPoolExecutor(2) as pool:
-            convs = list(pool.map(lambda f: _conversation(url, tok, f, 3), firsts))
+        firsts = [tok(f"Mill {c}. " + TOPIC * 40)[:625] for c in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            convs = list(pool.map(lambda f: _conversation(url, tok, f, 2), firsts))
         prefills = sorted(i.url for i in cluster.instances if i.role == "prefill")
     prompts = [t["prompt"] for c in convs for t in c]
     (root / "prompts.json").write_text(json.dumps(prompts))

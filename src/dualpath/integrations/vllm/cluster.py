@@ -44,7 +44,10 @@ def _free_port() -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PDConfig:
     """``snic_gbps``: each node's storage-NIC cap (None: uncapped); ``load``: the prefill
-    connectors' load mode (settings.py); ``block_size``: vLLM's and the store's block."""
+    connectors' load mode (settings.py); ``block_size``: vLLM's and the store's block;
+    ``beta_tokens``: the policy's per-PE prefill batch budget (router.py; with the default a PE's
+    fetch takes the whole prefill queue, so further prefill instances get work only while the
+    first is busy)."""
 
     model: str
     root: str
@@ -55,6 +58,7 @@ class PDConfig:
     block_size: int = 32
     max_model_len: int = 2048
     kv_cache_gib: int = 1
+    beta_tokens: int = 1 << 20
     vllm_python: str = sys.executable
     startup_timeout_s: float = 1200.0
 
@@ -138,7 +142,9 @@ class PDCluster:
         from dualpath.runtime.server.run import BackgroundServer
 
         rate = 1e12 if c.snic_gbps is None else c.snic_gbps * 1e9 / 8
-        router = Router(self.instances, store, policy="dualpath", read_bytes_per_s=rate)
+        router = Router(
+            self.instances, store, policy="dualpath", read_bytes_per_s=rate, beta_tokens=c.beta_tokens
+        )
         self.proxy = Proxy(router, model=c.model, tokenize=load_tokenizer(c.model))
         from dualpath.integrations.vllm.proxy import make_app
 
