@@ -20,7 +20,16 @@ DualPath / Basic >= 2.5x and DualPath / no-I/O >= 0.85 (turns per second)::
 
     python benchmarks/vllm_dualpath.py --model DIR --part pd [--snic-gbps 0.04] [--json]
 
-``--part single`` is the one-instance comparison above; ``--part all`` runs both.
+Several ``--snic-gbps`` values sweep the cap (one cluster per value, each printing both ratios).
+
+``--part hbm``: the connector's cost when everything fits in vLLM's cache: ``prefix-cache`` and
+``connector+prefix-cache`` run at the same time (so a shared machine's load hits both alike) over the
+same conversations; the connector must load nothing (vLLM's own cache covers every hit) and its
+saves must not slow the turns: prints with / without connector prompt-time ratios (goal <= 1.05)::
+
+    python benchmarks/vllm_dualpath.py --model DIR --part hbm [--conversations 4 --turns 4]
+
+``--part single`` is the one-instance comparison above; ``--part all`` runs all three.
 """
 
 from __future__ import annotations
@@ -38,42 +47,30 @@ from typing import Any
 MODES = ("plain", "connector", "prefix-cache", "connector+prefix-cache")
 
 
-def _run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    out = tmp / f"{mode}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "dualpath.integrations.vllm.conversation",
-        args.model,
-        "--mode",
-        mode,
-        "--turns",
-        str(args.turns),
-        "--conversations",
-        str(args.conversations),
-        "--gen-len",
-        str(args.gen_len),
-        "--context-repeats",
-        str(args.context_repeats),
-        "--vllm-block-size",
-        str(args.block_size),
-        "--out",
-        str(out),
-    ]
+def _start(
+    mode: str, args: argparse.Namespace, tmp: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", args.model, "--mode", mode,
+           "--turns", str(args.turns), "--conversations", str(args.conversations), "--gen-len", str(args.gen_len),
+           "--context-repeats", str(args.context_repeats), "--vllm-block-size", str(args.block_size),
+           "--out", str(tmp / f"{mode}.json"), *extra]  # fmt: skip
     if mode.startswith("connector"):
         cmd += ["--store-dir", str(tmp / f"store-{mode}")]
     print(f"running {mode} ...", file=sys.stderr, flush=True)
-    with open(tmp / f"{mode}.log", "wb") as log:
-        rc = subprocess.run(
-            cmd,
-            env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            check=False,
-        ).returncode
+    log = open(tmp / f"{mode}.log", "wb")  # noqa: SIM115 (closed with the process by _finish)
+    return subprocess.Popen(cmd, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2"), stdout=log,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _finish(mode: str, proc: subprocess.Popen[bytes], tmp: Path) -> dict[str, Any]:
+    rc = proc.wait()
     if rc != 0:
         sys.exit(f"error: {mode} run failed (rc {rc}); log: {(tmp / f'{mode}.log').read_text()[-3000:]}")
-    return json.loads(out.read_text())
+    return json.loads((tmp / f"{mode}.json").read_text())
+
+
+def _run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    return _finish(mode, _start(mode, args, tmp), tmp)
 
 
 def _first_and_later(run: dict[str, Any]) -> tuple[float, float, float]:
@@ -95,10 +92,13 @@ def main() -> None:
         "--context-repeats", type=int, default=30, help="first prompt: topic x N (~30 tokens each)"
     )
     p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--part", choices=("single", "pd", "all"), default="all")
-    p.add_argument("--snic-gbps", type=float, default=0.04, help="pd: each node's storage-NIC cap")
+    p.add_argument("--part", choices=("single", "pd", "hbm", "all"), default="all")
+    p.add_argument("--snic-gbps", type=float, nargs="+", default=[0.05],
+                   help="pd: each node's storage-NIC cap (several: one cluster per cap, a sweep)")  # fmt: skip
     p.add_argument("--pd-conversations", type=int, default=6, help="pd: concurrent turns per round")
     p.add_argument("--pd-rounds", type=int, default=2)
+    p.add_argument("--pd-turns-per-round", type=int, default=1,
+                   help="pd: turns each agent runs back to back per round (closed loop)")  # fmt: skip
     p.add_argument("--vllm-python", default=sys.executable, help="pd: the vLLM venv's python")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -106,28 +106,79 @@ def main() -> None:
         _pd(args)
     if args.part in ("single", "all"):
         _single(args)
+    if args.part in ("hbm", "all"):
+        _hbm(args)
+
+
+def _hbm(args: argparse.Namespace) -> None:
+    """vLLM's prefix cache on, with and without the connector, both at once and in lockstep (every
+    turn starts in both together, so one machine's load hits both alike): every hit is vLLM's own,
+    so the connector must load nothing and only save."""
+    modes = ("prefix-cache", "connector+prefix-cache")
+    with tempfile.TemporaryDirectory(prefix="vllm-hbm-") as tmp_:
+        tmp = Path(tmp_)
+        counters = tmp / "counters.json"
+        (tmp / "lockstep").mkdir()
+        procs = {m: _start(m, args, tmp, ("--lockstep-dir", str(tmp / "lockstep"), "--lockstep-id", str(i),
+                                          "--lockstep-peers", str(len(modes)))
+                           + (("--counters-file", str(counters)) if m.startswith("connector") else ()))
+                 for i, m in enumerate(modes)}  # fmt: skip
+        runs = {m: _finish(m, p, tmp) for m, p in procs.items()}
+        conn = json.loads(counters.read_text())
+    toks = {m: [s["tokens"] for s in r["steps"] if "tokens" in s] for m, r in runs.items()}
+    rows = {m: dict(zip(("first_s", "later_s", "later_hit_share"), _first_and_later(r), strict=True))
+            | {"wall_s": sum(s["wall_s"] for s in r["steps"] if "tokens" in s)} for m, r in runs.items()}  # fmt: skip
+    both, pc = rows["connector+prefix-cache"], rows["prefix-cache"]
+    turn_s = {m: [s["prefill_s"] for s in r["steps"] if "tokens" in s] for m, r in runs.items()}
+    paired = statistics.median(a / b for a, b in zip(turn_s[modes[1]], turn_s[modes[0]], strict=True))
+    result = {
+        "tokens_equal": toks[modes[0]] == toks[modes[1]], "modes": rows,
+        "connector_loaded_blocks": conn["loaded_blocks"], "connector_saved_blocks": conn["saved_blocks"],
+        "later_ratio": both["later_s"] / pc["later_s"], "first_ratio": both["first_s"] / pc["first_s"],
+        "wall_ratio": both["wall_s"] / pc["wall_s"], "paired_turn_ratio_median": paired, "load_average": os.getloadavg(), "args": vars(args),
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"vLLM prefix cache on, everything fits (median of {args.conversations} conversations, "
+          f"tokens equal: {result['tokens_equal']}, load average {result['load_average'][1]:.1f}):")  # fmt: skip
+    for m, r in rows.items():
+        print(f"  {m:24s} first turn {r['first_s']:.3f} s  later turns {r['later_s']:.3f} s  "
+              f"hit share {r['later_hit_share']:.2f}  all turns {r['wall_s']:.1f} s")  # fmt: skip
+    print(f"connector loaded {conn['loaded_blocks']} blocks (0: vLLM's cache covered every hit), saved "
+          f"{conn['saved_blocks']}; with / without connector: later turns {result['later_ratio']:.2f}x, "
+          f"first turns {result['first_ratio']:.2f}x, all turns {result['wall_ratio']:.2f}x, median of per-turn "
+          f"ratios {paired:.2f}x (goal <= 1.05)")  # fmt: skip
 
 
 def _pd(args: argparse.Namespace) -> None:
+    results = [_pd_one(args, gbps) for gbps in args.snic_gbps]
+    if args.json:
+        print(json.dumps(results if len(results) > 1 else results[0], indent=2))
+
+
+def _pd_one(args: argparse.Namespace, snic_gbps: float) -> dict[str, Any]:
     from dualpath.integrations.vllm import pdbench
     from dualpath.integrations.vllm.cluster import PDCluster, PDConfig
 
     with tempfile.TemporaryDirectory(prefix="vllm-pd-") as tmp:
-        cfg = PDConfig(model=args.model, root=tmp, num_decode=2, snic_gbps=args.snic_gbps,
+        cfg = PDConfig(model=args.model, root=tmp, num_decode=2, snic_gbps=snic_gbps,
                        vllm_python=args.vllm_python, block_size=args.block_size)  # fmt: skip
         with PDCluster(cfg) as cluster:
             cluster.start(on_progress=lambda n: print(f"  {n} healthy", file=sys.stderr, flush=True))
             result = pdbench.run(cluster, conversations=args.pd_conversations, rounds=args.pd_rounds,
+                                 turns_per_round=args.pd_turns_per_round,
                                  progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))  # fmt: skip
     r = result["ratios"] = pdbench.ratios(result)
     result["goals_met"] = {"dualpath_over_basic >= 2.5": r["dualpath_over_basic"] >= 2.5,
                            "dualpath_over_noio >= 0.85": r["dualpath_over_noio"] >= 0.85}  # fmt: skip
-    result["snic_gbps"] = args.snic_gbps
+    result["snic_gbps"] = snic_gbps
+    result["load_average"] = os.getloadavg()
     if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"vLLM 1P2D, storage NICs {args.snic_gbps} Gbit/s per node, "
-          f"{args.pd_conversations} conversations x {args.pd_rounds} turns per mode")  # fmt: skip
+        return result
+    print(f"vLLM 1P2D, storage NICs {snic_gbps} Gbit/s per node, "
+          f"{args.pd_conversations} conversations x {args.pd_rounds} rounds x {args.pd_turns_per_round} turns per mode, "
+          f"load average {result['load_average'][1]:.1f} (5 min)")  # fmt: skip
     for mode, m in result["modes"].items():
         b = m["bytes"]
         print(f"  {mode:9s} {m['turns_per_s']:.3f} turns/s  wall {m['wall_s']:.1f} s  prefill "
@@ -136,8 +187,10 @@ def _pd(args: argparse.Namespace) -> None:
               f"forwarded {b.get('forwarded_bytes', 0) / 1e6:.0f} MB")  # fmt: skip
     print(
         f"DualPath / Basic = {r['dualpath_over_basic']:.2f}x (goal >= 2.5); "
-        f"DualPath / no-I/O = {r['dualpath_over_noio']:.2f} (goal >= 0.85)"
+        f"DualPath / no-I/O = {r['dualpath_over_noio']:.2f} (goal >= 0.85)",
+        flush=True,
     )
+    return result
 
 
 def _single(args: argparse.Namespace) -> None:

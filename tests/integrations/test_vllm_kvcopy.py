@@ -49,3 +49,17 @@ def test_scatter_inverts_gather(kind: str) -> None:
 def test_unknown_layout_is_named() -> None:
     with pytest.raises(ConfigError, match=r"\(6, 7\)"):
         PagedLayer.of(torch.zeros(6, 7), block_size=N, num_kv_heads=H, head_dim=D)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "flash"])
+def test_gather_into_a_staging_slice_equals_gather(kind: str) -> None:
+    """Two store blocks of two vLLM blocks each, written into the layer-1 slice of Full Block rows
+    (layers 0..2): the same bytes as ``gather``, the other layers' bytes untouched."""
+    cache = torch.randn(6, H, N, 2 * D) if kind == "cpu" else torch.randn(2, 6, N, H, D)
+    layer = PagedLayer.of(cache, block_size=N, num_kv_heads=H, head_dim=D)
+    per_layer = 2 * N * 2 * H * D  # floats of one Layer Block (store block = 2 vLLM blocks)
+    rows = torch.zeros(2, 3 * per_layer)
+    ids = [4, 0, 2, 5]
+    layer.gather_into(ids, rows[:, per_layer : 2 * per_layer].view(2, 2 * N, 2, H, D))
+    assert torch.equal(rows[:, per_layer : 2 * per_layer].reshape(-1), layer.gather(ids).reshape(-1))
+    assert not rows[:, :per_layer].any() and not rows[:, 2 * per_layer :].any()

@@ -1,10 +1,10 @@
-"""vLLM P/D on one machine standing in for a storage-bound cluster: one prefill instance (node 0) and
-``num_decode`` decode instances (nodes 1..n), a DualPath agent per node (agent.py), the proxy
+"""vLLM P/D on one machine standing in for a storage-bound cluster: ``num_prefill`` prefill instances
+(nodes 0..p-1, default one) and ``num_decode`` decode instances (nodes p..p+d-1), a DualPath agent per node (agent.py), the proxy
 (proxy.py) with the router (router.py) in this process. No vLLM import: the instances are
 ``python -m vllm.entrypoints.openai.api_server`` processes of ``vllm_python``.
 
-Every instance runs the connector over one shared store. The prefill instance's connector reads
-PE-side hits through node 0's emulated storage NIC (``snic_gbps``); a decode node's agent reads
+Every instance runs the connector over one shared store. A prefill instance's connector reads
+PE-side hits through its node's emulated storage NIC (``snic_gbps``); a decode node's agent reads
 DE-side hits through that node's NIC and forwards them to the prefill instance. Decode instances
 load the prompt's KV from the store uncapped: it stands for the prefill -> decode transfer over the
 compute network (the KV the prefill just saved), not for a storage read. Every process started is
@@ -44,16 +44,21 @@ def _free_port() -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PDConfig:
     """``snic_gbps``: each node's storage-NIC cap (None: uncapped); ``load``: the prefill
-    connector's load mode (settings.py); ``block_size``: vLLM's and the store's block."""
+    connectors' load mode (settings.py); ``block_size``: vLLM's and the store's block;
+    ``beta_tokens``: the policy's per-PE prefill batch budget (router.py; with the default a PE's
+    fetch takes the whole prefill queue, so further prefill instances get work only while the
+    first is busy)."""
 
     model: str
     root: str
     num_decode: int = 2
+    num_prefill: int = 1
     snic_gbps: float | None = 0.2
     load: str = "async"
     block_size: int = 32
     max_model_len: int = 2048
     kv_cache_gib: int = 1
+    beta_tokens: int = 1 << 20
     vllm_python: str = sys.executable
     startup_timeout_s: float = 1200.0
 
@@ -76,7 +81,10 @@ class PDCluster:
     def _env(self) -> dict[str, str]:
         src = str(Path(dualpath.__file__).resolve().parents[1])
         return dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-                    VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib))  # fmt: skip
+                    VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib),
+                    # one unpinned OpenMP thread per instance (conversation.py says why)
+                    VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+                    OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))  # fmt: skip
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / "logs" / f"{name}.log", "wb")
@@ -105,7 +113,12 @@ class PDCluster:
         (root / "logs").mkdir(parents=True, exist_ok=True)
         layout = model_layout(c.model, c.block_size)
         store = BlockStore(root / "store", layout, "auto")
-        for node in range(c.num_decode + 1):
+        if c.num_prefill < 1 or c.num_decode < 1:
+            raise ConfigError(
+                "num_prefill/num_decode", f"{c.num_prefill}/{c.num_decode}", "need at least one of each"
+            )
+        nodes = range(c.num_prefill + c.num_decode)
+        for node in nodes:
             port = _free_port()
             cmd = [sys.executable, "-m", "dualpath.integrations.vllm.agent", "--model", c.model, "--store-dir",
                    str(root / "store"), "--block-size", str(c.block_size), "--node-id", str(node), "--port",
@@ -114,8 +127,8 @@ class PDCluster:
                 cmd += ["--snic-gbps", str(c.snic_gbps), "--snic-state-file", str(root / f"node{node}.snic")]
             self._spawn(f"agent{node}", cmd)
             self.agents[node] = f"http://127.0.0.1:{port}"
-        for node in range(c.num_decode + 1):
-            role = "prefill" if node == 0 else "decode"
+        for node in nodes:
+            role = "prefill" if node < c.num_prefill else "decode"
             port = _free_port()
             cmd = [c.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", c.model, "--port", str(port),
                    "--dtype", "float32", "--max-model-len", str(c.max_model_len), "--block-size", str(c.block_size),
@@ -129,7 +142,9 @@ class PDCluster:
         from dualpath.runtime.server.run import BackgroundServer
 
         rate = 1e12 if c.snic_gbps is None else c.snic_gbps * 1e9 / 8
-        router = Router(self.instances, store, policy="dualpath", read_bytes_per_s=rate)
+        router = Router(
+            self.instances, store, policy="dualpath", read_bytes_per_s=rate, beta_tokens=c.beta_tokens
+        )
         self.proxy = Proxy(router, model=c.model, tokenize=load_tokenizer(c.model))
         from dualpath.integrations.vllm.proxy import make_app
 

@@ -41,7 +41,6 @@ from dualpath.integrations.vllm.kvcopy import PagedLayer
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
 from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, read_source
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
-from dualpath.runtime.kvstore.bandwidth import wait_until
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -244,8 +243,9 @@ class DualPathConnector(KVConnectorBase_V1):
                     (len(spec.hashes), self.store.layout.full_block_bytes), dtype=np.uint8
                 )
             ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
-            data = paged.gather(ids).contiguous().view(torch.uint8).numpy()
-            buf[:, lo:hi] = data.reshape(len(spec.hashes), hi - lo)
+            out = torch.from_numpy(buf[:, lo:hi]).view(paged.cache.dtype)  # this layer's Layer Blocks
+            paged.gather_into(ids, out.view(len(spec.hashes), self.sizes.store_block_size, 2,
+                                            self.num_kv_heads, self.head_dim))  # fmt: skip
         self.timing["save_gather_s"] += time.perf_counter() - t
 
     def wait_for_save(self) -> None:
@@ -260,8 +260,8 @@ class DualPathConnector(KVConnectorBase_V1):
                 if self.store.write_full(h, spec.parents[j], spec.token_ids[j], buf[j]):
                     self.counters["saved_blocks"] += 1
                     self.counters["written_bytes"] += buf.shape[1]
-                    if self.snic_out is not None:  # persists leave through the storage NIC
-                        wait_until(self.snic_out.reserve(buf.shape[1]))
+                    if self.snic_out is not None:  # persists leave through the storage NIC's
+                        self.snic_out.reserve(buf.shape[1])  # outbound side, not holding the step
         self._staging.clear()
         self.timing["save_write_s"] += time.perf_counter() - t
 

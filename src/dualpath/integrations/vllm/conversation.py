@@ -57,8 +57,24 @@ def corrupt_one_block(store_dir: str, token_ids: list[int], block_size: int, whi
     return h
 
 
+def _lockstep(root: Path, me: int, peers: int, k: int, timeout_s: float = 1800.0) -> None:
+    """A file barrier: mark turn ``k`` reached by ``me``, wait until all ``peers`` reached it."""
+    (root / f"{me}.{k}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not all((root / f"{p}.{k}").exists() for p in range(peers)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"lockstep: peers of turn {k} missing after {timeout_s} s under {root}")
+        time.sleep(0.01)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # vLLM-CPU's "auto" binding pins the engine's OpenMP threads to cores it picks ([0] in one run,
+    # [0, 1] in the next): instances on a shared machine then fight over one core, or stall at OpenMP
+    # barriers when a pinned thread is descheduled. Unpinned and one thread each, the OS balances
+    # them (docs/vllm.md; unpinned with vLLM's default two threads is several times slower here).
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -82,6 +98,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
 
     def step(name: str, prompt: list[int]) -> list[int]:
+        if args.lockstep_dir:  # every peer starts this turn together: a shared machine's load hits all
+            _lockstep(Path(args.lockstep_dir), args.lockstep_id, args.lockstep_peers, len(steps))
         t = time.perf_counter()
         out = llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)[0]
         wall = time.perf_counter() - t
@@ -128,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--load", choices=("layerwise", "async"), default="layerwise")
     p.add_argument("--counters-file", default="", help="connector modes: its counters and step timings")
     p.add_argument("--prompts", default="", help="a JSON list of token-id prompts to answer instead")
+    p.add_argument("--lockstep-dir", default="", help="start every turn together with the peers here")
+    p.add_argument("--lockstep-id", type=int, default=0, help="this run's index among the peers")
+    p.add_argument("--lockstep-peers", type=int, default=1, help="how many runs share --lockstep-dir")
     args = p.parse_args(argv)
     if args.mode.startswith("connector") and not args.store_dir:
         p.error("--mode connector needs --store-dir")

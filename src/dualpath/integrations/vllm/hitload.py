@@ -7,8 +7,13 @@ Two ways, per request (``LoadSpec.async_load``, from the connector's ``load`` se
   later layers overlap the compute of earlier ones; the request runs in this very step.
 - **async**: the request waits unscheduled (vLLM's WAITING_FOR_REMOTE_KVS) while a thread reads and
   copies every layer; ``finished()`` reports it done and vLLM schedules it in a later step. Other
-  requests keep running meanwhile, and the reads of several requests overlap each other (on both
-  read paths: the DualPath case, where a step's reads would otherwise wait for the slowest).
+  requests keep running meanwhile. Each request's load is its own job, so it is reported done as
+  soon as its own blocks are in (not when the slowest load admitted in the same step is): DE loads
+  (forwarded by a decode node's agent, whose read queue is FIFO) and uncapped ones each run in
+  their own thread; capped PE loads share this node's storage NIC and run one after another in
+  arrival order on one thread (the PE lane), so the first is in after its own bytes, not after
+  everyone's, and its compute overlaps the reads of the next (fair sharing would finish them all
+  at the end).
 
 A block that fails to read ends its request's good prefix; the vLLM blocks from there on are
 reported by ``errors()`` (recomputed with ``kv_load_failure_policy`` "recompute"). Counters:
@@ -18,6 +23,7 @@ reported by ``errors()`` (recomputed with ``kv_load_failure_policy`` "recompute"
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable, Sequence
 
@@ -47,24 +53,36 @@ class HitLoader:
         self._finished_event = threading.Event()
         self._job: StepLoads | None = None
         self._loads: list[LoadSpec] = []
+        self._pe_lane: queue.SimpleQueue[LoadSpec | None] | None = None
         self.counters = {"loaded_blocks": 0, "failed_blocks": 0, "read_bytes": 0, "forwarded_in_bytes": 0}
 
     def _new_job(self, loads: Sequence[LoadSpec]) -> StepLoads:
-        if self.inbox is None and any(s.agent_url for s in loads):
-            self.inbox = ForwardInbox(self.store)  # the DE read path's endpoint, on first use
+        with self._lock:  # (async load threads start jobs too)
+            if self.inbox is None and any(s.agent_url for s in loads):
+                self.inbox = ForwardInbox(self.store)  # the DE read path's endpoint, on first use
         return StepLoads(self.store, loads, inbox=self.inbox, limiter=self.limiter)
 
     def start(self, loads: Sequence[LoadSpec]) -> None:
-        """Start this step's loads: the async ones in their own thread, the rest layerwise."""
+        """Start this step's loads: each async one as its own job (capped PE ones queued on the PE
+        lane, the rest in their own thread), the others layerwise in this step."""
         now = [s for s in loads if not s.async_load]
-        later = [s for s in loads if s.async_load]
         self._job, self._loads = (self._new_job(now), now) if now else (None, [])
-        if later:
+        for spec in (s for s in loads if s.async_load):
             with self._lock:
                 self._in_flight += 1
-            job = self._new_job(later)
-            threading.Thread(target=self._run_async, args=(job, later), name="dualpath-kv-async",
-                             daemon=True).start()  # fmt: skip
+            if spec.capped and not spec.agent_url:
+                if self._pe_lane is None:
+                    self._pe_lane = queue.SimpleQueue()
+                    threading.Thread(target=self._run_pe_lane, args=(self._pe_lane,), name="dualpath-kv-pe",
+                                     daemon=True).start()  # fmt: skip
+                self._pe_lane.put(spec)
+            else:
+                threading.Thread(target=self._run_async, args=(spec,), name="dualpath-kv-async",
+                                 daemon=True).start()  # fmt: skip
+
+    def _run_pe_lane(self, lane: queue.SimpleQueue[LoadSpec | None]) -> None:
+        while (spec := lane.get()) is not None:
+            self._run_async(spec)
 
     def _copy_layer(self, job: StepLoads, loads: Sequence[LoadSpec], layer: int) -> None:
         paged = self.layers.get(layer)
@@ -100,9 +118,11 @@ class HitLoader:
                             "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)  # fmt: skip
         return bad
 
-    def _run_async(self, job: StepLoads, loads: Sequence[LoadSpec]) -> None:
+    def _run_async(self, spec: LoadSpec) -> None:
         bad: set[int] = set()
+        loads = [spec]
         try:
+            job = self._new_job(loads)  # its reads start now (on the PE lane: after the previous load)
             for layer in range(self.store.layout.num_layers):
                 self._copy_layer(job, loads, layer)
             bad = self._account(job, loads)
@@ -158,5 +178,7 @@ class HitLoader:
         return out
 
     def close(self) -> None:
+        if self._pe_lane is not None:
+            self._pe_lane.put(None)
         if self.inbox is not None:
             self.inbox.close()

@@ -67,6 +67,20 @@ class PagedLayer:
             part = self.cache.index_select(1, idx).permute(1, 2, 0, 3, 4)  # [b, N, 2, H, D]
         return part.reshape(len(block_ids) * self.block_size, 2, self.num_kv_heads, self.head_dim)
 
+    def gather_into(self, block_ids: Sequence[int], out: torch.Tensor) -> None:
+        """``gather`` written into ``out`` (``[len(block_ids) // k, k * block_size, 2, heads,
+        head_dim]``, any strides between its dim-0 rows: a Layer Block slice of a Full Block
+        staging buffer), one copy instead of three."""
+        idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=self.cache.device)
+        if self.kind == "cpu":
+            part = self._blocked().index_select(0, idx).permute(0, 3, 2, 1, 4)  # [b, N, 2, H, D]
+        else:
+            part = self.cache.index_select(1, idx).permute(1, 2, 0, 3, 4)
+        n = out.shape[0]
+        k = len(block_ids) // n
+        shape = (n, k, self.block_size, 2, self.num_kv_heads, self.head_dim)
+        out.view(shape).copy_(part.view(shape))
+
     def scatter(self, block_ids: Sequence[int], tokens: torch.Tensor) -> None:
         """Write ``tokens`` (``[len * block_size, 2, heads, head_dim]``) into blocks ``block_ids``."""
         n = len(block_ids)

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from dualpath.core.errors import require
 from dualpath.integrations.vllm.cluster import PDCluster
 from dualpath.integrations.vllm.tokens import load_tokenizer
 
@@ -58,9 +59,13 @@ def _delta(after: dict[int, dict[str, float]], before: dict[int, dict[str, float
 
 
 def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversations: int = 6, rounds: int = 2,
-        context_repeats: int = 20, max_tokens: int = 2,
+        context_repeats: int = 20, max_tokens: int = 2, turns_per_round: int = 1,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run the workload; returns ``{"modes": {mode: result}, "contexts": [lengths]}``."""
+    """Run the workload; returns ``{"modes": {mode: result}, "contexts": [lengths]}``. In each round
+    every agent runs ``turns_per_round`` turns back to back (a closed loop: its next turn goes when
+    its last one answered, so one agent's reads overlap another's compute); a round ends when
+    every agent's last turn answered (1: the round is one turn per agent, all at once)."""
+    require(turns_per_round >= 1, "turns_per_round", turns_per_round, "must be >= 1")
     tokenize = load_tokenizer(cluster.config.model)
     url = cluster.url
     ctxs = [tokenize(f"Story {c}. " + _TOPIC * context_repeats) for c in range(conversations)]
@@ -78,8 +83,8 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversation
             policy, snic = MODES[mode]
             configure(policy, snic)
             before = cluster.metrics()
-            prompts = [[ctx + tokenize(f" Question {mode} {r}: what happened to story {c} next?")]
-                       for c, ctx in enumerate(ctxs)]  # fmt: skip
+            prompts = [[ctx + tokenize(f" Question {mode} {r} {k}: what happened to story {c} next?")
+                        for k in range(turns_per_round)] for c, ctx in enumerate(ctxs)]  # fmt: skip
             t0 = time.perf_counter()
             got[mode]["answers"] += asyncio.run(_turns(url, prompts, max_tokens))
             wall = time.perf_counter() - t0
@@ -87,7 +92,9 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversation
             for k, v in _delta(cluster.metrics(), before).items():
                 got[mode]["bytes"][k] = got[mode]["bytes"].get(k, 0.0) + v
             if progress:
-                progress(f"round {r + 1}/{rounds} {mode}: {len(prompts)} turns in {wall:.1f} s")
+                progress(
+                    f"round {r + 1}/{rounds} {mode}: {len(prompts) * turns_per_round} turns in {wall:.1f} s"
+                )
     out: dict[str, Any] = {}
     for mode in modes:
         policy, snic = MODES[mode]
