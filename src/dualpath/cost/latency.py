@@ -56,7 +56,8 @@ class Prediction:
 
 def _ms(step: StepTime, extra: dict[str, float] | None = None) -> dict[str, float]:
     out = {op: t * 1e3 for op, t in sorted(step.breakdown_s.items()) if t > 0}
-    out.update({k: v * 1e3 for k, v in (extra or {}).items()})
+    # a residual term (pp_p2p = stage time - compute) is rounding noise below a nanosecond
+    out.update({k: (v * 1e3 if abs(v) > 1e-9 else 0.0) for k, v in (extra or {}).items()})
     return out
 
 
