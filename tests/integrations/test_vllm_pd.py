@@ -153,3 +153,24 @@ def test_model_layout_reads_the_hf_config(tmp_path: Path) -> None:
     assert (lay.num_layers, lay.kv_bytes_per_token_layer, lay.block_size) == (30, 2 * 3 * 64 * 4, 32)
     with pytest.raises(ConfigError, match="config.json"):
         model_layout(tmp_path / "nope", 32)
+
+
+def test_proxy_app_opens_and_closes_its_client_and_refuses_bad_bodies(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from dualpath.integrations.vllm.proxy import Proxy
+    from dualpath.integrations.vllm.proxy import make_app as make_proxy_app
+
+    store, _, _ = _store(tmp_path, list(range(8)))
+    proxy = Proxy(Router([P, D1], store, policy="basic", read_bytes_per_s=1e6), model="m",
+                  tokenize=lambda text: [ord(c) for c in text])  # fmt: skip
+    assert proxy.client is None
+    with TestClient(make_proxy_app(proxy)) as client:
+        assert proxy.client is not None and not proxy.client.is_closed  # opened by the lifespan
+        assert client.get("/health").json()["policy"] == "basic"
+        assert client.post("/v1/completions", json=[1, 2]).status_code == 422
+        assert client.post("/v1/completions", json={"prompt": "hi", "stream": True}).status_code == 422
+        bad = client.post("/v1/completions", json={"prompt": ""})
+        assert bad.status_code == 422 and "prompt" in bad.json()["detail"]
+        assert client.post("/configure", json={"policy": "no-such-policy"}).status_code == 422
+    assert proxy.client.is_closed  # closed on shutdown

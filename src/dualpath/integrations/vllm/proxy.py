@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -103,16 +104,15 @@ class Proxy:
 
 
 def make_app(proxy: Proxy) -> FastAPI:
-    app = FastAPI(title="dualpath vLLM P/D proxy")
-
-    @app.on_event("startup")
-    async def _start() -> None:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         proxy.client = httpx.AsyncClient(timeout=proxy.timeout_s)
-
-    @app.on_event("shutdown")
-    async def _stop() -> None:
-        if proxy.client is not None:
+        try:
+            yield
+        finally:
             await proxy.client.aclose()
+
+    app = FastAPI(title="dualpath vLLM P/D proxy", lifespan=lifespan)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> dict[str, Any]:
