@@ -213,12 +213,13 @@ def _alternating(
         tpot_s = (after * own_s + (osl - 1) * dec_s) / (osl - 1)
         _accumulate(tpot, dec, 1.0)
         _accumulate(tpot, own, after / (osl - 1))
-    own_ms = own.time_s
     return Prediction(
         ttft_s=wait_s + own_s + queue_s,
         tpot_s=tpot_s,
         breakdown_ms={
-            "ttft": _ms(own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own_ms}),
+            "ttft": _ms(
+                own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own.time_s}
+            ),
             "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
             "batch": {
                 "prefill_group": g,
