@@ -26,7 +26,10 @@ from dualpath.cost.deployment import Deployment, Layout, predict
 
 NOISE = 0.06
 SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 LAYOUTS = {
     "Qwen/Qwen3-32B": Layout(tp=2),
