@@ -10,39 +10,17 @@ marked slow, skipped without vLLM (``.ci/run`` runs it with DUALPATH_VLLM_VENV).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import vllm_marks
+from .conftest import pd_conversation, plain_vllm_tokens, vllm_marks
 
 pytestmark = vllm_marks(3600)
 TOPIC = "The mill by the weir ground barley for three villages, and the miller kept a tally of sacks. "
 GEN = 6
-
-
-def _conversation(url: str, tokenize: Any, first: list[int], turns: int) -> list[dict[str, Any]]:
-    out, ctx = [], list(first)
-    for turn in range(turns):
-        body = {
-            "prompt": ctx,
-            "max_tokens": GEN,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "return_token_ids": True,
-        }
-        r = httpx.post(f"{url}/v1/completions", json=body, timeout=900.0)
-        assert r.status_code == 200, r.text
-        ids = list(r.json()["choices"][0]["token_ids"])
-        out.append({"prompt": list(ctx), "tokens": ids, **r.json()["dualpath"]})
-        ctx = ctx + ids + tokenize(f" Question {turn + 1}: and then?")
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +42,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         httpx.post(f"{url}/configure", json={"policy": "dualpath"}, timeout=30).raise_for_status()
         firsts = [tok(f"Mill {c}. " + TOPIC * 40)[:625] for c in range(4)]
         with ThreadPoolExecutor(4) as pool:
-            convs = list(pool.map(lambda f: _conversation(url, tok, f, 2), firsts))
+            convs = list(pool.map(lambda f: pd_conversation(url, tok, f, 2, GEN), firsts))
         prefills = sorted(i.url for i in cluster.instances if i.role == "prefill")
     prompts = [t["prompt"] for c in convs for t in c]
-    (root / "prompts.json").write_text(json.dumps(prompts))
-    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", str(model), "--mode", "plain",
-           "--vllm-block-size", "32", "--gen-len", str(GEN), "--prompts", str(root / "prompts.json"),
-           "--out", str(root / "plain.json")]  # fmt: skip
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    with open(root / "plain.log", "wb") as log:
-        rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log).returncode
-    assert rc == 0, (root / "plain.log").read_text()[-4000:]
     return {
         "convs": convs,
-        "plain": json.loads((root / "plain.json").read_text())["tokens"],
+        "plain": plain_vllm_tokens(model, root, prompts, GEN),
         "prefills": prefills,
     }
 

@@ -11,42 +11,16 @@ marked slow, skipped without vLLM (``.ci/run`` runs it with DUALPATH_VLLM_VENV).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import vllm_marks
+from .conftest import pd_conversation, plain_vllm_tokens, vllm_marks
 
 pytestmark = vllm_marks(3600)
 TOPIC = "The harbour town kept its ledgers in the tower, and every ship that came in paid a toll in salt. "
 GEN = 6
-
-
-def _send(url: str, prompt: list[int]) -> dict[str, Any]:
-    body = {
-        "prompt": prompt,
-        "max_tokens": GEN,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
-    r = httpx.post(f"{url}/v1/completions", json=body, timeout=900.0)
-    assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
-
-
-def _conversation(url: str, tokenize: Any, first: list[int], turns: int) -> list[dict[str, Any]]:
-    out, ctx = [], list(first)
-    for turn in range(turns):
-        ans = _send(url, ctx)
-        ids = list(ans["choices"][0]["token_ids"])
-        out.append({"prompt": list(ctx), "tokens": ids, **ans["dualpath"]})
-        ctx = ctx + ids + tokenize(f" Question {turn + 1}: and then?")
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -69,32 +43,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             httpx.post(f"{url}/configure", json={"policy": name}, timeout=30).raise_for_status()
 
         policy("basic")
-        out["pe"] = _conversation(url, tok, tok("Ledger one. " + TOPIC * 8), 3)
+        out["pe"] = pd_conversation(url, tok, tok("Ledger one. " + TOPIC * 8), 3, GEN)
         before = cluster.metrics()
         policy("always-de")
-        out["de"] = _conversation(url, tok, tok("Ledger two. " + TOPIC * 8), 3)
-        out["partial"] = _conversation(
+        out["de"] = pd_conversation(url, tok, tok("Ledger two. " + TOPIC * 8), 3, GEN)
+        out["partial"] = pd_conversation(
             url,
             tok,
             out["pe"][0]["prompt"][:150] + tok(" A new question instead, about the toll records?" * 4),
             1,
+            GEN,
         )
         last = out["de"][-1]["prompt"]
         out["corrupt_hash"] = corrupt_one_block(str(root / "pd" / "store"), last, 32, 1)
-        out["corrupt"] = _conversation(url, tok, last, 1)
+        out["corrupt"] = pd_conversation(url, tok, last, 1, GEN)
         out["metrics"] = (before, cluster.metrics())
     (root / "runs.json").write_text(json.dumps({k: out[k] for k in ("pe", "de", "partial", "corrupt")}))
     prompts = [t["prompt"] for k in ("pe", "de", "partial", "corrupt") for t in out[k]]
-    (root / "prompts.json").write_text(json.dumps(prompts))
-    cmd = [sys.executable, "-m", "dualpath.integrations.vllm.conversation", str(model), "--mode", "plain",
-           "--vllm-block-size", "32", "--gen-len", str(GEN), "--prompts", str(root / "prompts.json"),
-           "--out", str(root / "plain.json")]  # fmt: skip
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    rc = subprocess.run(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "plain.log", "wb")
-    ).returncode
-    assert rc == 0, (root / "plain.log").read_text()[-4000:]
-    out["plain"] = json.loads((root / "plain.json").read_text())["tokens"]
+    out["plain"] = plain_vllm_tokens(model, root, prompts, GEN)
     return out
 
 
