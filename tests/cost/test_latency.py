@@ -185,6 +185,16 @@ def test_overlapped_schedulers_wait_for_the_previous_groups_prefills() -> None:
     assert p.breakdown_ms["ttft"]["wait_for_iteration"] > 1.5 * own
 
 
+def test_chunked_prefill_ttft_does_not_fall_where_the_prompt_crosses_the_budget() -> None:
+    # vLLM and SGLang fill each prefill iteration to the budget (8192 less the decode rows), so a
+    # prompt just longer than it straddles like one just shorter (until session 13 an even split
+    # made TTFT fall by a quarter there)
+    isls = [7000, 8000, 8159, 8160, 8161, 8162, 8200, 9000, 12000, 16000, 16320, 16400]
+    for backend in ("vllm", "sglang"):
+        ttft = [predict(_agg(backend=backend, isl=i, osl=200)).ttft_s for i in isls]
+        assert all(b >= a * 0.98 for a, b in zip(ttft, ttft[1:], strict=False)), (backend, ttft)
+
+
 def test_sglang_prefills_apart_and_its_groups_fall_into_step() -> None:
     # SGLang pauses decoding for a prefill batch, so the groups start and finish together:
     # a request waits on average for half the round's prefills, and decodes without the others'

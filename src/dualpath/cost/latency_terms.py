@@ -20,10 +20,10 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
 - ``CHUNKED_PREFILL``: whether a prompt that does not fit the iteration's remaining budget is
   split (vLLM V1: chunked prefill on by default; SGLang: ``chunked_prefill_size`` 8192 on 80 GB+
   GPUs) or waits for the next iteration (TensorRT-LLM: ``enable_chunked_prefill`` off by default,
-  whole prompts only). Chunking backends fill every prefill iteration to the budget, so their
-  groups hold ``budget / isl`` prompts (fractional); TensorRT-LLM's ``floor(budget / isl)``, and
-  a TensorRT-LLM prompt longer than the budget runs whole in one iteration (a deployment serving
-  it must have raised ``max_num_tokens``).
+  whole prompts only). Chunking backends fill every prefill iteration greedily to the budget, so
+  prompts straddle iterations (cost/prefill_packing.py); TensorRT-LLM packs ``floor(budget /
+  isl)`` whole prompts, and a TensorRT-LLM prompt longer than the budget runs whole in one
+  iteration (a deployment serving it must have raised ``max_num_tokens``).
 - ``MIXED_BATCHES``: whether a prefill iteration also carries the running requests' decode
   tokens. TensorRT-LLM's in-flight batching and vLLM V1's unified scheduler do; SGLang runs a
   prefill ("extend") batch apart and pauses decoding for it unless ``--enable-mixed-chunk`` is
