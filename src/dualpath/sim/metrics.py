@@ -204,6 +204,7 @@ class Metrics:
             "snic_max_over_avg": _max_over_avg(snic),
             "attn_max_over_avg": attn_sum / attn_n if attn_n else 1.0,
             "attn_max_over_avg_early": _early_attn(sim, self.t_first),
+            "attn_iter_max_over_avg_early": _early_attn_iterations(sim, self.t_first),
             "bytes": cluster.bytes_by_class(),
             "max_link_utilisation": check_utilisation(cluster.links(), sim.kernel.now_s),
             "events": sim.kernel.events,
@@ -253,8 +254,41 @@ def early_cutoff_s(t_first: array | list[float], fraction: float = EARLY_FRACTIO
 
 
 def _early_attn(sim: RunState, t_first: array) -> float:
-    """Mean attention max/avg over the multi-GPU PE iterations that start by :func:`early_cutoff_s`
-    (1.0 when there are none: single-GPU units, or no request finished)."""
+    """Attention time max/avg inside an EP group early in the run (spec section 10), read as the
+    storage-NIC max/avg next to it is (per NIC traffic totals): :func:`gpu_totals_balance` of each
+    multi-GPU unit over the iterations that start by :func:`early_cutoff_s`, the mean over the
+    units that computed (1.0 when there are none)."""
+    cutoff = early_cutoff_s(t_first)
+    ratios: list[float] = []
+    for unit in sim.prefill_units:
+        ratio = gpu_totals_balance(len(unit.states), unit.iter_t, unit.attn_gpu, cutoff)
+        if ratio is not None:
+            ratios.append(ratio)
+    return sum(ratios) / len(ratios) if ratios else 1.0
+
+
+def gpu_totals_balance(n: int, iter_t: array, attn_gpu: array, cutoff: float) -> float | None:
+    """Each of ``n`` GPUs' attention time totalled over the iterations that start by ``cutoff``
+    (``iter_t``: start times in order; ``attn_gpu``: ``n`` values an iteration, 0.0 for a GPU
+    without a batch, which still waits at the MoE), the max over their mean; None for fewer
+    than two GPUs or no attention in the window."""
+    if n < 2:
+        return None
+    totals = [0.0] * n
+    for k, t in enumerate(iter_t):
+        if t > cutoff:
+            break
+        base = k * n
+        for i in range(n):
+            totals[i] += attn_gpu[base + i]
+    total = sum(totals)
+    return max(totals) * n / total if total > 0 else None
+
+
+def _early_attn_iterations(sim: RunState, t_first: array) -> float:
+    """The per-iteration reading (sessions 11-12's ``attn_max_over_avg_early``): the mean, over
+    the multi-GPU PE iterations that start by :func:`early_cutoff_s`, of each iteration's attention
+    max/avg over the GPUs that have a batch (1.0 when there are none)."""
     cutoff = early_cutoff_s(t_first)
     total, count = 0.0, 0
     for unit in sim.prefill_units:

@@ -73,10 +73,15 @@ class PrefillUnit:
         self.busy = False
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
-        # start time and attention max/avg of every multi-GPU iteration (sim/metrics.py picks the
-        # early ones: those before the first 5% of the run's requests had their first token)
+        # start time and attention max/avg (over the GPUs with a batch) of every multi-GPU
+        # iteration; and, for multi-GPU units, every iteration's start time and per-GPU attention
+        # layer time (0.0 for a GPU without a batch), len(states) values an iteration, from which
+        # sim/metrics.py totals each GPU's attention time over the early window (the iterations
+        # that start before the first 5% of the run's requests had their first token)
         self.attn_t = array("d")
         self.attn_ratio = array("d")
+        self.iter_t = array("d")
+        self.attn_gpu = array("d")
 
     def kick(self) -> None:
         """A request became ready on one of this unit's GPUs: start iterating if idle."""
@@ -90,7 +95,8 @@ class PrefillUnit:
         attn: list[float] = []
         layer_s = 0.0
         plan_batch = self.plan_batch
-        for st in self.states:
+        per_gpu = [0.0] * len(self.states)
+        for i, st in enumerate(self.states):
             if not st.num_ready:  # nothing ready: the batch view would be empty
                 continue
             entries = plan_batch(st)
@@ -99,11 +105,15 @@ class PrefillUnit:
             a = costs.attention_layer_s([(c, n) for _r, c, n in entries])
             o = costs.other_layer_s(sum(n for _r, _c, n in entries))
             attn.append(a)
+            per_gpu[i] = a
             layer_s = max(layer_s, a + o)
             batches.append((st, entries))
         if not batches:
             self.busy = False
             return
+        if len(per_gpu) > 1:
+            self.iter_t.append(self.kernel.now_s)
+            self.attn_gpu.extend(per_gpu)
         if len(attn) > 1 and sum(attn) > 0:
             ratio = max(attn) * len(attn) / sum(attn)
             self.attn_ratio_sum += ratio
