@@ -198,7 +198,7 @@ class CostCache:
             else 0.0
         )
         self._other: dict[int, float] = {}
-        self._decode: dict[tuple[int, int], float] = {}
+        self._decode: dict[int, float] = {}  # batch_size << 32 | context bucket
         self._traffic_pe: float = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
@@ -242,7 +242,7 @@ class CostCache:
         if batch_size <= 0:
             return 0.0
         ctx = int(ctx_sum / batch_size) // _CTX_BUCKET
-        key = (batch_size, ctx)
+        key = (batch_size << 32) | ctx  # one int, not a tuple (ctx < 2**32: 4T tokens)
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
