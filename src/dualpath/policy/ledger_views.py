@@ -9,7 +9,7 @@ the queue prefixes a view carries.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
 
@@ -68,25 +68,67 @@ class Engine:
     reserved_tokens: int = 0
 
 
-@dataclass(slots=True, kw_only=True, eq=False)
 class Entry:
-    """One request in the ledger: where it is, its engines, its assignment, its pending reads."""
+    """One request in the ledger: where it is, its engines, its assignment, its pending reads.
 
-    info: RequestInfo
-    decode_len: int
-    prompt_len: int
-    where: int = IN_GLOBAL
-    group: int = -1  # the DE group whose private queue holds it
-    de: int = -1
-    de_node: int = -1
-    pending: PendingPrefill | None = None
-    pe: int = -1
-    assignment: PrefillAssignment | None = None
-    pe_done: bool = False
-    reads: dict[int, int] = field(default_factory=dict)  # node -> tokens not yet read
-    # The driver's own object for this request (the simulator's ``Req``), kept across a requeue;
-    # the ledger never reads it. Saves drivers an id -> object map beside the ledger's.
-    driver: Any = None
+    A plain class with its own ``__init__`` (keyword-only, the fields' defaults), not a
+    dataclass: one is built per request, and a dataclass's generated ``__init__`` runs
+    interpreted even under mypyc (sim/compiled.py). Compared by identity."""
+
+    __slots__ = (
+        "info",
+        "decode_len",
+        "prompt_len",
+        "where",
+        "group",
+        "de",
+        "de_node",
+        "pending",
+        "pe",
+        "assignment",
+        "pe_done",
+        "reads",
+        "driver",
+    )
+
+    def __init__(
+        self,
+        *,
+        info: RequestInfo,
+        decode_len: int,
+        prompt_len: int,
+        where: int = IN_GLOBAL,
+        group: int = -1,
+        de: int = -1,
+        de_node: int = -1,
+        pending: PendingPrefill | None = None,
+        pe: int = -1,
+        assignment: PrefillAssignment | None = None,
+        pe_done: bool = False,
+        reads: dict[int, int] | None = None,
+        driver: Any = None,
+    ) -> None:
+        self.info = info
+        self.decode_len = decode_len
+        self.prompt_len = prompt_len
+        self.where = where
+        self.group = group  # the DE group whose private queue holds it
+        self.de = de
+        self.de_node = de_node
+        self.pending = pending
+        self.pe = pe
+        self.assignment = assignment
+        self.pe_done = pe_done
+        self.reads: dict[int, int] = {} if reads is None else reads  # node -> tokens not yet read
+        # The driver's own object for this request (the simulator's ``Req``), kept across a
+        # requeue; the ledger never reads it. Saves drivers an id -> object map beside the ledger's.
+        self.driver: Any = driver
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(request_id={self.info.request_id!r}, where={self.where}, group={self.group}, "
+            f"de={self.de}, pe={self.pe}, pe_done={self.pe_done}, reads={self.reads})"
+        )
 
 
 class LedgerViews:

@@ -37,20 +37,85 @@ _MEMO_LIMIT: Final = 1 << 20  # entries kept by MemoAttentionPredictor before it
 
 
 class MemoAttentionPredictor:
-    """A per-layer attention predictor with ``attention_flops`` memoised per ``(cached, new)``.
+    """A per-layer attention predictor: the wrapped cost-model predictor's numbers, cheaper.
 
-    Same numbers as the wrapped predictor (the function is pure), at a dict lookup instead of the
-    model's FLOPs formula; the batch planner's binary search and the simulator's layer times ask
-    for the same spans over and over. Satisfies ``dualpath.policy.AttentionTimePredictor``."""
+    For a ``FittedAttentionPredictor`` (cost/predictor.py) of a uniform model (no sliding windows,
+    no compressed layers: ``cost.shapes.is_uniform``) ``attention_flops`` is that predictor's
+    closed form (``cost.shapes.attention_flops_split`` over ``spec.causal_kv_sum``: the same
+    integer and float operations in the same order, so the same bits) compiled with the simulator,
+    and ``predict_s`` its line: no dict, no interpreted call. The batch planner's binary search
+    and the simulator's layer times ask for ~1M distinct spans in a large run, so the earlier
+    ``(cached, new)`` memo grew to its limit and its lookups missed the caches. Any other predictor
+    is memoised per ``(cached, new)`` (the function is pure). ``tests/sim/
+    test_forward_predictor_memo.py`` holds both forms equal to the wrapped predictor. Satisfies
+    ``dualpath.policy.AttentionTimePredictor``."""
 
-    __slots__ = ("layer", "_flops", "predict_s")
+    __slots__ = (
+        "layer",
+        "_flops",
+        "_closed",
+        "_top_k",
+        "_indexer",
+        "_pair_flops",
+        "_indexer_pair_flops",
+        "_indexer_weight",
+        "_intercept_s",
+        "_s_per_flop",
+        "_predict",
+    )
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self._flops: dict[tuple[int, int], float] = {}
-        self.predict_s: Callable[[float], float] = layer.predict_s
+        self._predict: Callable[[float], float] = layer.predict_s
+        model: Any = getattr(layer, "model", None)
+        from dualpath.cost.predictor import FittedAttentionPredictor
+        from dualpath.cost.shapes import is_uniform
+
+        self._closed = type(layer) is FittedAttentionPredictor and model is not None and is_uniform(model)
+        self._top_k = -1
+        self._indexer = False
+        self._pair_flops = 0.0
+        self._indexer_pair_flops = 0.0
+        self._indexer_weight = 0.0
+        self._intercept_s = 0.0
+        self._s_per_flop = 0.0
+        if self._closed:
+            top_k = model.sparse_top_k
+            self._top_k = -1 if top_k is None else int(top_k)
+            self._indexer = bool(model.index_num_heads)
+            self._pair_flops = float(model.attention_flops_per_pair)
+            self._indexer_pair_flops = float(model.indexer_flops_per_pair)
+            self._indexer_weight = float(layer.indexer_weight)
+            self._intercept_s = float(layer.intercept_s)
+            self._s_per_flop = float(layer.seconds_per_flop)
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
+        if not self._closed or cached_len < 0 or new_len < 0:  # (the wrapped one raises on < 0)
+            return self._memo(cached_len, new_len)
+        n, c = new_len, cached_len
+        if n <= 0:
+            pairs = keys = 0
+        else:
+            keys = n * c + n * (n + 1) // 2  # causal_kv_sum(c, n): uncapped
+            cap = self._top_k
+            if cap < 0:
+                pairs = keys
+            else:  # causal_kv_sum(c, n, cap)
+                m = cap - c
+                if n < m:
+                    m = n
+                if m < 0:
+                    m = 0
+                pairs = m * c + m * (m + 1) // 2 + (n - m) * cap
+        flops = pairs * self._pair_flops  # ModelSpec.attention_flops_layer
+        if not self._indexer:
+            return flops + self._indexer_weight * 0.0  # attention_flops_split: (total, 0.0)
+        indexer = keys * self._indexer_pair_flops
+        flops += indexer
+        return (flops - indexer) + self._indexer_weight * indexer
+
+    def _memo(self, cached_len: int, new_len: int) -> float:
         key = (cached_len, new_len)
         value = self._flops.get(key)
         if value is None:
@@ -58,6 +123,13 @@ class MemoAttentionPredictor:
                 self._flops.clear()
             value = self._flops[key] = self.layer.attention_flops(cached_len, new_len)
         return value
+
+    def predict_s(self, flops: float) -> float:
+        if not self._closed:
+            return self._predict(flops)
+        if flops <= 0:  # FittedAttentionPredictor.predict_s
+            return 0.0
+        return self._intercept_s + self._s_per_flop * flops
 
 
 class CostCache:
@@ -126,7 +198,7 @@ class CostCache:
             else 0.0
         )
         self._other: dict[int, float] = {}
-        self._decode: dict[tuple[int, int], float] = {}
+        self._decode: dict[int, float] = {}  # batch_size << 32 | context bucket
         self._traffic_pe: float = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
@@ -170,7 +242,7 @@ class CostCache:
         if batch_size <= 0:
             return 0.0
         ctx = int(ctx_sum / batch_size) // _CTX_BUCKET
-        key = (batch_size, ctx)
+        key = (batch_size << 32) | ctx  # one int, not a tuple (ctx < 2**32: 4T tokens)
         value = self._decode.get(key)
         if value is None:
             lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size

@@ -8,6 +8,7 @@ admitted -> KV read done, prefill = read done -> first token (waiting for a PE b
 
 from __future__ import annotations
 
+from array import array
 from typing import Final
 
 from dualpath.policy.views import PendingPrefill, RequestInfo
@@ -88,14 +89,19 @@ class Req:
 
 
 class Agent:
-    """An agent replays one trajectory turn by turn; ``turns`` are ``(append_len, gen_len)``."""
+    """An agent replays one trajectory turn by turn; ``turns`` are ``(append_len, gen_len)``.
 
-    __slots__ = ("index", "traj_id", "turns", "next_turn", "context_len", "t_start", "t_end")
+    Kept packed (``turn_lens``: append, gen, append, gen, ... as 64-bit integers in one
+    ``array``): a large run holds every agent's whole trajectory for its whole length and reads
+    one turn per request, and a list of tuples of ints costs three cold objects a read."""
+
+    __slots__ = ("index", "traj_id", "turn_lens", "num_turns", "next_turn", "context_len", "t_start", "t_end")
 
     def __init__(self, index: int, traj_id: str, turns: list[tuple[int, int]]) -> None:
         self.index = index
         self.traj_id = traj_id
-        self.turns = turns
+        self.turn_lens = array("q", [n for turn in turns for n in turn])
+        self.num_turns = len(turns)
         self.next_turn = 0
         self.context_len = 0
         self.t_start = NAN
@@ -103,10 +109,13 @@ class Agent:
 
     def next_request(self, block_len: int) -> Req | None:
         """The agent's next turn, or None when the trajectory is done. Advances the agent."""
-        if self.next_turn >= len(self.turns):
+        turn = self.next_turn
+        if turn >= self.num_turns:
             return None
-        append_len, gen_len = self.turns[self.next_turn]
-        req = Req(self, self.next_turn, self.context_len, append_len, gen_len, block_len)
-        self.next_turn += 1
+        lens = self.turn_lens
+        append_len = lens[2 * turn]
+        gen_len = lens[2 * turn + 1]
+        req = Req(self, turn, self.context_len, append_len, gen_len, block_len)
+        self.next_turn = turn + 1
         self.context_len = req.prompt_len + gen_len
         return req
