@@ -9,8 +9,9 @@ lookups only once its file is complete):
 - ``write``: in the calling thread, before the step ends. For blocks another instance reads next
   (a P/D prefill answers once its step is done, and the decode instance then looks them up).
 - ``submit``: in the writer's thread, after the step: the bytes are already out of vLLM's paged
-  cache, so vLLM may reuse its blocks at once. The thread runs at a lower CPU priority (``nice``),
-  so on a busy machine the engine's forward goes first. ``pending_bytes`` is bounded
+  cache, so vLLM may reuse its blocks at once. The thread runs at the engine's priority: a lower
+  one (nice) would let a busy machine preempt it while it holds the GIL, stalling the engine's
+  thread behind it. ``pending_bytes`` is bounded
   (``max_pending_bytes``: a ``submit`` beyond it waits for the writer). ``wait_for(hashes)`` blocks
   until those blocks are written (the connector calls it before it reads a hit this instance is
   still writing), ``flush`` until everything is; ``close`` flushes and stops the thread.
@@ -24,7 +25,6 @@ back to it once written: a fresh 28 MB array would pay its page faults inside th
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -92,13 +92,12 @@ class SaveWriter:
     job (the connector rewrites its counters file)."""
 
     def __init__(self, store: BlockStore, *, limiter: BandwidthLimiter | None = None,
-                 pool: StagingPool | None = None, max_pending_bytes: int = 256 << 20, nice: int = 10,
+                 pool: StagingPool | None = None, max_pending_bytes: int = 256 << 20,
                  on_written: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.store = store
         self.limiter = limiter
         self.pool = pool or StagingPool()
         self.max_pending_bytes = max_pending_bytes
-        self.nice = nice
         self.on_written = on_written
         self._cv = threading.Condition()
         self._inflight: dict[str, int] = {}  # hash -> jobs queued or running that write it
@@ -164,11 +163,6 @@ class SaveWriter:
         return written
 
     def _run(self) -> None:
-        try:  # below the engine's threads: on a busy machine the forward goes first
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
-        except (AttributeError, OSError):  # pragma: no cover - platforms without per-thread nice
-            pass
         while True:
             job = self._queue.get()
             if job is None:
