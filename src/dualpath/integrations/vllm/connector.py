@@ -318,6 +318,7 @@ class DualPathConnector(KVConnectorBase_V1):
             log.error("DualPathConnector: the save writer did not finish (%d bytes pending)",
                       self.writer.pending_bytes)  # fmt: skip
         self.loader.close()
-        self._write_counters()
+        if self.role == KVConnectorRole.WORKER:  # (the scheduler side's counters are not the worker's)
+            self._write_counters()
         log.info("DualPathConnector (%s): %s %s %s", self.role.name, self.counters, self.loader.counters,
                  self.timing)  # fmt: skip
