@@ -216,7 +216,9 @@ class DualPathConnector(KVConnectorBase_V1):
         loads = self._meta().loads
         if loads:
             t = time.perf_counter()  # a hit on blocks the writer has not finished: wait for them
-            self.writer.wait_for(h for load in loads for h in load.hashes)
+            if not self.writer.wait_for((h for load in loads for h in load.hashes), timeout_s=60.0):
+                log.error("DualPathConnector: the save writer did not finish a hit's blocks in 60 s; "
+                          "reading anyway (a block not on disk is a miss, recomputed)")  # fmt: skip
             self.timing["save_flush_wait_s"] += time.perf_counter() - t
             self.loader.start(loads)
 
