@@ -134,6 +134,7 @@ def _hbm(args: argparse.Namespace) -> None:
     result = {
         "tokens_equal": toks[modes[0]] == toks[modes[1]], "modes": rows,
         "connector_loaded_blocks": conn["loaded_blocks"], "connector_saved_blocks": conn["saved_blocks"],
+        "connector_timing": conn.get("timing", {}),
         "later_ratio": both["later_s"] / pc["later_s"], "first_ratio": both["first_s"] / pc["first_s"],
         "wall_ratio": both["wall_s"] / pc["wall_s"], "paired_turn_ratio_median": paired, "load_average": os.getloadavg(), "args": vars(args),
     }  # fmt: skip
@@ -149,6 +150,9 @@ def _hbm(args: argparse.Namespace) -> None:
           f"{conn['saved_blocks']}; with / without connector: later turns {result['later_ratio']:.2f}x, "
           f"first turns {result['first_ratio']:.2f}x, all turns {result['wall_ratio']:.2f}x, median of per-turn "
           f"ratios {paired:.2f}x (goal <= 1.05)")  # fmt: skip
+    t = result["connector_timing"]
+    print("connector worker timing: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                                   for k, v in t.items()))  # fmt: skip
 
 
 def _pd(args: argparse.Namespace) -> None:

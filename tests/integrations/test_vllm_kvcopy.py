@@ -52,14 +52,19 @@ def test_unknown_layout_is_named() -> None:
 
 
 @pytest.mark.parametrize("kind", ["cpu", "flash"])
-def test_gather_into_a_staging_slice_equals_gather(kind: str) -> None:
-    """Two store blocks of two vLLM blocks each, written into the layer-1 slice of Full Block rows
-    (layers 0..2): the same bytes as ``gather``, the other layers' bytes untouched."""
+def test_gather_into_a_staging_row_equals_gather(kind: str) -> None:
+    """Four vLLM blocks (two store blocks of two each) gathered into the layer-1 row of a
+    layer-major staging buffer (layers 0..2): the same bytes as ``gather``, in block order, the
+    other layers' rows untouched; a strided ``out`` is refused."""
     cache = torch.randn(6, H, N, 2 * D) if kind == "cpu" else torch.randn(2, 6, N, H, D)
     layer = PagedLayer.of(cache, block_size=N, num_kv_heads=H, head_dim=D)
-    per_layer = 2 * N * 2 * H * D  # floats of one Layer Block (store block = 2 vLLM blocks)
-    rows = torch.zeros(2, 3 * per_layer)
+    per_block = N * 2 * H * D  # floats of one vLLM block
     ids = [4, 0, 2, 5]
-    layer.gather_into(ids, rows[:, per_layer : 2 * per_layer].view(2, 2 * N, 2, H, D))
-    assert torch.equal(rows[:, per_layer : 2 * per_layer].reshape(-1), layer.gather(ids).reshape(-1))
-    assert not rows[:, :per_layer].any() and not rows[:, 2 * per_layer :].any()
+    stage = torch.zeros(3, len(ids) * per_block)
+    layer.gather_into(torch.tensor(ids), stage[1])
+    assert torch.equal(stage[1], layer.gather(ids).reshape(-1))
+    assert not stage[0].any() and not stage[2].any()
+    layer.gather_into(ids[:2], stage[2, : 2 * per_block])  # (a list of ids too)
+    assert torch.equal(stage[2, : 2 * per_block], stage[1, : 2 * per_block])
+    with pytest.raises(ConfigError, match="contiguous"):
+        layer.gather_into(ids, stage[:, :per_block].t())

@@ -6,7 +6,7 @@ import pytest
 
 from dualpath.core.errors import ConfigError
 from dualpath.integrations.vllm.plan import BlockSizes, RequestTracker
-from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index
+from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, saves_in_step
 from dualpath.runtime.kvstore.layout import chain_hashes
 
 
@@ -88,3 +88,37 @@ def test_saves_wait_for_vllm_blocks() -> None:
     t.plan_load("r", [1, 2, 3], 0, 0)
     _, save = t.step_specs("r", 16)
     assert save is not None and save.block_indices == (0,)
+
+
+def test_blocks_sent_to_the_writer_count_as_hits_until_found_on_disk() -> None:
+    """A request's blocks saved after their step (the writer thread) are a hit for this instance's
+    next turn even before they are on disk; blocks of a P/D request (written in the step) are not
+    remembered; blocks found on disk are forgotten."""
+    t = _tracker(vllm=4, store=8)
+    tokens = list(range(30))
+    t.admit("a", lambda: tokens)
+    t.plan_load("a", list(range(8)), 0, 0)
+    _, save = t.step_specs("a", 30)
+    assert save is not None and not save.in_step and save.block_indices == (0, 1, 2)
+    hashes = chain_hashes(tokens, 8)
+    on_disk: set[str] = set()
+    assert t.extend_hit(tokens[:24], [], on_disk.__contains__) == hashes[:3]
+    assert t.extend_hit(tokens[:16] + [99] * 8, [], on_disk.__contains__) == hashes[:2]  # chain ends
+    other = list(range(500, 530))  # another chain: nothing promised, a block on disk is a hit
+    on_disk.add(chain_hashes(other, 8)[0])
+    assert t.extend_hit(other[:24], [], on_disk.__contains__) == chain_hashes(other, 8)[:1]
+    assert t.extend_hit(tokens[:24], hashes[:3], on_disk.__contains__) == hashes[:3]  # found: forgotten
+    assert t.extend_hit(tokens[:24], [], on_disk.__contains__) == []
+    t.admit("pd", lambda: other, saves_in_step=True)
+    t.plan_load("pd", list(range(8, 16)), 0, 0)
+    _, save = t.step_specs("pd", 30)
+    assert save is not None and save.in_step
+    on_disk.clear()
+    assert t.extend_hit(other[:24], [], on_disk.__contains__) == []
+
+
+def test_p_d_requests_save_in_step() -> None:
+    assert not saves_in_step(None) and not saves_in_step({}) and not saves_in_step({"dualpath": "x"})
+    assert saves_in_step({"dualpath": {"read_side": "pe"}})  # the proxy's prefill request
+    assert saves_in_step({"dualpath": {"stored_tokens": 64}})  # the decode request it sends on
+    assert saves_in_step({"do_remote_decode": True})

@@ -12,14 +12,17 @@ blocks of its tokens found in the store (chain hashes, as ``dualpath serve`` ind
 last prompt token; blocks are saved once complete, in prefill and as decode fills them. Worker side:
 ``start_load_kv`` starts a thread reading the hit's Layer Blocks layer by layer (checksummed) while
 ``wait_for_layer_load`` copies layer ``i`` into vLLM's paged cache just before layer ``i`` runs;
-``save_kv_layer`` copies finished blocks of each layer out of the paged cache and ``wait_for_save``
-writes them as Full Blocks (atomic rename, crc32 per layer). A block that fails to read (vanished,
-corrupt) is reported with ``get_block_ids_with_load_errors`` and recomputed from there: a miss,
-never served. See docs/vllm.md.
+``save_kv_layer`` copies the step's finished blocks of each layer out of the paged cache (one
+``index_select`` per layer into a layer-major staging buffer) and ``wait_for_save`` hands them to
+the writer thread (``savewrite.py``), which writes them as Full Blocks after the step (atomic
+rename, crc32 per layer); blocks of P/D requests are written before the step ends. A block that
+fails to read (vanished, corrupt) is reported with ``get_block_ids_with_load_errors`` and
+recomputed from there: a miss, never served. See docs/vllm.md.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -39,7 +42,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from dualpath.integrations.vllm.hitload import HitLoader
 from dualpath.integrations.vllm.kvcopy import PagedLayer
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
-from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, read_source
+from dualpath.integrations.vllm.savewrite import SaveWriter, StagedBlock
+from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, read_source, saves_in_step
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 
 if TYPE_CHECKING:
@@ -58,6 +62,20 @@ class DualPathMetadata(KVConnectorMetadata):
 
     loads: list[LoadSpec] = field(default_factory=list)
     saves: list[SaveSpec] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _StepSaves:
+    """One step's saves on the worker: the staging buffer (``stage``: ``[num_layers, n_blocks,
+    layer_block_bytes]`` over the pool buffer ``buf``), the vLLM block ids gathered into it, in
+    order, the blocks to write in the step and after it, and the layers gathered so far."""
+
+    buf: np.ndarray
+    stage: np.ndarray
+    vllm_ids: torch.Tensor
+    in_step: list[StagedBlock]
+    after: list[StagedBlock]
+    layers: set[int] = field(default_factory=set)
 
 
 class DualPathConnector(KVConnectorBase_V1):
@@ -90,17 +108,15 @@ class DualPathConnector(KVConnectorBase_V1):
         # worker-side time: steps by kind (with a load, with only saves, neither) and their wall
         # time from start_load_kv to the end of the step; time blocked on layer loads; saves
         self.timing = {f"{k}_{u}": 0 for k in ("load", "save", "plain") for u in ("steps", "step_s")}
-        self.timing.update(load_wait_s=0.0, save_gather_s=0.0, save_write_s=0.0)
+        self.timing.update(load_wait_s=0.0, save_gather_s=0.0, save_write_s=0.0, save_flush_wait_s=0.0)
         self._step: tuple[float, bool, bool] | None = None
         self._forwarded = False  # a layer ran in this step (else a no-forward step)
         self.loader = HitLoader(self.store, self.sizes, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                                 limiter=self.snic_in, on_done=self._write_counters)  # fmt: skip
-        self._staging: dict[str, np.ndarray] = {}
-        self.counters = {
-            "hit_tokens": 0,
-            "saved_blocks": 0,
-            "written_bytes": 0,
-        }
+        self._saves: _StepSaves | None = None
+        self.writer = SaveWriter(self.store, limiter=self.snic_out, on_written=self._write_counters)
+        self.counters = {"hit_tokens": 0, "dropped_saves": 0}
+        atexit.register(self.writer.close)  # (vLLM may exit without calling shutdown)
         log.info(
             "DualPathConnector (%s): store %s, store block %d tokens = %d vLLM blocks",
             role.name,
@@ -117,7 +133,11 @@ class DualPathConnector(KVConnectorBase_V1):
         size = self.sizes.store_block_size
         loadable = (len(tokens) - 1) // size * size  # the last token is always computed
         hit = self.store.match_prefix(tokens[:loadable]) if loadable else []
-        self.tracker.admit(request.request_id, lambda: request.all_token_ids)
+        # blocks this instance saved that its writer may still be writing count as hits: the worker
+        # waits for them before it reads them (start_load_kv)
+        hit = self.tracker.extend_hit(tokens[:loadable], hit, self.store.contains)
+        self.tracker.admit(request.request_id, lambda: request.all_token_ids,
+                           saves_in_step=saves_in_step(request.kv_transfer_params))  # fmt: skip
         self.tracker.set_hit(request.request_id, hit)
         self._hit_tokens[request.request_id] = len(hit) * size
         self._sources[request.request_id] = read_source(request.request_id, request.kv_transfer_params)
@@ -159,7 +179,8 @@ class DualPathConnector(KVConnectorBase_V1):
         stored = self.tracker.finish(request.request_id)
         self._hit_tokens.pop(request.request_id, None)
         self._sources.pop(request.request_id, None)
-        # saves finish within the step (wait_for_save), nothing is held; a decode request sent on
+        # nothing is held: saves are copied out of the paged cache within the step. A P/D request's
+        # blocks are written before its step ends (saves_in_step), so the decode request sent on
         # with these params (the proxy) finds the prompt's whole blocks in the store
         return False, {"dualpath": {"stored_tokens": stored * self.sizes.store_block_size}}
 
@@ -185,11 +206,20 @@ class DualPathConnector(KVConnectorBase_V1):
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         meta = self._meta()  # the start of a worker step (before its forward)
+        if self._saves is not None:  # (a step whose wait_for_save never came: not written)
+            self.counters["dropped_saves"] += len(self._saves.in_step) + len(self._saves.after)
+            self.writer.pool.give(self._saves.buf)
+            self._saves = None
         self._step = (time.perf_counter(), bool(meta.loads), bool(meta.saves))
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         loads = self._meta().loads
         if loads:
+            t = time.perf_counter()  # a hit on blocks the writer has not finished: wait for them
+            if not self.writer.wait_for((h for load in loads for h in load.hashes), timeout_s=60.0):
+                log.error("DualPathConnector: the save writer did not finish a hit's blocks in 60 s; "
+                          "reading anyway (a block not on disk is a miss, recomputed)")  # fmt: skip
+            self.timing["save_flush_wait_s"] += time.perf_counter() - t
             self.loader.start(loads)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
@@ -224,7 +254,8 @@ class DualPathConnector(KVConnectorBase_V1):
             return
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # (the async load thread writes too)
         with open(tmp, "w") as f:
-            json.dump({**self.counters, **self.loader.counters, "timing": self.timing}, f)
+            timing = {**self.timing, **self.writer.timing}
+            json.dump({**self.counters, **self.writer.counters, **self.loader.counters, "timing": timing}, f)
         os.replace(tmp, path)  # the node agent's /metrics reads it whole
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
@@ -232,40 +263,64 @@ class DualPathConnector(KVConnectorBase_V1):
         self._forwarded = True
         if layer_name not in self._layers:
             return
+        saves = self._saves
+        if saves is None:
+            specs = self._meta().saves
+            if not specs:
+                return
+            t = time.perf_counter()
+            saves = self._saves = self._plan_saves(specs)
+            self.timing["save_gather_s"] += time.perf_counter() - t
         t = time.perf_counter()
         layer, paged = self._layers[layer_name]
-        lo, hi = self.store.layout.layer_range(layer)
-        ratio = self.sizes.ratio
-        for spec in self._meta().saves:
-            buf = self._staging.get(spec.req_id)
-            if buf is None:
-                buf = self._staging[spec.req_id] = np.empty(
-                    (len(spec.hashes), self.store.layout.full_block_bytes), dtype=np.uint8
-                )
-            ids = [v for b in spec.block_indices for v in spec.vllm_block_ids[b * ratio : (b + 1) * ratio]]
-            out = torch.from_numpy(buf[:, lo:hi]).view(paged.cache.dtype)  # this layer's Layer Blocks
-            paged.gather_into(ids, out.view(len(spec.hashes), self.sizes.store_block_size, 2,
-                                            self.num_kv_heads, self.head_dim))  # fmt: skip
+        out = torch.from_numpy(saves.stage[layer].reshape(-1)).view(paged.cache.dtype)
+        paged.gather_into(saves.vllm_ids, out)  # every block of the step: one copy
+        saves.layers.add(layer)
         self.timing["save_gather_s"] += time.perf_counter() - t
 
+    def _plan_saves(self, specs: list[SaveSpec]) -> _StepSaves:
+        """The staging buffer of a step's saves: block ``c`` of it is the ``c``-th store block of
+        the step's save specs, in order (``ratio`` vLLM blocks each)."""
+        ratio, layout = self.sizes.ratio, self.store.layout
+        ids: list[int] = []
+        in_step: list[StagedBlock] = []
+        after: list[StagedBlock] = []
+        for spec in specs:
+            for j, b in enumerate(spec.block_indices):
+                ids += spec.vllm_block_ids[b * ratio : (b + 1) * ratio]
+                block = StagedBlock(
+                    spec.hashes[j], spec.parents[j], spec.token_ids[j], len(in_step) + len(after)
+                )
+                (in_step if spec.in_step else after).append(block)
+        n = len(in_step) + len(after)
+        buf = self.writer.pool.take(layout.num_layers * n * layout.layer_block_bytes)
+        stage = buf[: layout.num_layers * n * layout.layer_block_bytes].reshape(
+            layout.num_layers, n, layout.layer_block_bytes
+        )
+        return _StepSaves(buf=buf, stage=stage, vllm_ids=torch.tensor(ids, dtype=torch.long),
+                          in_step=in_step, after=after)  # fmt: skip
+
     def wait_for_save(self) -> None:
-        if not self.has_connector_metadata():
+        saves, self._saves = self._saves, None
+        if saves is None:
+            return
+        if len(saves.layers) != self.num_layers:  # a layer never came: never write such a block
+            log.error("DualPathConnector: a step gathered %d of %d layers; its %d blocks are not saved",
+                      len(saves.layers), self.num_layers, len(saves.in_step) + len(saves.after))  # fmt: skip
+            self.counters["dropped_saves"] += len(saves.in_step) + len(saves.after)
+            self.writer.pool.give(saves.buf)
             return
         t = time.perf_counter()
-        for spec in self._meta().saves:
-            buf = self._staging.pop(spec.req_id, None)
-            if buf is None:
-                continue
-            for j, h in enumerate(spec.hashes):
-                if self.store.write_full(h, spec.parents[j], spec.token_ids[j], buf[j]):
-                    self.counters["saved_blocks"] += 1
-                    self.counters["written_bytes"] += buf.shape[1]
-                    if self.snic_out is not None:  # persists leave through the storage NIC's
-                        self.snic_out.reserve(buf.shape[1])  # outbound side, not holding the step
-        self._staging.clear()
+        self.writer.write(saves.stage, saves.in_step)  # read by another instance once we answer
+        self.writer.submit(saves.stage, saves.after, saves.buf)  # after the step (returns buf)
         self.timing["save_write_s"] += time.perf_counter() - t
 
     def shutdown(self) -> None:
+        if not self.writer.close():
+            log.error("DualPathConnector: the save writer did not finish (%d bytes pending)",
+                      self.writer.pending_bytes)  # fmt: skip
         self.loader.close()
+        if self.role == KVConnectorRole.WORKER:  # (the scheduler side's counters are not the worker's)
+            self._write_counters()
         log.info("DualPathConnector (%s): %s %s %s", self.role.name, self.counters, self.loader.counters,
                  self.timing)  # fmt: skip

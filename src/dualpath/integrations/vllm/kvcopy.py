@@ -61,25 +61,31 @@ class PagedLayer:
     def gather(self, block_ids: Sequence[int]) -> torch.Tensor:
         """Blocks ``block_ids`` as a new contiguous ``[len * block_size, 2, heads, head_dim]``."""
         idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=self.cache.device)
-        if self.kind == "cpu":
-            part = self._blocked().index_select(0, idx).permute(0, 3, 2, 1, 4)  # [b, N, 2, H, D]
-        else:
-            part = self.cache.index_select(1, idx).permute(1, 2, 0, 3, 4)  # [b, N, 2, H, D]
-        return part.reshape(len(block_ids) * self.block_size, 2, self.num_kv_heads, self.head_dim)
+        part = self._token_major().index_select(0, idx)  # [b, N, 2, H, D], contiguous
+        return part.view(len(block_ids) * self.block_size, 2, self.num_kv_heads, self.head_dim)
 
-    def gather_into(self, block_ids: Sequence[int], out: torch.Tensor) -> None:
-        """``gather`` written into ``out`` (``[len(block_ids) // k, k * block_size, 2, heads,
-        head_dim]``, any strides between its dim-0 rows: a Layer Block slice of a Full Block
-        staging buffer), one copy instead of three."""
-        idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=self.cache.device)
+    def _token_major(self) -> torch.Tensor:
+        """A (strided) view ``[num_blocks, block_size, 2, heads, head_dim]`` of the cache."""
         if self.kind == "cpu":
-            part = self._blocked().index_select(0, idx).permute(0, 3, 2, 1, 4)  # [b, N, 2, H, D]
+            return self._blocked().permute(0, 3, 2, 1, 4)
+        return self.cache.permute(1, 2, 0, 3, 4)
+
+    def gather_into(self, block_ids: torch.Tensor | Sequence[int], out: torch.Tensor) -> None:
+        """``gather`` written into ``out``: contiguous, ``len(block_ids) * block_size *
+        2 * heads * head_dim`` elements of the cache's dtype (a step's Layer Blocks of every
+        request, back to back: one staging row of a layer). One ``index_select`` reading the cache
+        in token-major order straight into ``out``: one copy, no intermediate."""
+        if isinstance(block_ids, torch.Tensor):
+            idx = block_ids.to(self.cache.device)
         else:
-            part = self.cache.index_select(1, idx).permute(1, 2, 0, 3, 4)
-        n = out.shape[0]
-        k = len(block_ids) // n
-        shape = (n, k, self.block_size, 2, self.num_kv_heads, self.head_dim)
-        out.view(shape).copy_(part.view(shape))
+            idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=self.cache.device)
+        if not out.is_contiguous():
+            raise ConfigError("out", f"strides {out.stride()}", "must be contiguous")
+        shape = (len(idx), self.block_size, 2, self.num_kv_heads, self.head_dim)
+        if out.device == self.cache.device:
+            torch.index_select(self._token_major(), 0, idx, out=out.view(shape))
+        else:  # (a GPU cache into host staging: the select on the device, then one transfer)
+            out.view(shape).copy_(self._token_major().index_select(0, idx))
 
     def scatter(self, block_ids: Sequence[int], tokens: torch.Tensor) -> None:
         """Write ``tokens`` (``[len * block_size, 2, heads, head_dim]``) into blocks ``block_ids``."""

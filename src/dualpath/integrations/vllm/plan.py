@@ -12,11 +12,14 @@ blocks whose KV is complete after this step and not yet in the store), in prompt
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dualpath.core.errors import require
 from dualpath.runtime.kvstore.layout import block_hash
+
+PROMISED_KEEP = 4096  # hashes sent to the worker's writer thread remembered as hits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +63,8 @@ class LoadSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaveSpec:
     """Write store blocks ``block_indices`` of a request (hash, parent hash and token ids each) from
-    its vLLM blocks ``vllm_block_ids`` (its whole block table)."""
+    its vLLM blocks ``vllm_block_ids`` (its whole block table). ``in_step``: written before the step
+    ends (another instance reads them next: P/D), else by the worker's writer thread after it."""
 
     req_id: str
     block_indices: tuple[int, ...]
@@ -68,11 +72,13 @@ class SaveSpec:
     parents: tuple[str | None, ...]
     token_ids: tuple[tuple[int, ...], ...]
     vllm_block_ids: tuple[int, ...]
+    in_step: bool = False
 
 
 @dataclass(slots=True)
 class _Req:
     token_ids: Callable[[], Sequence[int]]  # the live request's prompt + output tokens
+    saves_in_step: bool = False
     block_ids: list[int] = field(default_factory=list)
     hashes: list[str] = field(default_factory=list)  # chain hashes of whole store blocks so far
     num_stored: int = 0  # leading store blocks known to be in the store (hit or saved)
@@ -86,6 +92,8 @@ class RequestTracker:
         self.sizes = sizes
         self._reqs: dict[str, _Req] = {}
         self._async: list[LoadSpec] = []
+        # hashes saved after their step (the worker's writer thread): maybe not on disk yet
+        self._promised: OrderedDict[str, None] = OrderedDict()
 
     def __contains__(self, req_id: str) -> bool:
         return req_id in self._reqs
@@ -101,9 +109,32 @@ class RequestTracker:
             out.append(parent)
         return out
 
-    def admit(self, req_id: str, token_ids: Callable[[], Sequence[int]]) -> None:
-        """Start tracking a request (idempotent: vLLM may ask for its hit more than once)."""
-        self._reqs.setdefault(req_id, _Req(token_ids=token_ids))
+    def extend_hit(
+        self, token_ids: Sequence[int], hit: Sequence[str], on_disk: Callable[[str], bool]
+    ) -> list[str]:
+        """The store's hit ``hit`` (the chain hashes of the leading whole blocks of ``token_ids``
+        found on disk) extended by the blocks this instance's saves sent to the writer thread
+        (``SaveSpec.in_step`` False) that may not be written yet, and by blocks ``on_disk`` after
+        them: the worker waits for its writer before it reads them. Blocks found on disk are
+        forgotten here (at most ``PROMISED_KEEP`` are remembered)."""
+        out = list(hit)
+        for h in out:
+            self._promised.pop(h, None)
+        size = self.sizes.store_block_size
+        if not self._promised or len(out) >= len(token_ids) // size:
+            return out
+        for h in self.hashes_for(token_ids)[len(out) :]:
+            if h not in self._promised and not on_disk(h):
+                break
+            out.append(h)
+        return out
+
+    def admit(
+        self, req_id: str, token_ids: Callable[[], Sequence[int]], *, saves_in_step: bool = False
+    ) -> None:
+        """Start tracking a request (idempotent: vLLM may ask for its hit more than once).
+        ``saves_in_step``: its blocks are written within the step that completes them."""
+        self._reqs.setdefault(req_id, _Req(token_ids=token_ids, saves_in_step=saves_in_step))
 
     def set_hit(self, req_id: str, hashes: Sequence[str]) -> None:
         """Record the store hit found at admission (blocks already in the store are never saved)."""
@@ -160,8 +191,14 @@ class RequestTracker:
         save = SaveSpec(req_id=req_id, block_indices=idx, hashes=tuple(r.hashes[i] for i in idx),
                         parents=tuple(r.hashes[i - 1] if i else None for i in idx),
                         token_ids=tuple(tuple(tokens[i * size : (i + 1) * size]) for i in idx),
-                        vllm_block_ids=tuple(r.block_ids))  # fmt: skip
+                        vllm_block_ids=tuple(r.block_ids), in_step=r.saves_in_step)  # fmt: skip
         r.num_stored = num_whole
+        if not save.in_step:
+            for h in save.hashes:
+                self._promised[h] = None
+                self._promised.move_to_end(h)
+            while len(self._promised) > PROMISED_KEEP:
+                self._promised.popitem(last=False)
         return load, save
 
     def finish(self, req_id: str) -> int:

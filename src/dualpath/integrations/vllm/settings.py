@@ -126,3 +126,14 @@ def read_source(req_id: str, kv_transfer_params: dict[str, Any] | None) -> tuple
         _log.error("request %s: kv_transfer_params dualpath=%r: read_side must be one of %s (with an "
                    "http agent_url for 'de'); reading on the PE side", req_id, entry, READ_SIDES)  # fmt: skip
     return "", capped
+
+
+def saves_in_step(kv_transfer_params: dict[str, Any] | None) -> bool:
+    """Whether a request's blocks are written within the step that completes them (before it can
+    answer) rather than by the worker's writer thread after it: requests of a P/D cluster (a
+    ``dualpath`` entry: the proxy's prefill request, and the decode request carrying what the
+    prefill answered) and vLLM's own P/D flag ``do_remote_decode``. Their blocks are read by
+    another instance as soon as this one answers; other requests' next turns come back here, where
+    the blocks still being written count as hits (the worker waits for them before reading)."""
+    params = kv_transfer_params or {}
+    return isinstance(params.get("dualpath"), dict) or bool(params.get("do_remote_decode"))
