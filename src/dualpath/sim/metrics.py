@@ -288,15 +288,20 @@ def gpu_totals_balance(n: int, iter_t: array, attn_gpu: array, cutoff: float) ->
 def _early_attn_iterations(sim: RunState, t_first: array) -> float:
     """The per-iteration reading (sessions 11-12's ``attn_max_over_avg_early``): the mean, over
     the multi-GPU PE iterations that start by :func:`early_cutoff_s`, of each iteration's attention
-    max/avg over the GPUs that have a batch (1.0 when there are none)."""
+    max/avg over the GPUs that have a batch (1.0 when there are none). A GPU with a batch has a
+    positive attention time, so those are the non-zero values of the iteration's record."""
     cutoff = early_cutoff_s(t_first)
     total, count = 0.0, 0
     for unit in sim.prefill_units:
-        for t, ratio in zip(unit.attn_t, unit.attn_ratio):
+        n = len(unit.states)
+        attn_gpu = unit.attn_gpu
+        for k, t in enumerate(unit.iter_t):
             if t > cutoff:
                 break
-            total += ratio
-            count += 1
+            attn = [a for a in attn_gpu[k * n : (k + 1) * n] if a > 0.0]
+            if len(attn) > 1 and sum(attn) > 0:
+                total += max(attn) * len(attn) / sum(attn)
+                count += 1
     return total / count if count else 1.0
 
 

@@ -73,13 +73,10 @@ class PrefillUnit:
         self.busy = False
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
-        # start time and attention max/avg (over the GPUs with a batch) of every multi-GPU
-        # iteration; and, for multi-GPU units, every iteration's start time and per-GPU attention
-        # layer time (0.0 for a GPU without a batch), len(states) values an iteration, from which
-        # sim/metrics.py totals each GPU's attention time over the early window (the iterations
-        # that start before the first 5% of the run's requests had their first token)
-        self.attn_t = array("d")
-        self.attn_ratio = array("d")
+        # for multi-GPU units, every iteration's start time and per-GPU attention layer time (0.0
+        # for a GPU without a batch), len(states) values an iteration: sim/metrics.py reads the
+        # early window from them (the iterations that start before the first 5% of the run's
+        # requests had their first token), as per-GPU totals and as per-iteration max/avg
         self.iter_t = array("d")
         self.attn_gpu = array("d")
 
@@ -118,8 +115,6 @@ class PrefillUnit:
             ratio = max(attn) * len(attn) / sum(attn)
             self.attn_ratio_sum += ratio
             self.attn_ratio_n += 1
-            self.attn_t.append(self.kernel.now_s)
-            self.attn_ratio.append(ratio)
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
         end, kv_at = self.load.iteration_end(batches, now, compute_s)
