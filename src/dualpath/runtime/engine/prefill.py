@@ -180,6 +180,8 @@ class PrefillEngine:
         hidden = dec.embed(ids)
         rope = dec.rope(dec.positions(spans))
         handles: list[TransferHandle] = []
+        # the last layer's output is needed only at the last token of the prompts that finish here
+        finishing = [st.computed_len + n == len(st.req.token_ids) for st, n in batch]
         self._load(0, batch)
         for layer in range(dec.num_layers):
             nxt = layer + 1 < dec.num_layers
@@ -189,7 +191,8 @@ class PrefillEngine:
             self.staging.wait_loaded(layer)
             cached = [self.staging.work_view(layer, st.req.request_id) if st.computed_len else None
                       for st, _ in batch]  # fmt: skip
-            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope, cache_has_room=True)
+            hidden, kv = dec.run_layer(layer, hidden, spans, cached, rope, cache_has_room=True,
+                                       keep_last=None if nxt else finishing)  # fmt: skip
             handles.extend(self._emit(layer, batch, kv))
             if pending is not None:
                 pending.result()
@@ -257,14 +260,15 @@ class PrefillEngine:
                 for dest, items in by_dest.items()]  # fmt: skip
 
     def _finish(self, batch: Sequence[tuple[_State, int]], hidden: torch.Tensor) -> list[PrefillOutput]:
-        outs, off = [], 0
+        """``hidden``: one row per finishing prompt (its last token), in batch order."""
+        outs, row = [], 0
         for st, n in batch:
-            off += n
             st.computed_len += n
             st.sent_len = st.computed_len
             if st.computed_len < len(st.req.token_ids):
                 continue
-            logits = self.decoder.final(hidden[off - 1 : off])[0]
+            logits = self.decoder.final(hidden[row : row + 1])[0]
+            row += 1
             rid = st.req.request_id
             outs.append(PrefillOutput(request_id=rid, first_token=sample_token(logits, st.req.sampling, 0),
                                       logits=logits, hit_tokens=st.hit_len or 0,

@@ -28,6 +28,20 @@ class Span:
     new_len: int
 
 
+@dataclass(frozen=True, slots=True)
+class _LayerWeights:
+    """One layer's tensors as ``run_layer`` uses them: projections fused and transposed ``[in, out]``."""
+
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    qkv_t: torch.Tensor  # [hidden, (heads + 2 kv_heads) * head_dim]: q | k | v
+    qkv_bias: torch.Tensor | None
+    o_t: torch.Tensor
+    gate_t: torch.Tensor  # gate and up stay two GEMMs: silu and the product on one fused output's
+    up_t: torch.Tensor  # strided halves cost more than the second GEMM saves from 64 rows up
+    down_t: torch.Tensor
+
+
 _LAYER_KEYS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -67,7 +81,12 @@ class Decoder:
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype
-        self._w = {k: self._take(weights, k) for k in self._needed_keys()}
+        w = {k: self._take(weights, k) for k in self._needed_keys()}
+        self._layers = [self._pack_layer(w, i) for i in range(config.num_layers)]
+        self._embed = w["model.embed_tokens.weight"]
+        self._norm = w["model.norm.weight"]
+        # lm_head as [hidden, vocab] (a copy when tied: the embedding lookup needs [vocab, hidden])
+        self._head_t = w.get("lm_head.weight", self._embed).t().contiguous()
         self._inv_freq = rope_inv_freq(config).to(self.device)
         self._scale = config.head_dim**-0.5
         self._masks: dict[tuple[int, int, torch.dtype, torch.device], torch.Tensor] = {}
@@ -86,6 +105,30 @@ class Decoder:
             raise ConfigError("weights", key, "missing tensor in checkpoint")
         return weights[key].to(device=self.device, dtype=self.dtype).contiguous()
 
+    def _pack_layer(self, w: Mapping[str, torch.Tensor], layer: int) -> _LayerWeights:
+        """One layer's projections fused and stored transposed (``[in, out]``, as vLLM's
+        QKV linear fuses them): ``x @ W`` on a contiguous ``[in, out]`` weight runs 1.1-1.8x
+        faster on CPU than ``F.linear``'s transposed read at 8-64 rows (the same bits from 64 rows up;
+        benchmarks/engine_speed.py), and one GEMM replaces three (q, k, v)."""
+        p = f"model.layers.{layer}."
+
+        def cat_t(*names: str) -> torch.Tensor:
+            return torch.cat([w[p + n + ".weight"] for n in names], dim=0).t().contiguous()
+
+        qkv_bias = None
+        if self.config.qkv_bias:
+            qkv_bias = torch.cat([w[p + f"self_attn.{n}_proj.bias"] for n in "qkv"]).contiguous()
+        return _LayerWeights(
+            input_norm=w[p + "input_layernorm.weight"],
+            post_norm=w[p + "post_attention_layernorm.weight"],
+            qkv_t=cat_t("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+            qkv_bias=qkv_bias,
+            o_t=cat_t("self_attn.o_proj"),
+            gate_t=cat_t("mlp.gate_proj"),
+            up_t=cat_t("mlp.up_proj"),
+            down_t=cat_t("mlp.down_proj"),
+        )
+
     @property
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -93,13 +136,12 @@ class Decoder:
     def embed(self, token_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Embeddings of packed token ids ``[T]`` -> hidden states ``[T, hidden]``."""
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
-        return F.embedding(ids, self._w["model.embed_tokens.weight"])
+        return F.embedding(ids, self._embed)
 
     def final(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final RMSNorm and lm_head: ``[N, hidden]`` -> logits ``[N, vocab]`` (model dtype)."""
-        h = _rms_norm(hidden, self._w["model.norm.weight"], self.config.rms_norm_eps)
-        head = self._w.get("lm_head.weight", self._w["model.embed_tokens.weight"])
-        return F.linear(h, head)
+        h = _rms_norm(hidden, self._norm, self.config.rms_norm_eps)
+        return torch.mm(h, self._head_t)
 
     def positions(self, spans: Sequence[Span]) -> torch.Tensor:
         """Packed absolute positions of the new tokens of ``spans``."""
@@ -121,6 +163,7 @@ class Decoder:
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         *,
         cache_has_room: bool = False,
+        keep_last: Sequence[bool] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder layer over packed new tokens.
 
@@ -130,28 +173,36 @@ class Decoder:
         mutation), which saves concatenating cached and new KV; otherwise inputs are not mutated.
         ``rope`` may pass precomputed ``self.rope(self.positions(spans))`` to share it across layers.
         Returns ``(hidden_out [T, hidden], new_kv [T, 2, kv_heads, head_dim])``.
-        """
-        cfg, p = self.config, f"model.layers.{layer}."
-        cos, sin = rope if rope is not None else self.rope(self.positions(spans))
-        x = _rms_norm(hidden, self._w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-        q = self._proj(x, p + "self_attn.q_proj").view(-1, cfg.num_heads, cfg.head_dim)
-        k = self._proj(x, p + "self_attn.k_proj").view(-1, cfg.num_kv_heads, cfg.head_dim)
-        v = self._proj(x, p + "self_attn.v_proj").view(-1, cfg.num_kv_heads, cfg.head_dim)
-        cos3, sin3 = cos[:, None, :], sin[:, None, :]
-        q = q * cos3 + _rotate_half(q) * sin3
-        k = k * cos3 + _rotate_half(k) * sin3
-        new_kv = torch.stack((k, v), dim=1)
-        attn = self._attention(q, new_kv, spans, cached_kv, cache_has_room)
-        # in place on fresh temporaries (same values as the out-of-place ops, fewer allocations)
-        h = F.linear(attn, self._w[p + "self_attn.o_proj.weight"]).add_(hidden)
-        x = _rms_norm(h, self._w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-        gate = F.silu(F.linear(x, self._w[p + "mlp.gate_proj.weight"]), inplace=True)
-        act = gate.mul_(F.linear(x, self._w[p + "mlp.up_proj.weight"]))
-        h = F.linear(act, self._w[p + "mlp.down_proj.weight"]).add_(h)
-        return h, new_kv
 
-    def _proj(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.linear(x, self._w[name + ".weight"], self._w.get(name + ".bias"))
+        ``keep_last`` (a model's last layer, where only sampled positions matter): every token's KV
+        is still computed and returned, but the attention output, o_proj and MLP run only for the
+        last token of each span whose flag is True; ``hidden_out`` then has one row per such span
+        (none for a chunk that samples nothing).
+        """
+        cfg, lw = self.config, self._layers[layer]
+        nq, nkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        cos, sin = rope if rope is not None else self.rope(self.positions(spans))
+        x = _rms_norm(hidden, lw.input_norm, cfg.rms_norm_eps)
+        qkv = torch.mm(x, lw.qkv_t) if lw.qkv_bias is None else torch.addmm(lw.qkv_bias, x, lw.qkv_t)
+        # RoPE on q and k at once: their heads are adjacent in the fused output
+        qk = qkv[:, : nq + nkv].view(-1, cfg.num_heads + cfg.num_kv_heads, cfg.head_dim)
+        qk = qk * cos[:, None, :] + _rotate_half(qk) * sin[:, None, :]
+        q = qk[:, : cfg.num_heads]
+        k = qk[:, cfg.num_heads :]
+        v = qkv[:, nq + nkv :].view(-1, cfg.num_kv_heads, cfg.head_dim)
+        new_kv = torch.stack((k, v), dim=1)
+        attn = self._attention(q, new_kv, spans, cached_kv, cache_has_room, keep_last)
+        if keep_last is not None:
+            ends = torch.tensor([s.new_len for s in spans]).cumsum(0) - 1
+            hidden = hidden[ends[torch.tensor(list(keep_last), dtype=torch.bool)].to(hidden.device)]
+            if not hidden.shape[0]:
+                return hidden, new_kv
+        # in place on fresh temporaries (same values as the out-of-place ops, fewer allocations)
+        h = torch.mm(attn, lw.o_t).add_(hidden)
+        x = _rms_norm(h, lw.post_norm, cfg.rms_norm_eps)
+        act = F.silu(torch.mm(x, lw.gate_t), inplace=True).mul_(torch.mm(x, lw.up_t))
+        h = torch.mm(act, lw.down_t).add_(h)
+        return h, new_kv
 
     def _attention(
         self,
@@ -160,8 +211,10 @@ class Decoder:
         spans: Sequence[Span],
         cached_kv: Sequence[torch.Tensor | None],
         cache_has_room: bool = False,
+        keep_last: Sequence[bool] | None = None,
     ) -> torch.Tensor:
-        """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``.
+        """Causal attention per span over (cached + new) keys; returns ``[T, heads * head_dim]``
+        (with ``keep_last``: only each flagged span's last query, one row per flagged span).
 
         Every call is 4-D (``[1, heads, seq, d]``) with K/V as strided views of the ``[L, 2, kv, d]``
         layout (no copies), so SDPA picks its fused (flash) kernel: a plain prefill uses
@@ -169,7 +222,8 @@ class Decoder:
         the query axis and needs no mask; only new tokens on a cached prefix take an additive mask."""
         outs, start = [], 0
         kv_heads, group = self.config.num_kv_heads, self.config.num_heads // self.config.num_kv_heads
-        for span, cached in zip(spans, cached_kv, strict=True):
+        keep = [None] * len(spans) if keep_last is None else list(keep_last)
+        for span, cached, last in zip(spans, cached_kv, keep, strict=True):
             end = start + span.new_len
             kv = new_kv[start:end]
             if span.cached_len:
@@ -185,9 +239,13 @@ class Decoder:
                 else:
                     kv = torch.cat((cached[: span.cached_len].to(kv.dtype), kv), dim=0)
             n = span.new_len
+            if last is False:  # this span's KV is written; no query of it is needed
+                start = end
+                continue
             kh, vh = kv[:, 0].transpose(0, 1)[None], kv[:, 1].transpose(0, 1)[None]  # [1, kv_heads, L, d]
-            if n == 1:  # row r of KV head j is query head j * group + r: no mask, no GQA expansion
-                qg = q[start].view(1, kv_heads, group, -1)
+            if n == 1 or last:  # one query that sees every key (decode, or a span's last token):
+                # row r of KV head j is query head j * group + r: no mask, no GQA expansion
+                qg = q[end - 1].view(1, kv_heads, group, -1)
                 o = F.scaled_dot_product_attention(qg, kh, vh, scale=self._scale)
                 outs.append(o.reshape(1, -1))
             else:
@@ -197,6 +255,8 @@ class Decoder:
                                                    scale=self._scale, enable_gqa=group > 1)  # fmt: skip
                 outs.append(o[0].transpose(0, 1).reshape(n, -1))
             start = end
+        if not outs:
+            return q.new_empty((0, q.shape[1] * q.shape[2]))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     def _prefix_mask(self, cached_len: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
