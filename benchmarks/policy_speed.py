@@ -9,7 +9,7 @@ req/s,
 each request needing one DE and one PE assignment. One core, one process; times are this
 process's CPU seconds (time.process_time), so other load on the machine inflates them less.
 
-    .venv/bin/python benchmarks/policy_speed.py [--requests 100000] [--policy dualpath]
+    .venv/bin/python benchmarks/policy_speed.py [--requests 100000] [--policy dualpath] [--pe-scope central]
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ def make_request(rng: random.Random, i: int) -> RequestInfo:
     )
 
 
-def run(policy: str, total_requests: int, queued: int, seed: int, central: bool = False) -> dict[str, float]:
+def run(
+    policy: str, total_requests: int, queued: int, seed: int, pe_scope: str = "group"
+) -> dict[str, float]:
     predictor = LinearAttentionPredictor(
         flops_model=AttentionFlops(num_heads=128, qk_head_dim=576, v_head_dim=512, sparse_top_k=2048),
         seconds_per_flop=1 / 400e12,
@@ -83,7 +85,9 @@ def run(policy: str, total_requests: int, queued: int, seed: int, central: bool 
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
         prefill_tokens_per_s=121_000,
         attention_predictor=predictor,
+        pe_scope=pe_scope,
     )
+    central = pe_scope == "central"
     sched = TimedScheduler(make_scheduler(policy, config))
     driver = ReferenceDriver(
         sched,
@@ -137,16 +141,17 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--central",
-        action="store_true",
-        help="every PE fetch sees all 384 PEs (central scheduler), not its group",
+        "--pe-scope",
+        choices=("central", "group"),
+        default="group",
+        help="group (the policies' default): every PE fetch sees its own 8 PEs; central: all 384",
     )
     args = parser.parse_args()
-    r = run(args.policy, args.requests, args.queued, args.seed, args.central)
+    r = run(args.policy, args.requests, args.queued, args.seed, args.pe_scope)
     needed = PAPER_AGENTS * PAPER_TURNS / PAPER_JCT_S
     req_policy = r["finished"] / r["policy_s"]
     req_total = r["finished"] / r["wall_s"]
-    mode = "central" if args.central else "leader-fetch"
+    mode = "central" if args.pe_scope == "central" else "leader-fetch"
     print(
         f"policy={args.policy} mode={mode} engines=1152 groups=144 queued={args.queued} "
         f"requests={r['finished']:.0f} assignments={r['assignments']:.0f}"

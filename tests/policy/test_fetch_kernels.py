@@ -29,7 +29,9 @@ class _Log:
         self.plans.append(("prefill", node_id, plan))
 
 
-def _fetcher(policy: str, bounds: ViewBounds, order: FetchOrder, kernel: bool) -> Fetcher:
+def _fetcher(
+    policy: str, bounds: ViewBounds, order: FetchOrder, kernel: bool, scope: str = "central"
+) -> Fetcher:
     ledger = Ledger(bounds=bounds)
     engines = []
     for node in range(6):  # nodes 0-2 PE groups, 3-5 DE groups, 3 engines each
@@ -39,7 +41,9 @@ def _fetcher(policy: str, bounds: ViewBounds, order: FetchOrder, kernel: bool) -
     ledger.add_engines(engines)
     for node in range(6):
         ledger.set_read_rate(100.0 + 40 * node, node)
-    sched = make_scheduler(policy, SchedulerConfig(alpha_tokens=3_000, beta_tokens=4_000, block_size=16))
+    sched = make_scheduler(
+        policy, SchedulerConfig(alpha_tokens=3_000, beta_tokens=4_000, block_size=16, pe_scope=scope)
+    )
     fetcher = Fetcher(ledger, sched, order, _Log(), beta_tokens=sched.config.beta_tokens)
     if not kernel:
         fetcher.slack, fetcher.prefill_kernel = -1.0, False
@@ -85,10 +89,23 @@ def _replay(fetcher: Fetcher, seed: int) -> list:
     "bounds", [ViewBounds(), ViewBounds(prefill_prefix=3, private_full=1, all_read_queues_up_to=2)]
 )
 @pytest.mark.parametrize("order", [SIM_ORDER, FetchOrder(elide=False, dirty_only=False)])
-def test_kernel_plans_equal_view_plans(policy: str, bounds: ViewBounds, order: FetchOrder) -> None:
+@pytest.mark.parametrize("scope", ["central", "group"])
+def test_kernel_plans_equal_view_plans(
+    policy: str, bounds: ViewBounds, order: FetchOrder, scope: str
+) -> None:
     for seed in range(3):
-        kernel = _replay(_fetcher(policy, bounds, order, kernel=True), seed)
-        view = _replay(_fetcher(policy, bounds, order, kernel=False), seed)
+        kernel = _replay(_fetcher(policy, bounds, order, kernel=True, scope=scope), seed)
+        view = _replay(_fetcher(policy, bounds, order, kernel=False, scope=scope), seed)
         assert len(kernel) > 100
         assert sum(1 for kind, _n, p in kernel if kind == "prefill" and p.assignments) > 20
         assert kernel == view
+        # Which groups' PEs a fetch assigned to: its own only ("group"), any ("central": some
+        # fetch of this replay assigns to another group's PE; engine e is on node e // 3).
+        foreign = [
+            a.engine_id
+            for kind, node, p in kernel
+            if kind == "prefill"
+            for a in p.assignments
+            if a.engine_id // 3 != node
+        ]
+        assert (len(foreign) > 0) == (scope == "central")

@@ -102,3 +102,21 @@ def test_bounded_private_queue_views_do_not_change_results(
     kernels = _run(cfg, trajs)  # (dualpath's DE fetches: the kernel, which cuts on its own)
     for key in ("jct_s", "bytes", "mean_ttft_s", "mean_tpot_s", "events"):
         assert bounded[key] == full[key] == kernels[key], key
+
+
+@pytest.mark.parametrize("system", ["dualpath", "basic"])
+def test_central_pe_scope_kernels_views_and_elision_agree(make_cluster, make_trajectories, system) -> None:
+    """``pe_scope="central"`` (docs/policy.md, "PE scope") on 2 PE nodes: the central fetch kernel
+    and the view path give the same run, with and without fetch elision (the once-per-round
+    elision test over every PE), and the scope does change the run (first turns reach both PE
+    nodes at once)."""
+    trajs = make_trajectories(96, turns=4, first=8192, append=250, gen=24)
+    cluster = make_cluster(2, 2)
+    cfg = SimConfig(system=get_system(system), cluster=cluster, pe_scope="central")
+    kernel = _run(cfg, trajs)
+    views = _run(cfg, trajs, views=True)
+    no_elision = _run(cfg, trajs, order=FetchOrder(elide=False))
+    for key in ("jct_s", "bytes", "mean_ttft_s", "events"):
+        assert kernel[key] == views[key] == no_elision[key], key
+    group = _run(SimConfig(system=get_system(system), cluster=cluster, pe_scope="group"), trajs)
+    assert group["events"] != kernel["events"] or group["jct_s"] != kernel["jct_s"]

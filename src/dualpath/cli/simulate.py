@@ -11,6 +11,7 @@ import typer
 
 from dualpath.cli._common import choices_help, default_of
 from dualpath.core.links import SNIC_DIRECTIONS
+from dualpath.policy.config import PE_SCOPES
 from dualpath.sim.config import SIM_COST_MODELS, SYSTEMS, SimConfig
 from dualpath.sim.harness.experiments import WorkloadSpec
 from dualpath.sim.harness.online import DEFAULT_APS, HORIZON_S
@@ -47,6 +48,14 @@ def register(app: typer.Typer) -> None:
             help=choices_help(
                 "SNIC model: one link for reads and persists (shared) or one per direction (duplex)",
                 SNIC_DIRECTIONS,
+            ),
+        ),
+        pe_scope: str = typer.Option(
+            None,
+            help=choices_help(
+                "PE scope of the scheduler's PE choice (default: the policy's, group): the fetching "
+                "group's PEs (group) or every PE group a candidate at each PE fetch (central)",
+                PE_SCOPES,
             ),
         ),
         maxlen: str = typer.Option(
@@ -102,6 +111,7 @@ def register(app: typer.Typer) -> None:
             node=node,
             snic_gbps=snic_gbps,
             snic_directions=snic_directions,
+            pe_scope=pe_scope,
         )
 
     @sim.command("figures")
@@ -160,6 +170,7 @@ def run_cli(
     node: str = _DEFAULT.node,
     snic_gbps: float | None = None,
     snic_directions: str = default_of(SimConfig, "snic_directions"),
+    pe_scope: str | None = None,
 ) -> None:
     import dataclasses
 
@@ -177,6 +188,8 @@ def run_cli(
         get_system(name)  # fail early with the choices
     check_choice("cost model", cost_model, SIM_COST_MODELS)
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
+    if pe_scope is not None:
+        check_choice("pe_scope", pe_scope, PE_SCOPES)
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(
         make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb), snic_gbps=snic_gbps
@@ -209,6 +222,8 @@ def run_cli(
         result["snic_gbps"] = snic_gbps
     if snic_directions != default_of(SimConfig, "snic_directions"):
         result["snic_directions"] = snic_directions
+    if pe_scope is not None:
+        result["pe_scope"] = pe_scope
     if online:
         from dualpath.sim.harness.online import capacity_sweep, parse_aps
 
@@ -239,6 +254,7 @@ def run_cli(
                     calibration=calibration,
                     progress=step,
                     snic_directions=snic_directions,
+                    pe_scope=pe_scope,
                 )
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
@@ -266,6 +282,7 @@ def run_cli(
                     out_dir=out,
                     calibration=calibration,
                     snic_directions=snic_directions,
+                    pe_scope=pe_scope,
                 )
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0

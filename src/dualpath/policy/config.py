@@ -14,6 +14,9 @@ from dualpath.policy.predictor import AttentionTimePredictor, is_attention_predi
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
 
 BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
+# Which PE groups a PE fetch may assign to (docs/policy.md, "PE scope"): "central" every live PE
+# group (the central scheduler's choice over all PEs), "group" the fetching group's own PEs only.
+PE_SCOPES: tuple[str, ...] = ("central", "group")
 
 # Defaults for the paper's setting (used only when the caller does not derive its own), read from
 # the paper's cluster preset: its node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores
@@ -85,6 +88,9 @@ class SchedulerConfig:
     batching: "quota" (compute quota, needs ``attention_predictor``) or "tokens" (FIFO up to
       ``max_batch_tokens`` new tokens); None = the policy's default (dualpath*: quota, others: tokens).
     max_batch_tokens: token budget of "tokens" batching (ignored by "quota").
+    pe_scope: "central" (a PE fetch's candidates are every live PE group's engines) or "group"
+      (only the fetching group's: strict leader fetch); None = the policy's default ("group" for
+      every registered policy; docs/policy.md, "PE scope").
     attention_predictor: the PE attention-time predictor (see predictor.py).
     """
 
@@ -95,6 +101,7 @@ class SchedulerConfig:
     block_size: int = 64
     batching: str | None = None
     max_batch_tokens: int = 16_384
+    pe_scope: str | None = None
     attention_predictor: AttentionTimePredictor | None = None
 
     def __post_init__(self) -> None:
@@ -108,6 +115,12 @@ class SchedulerConfig:
             "batching",
             self.batching,
             f"choices: {', '.join(BATCHING_MODES)} (or None for the policy default)",
+        )
+        require(
+            self.pe_scope is None or self.pe_scope in PE_SCOPES,
+            "pe_scope",
+            self.pe_scope,
+            f"choices: {', '.join(PE_SCOPES)} (or None for the policy default)",
         )
         require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
         pred = self.attention_predictor

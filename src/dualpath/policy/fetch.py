@@ -14,7 +14,11 @@ each plan to the ledger and hands it to the driver's :class:`FetchSink` (to star
    (``rotate_pe``: groups fetch on their own timers; rotating who goes first stands in for that) or
    in group order; with ``dirty_only`` only those whose PEs finished a prefill or that have not
    fetched since the prefill queue grew. A fetch whose plan took the whole bounded prefix
-   (``ViewBounds.prefill_prefix``) is repeated at once with the updated loads.
+   (``ViewBounds.prefill_prefix``) is repeated at once with the updated loads. A PE fetch's
+   candidates are the scheduler's ``pe_scope``: "group" the fetching group's engines only
+   (strict leader fetch, the registered policies' default; schedulers without ``pe_scope`` too),
+   "central" every live PE group's, so the plan may assign to any group (its assignments are
+   handed to the sink at once, as the central scheduler dispatches them).
 
 ``elide`` skips fetches whose plan is provably empty (``decode.may_assign_decode``,
 ``prefill.may_assign_prefill``); cursors are unchanged by those, so plans are the same either way.
@@ -28,7 +32,7 @@ from typing import Final, Protocol
 from dualpath.policy import fetch_kernels
 from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.decode import may_assign_decode
-from dualpath.policy.ledger import Entry, Ledger
+from dualpath.policy.ledger import CENTRAL, Entry, Ledger
 from dualpath.policy.prefill import may_assign_prefill
 from dualpath.policy.scheduler import PolicyScheduler, Scheduler
 from dualpath.policy.views import DecodePlan, PrefillPlan
@@ -87,6 +91,7 @@ class Fetcher:
         self.prefill_kernel = False
         self.config = SchedulerConfig()
         self.read_choice = ""
+        self.central = getattr(scheduler, "pe_scope", "group") == "central"
         if type(scheduler) is PolicyScheduler:
             self.config, spec = scheduler.config, scheduler.spec
             if spec.de_choice == "balanced":
@@ -118,7 +123,17 @@ class Fetcher:
         return len(assigned)
 
     def fetch_prefill(self, node_id: int, now_s: float) -> int:
-        """One PE group's fetch (strict leader fetch: this group only)."""
+        """One PE group's fetch: over every live PE group (``central``; the plan is applied
+        under the central cursor) or this group only (strict leader fetch)."""
+        if self.central:
+            if self.prefill_kernel:
+                plan = fetch_kernels.central_prefill_plan(self.ledger, node_id, self.config, self.read_choice)
+            else:
+                plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s, central=True))
+            self.fetches += 1
+            assigned = self.ledger.apply_prefill(CENTRAL, plan)
+            self.sink.prefill_applied(node_id, plan, assigned)
+            return len(assigned)
         if self.prefill_kernel:
             plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config, self.read_choice)
         else:
@@ -139,10 +154,13 @@ class Fetcher:
         return may_assign_decode(ledger.free_hbm(node_id), queue[0].decode_len)
 
     def prefill_may_assign(self, node_id: int) -> bool:
-        """False only if every PE of this group is over beta (C1)."""
+        """False only if every candidate PE (this group's; ``central``: every live PE) is over
+        beta (C1)."""
         if not self.order.elide or self.beta_tokens is None:
             return True
-        return may_assign_prefill(self.ledger.pe_tokens(node_id), self.beta_tokens)
+        ledger = self.ledger
+        tokens = ledger.pe_tokens_all() if self.central else ledger.pe_tokens(node_id)
+        return may_assign_prefill(tokens, self.beta_tokens)
 
     def round(self, now_s: float) -> None:
         """One tick's fetches, in the order of the module docstring."""
@@ -180,13 +198,20 @@ class Fetcher:
             self._rotated = pe_nodes
             self._rotations = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
         limit = ledger.bounds.prefill_prefix
+        central = self.central
+        may = -1  # central: every group's elision test is the same; kept until the next fetch
         for node in self._rotations[ledger.pe_turn if order.rotate_pe else 0]:
             if not ledger.prefill_queue:
                 break  # the rest stay dirty, as if visited with nothing to fetch
             if order.dirty_only and node not in dirty:
                 continue
             dirty.discard(node)
-            if not self.prefill_may_assign(node):
+            if central:
+                if may < 0:
+                    may = 1 if self.prefill_may_assign(node) else 0
+                if not may:
+                    continue
+            elif not self.prefill_may_assign(node):
                 continue
             while (
                 self.fetch_prefill(node, now_s) >= (limit if limit is not None else 1 << 62)
@@ -194,3 +219,4 @@ class Fetcher:
                 and self.prefill_may_assign(node)
             ):
                 pass  # the plan took the whole prefix: continue with the next one
+            may = -1

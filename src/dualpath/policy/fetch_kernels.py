@@ -4,7 +4,8 @@ A fetch round (``policy.fetch``) runs these for the registered policies' hot cas
 building a frozen view and calling the scheduler on it: ``balanced`` DE fetches
 (:func:`decode_plan`, over ``decode.route_balanced`` and ``decode.balanced_picks``) and a strict leader
 PE fetch with ``least-loaded`` (:func:`prefill_plan`, over ``prefill.least_loaded_picks`` and
-``prefill.choose_read``). Each returns the very plan the view entry point gives for the same
+``prefill.choose_read``) and a central one (:func:`central_prefill_plan`, every live PE group a
+candidate, over ``prefill.least_loaded_plan``, which the view entry point runs too). Each returns the very plan the view entry point gives for the same
 ledger state (tests/policy/test_fetch_kernels.py replays fetch sequences through both); the views
 stay the serialisation form (the runtime, recorded cases, tests).
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.decode import balanced_picks, may_assign_decode, route_balanced
-from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger
-from dualpath.policy.prefill import choose_read, least_loaded_picks
+from dualpath.policy.ledger import CENTRAL, DECODE, PREFILL, Entry, Ledger
+from dualpath.policy.prefill import choose_read, least_loaded_picks, least_loaded_plan
 from dualpath.policy.views import (
     DecodeAssignment,
     DecodePlan,
@@ -119,6 +120,66 @@ def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig, read_cho
         reads.append(obj)
     return PrefillPlan(
         assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=ledger.pe_rr.get(node_id, 0)
+    )
+
+
+def central_prefill_plan(
+    ledger: Ledger, node_id: int, config: SchedulerConfig, read_choice: str
+) -> PrefillPlan:
+    """``least-loaded`` over every live PE group (``pe_scope`` "central"; the fetching group
+    ``node_id`` only decides which read queues the plan carries), read sides by ``read_choice``,
+    over the head ``bounds.prefill_prefix`` carries: the plan of ``assign_prefill`` on
+    ``ledger.prefill_view(node_id, now_s, central=True)``."""
+    head = ledger.prefill_head(ledger.bounds.prefill_prefix)
+    engines = ledger.engines
+    ids: list[int] = []
+    tok: list[int] = []
+    spans: list[tuple[int, int]] = []
+    pe_nodes = ledger.pe_nodes
+    for n in pe_nodes:
+        lo = len(ids)
+        for g in ledger.members(PREFILL, n):
+            ids.append(g)
+            tok.append(engines[g].num_tokens)
+        spans.append((lo, len(ids)))
+    queues: dict[int, list[float]] = {}  # nodes whose read queue this plan may grow
+
+    def queue_of(n: int) -> list[float]:
+        return _queue(ledger, queues, n)
+
+    infos = [e.info for e in head]
+    picks = least_loaded_plan(
+        tok,
+        spans,
+        pe_nodes,
+        queue_of,
+        [e.prompt_len for e in head],
+        [r.cached_len for r in infos],
+        [e.de_node for e in head],
+        [r.request_id for r in infos],
+        config,
+        read_choice,
+    )
+    out: list[PrefillAssignment] = []
+    for i, (pick, side, pe_len, de_len) in enumerate(picks):
+        out.append(
+            PrefillAssignment(
+                request_id=infos[i].request_id,
+                engine_id=ids[pick],
+                read_side=side,
+                pe_read_len=pe_len,
+                de_read_len=de_len,
+            )
+        )
+    reads: list[NodeReadQueue] = []
+    for n in ledger.read_nodes(node_id, head, True):
+        obj = ledger.read_queue(n)
+        grown = queues.get(n)
+        if grown is not None and grown[0] != obj.read_queue_tokens:
+            obj = NodeReadQueue(node_id=n, read_queue_tokens=int(grown[0]), read_tokens_per_s=grown[1])
+        reads.append(obj)
+    return PrefillPlan(
+        assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=ledger.pe_rr.get(CENTRAL, 0)
     )
 
 

@@ -33,6 +33,7 @@ from collections import deque
 
 from dualpath.core.errors import DualpathError
 from dualpath.policy.ledger_views import (
+    CENTRAL,
     DECODE,
     IN_GLOBAL,
     IN_PREFILL,
@@ -47,7 +48,7 @@ from dualpath.policy.ledger_views import (
 )
 from dualpath.policy.views import DecodePlan, PendingPrefill, PrefillPlan, RequestInfo
 
-__all__ = ["DECODE", "PREFILL", "UNBOUNDED", "Engine", "Entry", "Ledger", "ViewBounds"]
+__all__ = ["CENTRAL", "DECODE", "PREFILL", "UNBOUNDED", "Engine", "Entry", "Ledger", "ViewBounds"]
 
 
 def _entry(info: RequestInfo) -> Entry:
@@ -113,8 +114,9 @@ class Ledger(LedgerViews):
         return entry
 
     def apply(self, node_id: int, plan: DecodePlan | PrefillPlan) -> list[Entry]:
-        """Carry out ``plan`` (from a view of group ``node_id``); returns the requests it
-        assigned, in plan order (for a DecodePlan they now wait in the prefill queue)."""
+        """Carry out ``plan`` (from a view of group ``node_id``; ``CENTRAL`` for a central PE
+        fetch's plan, whose cursor is the central one); returns the requests it assigned, in plan
+        order (for a DecodePlan they now wait in the prefill queue)."""
         if isinstance(plan, DecodePlan):
             return self.apply_decode(node_id, plan)
         return self.apply_prefill(node_id, plan)

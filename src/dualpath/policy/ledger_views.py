@@ -28,6 +28,9 @@ from dualpath.policy.views import (
 DECODE: Final = "decode"
 PREFILL: Final = "prefill"
 IN_GLOBAL, IN_PRIVATE, IN_PREFILL, PLACED = 0, 1, 2, 3  # where a request is
+# The key of the central PE fetch's round-robin cursor in ``pe_rr`` (a central fetch's cursor
+# indexes every live PE group's engines, so it is the scheduler's one cursor, not a group's).
+CENTRAL: Final = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,12 +301,13 @@ class LedgerViews:
     def prefill_view(
         self, node_id: int, now_s: float, *, window: int | None = None, central: bool = False
     ) -> PrefillFetchView:
-        """Group ``node_id``'s fetch (``central``: every live PE group is a candidate). ``window``
-        overrides ``bounds.prefill_prefix`` for this view."""
+        """Group ``node_id``'s fetch (``central``: every live PE group is a candidate, in group
+        order, with the central cursor ``pe_rr[CENTRAL]``; apply its plan with ``CENTRAL``).
+        ``window`` overrides ``bounds.prefill_prefix`` for this view."""
         limit = self.bounds.prefill_prefix if window is None else window
         head = self.prefill_head(limit)
         prefix: list[PendingPrefill] = [e.pending for e in head]  # type: ignore[misc]
-        out = [self.read_queue(n) for n in self.read_nodes(node_id, head)]
+        out = [self.read_queue(n) for n in self.read_nodes(node_id, head, central)]
         groups = (
             tuple([self._group(2 * n, n) for n in self.pe_nodes])
             if central
@@ -314,7 +318,7 @@ class LedgerViews:
             groups=groups,
             queue=tuple(prefix),
             read_queues=tuple(out),
-            rr_cursor=self.pe_rr.get(node_id, 0),
+            rr_cursor=self.pe_rr.get(CENTRAL if central else node_id, 0),
         )
 
     def prefill_head(self, limit: int | None) -> list[Entry]:
@@ -322,12 +326,13 @@ class LedgerViews:
         queue = self.prefill_queue
         return list(queue) if limit is None else list(islice(queue, limit))
 
-    def read_nodes(self, node_id: int, head: list[Entry]) -> list[int]:
+    def read_nodes(self, node_id: int, head: list[Entry], central: bool = False) -> list[int]:
         """The nodes whose read queues PE group ``node_id``'s fetch of ``head`` carries: every
-        node up to ``bounds.all_read_queues_up_to`` nodes, else its own and the head's DE nodes."""
+        node up to ``bounds.all_read_queues_up_to`` nodes, else its own (``central``: every live
+        PE node) and the head's DE nodes."""
         if len(self.all_nodes) <= self.bounds.all_read_queues_up_to:
             return self.all_nodes
-        seen = {node_id}
+        seen = set(self.pe_nodes) if central else {node_id}
         for entry in head:
             seen.add(entry.de_node)
         return sorted(seen)
@@ -361,6 +366,12 @@ class LedgerViews:
             e = engines[g]
             out.append(max(e.hbm_tokens - e.reserved_tokens, 0))
         return out
+
+    def pe_tokens_all(self) -> list[int]:
+        """``tok_e`` of every live PE, group order then rank order (no view built)."""
+        engines = self.engines
+        members = self._members
+        return [engines[g].num_tokens for n in self.pe_nodes for g in members[2 * n]]
 
     def pe_tokens(self, node_id: int) -> list[int]:
         """``tok_e`` of the group's live PEs, rank order (no view built)."""

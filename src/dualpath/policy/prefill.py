@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
+from collections.abc import Callable
 
 from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
@@ -119,9 +120,10 @@ def assign_prefill(
     """Assign PEs (and read sides) to a FIFO prefix of ``view.queue``.
 
     ``least-loaded``: among engines with ``tok_e <= beta`` pick C2 (node ``read_q <= alpha``)
-    before C3, smallest ``tok_e`` first. ``round-robin``: the next engine at or after the cursor
-    with ``tok_e <= beta``. Each assignment adds ``prompt_len`` to the engine's ``tok_e``; the
-    fetch stops at the first request for which no engine qualifies (C2 and C3 empty).
+    before C3, smallest ``tok_e`` first (:func:`least_loaded_plan`). ``round-robin``: the next
+    engine at or after the cursor with ``tok_e <= beta``. Each assignment adds ``prompt_len`` to
+    the engine's ``tok_e``; the fetch stops at the first request for which no engine qualifies
+    (C2 and C3 empty).
     """
     if pe_choice not in PE_CHOICES:
         raise DualpathError(f"pe choice {pe_choice!r}; choices: {', '.join(PE_CHOICES)}")
@@ -136,46 +138,51 @@ def assign_prefill(
             tok.append(engine.num_tokens)
             group_of.append(g)
     reads = _Reads(view.read_queues)
+    out: list[PrefillAssignment] = []
+    if pe_choice == "least-loaded":
+        requests = [p.request for p in view.queue]
+        picks = least_loaded_plan(
+            tok,
+            spans,
+            [group.node_id for group in view.groups],
+            reads.get,
+            [r.cached_len + r.new_len for r in requests],
+            [r.cached_len for r in requests],
+            [p.de_node_id for p in view.queue],
+            [r.request_id for r in requests],
+            config,
+            read_choice,
+        )
+        for i, (pick, side, pe_len, de_len) in enumerate(picks):
+            out.append(
+                PrefillAssignment(
+                    request_id=requests[i].request_id,
+                    engine_id=ids[pick],
+                    read_side=side,
+                    pe_read_len=pe_len,
+                    de_read_len=de_len,
+                )
+            )
+        return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=view.rr_cursor)
     group_queues = [reads.get(group.node_id) for group in view.groups]
     num = len(ids)
     cursor = view.rr_cursor % num if num else 0
-    alpha, beta = config.alpha_tokens, config.beta_tokens
-    least_loaded = pe_choice == "least-loaded"
-    index: _Candidates | None = None  # least-loaded only (round-robin needs no candidates)
-    if least_loaded:
-        best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
-        index = _Candidates(best, tok, group_queues, alpha)
-        groups_of_node: dict[int, list[int]] = {}
-        for g, group in enumerate(view.groups):
-            groups_of_node.setdefault(group.node_id, []).append(g)
-    out: list[PrefillAssignment] = []
+    beta = config.beta_tokens
     for pending in view.queue:
-        if index is not None:
-            pick = index.pick()
-        else:
-            pick = _round_robin(tok, beta, cursor)
-            if pick >= 0:
-                cursor = (pick + 1) % num
+        pick = _round_robin(tok, beta, cursor)
         if pick < 0:
             break
+        cursor = (pick + 1) % num
         req = pending.request
         tok[pick] = tok[pick] + req.prompt_len
-        g = group_of[pick]
         side, pe_len, de_len = choose_read(
             read_choice,
             req.cached_len,
-            group_queues[g],
+            group_queues[group_of[pick]],
             reads.get(pending.de_node_id),
             config.block_size,
             req.request_id,
         )
-        if index is not None:
-            best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
-            index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
-            for node in (view.groups[g].node_id, pending.de_node_id):
-                for other in groups_of_node.get(node, ()):
-                    if other != g:
-                        index.refresh(other)
         out.append(
             PrefillAssignment(
                 request_id=req.request_id,
@@ -185,9 +192,58 @@ def assign_prefill(
                 de_read_len=de_len,
             )
         )
-    if pe_choice != "round-robin":
-        cursor = view.rr_cursor  # untouched by policies that do not round-robin
     return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
+
+
+def least_loaded_plan(
+    tok: list[int],
+    spans: list[tuple[int, int]],
+    group_nodes: list[int],
+    queue_of: Callable[[int], list[float]],
+    prompt_lens: list[int],
+    cached_lens: list[int],
+    de_nodes: list[int],
+    request_ids: list[str],
+    config: SchedulerConfig,
+    read_choice: str,
+) -> list[tuple[int, ReadSide, int, int]]:
+    """``least-loaded`` over one or more candidate PE groups, on plain lists: ``tok`` every
+    candidate engine's ``tok_e`` (flat, group by group; updated in place), ``spans`` each group's
+    slice of it, ``group_nodes`` each group's node, ``queue_of(node)`` that node's mutable
+    ``[read_q, tokens/s]`` (grown in place by each read chosen), and the queue head's
+    ``prompt_len`` / ``cached_len`` / DE node / id. Returns, per assigned request in queue order,
+    ``(flat engine index, read side, pe_read_len, de_read_len)``. The view entry point
+    (:func:`assign_prefill`) and the fetch kernel (``fetch_kernels.central_prefill_plan``) both
+    run this."""
+    alpha, beta, block = config.alpha_tokens, config.beta_tokens, config.block_size
+    group_queues = [queue_of(n) for n in group_nodes]
+    best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
+    index = _Candidates(best, tok, group_queues, alpha)
+    groups_of_node: dict[int, list[int]] = {}
+    for g, n in enumerate(group_nodes):
+        groups_of_node.setdefault(n, []).append(g)
+    group_of: list[int] = []
+    for g, (lo, hi) in enumerate(spans):
+        group_of.extend([g] * (hi - lo))
+    out: list[tuple[int, ReadSide, int, int]] = []
+    for i in range(len(prompt_lens)):
+        pick = index.pick()
+        if pick < 0:
+            break
+        tok[pick] = tok[pick] + prompt_lens[i]
+        g = group_of[pick]
+        de_node = de_nodes[i]
+        side, pe_len, de_len = choose_read(
+            read_choice, cached_lens[i], group_queues[g], queue_of(de_node), block, request_ids[i]
+        )
+        best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
+        index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
+        for node in (group_nodes[g], de_node):
+            for other in groups_of_node.get(node, ()):
+                if other != g:
+                    index.refresh(other)
+        out.append((pick, side, pe_len, de_len))
+    return out
 
 
 def least_loaded_picks(tok: list[int], prompt_lens: list[int], beta: int) -> list[int]:

@@ -14,7 +14,7 @@ from collections import deque
 
 from dualpath.core.errors import require
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
-from dualpath.policy.ledger import DECODE, PREFILL, UNBOUNDED, Entry, Ledger, ViewBounds
+from dualpath.policy.ledger import CENTRAL, DECODE, PREFILL, UNBOUNDED, Entry, Ledger, ViewBounds
 from dualpath.policy.recovery import lose_engine
 from dualpath.policy.scheduler import PolicyScheduler, Scheduler
 from dualpath.policy.views import (
@@ -112,19 +112,26 @@ class ReferenceDriver:
         return plan
 
     def prefill_view(
-        self, node: int, now_s: float, window: int | None = None, central: bool = False
+        self, node: int, now_s: float, window: int | None = None, central: bool | None = None
     ) -> PrefillFetchView:
-        return self.ledger.prefill_view(node, now_s, window=window, central=central)
+        return self.ledger.prefill_view(node, now_s, window=window, central=self._central(central))
+
+    def _central(self, central: bool | None) -> bool:
+        if central is None:  # the scheduler's PE scope (schedulers without one: "group")
+            return getattr(self.scheduler, "pe_scope", "group") == "central"
+        return central
 
     def pe_fetch(
-        self, node: int, now_s: float = 0.0, window: int | None = None, central: bool = False
+        self, node: int, now_s: float = 0.0, window: int | None = None, central: bool | None = None
     ) -> PrefillPlan:
         """``window`` limits how much of the prefill queue goes into the view (a driver's speed
         knob; the plan is the same whenever the fetch stops inside the window). ``central``
-        offers every PE group as a candidate (central-scheduler mode), not just ``node``'s."""
+        offers every PE group as a candidate (central-scheduler mode), not just ``node``'s;
+        None: as the scheduler's ``pe_scope`` says."""
+        central = self._central(central)
         view = self.prefill_view(node, now_s, window, central)
         plan = self.scheduler.assign_prefill(view)
-        self.prefill_applied(node, plan, self.ledger.apply(node, plan))
+        self.prefill_applied(node, plan, self.ledger.apply(CENTRAL if central else node, plan))
         self._log("prefill", view, plan)
         return plan
 

@@ -12,7 +12,7 @@ from typing import Protocol
 from dualpath.core.errors import require
 from dualpath.core.registry import lookup
 from dualpath.policy.batch import NO_LIMITS, BatchLimits, plan_batch
-from dualpath.policy.config import BATCHING_MODES, SchedulerConfig
+from dualpath.policy.config import BATCHING_MODES, PE_SCOPES, SchedulerConfig
 from dualpath.policy.decode import DE_CHOICES, assign_decode
 from dualpath.policy.prefill import PE_CHOICES, READ_CHOICES, assign_prefill
 from dualpath.policy.views import (
@@ -48,7 +48,8 @@ class Scheduler(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PolicySpec:
-    """What a named policy does. ``batching`` is its default mode (config.batching overrides)."""
+    """What a named policy does. ``batching`` is its default mode (config.batching overrides);
+    ``pe_scope`` its default PE scope (config.pe_scope overrides; docs/policy.md, "PE scope")."""
 
     name: str
     pe_choice: str
@@ -56,12 +57,14 @@ class PolicySpec:
     read_choice: str
     batching: str
     description: str = ""
+    pe_scope: str = "group"
 
     def __post_init__(self) -> None:
         require(self.pe_choice in PE_CHOICES, "pe_choice", self.pe_choice, f"choices: {PE_CHOICES}")
         require(self.de_choice in DE_CHOICES, "de_choice", self.de_choice, f"choices: {DE_CHOICES}")
         require(self.read_choice in READ_CHOICES, "read_choice", self.read_choice, f"choices: {READ_CHOICES}")
         require(self.batching in BATCHING_MODES, "batching", self.batching, f"choices: {BATCHING_MODES}")
+        require(self.pe_scope in PE_SCOPES, "pe_scope", self.pe_scope, f"choices: {PE_SCOPES}")
 
 
 def _spec(name: str, pe: str, de: str, read: str, batching: str, text: str) -> PolicySpec:
@@ -140,6 +143,11 @@ class PolicyScheduler:
     @property
     def batching(self) -> str:
         return self.config.batching or self.spec.batching
+
+    @property
+    def pe_scope(self) -> str:
+        """ "central": a PE fetch assigns to any live PE group; "group": the fetching group only."""
+        return self.config.pe_scope or self.spec.pe_scope
 
     def assign_decode(self, view: DecodeFetchView) -> DecodePlan:
         return assign_decode(view, self.config, self.spec.de_choice)

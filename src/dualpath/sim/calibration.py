@@ -123,7 +123,9 @@ class Calibration:
     # (floor ~0), so what the fit puts here is latency the paper's engine has beyond DeepEP's
     # kernels. Range 50-600 us. FITTED to Oracle at 512 agents on the given row (latency bound, so
     # set by the decode step at 1-2 requests per GPU): 440 us before the bytes term (session 11),
-    # 410 us with it (session 12: 390 us gave -3.5%, 410 us -1.4%, 440 us +1.7%).
+    # 410 us with it (session 12: 390 us gave -3.5%, 410 us -1.4%, 440 us +1.7%). With the named
+    # option pe_scope="central" the same fit gives 450 us (session 14: 440 us -0.9%, 450 us +0.2%,
+    # 460 us +1.4%, 470 us +2.5%); central was not made the default (docs/fidelity.md), so 410 us.
     ep_layer_latency_rdma_s: float = 0.00041
     # The same for an EP group inside one node (NVLink: one kernel launch and two barriers per
     # all-to-all). Not fitted (range 10-200 us). DS 27B's 1P1D runs EP 8 inside a node.

@@ -14,6 +14,7 @@ from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.cost.factory import COST_MODEL_NAMES
+from dualpath.policy.config import PE_SCOPES
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 # ``SimConfig.cost_model``: a dualpath.cost model, or auto (calibrated if its tables can be read)
@@ -72,7 +73,9 @@ class SimConfig:
     simulator's constants (``sim/calibration.py``). ``snic_directions``
     (``dualpath.core.links.SNIC_DIRECTIONS``): "shared" (default, the published numbers) books a
     node's storage reads and persists on one SNIC link; "duplex" gives persists the SNIC's other
-    direction, as the runtime's emulated NICs do by default.
+    direction, as the runtime's emulated NICs do by default. ``pe_scope``: the scheduler's PE
+    scope (``dualpath.policy.config.PE_SCOPES``: "central", every PE group a candidate at each PE
+    fetch, or "group", the fetching group's PEs only); None: the policy's default.
     """
 
     system: SystemSpec
@@ -87,6 +90,7 @@ class SimConfig:
     max_sim_s: float = 1e7
     calibration: Calibration = DEFAULT_CALIBRATION
     snic_directions: str = "shared"
+    pe_scope: str | None = None
 
     def __post_init__(self) -> None:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
@@ -97,4 +101,10 @@ class SimConfig:
             "snic_directions",
             self.snic_directions,
             f"choices: {', '.join(SNIC_DIRECTIONS)}",
+        )
+        require(
+            self.pe_scope is None or self.pe_scope in PE_SCOPES,
+            "pe_scope",
+            self.pe_scope,
+            f"choices: {', '.join(PE_SCOPES)} (or None for the policy's default)",
         )

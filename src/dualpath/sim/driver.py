@@ -102,6 +102,7 @@ class Simulation:
             attention_predictor=forward,
             block_size=self.block_len,
             compute_quota_s=cal.compute_quota_per_forward_s,
+            pe_scope=config.pe_scope,
         )
         self.adapter = PolicyAdapter(
             self,

@@ -40,9 +40,10 @@ def case_config(**overrides: object) -> SchedulerConfig:
     return SchedulerConfig(**fields)  # type: ignore[arg-type]
 
 
-def scenario(policy: str, seed: int, rounds: int = 12) -> Case:
+def scenario(policy: str, seed: int, rounds: int = 12, pe_scope: str | None = None) -> Case:
+    """``pe_scope``: the config's (None: the policy's default); a case with one is named for it."""
     rng = random.Random(seed)
-    config = case_config()
+    config = case_config(pe_scope=pe_scope)
     driver = ReferenceDriver(
         make_scheduler(policy, config),
         num_pe_groups=2,
@@ -73,7 +74,8 @@ def scenario(policy: str, seed: int, rounds: int = 12) -> Case:
         for _ in range(min(rng.randint(0, 3), len(driver.prefilled))):
             driver.finish_decode(driver.prefilled.popleft())
     steps = tuple(Step(kind=k, view=v, plan=p) for k, v, p in driver.log)
-    return Case(name=f"{policy}-random-{seed}", policy=policy, config=config, steps=steps)
+    scope = f"-{pe_scope}" if pe_scope else ""
+    return Case(name=f"{policy}{scope}-random-{seed}", policy=policy, config=config, steps=steps)
 
 
 def edge_cases() -> list[Case]:
@@ -121,5 +123,8 @@ def edge_cases() -> list[Case]:
 
 
 def record_cases(seed: int = 0) -> tuple[Case, ...]:
+    """Every policy at its default PE scope (strict leader fetch), then basic and dualpath with
+    ``pe_scope="central"`` (every PE group a candidate) on the same seeds, then the edge cases."""
     cases = [scenario(p, seed + i) for i, p in enumerate(POLICY_NAMES)]
+    cases += [scenario(p, seed + POLICY_NAMES.index(p), pe_scope="central") for p in ("basic", "dualpath")]
     return tuple(cases + edge_cases())

@@ -18,9 +18,12 @@ ORDERS: dict[str, FetchOrder] = {"sim": SIM_ORDER, "runtime": RUNTIME_ORDER}
 BOUNDS = ViewBounds(prefill_prefix=3, private_full=2)  # small, so the cut-and-refetch paths run
 
 
-def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) -> Trace:
+def trace_scenario(
+    policy: str, order_name: str, seed: int, rounds: int = 15, pe_scope: str | None = None
+) -> Trace:
+    """``pe_scope``: the config's (None: the policy's default); a trace with one is named for it."""
     rng = random.Random(seed)
-    config = case_config()
+    config = case_config(pe_scope=pe_scope)
     order = ORDERS[order_name]
     p, d, e = 2, 3, 2
     driver = ReferenceDriver(
@@ -77,7 +80,7 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
             emit(Event(kind="engine_lost", t=t, engine_id=eid))
     plans = tuple(PlanRecord(kind=k, node_id=n, plan=pl) for k, n, pl in driver.applied)
     return Trace(
-        name=f"{policy}-{order_name}-{seed}",
+        name=f"{policy}{'-' + pe_scope if pe_scope else ''}-{order_name}-{seed}",
         policy=policy,
         config=config,
         order=order,
@@ -93,8 +96,10 @@ def trace_scenario(policy: str, order_name: str, seed: int, rounds: int = 15) ->
 
 
 def record_traces(seed: int = 0) -> tuple[Trace, ...]:
-    """Every policy in one fetch order (alternating), dualpath in both."""
+    """Every policy in one fetch order (alternating), dualpath in both; then basic and dualpath
+    with ``pe_scope="central"`` (every PE group a candidate) in the simulator's order."""
     names = list(ORDERS)
     out = [trace_scenario(policy, names[i % 2], seed + i) for i, policy in enumerate(POLICY_NAMES)]
     out.append(trace_scenario("dualpath", names[(POLICY_NAMES.index("dualpath") + 1) % 2], seed))
+    out += [trace_scenario(p, "sim", seed, pe_scope="central") for p in ("basic", "dualpath")]
     return tuple(out)
