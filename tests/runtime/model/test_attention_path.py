@@ -75,7 +75,11 @@ def test_keep_last_computes_every_kv_and_only_the_kept_rows(tiny_dirs: dict[str,
             h, _ = dec.run_layer(i, h, spans, [None, caches[0][i], caches[1][i]], rope)
         cached = [None, caches[0][last], caches[1][last]]
         full_h, full_kv = dec.run_layer(last, h, spans, cached, rope)
-        for keep, rows in (([True, True, True], [11, 20, 21]), ([False, True, False], [20]), ([False] * 3, [])):
+        for keep, rows in (
+            ([True, True, True], [11, 20, 21]),
+            ([False, True, False], [20]),
+            ([False] * 3, []),
+        ):
             got_h, got_kv = dec.run_layer(last, h, spans, cached, rope, keep_last=keep)
             assert torch.equal(got_kv, full_kv)
             assert got_h.shape == (len(rows), dec.config.hidden_size)
