@@ -111,16 +111,7 @@ def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig, read_cho
                 de_read_len=de_len,
             )
         )
-    reads: list[NodeReadQueue] = []
-    for n in ledger.read_nodes(node_id, head):
-        obj = ledger.read_queue(n)
-        grown = queues.get(n)
-        if grown is not None and grown[0] != obj.read_queue_tokens:
-            obj = NodeReadQueue(node_id=n, read_queue_tokens=int(grown[0]), read_tokens_per_s=grown[1])
-        reads.append(obj)
-    return PrefillPlan(
-        assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=ledger.pe_rr.get(node_id, 0)
-    )
+    return _plan(ledger, queues, out, ledger.read_nodes(node_id, head), ledger.pe_rr.get(node_id, 0))
 
 
 def central_prefill_plan(
@@ -171,16 +162,25 @@ def central_prefill_plan(
                 de_read_len=de_len,
             )
         )
+    return _plan(ledger, queues, out, ledger.read_nodes(node_id, head, True), ledger.pe_rr.get(CENTRAL, 0))
+
+
+def _plan(
+    ledger: Ledger,
+    queues: dict[int, list[float]],
+    out: list[PrefillAssignment],
+    nodes: list[int],
+    cursor: int,
+) -> PrefillPlan:
+    """The plan of ``out``, carrying the read queues of ``nodes`` as the plan grew them."""
     reads: list[NodeReadQueue] = []
-    for n in ledger.read_nodes(node_id, head, True):
+    for n in nodes:
         obj = ledger.read_queue(n)
         grown = queues.get(n)
         if grown is not None and grown[0] != obj.read_queue_tokens:
             obj = NodeReadQueue(node_id=n, read_queue_tokens=int(grown[0]), read_tokens_per_s=grown[1])
         reads.append(obj)
-    return PrefillPlan(
-        assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=ledger.pe_rr.get(CENTRAL, 0)
-    )
+    return PrefillPlan(assignments=tuple(out), read_queues=tuple(reads), next_rr_cursor=cursor)
 
 
 def _queue(ledger: Ledger, queues: dict[int, list[float]], n: int) -> list[float]:
