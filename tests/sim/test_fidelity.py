@@ -99,3 +99,22 @@ def test_table_lists_every_point(tiny) -> None:
     assert "rel error" in text and "not simulated" in text
     for p in tiny["points"]:
         assert p["point"] in text, p["point"]
+
+
+def test_cli_pe_scope_and_calibration_reach_every_run(monkeypatch, tiny) -> None:
+    """``--pe-scope`` / ``--calibrate`` apply to every run (the session-14 central recipe needs no
+    source edit) and are reported; a bad value names itself."""
+    from dualpath.cli import app
+
+    monkeypatch.setitem(SCALES, "quick", SCALES["tiny"])
+    args = ["simulate", "fidelity", "--quick", "--json", "--pe-scope", "central",
+            "--calibrate", "EP_LAYER_LATENCY_RDMA_S=0.00045"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["pe_scope"] == "central" and out["calibration"]["EP_LAYER_LATENCY_RDMA_S"] == 0.00045
+    before = {p["point"]: p["simulated"] for p in tiny["points"]}
+    assert any(p["simulated"] != before[p["point"]] for p in out["points"])
+    for bad, named in ((["--pe-scope", "everywhere"], "everywhere"), (["--calibrate", "NOPE=1"], "NOPE")):
+        res = CliRunner().invoke(app, ["simulate", "fidelity", "--quick", *bad])
+        assert res.exit_code != 0 and named in str(res.exception), res.output

@@ -69,10 +69,24 @@ def print_fidelity(result: dict[str, Any], out: Console | None = None) -> None:
         )
 
 
-def run_fidelity_cli(*, quick: bool, json_out: bool, out: str | None, scale_name: str | None = None) -> None:
-    from dualpath.cli._common import print_json
+def run_fidelity_cli(
+    *,
+    quick: bool,
+    json_out: bool,
+    out: str | None,
+    scale_name: str | None = None,
+    calibrate: list[str] | None = None,
+    pe_scope: str | None = None,
+) -> None:
+    from dualpath.cli._common import check_choice, print_json
     from dualpath.cli.progress import Progress
+    from dualpath.policy.config import PE_SCOPES
+    from dualpath.sim.calibration import DEFAULT_CALIBRATION
     from dualpath.sim.harness.fidelity import SCALES, plan_runs, run_fidelity
+
+    calibration = DEFAULT_CALIBRATION.with_overrides(calibrate or [])  # bad NAME=VALUE: a clear error
+    if pe_scope is not None:
+        check_choice("pe_scope", pe_scope, PE_SCOPES)
 
     scale = SCALES[scale_name or ("quick" if quick else "full")]
     err = Console(stderr=True)
@@ -85,7 +99,7 @@ def run_fidelity_cli(*, quick: bool, json_out: bool, out: str | None, scale_name
             first[0] = False
             bar.update(f"fidelity {description}")
 
-        result = run_fidelity(scale, progress=step)
+        result = run_fidelity(scale, progress=step, calibration=calibration, pe_scope=pe_scope)
         bar.advance()
     if out:
         from dualpath.sim.harness.fidelity_files import write_files

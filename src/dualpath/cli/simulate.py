@@ -139,11 +139,17 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: str = typer.Option(None, help="Folder for fidelity.csv, fidelity.png, fidelity.json."),
+        pe_scope: str = typer.Option(
+            None, help=choices_help("PE scope for every run (default: the policies', group)", PE_SCOPES)
+        ),
+        calibrate: list[str] = typer.Option(
+            None, help="Override a calibration constant in every run, NAME=VALUE (repeatable)."
+        ),
     ) -> None:
         """Run every published point (spec section 10): simulated vs published, relative errors."""
         from dualpath.cli.sim_fidelity import run_fidelity_cli
 
-        run_fidelity_cli(quick=quick, json_out=json_out, out=out)
+        run_fidelity_cli(quick=quick, json_out=json_out, out=out, calibrate=calibrate, pe_scope=pe_scope)
 
     app.add_typer(sim, name="simulate")
 

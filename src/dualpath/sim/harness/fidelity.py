@@ -16,6 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dualpath.sim.calibration import Calibration
 
 from dualpath.sim.harness.experiments import (
     WorkloadSpec,
@@ -146,7 +150,7 @@ def plan_runs(scale: FidelityScale) -> list[tuple]:
     return runs
 
 
-def _execute(run: tuple, scale: FidelityScale, trajs: dict) -> dict:
+def _execute(run: tuple, scale: FidelityScale, trajs: dict, kw: dict) -> dict:
     from dualpath.sim.harness.online import capacity_sweep, run_online
     from dualpath.sim.harness.runner import run_systems
 
@@ -156,15 +160,15 @@ def _execute(run: tuple, scale: FidelityScale, trajs: dict) -> dict:
         key = (maxlen, n)
         if key not in trajs:
             trajs[key] = make_trajectories(WorkloadSpec(maxlen=maxlen, num_agents=n))
-        return run_systems([system], make_cluster(model, pd), trajs[key])[system]
+        return run_systems([system], make_cluster(model, pd), trajs[key], **kw)[system]
     if "base" not in trajs:
         trajs["base"] = make_trajectories(WorkloadSpec(num_agents=500))
     if kind == "sweep":
         rates = list(scale.rates_ds660 if model == DS660 else scale.rates_ds27)
         return capacity_sweep(
-            run[3], make_cluster(model, pd), trajs["base"], rates, horizon_s=scale.horizon_s
+            run[3], make_cluster(model, pd), trajs["base"], rates, horizon_s=scale.horizon_s, **kw
         )
-    return run_online(run[3], make_cluster(model, pd), trajs["base"], run[4], horizon_s=scale.horizon_s)
+    return run_online(run[3], make_cluster(model, pd), trajs["base"], run[4], horizon_s=scale.horizon_s, **kw)
 
 
 def _rel(simulated: float | None, published: float) -> float | None:
@@ -393,12 +397,22 @@ def _median(values: list[float]) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def run_fidelity(scale: FidelityScale, progress: Callable[[str], None] | None = None) -> dict:
+def run_fidelity(
+    scale: FidelityScale,
+    progress: Callable[[str], None] | None = None,
+    *,
+    calibration: Calibration | None = None,
+    pe_scope: str | None = None,
+) -> dict:
     """Run every planned run and return ``{"scale", "points", "summary", "not_simulated", ...}``;
-    ``progress(description)`` is called before each run."""
+    ``progress(description)`` is called before each run. ``calibration`` / ``pe_scope`` replace the
+    simulator's constants and the policies' PE scope in every run (``SimConfig``'s fields)."""
     import time
 
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
+
+    calibration = DEFAULT_CALIBRATION if calibration is None else calibration
+    kw: dict = {"calibration": calibration, "pe_scope": pe_scope}
 
     started = time.perf_counter()
     runs = plan_runs(scale)
@@ -407,7 +421,7 @@ def run_fidelity(scale: FidelityScale, progress: Callable[[str], None] | None = 
     for run in runs:
         if progress is not None:
             progress(" ".join(str(x) for x in run))
-        res[run] = _execute(run, scale, trajs)
+        res[run] = _execute(run, scale, trajs, kw)
     points = _points(res, scale)
     errors = [abs(p["rel_error"]) for p in points if p["rel_error"] is not None]
     return {
@@ -425,6 +439,7 @@ def run_fidelity(scale: FidelityScale, progress: Callable[[str], None] | None = 
         "not_simulated": [{"published": p, "reason": r} for p, r in NOT_SIMULATED],
         "measured": _measured(res, scale),
         "runs": len(runs),
-        "calibration": DEFAULT_CALIBRATION.as_constants(),
+        "calibration": calibration.as_constants(),
+        "pe_scope": pe_scope or "policy default (group)",
         "wall_s": time.perf_counter() - started,
     }
