@@ -331,9 +331,8 @@ def main() -> None:
         finally:
             if worker is not None:
                 worker.close()
-    vllm = vllm_state
     result = {"model": "random SmolLM2-135M shape" if args.random else args.model, "threads": 1,
-              "hf_attn": args.hf_attn, "repeats": args.repeats, "rows": rows, "vllm_cpu": vllm,
+              "hf_attn": args.hf_attn, "repeats": args.repeats, "rows": rows, "vllm_cpu": vllm_state,
               "min_ratio": min(r["ratio"] for r in rows), "tokens_equal": all(r["tokens_equal"] for r in rows),
               "min_ratio_vllm": min((r["ratio_vllm"] for r in rows if "ratio_vllm" in r), default=None)}  # fmt: skip
     if args.json:
@@ -341,7 +340,7 @@ def main() -> None:
     else:
         print(
             f"min ours/hf ({args.hf_attn}) ratio {result['min_ratio']:.2f}x (goal >= 1.0x), "
-            f"median of {args.repeats}; vLLM-CPU: {vllm}"
+            f"median of {args.repeats}; vLLM-CPU: {vllm_state}"
             + (f"; min ours/vLLM-CPU {result['min_ratio_vllm']:.2f}x" if result["min_ratio_vllm"] else "")
         )
 

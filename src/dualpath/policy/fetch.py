@@ -34,7 +34,7 @@ from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.decode import may_assign_decode
 from dualpath.policy.ledger import CENTRAL, Entry, Ledger
 from dualpath.policy.prefill import may_assign_prefill
-from dualpath.policy.scheduler import PolicyScheduler, Scheduler
+from dualpath.policy.scheduler import PolicyScheduler, Scheduler, is_central
 from dualpath.policy.views import DecodePlan, PrefillPlan
 
 
@@ -91,7 +91,7 @@ class Fetcher:
         self.prefill_kernel = False
         self.config = SchedulerConfig()
         self.read_choice = ""
-        self.central = getattr(scheduler, "pe_scope", "group") == "central"
+        self.central = is_central(scheduler)
         if type(scheduler) is PolicyScheduler:
             self.config, spec = scheduler.config, scheduler.spec
             if spec.de_choice == "balanced":
@@ -125,21 +125,14 @@ class Fetcher:
     def fetch_prefill(self, node_id: int, now_s: float) -> int:
         """One PE group's fetch: over every live PE group (``central``; the plan is applied
         under the central cursor) or this group only (strict leader fetch)."""
-        if self.central:
-            if self.prefill_kernel:
-                plan = fetch_kernels.central_prefill_plan(self.ledger, node_id, self.config, self.read_choice)
-            else:
-                plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s, central=True))
-            self.fetches += 1
-            assigned = self.ledger.apply_prefill(CENTRAL, plan)
-            self.sink.prefill_applied(node_id, plan, assigned)
-            return len(assigned)
+        central = self.central
         if self.prefill_kernel:
-            plan = fetch_kernels.prefill_plan(self.ledger, node_id, self.config, self.read_choice)
+            kernel = fetch_kernels.central_prefill_plan if central else fetch_kernels.prefill_plan
+            plan = kernel(self.ledger, node_id, self.config, self.read_choice)
         else:
-            plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s))
+            plan = self.scheduler.assign_prefill(self.ledger.prefill_view(node_id, now_s, central=central))
         self.fetches += 1
-        assigned = self.ledger.apply_prefill(node_id, plan)
+        assigned = self.ledger.apply_prefill(CENTRAL if central else node_id, plan)
         self.sink.prefill_applied(node_id, plan, assigned)
         return len(assigned)
 

@@ -16,7 +16,7 @@ from dualpath.core.errors import DualpathError
 from dualpath.policy.config import SchedulerConfig
 from dualpath.policy.decode import balanced_picks, may_assign_decode, route_balanced
 from dualpath.policy.ledger import CENTRAL, DECODE, PREFILL, Entry, Ledger
-from dualpath.policy.prefill import choose_read, least_loaded_picks, least_loaded_plan
+from dualpath.policy.prefill import choose_read, least_loaded_picks, least_loaded_plan, picked_assignments
 from dualpath.policy.views import (
     DecodeAssignment,
     DecodePlan,
@@ -139,6 +139,7 @@ def central_prefill_plan(
         return _queue(ledger, queues, n)
 
     infos = [e.info for e in head]
+    request_ids = [r.request_id for r in infos]
     picks = least_loaded_plan(
         tok,
         spans,
@@ -147,21 +148,11 @@ def central_prefill_plan(
         [e.prompt_len for e in head],
         [r.cached_len for r in infos],
         [e.de_node for e in head],
-        [r.request_id for r in infos],
+        request_ids,
         config,
         read_choice,
     )
-    out: list[PrefillAssignment] = []
-    for i, (pick, side, pe_len, de_len) in enumerate(picks):
-        out.append(
-            PrefillAssignment(
-                request_id=infos[i].request_id,
-                engine_id=ids[pick],
-                read_side=side,
-                pe_read_len=pe_len,
-                de_read_len=de_len,
-            )
-        )
+    out = picked_assignments(picks, ids, request_ids)
     return _plan(ledger, queues, out, ledger.read_nodes(node_id, head, True), ledger.pe_rr.get(CENTRAL, 0))
 
 

@@ -153,16 +153,7 @@ def assign_prefill(
             config,
             read_choice,
         )
-        for i, (pick, side, pe_len, de_len) in enumerate(picks):
-            out.append(
-                PrefillAssignment(
-                    request_id=requests[i].request_id,
-                    engine_id=ids[pick],
-                    read_side=side,
-                    pe_read_len=pe_len,
-                    de_read_len=de_len,
-                )
-            )
+        out = picked_assignments(picks, ids, [r.request_id for r in requests])
         return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=view.rr_cursor)
     group_queues = [reads.get(group.node_id) for group in view.groups]
     num = len(ids)
@@ -244,6 +235,22 @@ def least_loaded_plan(
                     index.refresh(other)
         out.append((pick, side, pe_len, de_len))
     return out
+
+
+def picked_assignments(
+    picks: list[tuple[int, ReadSide, int, int]], ids: list[int], request_ids: list[str]
+) -> list[PrefillAssignment]:
+    """:func:`least_loaded_plan`'s picks as assignments (``ids``: the flat index's engine ids)."""
+    return [
+        PrefillAssignment(
+            request_id=request_ids[i],
+            engine_id=ids[pick],
+            read_side=side,
+            pe_read_len=pe_len,
+            de_read_len=de_len,
+        )
+        for i, (pick, side, pe_len, de_len) in enumerate(picks)
+    ]
 
 
 def least_loaded_picks(tok: list[int], prompt_lens: list[int], beta: int) -> list[int]:

@@ -16,7 +16,7 @@ from dualpath.core.errors import require
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
 from dualpath.policy.ledger import CENTRAL, DECODE, PREFILL, UNBOUNDED, Entry, Ledger, ViewBounds
 from dualpath.policy.recovery import lose_engine
-from dualpath.policy.scheduler import PolicyScheduler, Scheduler
+from dualpath.policy.scheduler import PolicyScheduler, Scheduler, is_central
 from dualpath.policy.views import (
     BatchItem,
     BatchPlan,
@@ -118,7 +118,7 @@ class ReferenceDriver:
 
     def _central(self, central: bool | None) -> bool:
         if central is None:  # the scheduler's PE scope (schedulers without one: "group")
-            return getattr(self.scheduler, "pe_scope", "group") == "central"
+            return is_central(self.scheduler)
         return central
 
     def pe_fetch(

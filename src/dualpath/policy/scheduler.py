@@ -46,6 +46,12 @@ class Scheduler(Protocol):
         ...
 
 
+def is_central(scheduler: object) -> bool:
+    """Whether ``scheduler``'s PE fetches are central (its ``pe_scope``; schedulers without
+    one fetch per group)."""
+    return getattr(scheduler, "pe_scope", "group") == "central"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PolicySpec:
     """What a named policy does. ``batching`` is its default mode (config.batching overrides);
