@@ -233,6 +233,8 @@ def run_cli(
     if pe_tie is not None:
         check_choice("pe_tie", pe_tie, PE_TIES)
     ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
+    run_read_tie = read_tie or default_of(SimConfig, "read_tie")
+    run_pe_tie = pe_tie or default_of(SimConfig, "pe_tie")
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(
         make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb), snic_gbps=snic_gbps
@@ -299,7 +301,8 @@ def run_cli(
                     progress=step,
                     snic_directions=snic_directions,
                     pe_scope=pe_scope,
-                    **ties,
+                    read_tie=run_read_tie,
+                    pe_tie=run_pe_tie,
                 )
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
@@ -328,7 +331,8 @@ def run_cli(
                     calibration=calibration,
                     snic_directions=snic_directions,
                     pe_scope=pe_scope,
-                    **ties,
+                    read_tie=run_read_tie,
+                    pe_tie=run_pe_tie,
                 )
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0
