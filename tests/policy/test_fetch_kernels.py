@@ -30,7 +30,13 @@ class _Log:
 
 
 def _fetcher(
-    policy: str, bounds: ViewBounds, order: FetchOrder, kernel: bool, scope: str = "central"
+    policy: str,
+    bounds: ViewBounds,
+    order: FetchOrder,
+    kernel: bool,
+    scope: str = "central",
+    read_tie: str = "pe",
+    pe_tie: str = "group",
 ) -> Fetcher:
     ledger = Ledger(bounds=bounds)
     engines = []
@@ -42,7 +48,15 @@ def _fetcher(
     for node in range(6):
         ledger.set_read_rate(100.0 + 40 * node, node)
     sched = make_scheduler(
-        policy, SchedulerConfig(alpha_tokens=3_000, beta_tokens=4_000, block_size=16, pe_scope=scope)
+        policy,
+        SchedulerConfig(
+            alpha_tokens=3_000,
+            beta_tokens=4_000,
+            block_size=16,
+            pe_scope=scope,
+            read_tie=read_tie,
+            pe_tie=pe_tie,
+        ),
     )
     fetcher = Fetcher(ledger, sched, order, _Log(), beta_tokens=sched.config.beta_tokens)
     if not kernel:
@@ -109,3 +123,15 @@ def test_kernel_plans_equal_view_plans(
             if a.engine_id // 3 != node
         ]
         assert (len(foreign) > 0) == (scope == "central")
+
+
+@pytest.mark.parametrize("scope", ["central", "group"])
+def test_kernel_plans_equal_view_plans_under_the_other_tie_breaks(scope: str) -> None:
+    """``read_tie="de"`` / ``pe_tie="read-queue"`` (docs/policy.md, "Tie-breaks"): the kernels
+    still give the view entry point's plans, and the replay's plans differ from the defaults'."""
+    ties = {"read_tie": "de", "pe_tie": "read-queue"}
+    for seed in range(2):
+        kernel = _replay(_fetcher("dualpath", ViewBounds(), SIM_ORDER, True, scope, **ties), seed)
+        view = _replay(_fetcher("dualpath", ViewBounds(), SIM_ORDER, False, scope, **ties), seed)
+        assert kernel == view
+        assert kernel != _replay(_fetcher("dualpath", ViewBounds(), SIM_ORDER, True, scope), seed)

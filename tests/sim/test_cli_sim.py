@@ -99,3 +99,28 @@ def test_calibrate_rejects_unknown_names_and_bad_values() -> None:
         assert result.exit_code != 0
         message = str(result.exception)  # (`dualpath` prints it as "error: ...", exit code 1)
         assert all(w in message for w in words), message
+
+
+def test_tie_flags_are_reported_and_bad_values_named() -> None:
+    """``--read-tie`` / ``--pe-tie`` (docs/policy.md, "Tie-breaks") reach the run and the JSON;
+    absent, the JSON has no such keys (default runs' JSON unchanged); a bad value names itself."""
+    base = _json(["simulate", "--agents", "4", "--system", "dualpath", "--json"])
+    assert "read_tie" not in base and "pe_tie" not in base
+    out = _json(
+        [
+            "simulate",
+            "--agents",
+            "4",
+            "--system",
+            "dualpath",
+            "--json",
+            "--read-tie",
+            "de",
+            "--pe-tie",
+            "read-queue",
+        ]
+    )
+    assert (out["read_tie"], out["pe_tie"]) == ("de", "read-queue")
+    for flag, bad in (("--read-tie", "both"), ("--pe-tie", "coin")):
+        result = CliRunner().invoke(app, ["simulate", "--agents", "2", flag, bad])
+        assert result.exit_code != 0 and bad in str(result.exception), result.output

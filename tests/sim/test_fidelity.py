@@ -108,13 +108,20 @@ def test_cli_pe_scope_and_calibration_reach_every_run(monkeypatch, tiny) -> None
 
     monkeypatch.setitem(SCALES, "quick", SCALES["tiny"])
     args = ["simulate", "fidelity", "--quick", "--json", "--pe-scope", "central",
-            "--calibrate", "EP_LAYER_LATENCY_RDMA_S=0.00045"]  # fmt: skip
+            "--calibrate", "EP_LAYER_LATENCY_RDMA_S=0.00045", "--read-tie", "de", "--pe-tie", "read-queue"]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["pe_scope"] == "central" and out["calibration"]["EP_LAYER_LATENCY_RDMA_S"] == 0.00045
+    assert (out["read_tie"], out["pe_tie"]) == ("de", "read-queue")
+    assert (tiny["read_tie"], tiny["pe_tie"]) == ("pe", "group")
     before = {p["point"]: p["simulated"] for p in tiny["points"]}
     assert any(p["simulated"] != before[p["point"]] for p in out["points"])
-    for bad, named in ((["--pe-scope", "everywhere"], "everywhere"), (["--calibrate", "NOPE=1"], "NOPE")):
+    for bad, named in (
+        (["--pe-scope", "everywhere"], "everywhere"),
+        (["--calibrate", "NOPE=1"], "NOPE"),
+        (["--read-tie", "both"], "both"),
+        (["--pe-tie", "coin"], "coin"),
+    ):
         res = CliRunner().invoke(app, ["simulate", "fidelity", "--quick", *bad])
         assert res.exit_code != 0 and named in str(res.exception), res.output

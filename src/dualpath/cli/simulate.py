@@ -11,7 +11,7 @@ import typer
 
 from dualpath.cli._common import choices_help, default_of
 from dualpath.core.links import SNIC_DIRECTIONS
-from dualpath.policy.config import PE_SCOPES
+from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.sim.config import SIM_COST_MODELS, SYSTEMS, SimConfig
 from dualpath.sim.harness.experiments import WorkloadSpec
 from dualpath.sim.harness.online import DEFAULT_APS, HORIZON_S
@@ -56,6 +56,20 @@ def register(app: typer.Typer) -> None:
                 "PE scope of the scheduler's PE choice (default: the policy's, group): the fetching "
                 "group's PEs (group) or every PE group a candidate at each PE fetch (central)",
                 PE_SCOPES,
+            ),
+        ),
+        read_tie: str = typer.Option(
+            None,
+            help=choices_help(
+                "Read side on equal PE / DE read queues under the shorter rule (default: pe)", READ_TIES
+            ),
+        ),
+        pe_tie: str = typer.Option(
+            None,
+            help=choices_help(
+                "Order of least-loaded PEs of equal tok_e (default: group order; read-queue: the "
+                "smaller node read queue first)",
+                PE_TIES,
             ),
         ),
         maxlen: str = typer.Option(
@@ -112,6 +126,8 @@ def register(app: typer.Typer) -> None:
             snic_gbps=snic_gbps,
             snic_directions=snic_directions,
             pe_scope=pe_scope,
+            read_tie=read_tie,
+            pe_tie=pe_tie,
         )
 
     @sim.command("figures")
@@ -142,6 +158,12 @@ def register(app: typer.Typer) -> None:
         pe_scope: str = typer.Option(
             None, help=choices_help("PE scope for every run (default: the policies', group)", PE_SCOPES)
         ),
+        read_tie: str = typer.Option(
+            None, help=choices_help("Read side on equal read queues, every run (default: pe)", READ_TIES)
+        ),
+        pe_tie: str = typer.Option(
+            None, help=choices_help("Order of PEs of equal tok_e, every run (default: group)", PE_TIES)
+        ),
         calibrate: list[str] = typer.Option(
             None, help="Override a calibration constant in every run, NAME=VALUE (repeatable)."
         ),
@@ -149,7 +171,15 @@ def register(app: typer.Typer) -> None:
         """Run every published point (spec section 10): simulated vs published, relative errors."""
         from dualpath.cli.sim_fidelity import run_fidelity_cli
 
-        run_fidelity_cli(quick=quick, json_out=json_out, out=out, calibrate=calibrate, pe_scope=pe_scope)
+        run_fidelity_cli(
+            quick=quick,
+            json_out=json_out,
+            out=out,
+            calibrate=calibrate,
+            pe_scope=pe_scope,
+            read_tie=read_tie,
+            pe_tie=pe_tie,
+        )
 
     app.add_typer(sim, name="simulate")
 
@@ -177,6 +207,8 @@ def run_cli(
     snic_gbps: float | None = None,
     snic_directions: str = default_of(SimConfig, "snic_directions"),
     pe_scope: str | None = None,
+    read_tie: str | None = None,
+    pe_tie: str | None = None,
 ) -> None:
     import dataclasses
 
@@ -196,6 +228,13 @@ def run_cli(
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
     if pe_scope is not None:
         check_choice("pe_scope", pe_scope, PE_SCOPES)
+    if read_tie is not None:
+        check_choice("read_tie", read_tie, READ_TIES)
+    if pe_tie is not None:
+        check_choice("pe_tie", pe_tie, PE_TIES)
+    ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
+    run_read_tie = read_tie or default_of(SimConfig, "read_tie")
+    run_pe_tie = pe_tie or default_of(SimConfig, "pe_tie")
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(
         make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb), snic_gbps=snic_gbps
@@ -230,6 +269,7 @@ def run_cli(
         result["snic_directions"] = snic_directions
     if pe_scope is not None:
         result["pe_scope"] = pe_scope
+    result.update(ties)
     if online:
         from dualpath.sim.harness.online import capacity_sweep, parse_aps
 
@@ -261,6 +301,8 @@ def run_cli(
                     progress=step,
                     snic_directions=snic_directions,
                     pe_scope=pe_scope,
+                    read_tie=run_read_tie,
+                    pe_tie=run_pe_tie,
                 )
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
@@ -289,6 +331,8 @@ def run_cli(
                     calibration=calibration,
                     snic_directions=snic_directions,
                     pe_scope=pe_scope,
+                    read_tie=run_read_tie,
+                    pe_tie=run_pe_tie,
                 )
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0

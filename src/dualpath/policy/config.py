@@ -17,6 +17,12 @@ BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
 # Which PE groups a PE fetch may assign to (docs/policy.md, "PE scope"): "central" every live PE
 # group (the central scheduler's choice over all PEs), "group" the fetching group's own PEs only.
 PE_SCOPES: tuple[str, ...] = ("central", "group")
+# Tie-breaks of spec section 8 (open there; docs/policy.md, "Tie-breaks"). READ_TIES: which side
+# reads under ``shorter`` when the PE node's and the DE node's read queues are equal. PE_TIES: how
+# least-loaded orders candidate PEs of equal ``tok_e``: "group" (group order, then rank order) or
+# "read-queue" (the smaller node read queue first, then group order).
+READ_TIES: tuple[str, ...] = ("pe", "de")
+PE_TIES: tuple[str, ...] = ("group", "read-queue")
 
 # Defaults for the paper's setting (used only when the caller does not derive its own), read from
 # the paper's cluster preset: its node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores
@@ -91,6 +97,12 @@ class SchedulerConfig:
     pe_scope: "central" (a PE fetch's candidates are every live PE group's engines) or "group"
       (only the fetching group's: strict leader fetch); None = the policy's default ("group" for
       every registered policy; docs/policy.md, "PE scope").
+    read_tie: the side that reads under the ``shorter`` read rule when the PE node's and the DE
+      node's read queues are equal: "pe" (default) or "de" (``READ_TIES``; docs/policy.md,
+      "Tie-breaks").
+    pe_tie: how ``least-loaded`` orders candidate PEs of equal ``tok_e`` (within a class): "group"
+      (default: group order, then rank order) or "read-queue" (the smaller node ``read_q`` first,
+      then group order; only central PE fetches, whose candidates span nodes, can differ).
     attention_predictor: the PE attention-time predictor (see predictor.py).
     """
 
@@ -102,6 +114,8 @@ class SchedulerConfig:
     batching: str | None = None
     max_batch_tokens: int = 16_384
     pe_scope: str | None = None
+    read_tie: str = "pe"
+    pe_tie: str = "group"
     attention_predictor: AttentionTimePredictor | None = None
 
     def __post_init__(self) -> None:
@@ -122,6 +136,8 @@ class SchedulerConfig:
             self.pe_scope,
             f"choices: {', '.join(PE_SCOPES)} (or None for the policy default)",
         )
+        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
+        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")
         require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
         pred = self.attention_predictor
         require(

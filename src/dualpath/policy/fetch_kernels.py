@@ -101,7 +101,9 @@ def prefill_plan(ledger: Ledger, node_id: int, config: SchedulerConfig, read_cho
         req = head[i].info
         pe_q = _queue(ledger, queues, node_id)
         de_q = _queue(ledger, queues, head[i].de_node)
-        side, pe_len, de_len = choose_read(read_choice, req.cached_len, pe_q, de_q, block, req.request_id)
+        side, pe_len, de_len = choose_read(
+            read_choice, req.cached_len, pe_q, de_q, block, req.request_id, config.read_tie
+        )
         out.append(
             PrefillAssignment(
                 request_id=req.request_id,

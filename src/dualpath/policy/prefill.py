@@ -2,8 +2,10 @@
 
 Pure: works on private copies of the view's numbers and returns a frozen PrefillPlan.
 
-Tie-breaks (documented in docs/policy.md): lower class (C2 before C3), then smaller ``tok_e``, then
-earlier position (group order in the view, then rank order). Read side ties go to the PE side.
+Tie-breaks (documented in docs/policy.md, "Tie-breaks"): lower class (C2 before C3), then smaller
+``tok_e``, then (``config.pe_tie`` "read-queue" only) the smaller node ``read_q``, then earlier
+position (group order in the view, then rank order). ``shorter`` read-side ties (equal queues) go
+to ``config.read_tie``'s side (default the PE side).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import zlib
 from collections.abc import Callable
 
 from dualpath.core.errors import DualpathError
-from dualpath.policy.config import SchedulerConfig
+from dualpath.policy.config import READ_TIES, SchedulerConfig
 from dualpath.policy.views import (
     NodeReadQueue,
     PrefillAssignment,
@@ -81,17 +83,25 @@ def choose_read(
     de_queue: list[float],
     block_size: int,
     request_id: str = "",
+    tie: str = "pe",
 ) -> tuple[ReadSide, int, int]:
     """Return ``(side, pe_read_len, de_read_len)`` and add the reads to the queues (in place).
 
-    ``random``: the side is drawn 50/50 from a stable hash (CRC-32) of ``request_id``, blind to the
-    queues (deterministic: the same id always reads on the same side)."""
+    ``shorter``: the side whose node has the shorter read queue; on equal queues the ``tie`` side
+    (``SchedulerConfig.read_tie``: "pe" or "de"). ``split`` has no such tie (equal queues split by
+    the rates). ``random``: the side is drawn 50/50 from a stable hash (CRC-32) of ``request_id``,
+    blind to the queues (deterministic: the same id always reads on the same side)."""
     if choice == "pe":
         pe_len = cached_len
     elif choice == "de":
         pe_len = 0
     elif choice == "shorter":
-        pe_len = cached_len if pe_queue[0] <= de_queue[0] else 0
+        if tie == "pe":
+            pe_len = cached_len if pe_queue[0] <= de_queue[0] else 0
+        elif tie == "de":
+            pe_len = cached_len if pe_queue[0] < de_queue[0] else 0
+        else:
+            raise DualpathError(f"read tie {tie!r}; choices: {', '.join(READ_TIES)}")
     elif choice == "split":
         pe_len, _ = split_read(cached_len, pe_queue, de_queue, block_size)
     elif choice == "random":
@@ -173,6 +183,7 @@ def assign_prefill(
             reads.get(pending.de_node_id),
             config.block_size,
             req.request_id,
+            config.read_tie,
         )
         out.append(
             PrefillAssignment(
@@ -209,7 +220,7 @@ def least_loaded_plan(
     alpha, beta, block = config.alpha_tokens, config.beta_tokens, config.block_size
     group_queues = [queue_of(n) for n in group_nodes]
     best = [_group_best(tok, lo, hi, beta) for lo, hi in spans]
-    index = _Candidates(best, tok, group_queues, alpha)
+    index = _Candidates(best, tok, group_queues, alpha, config.pe_tie == "read-queue")
     groups_of_node: dict[int, list[int]] = {}
     for g, n in enumerate(group_nodes):
         groups_of_node.setdefault(n, []).append(g)
@@ -225,7 +236,13 @@ def least_loaded_plan(
         g = group_of[pick]
         de_node = de_nodes[i]
         side, pe_len, de_len = choose_read(
-            read_choice, cached_lens[i], group_queues[g], queue_of(de_node), block, request_ids[i]
+            read_choice,
+            cached_lens[i],
+            group_queues[g],
+            queue_of(de_node),
+            block,
+            request_ids[i],
+            config.read_tie,
         )
         best[g] = _group_best(tok, spans[g][0], spans[g][1], beta)
         index.refresh(g)  # its tok_e changed; classes change with the read queues just grown
@@ -284,24 +301,30 @@ def _group_best(tok: list[int], lo: int, hi: int, beta: int) -> int:
 
 class _Candidates:
     """Each group's candidate engine (see _group_best) in two heaps, C2 and C3, keyed by
-    (tok_e, group position): O(log G) per assignment. Entries go stale when a group's candidate,
+    (tok_e, tie, group position), ``tie`` the node's read_q with ``by_queue`` (``pe_tie``
+    "read-queue"), else 0: O(log G) per assignment. Entries go stale when a group's candidate,
     its tok_e or its node's read_q changes; ``refresh`` re-pushes it under a new version and
     ``pick`` discards stale heads."""
 
-    __slots__ = ("best", "tok", "queues", "alpha", "version", "heaps")
+    __slots__ = ("best", "tok", "queues", "alpha", "by_queue", "version", "heaps")
 
-    def __init__(self, best: list[int], tok: list[int], queues: list[list[float]], alpha: int) -> None:
+    def __init__(
+        self, best: list[int], tok: list[int], queues: list[list[float]], alpha: int, by_queue: bool = False
+    ) -> None:
         self.best, self.tok, self.queues, self.alpha = best, tok, queues, alpha
+        self.by_queue = by_queue
         self.version = [0] * len(best)
-        self.heaps: tuple[list[tuple[int, int, int, int]], ...] = ([], [])
+        self.heaps: tuple[list[tuple[int, float, int, int, int]], ...] = ([], [])
         for g in range(len(best)):
             self._push(g)
 
     def _push(self, g: int) -> None:
         i = self.best[g]
         if i >= 0:  # a group whose engines are all C1 (overloaded) is never a candidate
-            cls = 0 if self.queues[g][0] <= self.alpha else 1  # C2 = 0, C3 = 1
-            heapq.heappush(self.heaps[cls], (self.tok[i], g, self.version[g], i))
+            read_q = self.queues[g][0]
+            cls = 0 if read_q <= self.alpha else 1  # C2 = 0, C3 = 1
+            tie = read_q if self.by_queue else 0
+            heapq.heappush(self.heaps[cls], (self.tok[i], tie, g, self.version[g], i))
 
     def refresh(self, g: int) -> None:
         self.version[g] = self.version[g] + 1
@@ -311,7 +334,7 @@ class _Candidates:
         """Flat index of the chosen engine, or -1 when C2 and C3 are both empty."""
         for heap in self.heaps:
             while heap:
-                _, g, version, i = heap[0]
+                _, _, g, version, i = heap[0]
                 if version == self.version[g]:
                     return i
                 heapq.heappop(heap)

@@ -14,7 +14,7 @@ from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.cost.factory import COST_MODEL_NAMES
-from dualpath.policy.config import PE_SCOPES
+from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 # ``SimConfig.cost_model``: a dualpath.cost model, or auto (calibrated if its tables can be read)
@@ -75,7 +75,9 @@ class SimConfig:
     node's storage reads and persists on one SNIC link; "duplex" gives persists the SNIC's other
     direction, as the runtime's emulated NICs do by default. ``pe_scope``: the scheduler's PE
     scope (``dualpath.policy.config.PE_SCOPES``: "central", every PE group a candidate at each PE
-    fetch, or "group", the fetching group's PEs only); None: the policy's default.
+    fetch, or "group", the fetching group's PEs only); None: the policy's default. ``read_tie`` /
+    ``pe_tie``: the scheduler's tie-breaks (``SchedulerConfig``'s fields of those names;
+    ``dualpath.policy.config.READ_TIES`` / ``PE_TIES``; docs/policy.md, "Tie-breaks").
     """
 
     system: SystemSpec
@@ -91,6 +93,8 @@ class SimConfig:
     calibration: Calibration = DEFAULT_CALIBRATION
     snic_directions: str = "shared"
     pe_scope: str | None = None
+    read_tie: str = "pe"
+    pe_tie: str = "group"
 
     def __post_init__(self) -> None:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
@@ -108,3 +112,5 @@ class SimConfig:
             self.pe_scope,
             f"choices: {', '.join(PE_SCOPES)} (or None for the policy's default)",
         )
+        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
+        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")

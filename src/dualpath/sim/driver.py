@@ -103,6 +103,8 @@ class Simulation:
             block_size=self.block_len,
             compute_quota_s=cal.compute_quota_per_forward_s,
             pe_scope=config.pe_scope,
+            read_tie=config.read_tie,
+            pe_tie=config.pe_tie,
         )
         self.adapter = PolicyAdapter(
             self,

@@ -403,16 +403,19 @@ def run_fidelity(
     *,
     calibration: Calibration | None = None,
     pe_scope: str | None = None,
+    read_tie: str = "pe",
+    pe_tie: str = "group",
 ) -> dict:
     """Run every planned run and return ``{"scale", "points", "summary", "not_simulated", ...}``;
-    ``progress(description)`` is called before each run. ``calibration`` / ``pe_scope`` replace the
-    simulator's constants and the policies' PE scope in every run (``SimConfig``'s fields)."""
+    ``progress(description)`` is called before each run. ``calibration`` / ``pe_scope`` / ``read_tie`` /
+    ``pe_tie`` replace the simulator's constants, the policies' PE scope and the scheduler's
+    tie-breaks in every run (``SimConfig``'s fields)."""
     import time
 
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
     calibration = DEFAULT_CALIBRATION if calibration is None else calibration
-    kw: dict = {"calibration": calibration, "pe_scope": pe_scope}
+    kw: dict = {"calibration": calibration, "pe_scope": pe_scope, "read_tie": read_tie, "pe_tie": pe_tie}
 
     started = time.perf_counter()
     runs = plan_runs(scale)
@@ -441,5 +444,7 @@ def run_fidelity(
         "runs": len(runs),
         "calibration": calibration.as_constants(),
         "pe_scope": pe_scope or "policy default (group)",
+        "read_tie": read_tie,
+        "pe_tie": pe_tie,
         "wall_s": time.perf_counter() - started,
     }
