@@ -13,44 +13,22 @@ import pytest
 from dualpath.core.errors import ConfigError
 from dualpath.policy import POLICY_NAMES, RequestInfo, SchedulerConfig, make_scheduler
 from dualpath.policy.fetch import SIM_ORDER, Fetcher
-from dualpath.policy.ledger import CENTRAL, DECODE, PREFILL, Entry, Ledger
+from dualpath.policy.ledger import CENTRAL
 from dualpath.policy.scheduler import POLICIES
-from dualpath.policy.views import DecodePlan, PrefillPlan
+
+from .conftest import PlanSink, pd_ledger
 
 PE_NODES, DE_NODES, PER_NODE = (0, 1), (2, 3), 4
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.prefill: list[tuple[int, PrefillPlan]] = []
-
-    def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None:
-        pass
-
-    def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None:
-        self.prefill.append((node_id, plan))
-
-
 def _flood(policy: str, scope: str | None, *, congested: int | None = None, n: int = 16) -> dict[int, int]:
     """``n`` first turns (no hit) queued, one fetch round; requests placed per PE node."""
-    ledger = Ledger()
-    ledger.add_engines(
-        [
-            (
-                node * PER_NODE + r,
-                node,
-                PREFILL if node in PE_NODES else DECODE,
-                0 if node in PE_NODES else 10**6,
-            )
-            for node in PE_NODES + DE_NODES
-            for r in range(PER_NODE)
-        ]
-    )
+    ledger = pd_ledger(PE_NODES, DE_NODES, PER_NODE)
     if congested is not None:  # a read already queued on that PE node: its PEs are class C3
         ledger.read_q[congested] = 10_000
     config = SchedulerConfig(alpha_tokens=5_000, beta_tokens=50_000, pe_scope=scope)
     sched = make_scheduler(policy, config)
-    sink = _Sink()
+    sink = PlanSink()
     fetcher = Fetcher(ledger, sched, SIM_ORDER, sink, beta_tokens=config.beta_tokens)
     for i in range(n):
         ledger.arrive(RequestInfo(request_id=f"r{i}", cached_len=0, new_len=1_000, gen_len=10))
@@ -84,21 +62,9 @@ def test_central_classes_avoid_a_read_congested_node() -> None:
 
 
 def test_central_round_robin_uses_one_cursor_over_every_pe() -> None:
-    ledger = Ledger()
-    ledger.add_engines(
-        [
-            (
-                node * PER_NODE + r,
-                node,
-                PREFILL if node in PE_NODES else DECODE,
-                0 if node in PE_NODES else 10**6,
-            )
-            for node in PE_NODES + DE_NODES
-            for r in range(PER_NODE)
-        ]
-    )
+    ledger = pd_ledger(PE_NODES, DE_NODES, PER_NODE)
     sched = make_scheduler("basic", SchedulerConfig(beta_tokens=10**6, pe_scope="central"))
-    sink = _Sink()
+    sink = PlanSink()
     fetcher = Fetcher(ledger, sched, SIM_ORDER, sink, beta_tokens=10**6)
     engines: list[int] = []
     for step in range(3):

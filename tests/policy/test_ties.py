@@ -21,9 +21,9 @@ from dualpath.policy import (
 )
 from dualpath.policy.conformance import from_jsonable, to_jsonable
 from dualpath.policy.fetch import SIM_ORDER, Fetcher
-from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger
 from dualpath.policy.prefill import choose_read
-from dualpath.policy.views import DecodePlan, PrefillPlan
+
+from .conftest import PlanSink, pd_ledger
 
 PE_NODES, DE_NODES, PER_NODE = (0, 1), (2, 3), 2
 
@@ -105,43 +105,20 @@ def test_pe_tie_read_queue_prefers_the_emptier_node_on_equal_tok() -> None:
     assert picked == {"group": 0, "read-queue": 1}
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.prefill: list[PrefillPlan] = []
-
-    def decode_applied(self, node_id: int, plan: DecodePlan, assigned: list[Entry]) -> None:
-        pass
-
-    def prefill_applied(self, node_id: int, plan: PrefillPlan, assigned: list[Entry]) -> None:
-        self.prefill.append(plan)
-
-
 def _kernel_round(config: SchedulerConfig, *, pe_read_q: int, n: int) -> list[tuple[str, int, str]]:
     """One fetch round on a ledger (the fetch kernels, as in the simulator): ``n`` requests with a
     640-token hit, PE node 0's read queue at ``pe_read_q``; (request, PE node, read side) each."""
-    ledger = Ledger()
-    ledger.add_engines(
-        [
-            (
-                node * PER_NODE + r,
-                node,
-                PREFILL if node in PE_NODES else DECODE,
-                0 if node in PE_NODES else 10**6,
-            )
-            for node in PE_NODES + DE_NODES
-            for r in range(PER_NODE)
-        ]
-    )
+    ledger = pd_ledger(PE_NODES, DE_NODES, PER_NODE)
     ledger.read_q[0] = pe_read_q
     sched = make_scheduler("dualpath", config)
-    sink = _Sink()
+    sink = PlanSink()
     fetcher = Fetcher(ledger, sched, SIM_ORDER, sink, beta_tokens=config.beta_tokens)
     for i in range(n):
         ledger.arrive(RequestInfo(request_id=f"r{i}", cached_len=640, new_len=10, gen_len=10))
     fetcher.round(0.0)
     return sorted(
         (a.request_id, a.engine_id // PER_NODE, a.read_side)
-        for plan in sink.prefill
+        for _, plan in sink.prefill
         for a in plan.assignments
     )
 
