@@ -1,5 +1,5 @@
-"""`dualpath serve|engine --kv-file-mode / --kv-capacity-gb`: bad values exit 2 with one error line
-naming the value, before anything starts."""
+"""`dualpath serve|engine --kv-file-mode / --kv-capacity-gb` (and serve's scheduler choices): bad
+values exit 2 with one error line naming the value, before anything starts."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ import pytest
         (["serve", "--kv-file-mode", "0644"], "kv_file_mode='0644'"),
         (["serve", "--kv-file-mode", "rw"], "kv_file_mode='rw'"),
         (["serve", "--kv-capacity-gb", "-2"], "kv_capacity_gb=-2.0"),
+        (["serve", "--pe-scope", "cluster"], "pe scope='cluster'"),
+        (["serve", "--read-tie", "both"], "read tie='both'"),
+        (["serve", "--pe-tie", "random"], "pe tie='random'"),
         (
             [
                 "engine",

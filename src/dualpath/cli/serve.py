@@ -16,6 +16,7 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
+from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICY_NAMES
 from dualpath.runtime.choices import ROLES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.config import (
@@ -70,6 +71,18 @@ def serve(
     engines_per_node: int = _cluster_option(
         "engines_per_node", "Engines per emulated node (one group per node)."
     ),
+    pe_scope: str | None = typer.Option(
+        None,
+        help=choices_help("PE scope of the PE choice (default: the policy's, group)", PE_SCOPES),
+    ),
+    read_tie: str = typer.Option(
+        default_of(SchedulerServiceConfig, "read_tie"),
+        help=choices_help("Read side on equal PE / DE read queues under the shorter rule", READ_TIES),
+    ),
+    pe_tie: str = typer.Option(
+        default_of(SchedulerServiceConfig, "pe_tie"),
+        help=choices_help("Order of least-loaded PEs of equal tok_e", PE_TIES),
+    ),
     transport: str = _cluster_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
     host: str = typer.Option(default_of(ServerConfig, "host"), help="HTTP bind address."),
     port: int = typer.Option(default_of(ServerConfig, "port"), help="HTTP port."),
@@ -100,7 +113,12 @@ def serve(
         kv_file_mode=parse_file_mode(kv_file_mode),
         engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
-        scheduler=SchedulerServiceConfig(storage_read_gbps=storage_read_gbps),
+        scheduler=SchedulerServiceConfig(
+            storage_read_gbps=storage_read_gbps,
+            pe_scope=None if pe_scope is None else check_choice("pe scope", pe_scope, PE_SCOPES),
+            read_tie=check_choice("read tie", read_tie, READ_TIES),
+            pe_tie=check_choice("pe tie", pe_tie, PE_TIES),
+        ),
     )
     try:
         from dualpath.runtime.server.run import preflight, run_server

@@ -67,6 +67,10 @@ def test_validation_names_the_value(tmp_path: Path) -> None:
 
 
 def test_beta_rate_configured_or_per_model() -> None:
+    for bad in ({"pe_scope": "cluster"}, {"read_tie": "both"}, {"pe_tie": "random"}):
+        ((key, value),) = bad.items()
+        with pytest.raises(ConfigError, match=f"{key}.*{value}"):
+            SchedulerServiceConfig(**bad)
     assert SchedulerServiceConfig().beta_rate("tiny") == 200_000.0
     assert SchedulerServiceConfig().beta_rate("smollm2-135m") == 20_000.0
     assert SchedulerServiceConfig(prefill_tokens_per_s=7.0).beta_rate("tiny") == 7.0

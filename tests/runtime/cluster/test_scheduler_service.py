@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from dualpath.policy.scheduler import is_central
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig
 from dualpath.runtime.cluster.messages import (
@@ -32,8 +33,9 @@ from dualpath.runtime.cluster.scheduler import SchedulerArgs, SchedulerService
 
 
 class _Rig:
-    def __init__(self, kv_dir: Path) -> None:
-        cluster = ClusterConfig(kv_dir=str(kv_dir), scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
+    def __init__(self, kv_dir: Path, scheduler: SchedulerServiceConfig | None = None) -> None:
+        scheduler = scheduler or SchedulerServiceConfig(engine_timeout_s=1.0)
+        cluster = ClusterConfig(kv_dir=str(kv_dir), scheduler=scheduler)
         self.svc = SchedulerService(SchedulerArgs(cluster=cluster))
         self.poller = zmq.Poller()
         self.poller.register(self.svc.sock, zmq.POLLIN)
@@ -256,3 +258,27 @@ def test_the_schedulers_own_stall_does_not_kill_engines(rig: _Rig) -> None:
     assert all(e.alive for e in rig.health().engines)
     rig.pump(1.2)
     assert not any(e.alive for e in rig.health().engines)
+
+
+def test_the_pe_scope_and_tie_breaks_reach_the_services_policy(tmp_path: Path) -> None:
+    """``dualpath serve --pe-scope/--read-tie/--pe-tie`` set the scheduler service's section; the
+    policy built when the first engine registers carries them (the runtime's Fetcher then runs the
+    same central fetch and tie-breaks as the simulator: tests/policy/test_pe_scope.py, test_ties.py)."""
+    opts = SchedulerServiceConfig(
+        engine_timeout_s=1.0, pe_scope="central", read_tie="de", pe_tie="read-queue"
+    )
+    r = _Rig(tmp_path, opts)
+    try:
+        r.engine(0, "prefill", 0)
+        cfg = r.svc.sched.config
+        assert (cfg.pe_scope, cfg.read_tie, cfg.pe_tie) == ("central", "de", "read-queue")
+        assert is_central(r.svc.sched)
+    finally:
+        r.close()
+    r = _Rig(tmp_path)  # the defaults: the policy's own scope, today's tie-breaks
+    try:
+        r.engine(0, "prefill", 0)
+        cfg = r.svc.sched.config
+        assert (cfg.read_tie, cfg.pe_tie) == ("pe", "group") and not is_central(r.svc.sched)
+    finally:
+        r.close()

@@ -13,7 +13,7 @@ import msgspec
 from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
-from dualpath.policy.config import COMPUTE_QUOTA_S
+from dualpath.policy.config import COMPUTE_QUOTA_S, PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICIES
 from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
 from dualpath.runtime.kvstore.limits import check_file_mode
@@ -59,6 +59,8 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     the model). ``storage_read_gbps``: a node's storage read rate behind alpha when the SNIC is
     uncapped (None: the scheduler measures the store's read rate at start; a capped SNIC's rate
     is its cap). ``engine_timeout_s``: silence after which an engine counts as dead.
+    ``pe_scope`` / ``read_tie`` / ``pe_tie``: the policy's PE scope (None: the policy's own) and the
+    two tie-breaks of spec section 8, as in ``SchedulerConfig`` (docs/policy.md).
     """
 
     prefill_tokens_per_s: float | None = None
@@ -66,6 +68,9 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_queued_requests: int = 256
     engine_timeout_s: float = 5.0
     tick_s: float = 0.002
+    pe_scope: str | None = None
+    read_tie: str = "pe"
+    pe_tie: str = "group"
 
     def __post_init__(self) -> None:
         for key in ("prefill_tokens_per_s", "storage_read_gbps"):
@@ -76,6 +81,14 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
         )
         require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
         require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
+        require(self.pe_scope is None or self.pe_scope in PE_SCOPES, "pe_scope", self.pe_scope,
+                f"choices: {', '.join(PE_SCOPES)} (or omitted for the policy's own)")  # fmt: skip
+        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
+        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")
+
+    def policy_overrides(self) -> dict[str, str | None]:
+        """The ``SchedulerConfig`` fields this section sets."""
+        return {"pe_scope": self.pe_scope, "read_tie": self.read_tie, "pe_tie": self.pe_tie}
 
     def beta_rate(self, model: str) -> float:
         """Prompt tokens/s one PE is assumed to prefill (policy beta = 5 s of it)."""

@@ -121,6 +121,7 @@ class EngineRegistry:
             prefill_tokens_per_s=cluster.scheduler.beta_rate(cluster.model),
             batching="tokens",
             block_size=msg.block_size,
+            **cluster.scheduler.policy_overrides(),
         )
         self.state.ledger.set_read_rate(snic / layout.kv_bytes_per_token)
         self.sched = make_scheduler(cluster.policy, cfg)
