@@ -182,6 +182,19 @@ def check_choice(kind: str, value: str, names: Iterable[str]) -> str:
     return value
 
 
+def check_scheduler_choices(pe_scope: str | None, read_tie: str | None, pe_tie: str | None) -> dict[str, str]:
+    """Check the simulate commands' ``--pe-scope`` / ``--read-tie`` / ``--pe-tie`` (None: not
+    given); returns the tie-breaks given, ``{"read_tie": ..., "pe_tie": ...}``."""
+    from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
+
+    if pe_scope is not None:
+        check_choice("pe_scope", pe_scope, PE_SCOPES)
+    ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
+    for key, value in ties.items():
+        check_choice(key, value, READ_TIES if key == "read_tie" else PE_TIES)
+    return ties
+
+
 # The real system's libraries (pyproject's serve extra; isal is optional, zlib is the fallback).
 SERVE_MODULES = (
     "torch",

@@ -80,20 +80,13 @@ def run_fidelity_cli(
     read_tie: str | None = None,
     pe_tie: str | None = None,
 ) -> None:
-    from dualpath.cli._common import check_choice, print_json
+    from dualpath.cli._common import check_scheduler_choices, print_json
     from dualpath.cli.progress import Progress
-    from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
     from dualpath.sim.harness.fidelity import SCALES, plan_runs, run_fidelity
 
     calibration = DEFAULT_CALIBRATION.with_overrides(calibrate or [])  # bad NAME=VALUE: a clear error
-    if pe_scope is not None:
-        check_choice("pe_scope", pe_scope, PE_SCOPES)
-    if read_tie is not None:
-        check_choice("read_tie", read_tie, READ_TIES)
-    if pe_tie is not None:
-        check_choice("pe_tie", pe_tie, PE_TIES)
-    ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
+    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie)
 
     scale = SCALES[scale_name or ("quick" if quick else "full")]
     err = Console(stderr=True)

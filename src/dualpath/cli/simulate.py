@@ -214,7 +214,7 @@ def run_cli(
 
     from rich.console import Console
 
-    from dualpath.cli._common import check_choice, print_json
+    from dualpath.cli._common import check_choice, check_scheduler_choices, print_json
     from dualpath.cli.progress import Progress
     from dualpath.core.units import parse_tokens
     from dualpath.sim.config import get_system
@@ -226,13 +226,7 @@ def run_cli(
         get_system(name)  # fail early with the choices
     check_choice("cost model", cost_model, SIM_COST_MODELS)
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
-    if pe_scope is not None:
-        check_choice("pe_scope", pe_scope, PE_SCOPES)
-    if read_tie is not None:
-        check_choice("read_tie", read_tie, READ_TIES)
-    if pe_tie is not None:
-        check_choice("pe_tie", pe_tie, PE_TIES)
-    ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
+    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie)
     run_read_tie = read_tie or default_of(SimConfig, "read_tie")
     run_pe_tie = pe_tie or default_of(SimConfig, "pe_tie")
     check_choice("node", node, NODES)

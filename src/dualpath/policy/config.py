@@ -24,6 +24,17 @@ PE_SCOPES: tuple[str, ...] = ("central", "group")
 READ_TIES: tuple[str, ...] = ("pe", "de")
 PE_TIES: tuple[str, ...] = ("group", "read-queue")
 
+
+def check_scheduler_options(pe_scope: str | None, read_tie: str, pe_tie: str) -> None:
+    """ConfigError naming a bad ``pe_scope`` (None: the policy's default) / ``read_tie`` /
+    ``pe_tie``: one check for every config that carries them (this module's SchedulerConfig, the
+    simulator's SimConfig, the runtime's scheduler service section)."""
+    require(pe_scope is None or pe_scope in PE_SCOPES, "pe_scope", pe_scope,
+            f"choices: {', '.join(PE_SCOPES)} (or None for the policy's default)")  # fmt: skip
+    require(read_tie in READ_TIES, "read_tie", read_tie, f"choices: {', '.join(READ_TIES)}")
+    require(pe_tie in PE_TIES, "pe_tie", pe_tie, f"choices: {', '.join(PE_TIES)}")
+
+
 # Defaults for the paper's setting (used only when the caller does not derive its own), read from
 # the paper's cluster preset: its node has one 400 Gbps SNIC (50e9 B/s); DeepSeek-V3.2 stores
 # 40,016 KV bytes per token (656 B x 61 layers, spec section 1); a PE prefilled about 121k prompt
@@ -130,14 +141,7 @@ class SchedulerConfig:
             self.batching,
             f"choices: {', '.join(BATCHING_MODES)} (or None for the policy default)",
         )
-        require(
-            self.pe_scope is None or self.pe_scope in PE_SCOPES,
-            "pe_scope",
-            self.pe_scope,
-            f"choices: {', '.join(PE_SCOPES)} (or None for the policy default)",
-        )
-        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
-        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")
+        check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
         require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
         pred = self.attention_predictor
         require(

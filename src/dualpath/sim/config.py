@@ -14,7 +14,7 @@ from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.cost.factory import COST_MODEL_NAMES
-from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
+from dualpath.policy.config import check_scheduler_options
 from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 # ``SimConfig.cost_model``: a dualpath.cost model, or auto (calibrated if its tables can be read)
@@ -106,11 +106,4 @@ class SimConfig:
             self.snic_directions,
             f"choices: {', '.join(SNIC_DIRECTIONS)}",
         )
-        require(
-            self.pe_scope is None or self.pe_scope in PE_SCOPES,
-            "pe_scope",
-            self.pe_scope,
-            f"choices: {', '.join(PE_SCOPES)} (or None for the policy's default)",
-        )
-        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
-        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")
+        check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)

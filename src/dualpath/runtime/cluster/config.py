@@ -13,7 +13,7 @@ import msgspec
 from dualpath.core.errors import require
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
-from dualpath.policy.config import COMPUTE_QUOTA_S, PE_SCOPES, PE_TIES, READ_TIES
+from dualpath.policy.config import COMPUTE_QUOTA_S, check_scheduler_options
 from dualpath.policy.scheduler import POLICIES
 from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
 from dualpath.runtime.kvstore.limits import check_file_mode
@@ -81,10 +81,7 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
         )
         require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
         require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
-        require(self.pe_scope is None or self.pe_scope in PE_SCOPES, "pe_scope", self.pe_scope,
-                f"choices: {', '.join(PE_SCOPES)} (or omitted for the policy's own)")  # fmt: skip
-        require(self.read_tie in READ_TIES, "read_tie", self.read_tie, f"choices: {', '.join(READ_TIES)}")
-        require(self.pe_tie in PE_TIES, "pe_tie", self.pe_tie, f"choices: {', '.join(PE_TIES)}")
+        check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
 
     def policy_overrides(self) -> dict[str, str | None]:
         """The ``SchedulerConfig`` fields this section sets."""
