@@ -6,6 +6,8 @@ and cuts the good prefix at a corrupt block, async loads are planned once, and t
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -65,18 +67,54 @@ def test_router_reads_where_the_policy_says(tmp_path: Path) -> None:
         dual.prefill_done(r.request_id)
         dual.finished(r.request_id)
     assert set(dual.read_queues().values()) == {0}
-    with pytest.raises(ConfigError, match="split"):
-        dual.set_policy("dualpath-split")
+
+
+def test_a_split_read_is_carried_to_the_connector(tmp_path: Path) -> None:
+    """Policy "dualpath-split": with both queues empty and equal rates the hit is cut in half at a
+    whole block; the PE reads the prefix (``pe_read_len``), the decode node's agent the rest."""
+    tokens = list(range(40))
+    store, _, _ = _store(tmp_path, tokens)
+    split = Router([P, D1], store, policy="dualpath-split", read_bytes_per_s=1e6)
+    split.submit("s", tokens + [99], 4)
+    (route,) = split.tick(0.0)
+    assert route.read_side == "split" and route.pe_read_len == 20 and route.de_read_len == 20
+    params = route.kv_transfer_params()
+    assert params == {"dualpath": {"read_side": "split", "agent_url": "http://a1", "pe_read_len": 20}}
+    assert read_source("s", params) == ("http://a1", True, 20)
+    assert split.read_queues() == {0: 20, 1: 20}
+    split.prefill_done("s")
+    assert set(split.read_queues().values()) == {0}
+
+
+def test_load_parts_cut_at_a_whole_store_block() -> None:
+    spec = LoadSpec(req_id="r", hashes=tuple("abcd"), first_block=1, start_token=6, end_token=20,
+                    vllm_block_ids=tuple(range(5)), agent_url="http://a", agent_from=13)  # fmt: skip
+    here, there = spec.parts(4)  # 13 -> block 3 (token 12): blocks 1-2 here, 3-4 through the agent
+    assert (here.hashes, here.first_block, here.start_token, here.end_token, here.agent_url) == (
+        ("a", "b"), 1, 6, 12, "")  # fmt: skip
+    assert (there.hashes, there.first_block, there.start_token, there.end_token, there.agent_url) == (
+        ("c", "d"), 3, 12, 20, "http://a")  # fmt: skip
+    assert here.agent_from == there.agent_from == 0 and here.vllm_block_ids == spec.vllm_block_ids
+    (all_de,) = replace(spec, agent_from=7).parts(4)  # the cut (4) is before the load: all forwarded
+    assert all_de.agent_url == "http://a" and all_de.hashes == spec.hashes
+    (all_pe,) = replace(spec, agent_from=20).parts(4)  # the cut is at its end: all read here
+    assert all_pe.agent_url == "" and all_pe.hashes == spec.hashes
+    (plain,) = replace(spec, agent_url="").parts(4)
+    assert plain == replace(spec, agent_url="", agent_from=0)
 
 
 def test_read_source_from_kv_transfer_params() -> None:
-    assert read_source("r", None) == ("", True)
-    assert read_source("r", {"dualpath": {"read_side": "pe", "snic": False}}) == ("", False)
-    assert read_source("r", {"dualpath": {"read_side": "de", "agent_url": "http://x:1"}}) == (
-        "http://x:1",
-        True,
-    )
-    assert read_source("r", {"dualpath": {"read_side": "sideways"}}) == ("", True)  # logged, read here
+    assert read_source("r", None) == ("", True, 0)
+    assert read_source("r", {"dualpath": {"read_side": "pe", "snic": False}}) == ("", False, 0)
+    de = {"read_side": "de", "agent_url": "http://x:1", "pe_read_len": 8}  # (pe_read_len: split only)
+    assert read_source("r", {"dualpath": de}) == ("http://x:1", True, 0)
+    assert read_source("r", {"dualpath": {"read_side": "sideways"}}) == ("", True, 0)  # logged, read here
+    split = {"read_side": "split", "agent_url": "http://x:1", "pe_read_len": 64, "snic": False}
+    assert read_source("r", {"dualpath": split}) == ("http://x:1", False, 64)
+    for bad in ({"pe_read_len": -1}, {"pe_read_len": "64"}, {"pe_read_len": True}, {"agent_url": "x:1"}):
+        assert read_source("r", {"dualpath": {**split, "snic": True, **bad}}) == ("", True, 0)  # logged
+    assert read_source("r", {"dualpath": {k: v for k, v in split.items() if k != "pe_read_len"}}) == (
+        "", False, 0)  # fmt: skip
     with pytest.raises(ConfigError, match="load"):
         ConnectorSettings.from_extra({"store_dir": "/x", "load": "eager"}, vllm_block_size=4)
 
@@ -136,6 +174,55 @@ def test_de_read_path_forwards_intact_layers_and_counts_bytes(tmp_path: Path) ->
         agent.close()
 
 
+@pytest.mark.parametrize("async_load", [False, True])
+def test_a_split_load_reads_the_prefix_here_and_the_rest_through_the_agent(
+    tmp_path: Path, async_load: bool
+) -> None:
+    """HitLoader with one split load (blocks 0-1 here, 2-3 forwarded by a decode node's agent) into
+    a paged cache: every layer of every vLLM block holds its store block's bytes, and each side's
+    counter has exactly its half (layerwise in the step, and as an async job)."""
+    import torch
+
+    from dualpath.integrations.vllm.hitload import HitLoader
+    from dualpath.integrations.vllm.kvcopy import PagedLayer
+
+    tokens = list(range(17))
+    store, hashes, blocks = _store(tmp_path, tokens)
+    agent = Agent(store, node_id=1, limiter=None, counters_files=[])
+    loader = HitLoader(store, BlockSizes(vllm_block_size=4, store_block_size=4), num_kv_heads=1, head_dim=1,
+                       limiter=None, on_done=lambda: None)  # fmt: skip
+    caches = [torch.zeros(2, 6, 4, 1, 1) for _ in range(LAYOUT.num_layers)]  # flash layout, 8 B a token
+    for layer, cache in enumerate(caches):
+        loader.layers[layer] = PagedLayer.of(cache, block_size=4, num_kv_heads=1, head_dim=1)
+    vllm_ids = (5, 0, 3, 1)
+    try:
+        with BackgroundServer(make_app(agent)) as srv:
+            spec = replace(
+                _spec(hashes, srv.url), vllm_block_ids=vllm_ids, agent_from=8, async_load=async_load
+            )
+            loader.start([spec])
+            if async_load:
+                deadline = time.monotonic() + 30
+                while not (done := loader.finished(idle_wait_s=0.1)) and time.monotonic() < deadline:
+                    pass
+                assert done == {"r"}
+            else:
+                for layer in range(LAYOUT.num_layers):
+                    loader.wait_layer(layer)
+            assert loader.errors() == set()
+        nbytes = LAYOUT.layer_block_bytes
+        assert loader.counters["read_bytes"] == 2 * 3 * nbytes  # blocks 0-1, every layer, here
+        assert loader.counters["forwarded_in_bytes"] == 2 * 3 * nbytes  # blocks 2-3 through the agent
+        assert loader.counters["loaded_blocks"] == 4
+        for layer, paged in loader.layers.items():
+            got = paged.gather(list(vllm_ids)).numpy().view(np.uint8).reshape(4, nbytes)
+            for j in range(4):
+                assert np.array_equal(got[j], LAYOUT.layer_view(blocks[j], layer)), (layer, j)
+    finally:
+        loader.close()
+        agent.close()
+
+
 def test_an_unreachable_agent_is_a_miss(tmp_path: Path) -> None:
     store, hashes, _ = _store(tmp_path, list(range(8)))
     inbox = ForwardInbox(store, timeout_s=5.0)
@@ -174,3 +261,16 @@ def test_proxy_app_opens_and_closes_its_client_and_refuses_bad_bodies(tmp_path: 
         assert bad.status_code == 422 and "prompt" in bad.json()["detail"]
         assert client.post("/configure", json={"policy": "no-such-policy"}).status_code == 422
     assert proxy.client.is_closed  # closed on shutdown
+
+
+def test_pdbench_ratios_name_each_mode_over_each_baseline() -> None:
+    from dualpath.integrations.vllm.pdbench import DEFAULT_MODES, MODES, ratios
+
+    assert "split" in MODES and "split" not in DEFAULT_MODES and MODES["split"] == ("dualpath-split", True)
+    modes = {"basic": 1.0, "dualpath": 2.0, "split": 2.5, "no-io": 4.0}
+    got = ratios({"modes": {m: {"turns_per_s": v} for m, v in modes.items()}})
+    assert got == {"dualpath_over_basic": 2.0, "dualpath_over_noio": 0.5, "split_over_basic": 2.5,
+                   "split_over_noio": 0.625}  # fmt: skip
+    assert ratios({"modes": {"basic": {"turns_per_s": 1.0}, "dualpath": {"turns_per_s": 3.0}}}) == {
+        "dualpath_over_basic": 3.0
+    }

@@ -45,7 +45,7 @@ def demo(
     decode: int = typer.Option(2, min=1, max=2, help="Decode instances (nodes 1..N); 3 vLLM at most here."),
     snic_gbps: float = typer.Option(0.2, min=0.001, help="Each node's emulated storage-NIC cap (Gbit/s)."),
     load: str = typer.Option("async", help="Prefill connector load mode: async or layerwise."),
-    modes: str = typer.Option("basic,dualpath,no-io", help="Comma-separated: basic, dualpath, no-io."),
+    modes: str = typer.Option("basic,dualpath,no-io", help="Comma-separated: basic, dualpath, split, no-io."),
     conversations: int = typer.Option(6, min=1, help="Concurrent conversations (turns per round)."),
     rounds: int = typer.Option(2, min=1, help="Turns per conversation per mode (a closed loop each)."),
     context_repeats: int = typer.Option(20, min=1, help="Context length: the topic sentence x N."),
@@ -99,7 +99,7 @@ def _table(result: dict) -> None:  # type: ignore[type-arg]
 
     t = Table(title=f"vLLM 1P{result['config']['decode_instances']}D, storage NICs "
                     f"{result['config']['snic_gbps']} Gbit/s per node (basic: policy basic; dualpath: "
-                    "policy dualpath; no-io: dualpath, caps lifted); prefill/decode s: medians")  # fmt: skip
+                    "policy dualpath; split: dualpath-split; no-io: dualpath, caps lifted); prefill/decode s: medians")  # fmt: skip
     for col in ("mode", "turns/s", "wall s", "prefill s", "decode s", "sides", "PE MB", "DE MB", "fwd MB"):
         t.add_column(col, justify="left" if col in ("mode", "sides") else "right")
     for mode, m in result["modes"].items():

@@ -43,7 +43,13 @@ from dualpath.integrations.vllm.hitload import HitLoader
 from dualpath.integrations.vllm.kvcopy import PagedLayer
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
 from dualpath.integrations.vllm.savewrite import SaveWriter, StagedBlock
-from dualpath.integrations.vllm.settings import ConnectorSettings, layer_index, read_source, saves_in_step
+from dualpath.integrations.vllm.settings import (
+    ConnectorSettings,
+    ReadSource,
+    layer_index,
+    read_source,
+    saves_in_step,
+)
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 
 if TYPE_CHECKING:
@@ -103,7 +109,7 @@ class DualPathConnector(KVConnectorBase_V1):
         self.tracker = RequestTracker(self.sizes)
         self._hit_tokens: dict[str, int] = {}
         self._layers: dict[str, tuple[int, PagedLayer]] = {}
-        self._sources: dict[str, tuple[str, bool]] = {}
+        self._sources: dict[str, ReadSource] = {}
         self.snic_in, self.snic_out = self.settings.snic_limiters()
         # worker-side time: steps by kind (with a load, with only saves, neither) and their wall
         # time from start_load_kv to the end of the step; time blocked on layer loads; saves
@@ -150,9 +156,10 @@ class DualPathConnector(KVConnectorBase_V1):
         if rid not in self.tracker:
             return
         block_ids = blocks.get_block_ids()[0]
-        agent_url, capped = self._sources.pop(rid, ("", True))
-        self.tracker.plan_load(rid, block_ids, num_external_tokens, self._hit_tokens.pop(rid, 0), agent_url,
-                               capped, async_load=self.settings.load == "async")  # fmt: skip
+        src = self._sources.pop(rid, ReadSource())
+        self.tracker.plan_load(rid, block_ids, num_external_tokens, self._hit_tokens.pop(rid, 0), src.agent_url,
+                               src.capped, async_load=self.settings.load == "async",
+                               agent_from=src.agent_from)  # fmt: skip
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = DualPathMetadata(loads=self.tracker.take_async_loads())

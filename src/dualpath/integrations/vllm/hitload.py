@@ -13,7 +13,8 @@ Two ways, per request (``LoadSpec.async_load``, from the connector's ``load`` se
   their own thread; capped PE loads share this node's storage NIC and run one after another in
   arrival order on one thread (the PE lane), so the first is in after its own bytes, not after
   everyone's, and its compute overlaps the reads of the next (fair sharing would finish them all
-  at the end).
+  at the end). A split load (the PE reads the prefix, a decode node's agent the rest) is one job
+  of two parts in its own thread: both sides read at once, its PE part through the same NIC cap.
 
 A block that fails to read ends its request's good prefix; the vLLM blocks from there on are
 reported by ``errors()`` (recomputed with ``kv_load_failure_policy`` "recompute"). Counters:
@@ -64,25 +65,28 @@ class HitLoader:
 
     def start(self, loads: Sequence[LoadSpec]) -> None:
         """Start this step's loads: each async one as its own job (capped PE ones queued on the PE
-        lane, the rest in their own thread), the others layerwise in this step."""
-        now = [s for s in loads if not s.async_load]
+        lane, the rest in their own thread), the others layerwise in this step. A split load is
+        two parts of one job (``LoadSpec.parts``), read here and through the agent at once."""
+        size = self.sizes.store_block_size
+        now = [p for s in loads if not s.async_load for p in s.parts(size)]
         self._job, self._loads = (self._new_job(now), now) if now else (None, [])
         for spec in (s for s in loads if s.async_load):
+            parts = spec.parts(size)
             with self._lock:
                 self._in_flight += 1
-            if spec.capped and not spec.agent_url:
+            if len(parts) == 1 and spec.capped and not parts[0].agent_url:
                 if self._pe_lane is None:
                     self._pe_lane = queue.SimpleQueue()
                     threading.Thread(target=self._run_pe_lane, args=(self._pe_lane,), name="dualpath-kv-pe",
                                      daemon=True).start()  # fmt: skip
-                self._pe_lane.put(spec)
+                self._pe_lane.put(parts)
             else:
-                threading.Thread(target=self._run_async, args=(spec,), name="dualpath-kv-async",
+                threading.Thread(target=self._run_async, args=(parts,), name="dualpath-kv-async",
                                  daemon=True).start()  # fmt: skip
 
-    def _run_pe_lane(self, lane: queue.SimpleQueue[LoadSpec | None]) -> None:
-        while (spec := lane.get()) is not None:
-            self._run_async(spec)
+    def _run_pe_lane(self, lane: queue.SimpleQueue[tuple[LoadSpec, ...] | None]) -> None:
+        while (parts := lane.get()) is not None:
+            self._run_async(parts)
 
     def _copy_layer(self, job: StepLoads, loads: Sequence[LoadSpec], layer: int) -> None:
         paged = self.layers.get(layer)
@@ -118,9 +122,9 @@ class HitLoader:
                             "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)  # fmt: skip
         return bad
 
-    def _run_async(self, spec: LoadSpec) -> None:
+    def _run_async(self, loads: Sequence[LoadSpec]) -> None:
+        """One request's async load (its parts: one, or two for a split read), in this thread."""
         bad: set[int] = set()
-        loads = [spec]
         try:
             job = self._new_job(loads)  # its reads start now (on the PE lane: after the previous load)
             for layer in range(self.store.layout.num_layers):

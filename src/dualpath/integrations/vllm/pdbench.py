@@ -6,8 +6,9 @@ instance computes and saves them). Then ``rounds`` rounds; in each, every mode i
 each mode alike): each turn is its conversation's context plus a question of its own (so every
 mode hits the same context blocks and none hits another mode's question). Modes switch the proxy, not the instances:
 ``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy "dualpath": read side
-from the nodes' read queues) and ``no-io`` (policy "dualpath" with the storage-NIC caps lifted for
-the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
+from the nodes' read queues), ``split`` (policy "dualpath-split": each hit cut between the PE and
+a DE so both sides finish together; not run by default) and ``no-io`` (policy "dualpath" with the
+storage-NIC caps lifted for the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
 read sides chosen, and the per-path bytes from the node agents' ``/metrics``.
 """
 
@@ -26,7 +27,8 @@ from dualpath.integrations.vllm.cluster import PDCluster
 from dualpath.integrations.vllm.tokens import load_tokenizer
 
 MODES: dict[str, tuple[str, bool]] = {"basic": ("basic", True), "dualpath": ("dualpath", True),
-                                      "no-io": ("dualpath", False)}  # fmt: skip
+                                      "split": ("dualpath-split", True), "no-io": ("dualpath", False)}  # fmt: skip
+DEFAULT_MODES = ("basic", "dualpath", "no-io")
 _TOPIC = ("The river city grew from a trading post where boats unloaded salt, grain and timber; "
           "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
 
@@ -58,7 +60,7 @@ def _delta(after: dict[int, dict[str, float]], before: dict[int, dict[str, float
     return out
 
 
-def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversations: int = 6, rounds: int = 2,
+def run(cluster: PDCluster, *, modes: Sequence[str] = DEFAULT_MODES, conversations: int = 6, rounds: int = 2,
         context_repeats: int = 20, max_tokens: int = 2, turns_per_round: int = 1,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the workload; returns ``{"modes": {mode: result}, "contexts": [lengths]}``. In each round
@@ -113,11 +115,11 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = tuple(MODES), conversation
 
 
 def ratios(result: dict[str, Any]) -> dict[str, float]:
-    """Throughput ratios: DualPath / Basic and DualPath / no-I/O (turns per second)."""
+    """Throughput ratios (turns per second): DualPath and split reads over Basic and over no-I/O."""
     m = result["modes"]
     out = {}
-    if "dualpath" in m and "basic" in m:
-        out["dualpath_over_basic"] = m["dualpath"]["turns_per_s"] / m["basic"]["turns_per_s"]
-    if "dualpath" in m and "no-io" in m:
-        out["dualpath_over_noio"] = m["dualpath"]["turns_per_s"] / m["no-io"]["turns_per_s"]
+    for mode in ("dualpath", "split"):
+        for base, name in (("basic", "basic"), ("no-io", "noio")):
+            if mode in m and base in m:
+                out[f"{mode}_over_{name}"] = m[mode]["turns_per_s"] / m[base]["turns_per_s"]
     return out

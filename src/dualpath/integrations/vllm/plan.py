@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dualpath.core.errors import require
 from dualpath.runtime.kvstore.layout import block_hash
@@ -47,7 +47,10 @@ class LoadSpec:
     store blocks covering that span, in order; ``first_block`` is the index of ``hashes[0]``) into
     the request's vLLM blocks ``vllm_block_ids`` (the request's whole block table). ``agent_url``:
     the decode node's agent that reads and forwards them (DE read path); "" reads them here (PE).
-    ``capped``: the reads go through the emulated storage NICs (False: the no-I/O baseline)."""
+    ``agent_from`` (with ``agent_url``): the prompt token from which the agent reads; the tokens
+    before it are read here (a split read: the PE reads the prefix, the DE the rest, as
+    ``dualpath serve`` splits; 0 reads all through the agent). ``capped``: the reads go through the
+    emulated storage NICs (False: the no-I/O baseline)."""
 
     req_id: str
     hashes: tuple[str, ...]
@@ -56,8 +59,24 @@ class LoadSpec:
     end_token: int
     vllm_block_ids: tuple[int, ...]
     agent_url: str = ""
+    agent_from: int = 0
     capped: bool = True
     async_load: bool = False
+
+    def parts(self, store_block_size: int) -> tuple[LoadSpec, ...]:
+        """The load as reads of one side each, in token order: the tokens before ``agent_from``
+        (cut down to a whole store block) read here, the rest through ``agent_url``. One part
+        unless the load is split; every part has ``agent_from`` 0."""
+        size = store_block_size
+        cut = self.agent_from // size * size
+        if not self.agent_url or cut >= self.end_token:
+            return (replace(self, agent_url="", agent_from=0),)
+        if cut <= self.start_token:
+            return (replace(self, agent_from=0),)
+        k = cut // size - self.first_block  # store blocks read here
+        here = replace(self, hashes=self.hashes[:k], end_token=cut, agent_url="", agent_from=0)
+        there = replace(self, hashes=self.hashes[k:], first_block=cut // size, start_token=cut, agent_from=0)
+        return here, there
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,9 +163,10 @@ class RequestTracker:
 
     def plan_load(self, req_id: str, block_ids: Sequence[int], num_external_tokens: int,
                   num_hit_tokens: int, agent_url: str = "", capped: bool = True,
-                  async_load: bool = False) -> None:  # fmt: skip
+                  async_load: bool = False, agent_from: int = 0) -> None:  # fmt: skip
         """After vLLM allocated ``block_ids``: load the last ``num_external_tokens`` of the hit
-        (the tokens before it are vLLM's own prefix-cache hit), here or through ``agent_url``."""
+        (the tokens before it are vLLM's own prefix-cache hit), here or through ``agent_url``
+        (from token ``agent_from`` on: ``LoadSpec.parts``)."""
         r = self._reqs[req_id]
         r.block_ids = list(block_ids)
         if num_external_tokens <= 0:
@@ -157,7 +177,7 @@ class RequestTracker:
         r.pending_load = LoadSpec(req_id=req_id, hashes=tuple(r.hashes[first : last + 1]),
                                   first_block=first, start_token=start, end_token=num_hit_tokens,
                                   vllm_block_ids=tuple(block_ids), agent_url=agent_url,
-                                  capped=capped, async_load=async_load)  # fmt: skip
+                                  agent_from=agent_from, capped=capped, async_load=async_load)  # fmt: skip
         if async_load:  # sent with the next step's metadata, whether or not the request runs in it
             self._async.append(r.pending_load)
             r.pending_load = None

@@ -56,6 +56,12 @@ class Route:
         entry: dict[str, object] = {"read_side": "pe"}
         if self.read_side == "de":
             entry = {"read_side": "de", "agent_url": self.decode.agent_url}
+        elif self.read_side == "split":  # the PE reads the first pe_read_len hit tokens, the DE the rest
+            entry = {
+                "read_side": "split",
+                "agent_url": self.decode.agent_url,
+                "pe_read_len": self.pe_read_len,
+            }
         if not snic:
             entry["snic"] = False
         return {"dualpath": entry}
@@ -84,8 +90,6 @@ class Router:
     def set_policy(self, policy: str) -> None:
         """Switch the policy (between runs: no request in flight)."""
         require(policy in POLICIES, "policy", policy, f"choices: {', '.join(POLICIES)}")
-        require(policy != "dualpath-split", "policy", policy,
-                "split reads are not carried to the connector (one read side per request)")  # fmt: skip
         require(not self.state.requests, "policy", policy, "cannot change with requests in flight")
         read_bytes_per_s, kv_per_token, prefill_tokens_per_s, beta_tokens = self._rates
         cfg = SchedulerConfig.from_rates(snic_bytes_per_s=read_bytes_per_s, kv_bytes_per_token=kv_per_token,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from dualpath.core.errors import ConfigError, require
 from dualpath.core.units import gbps_to_bytes_per_s
@@ -105,27 +105,41 @@ def layer_index(layer_name: str) -> int:
     return int(found[-1])
 
 
-READ_SIDES = ("pe", "de")
+READ_SIDES = ("pe", "de", "split")
 
 
-def read_source(req_id: str, kv_transfer_params: dict[str, Any] | None) -> tuple[str, bool]:
+class ReadSource(NamedTuple):
+    """Where a request's hit is read: ``agent_url`` the decode node's agent (DE read path) or ""
+    (read here: PE read path); ``capped``: through the emulated storage NICs; ``agent_from``: with
+    an agent, the prompt token from which it reads (a split: the PE reads the tokens before it)."""
+
+    agent_url: str = ""
+    capped: bool = True
+    agent_from: int = 0
+
+
+def read_source(req_id: str, kv_transfer_params: dict[str, Any] | None) -> ReadSource:
     """Where a request's hit is read, from the ``dualpath`` entry of its ``kv_transfer_params``
-    (set by the router, ``router.py``: ``{"read_side": "pe"}`` or ``{"read_side": "de",
-    "agent_url": URL}``, optionally ``"snic": false``): ``(agent_url, capped)``, the agent's URL
-    for the DE read path or "" to read here (PE read path, also without the entry), and whether the
-    reads go through the emulated storage NICs (``"snic": false`` lifts the caps for this request:
-    the no-I/O baseline). A malformed entry is logged and read here, capped: it must not stop
-    the engine."""
+    (set by the router, ``router.py``: ``{"read_side": "pe"}``, ``{"read_side": "de",
+    "agent_url": URL}`` or ``{"read_side": "split", "agent_url": URL, "pe_read_len": N}`` (the PE
+    reads the first N hit tokens, the agent the rest), optionally ``"snic": false``). Without the
+    entry the hit is read here; ``"snic": false`` lifts the caps for this request (the no-I/O
+    baseline). A malformed entry is logged and read here, capped: it must not stop the engine."""
     entry = (kv_transfer_params or {}).get("dualpath")
     if not isinstance(entry, dict) or "read_side" not in entry:
-        return "", True
+        return ReadSource()
     side, url, capped = entry.get("read_side"), entry.get("agent_url"), entry.get("snic", True) is not False
-    if side == "de" and isinstance(url, str) and url.startswith(("http://", "https://")):
-        return url, capped
+    agent = isinstance(url, str) and url.startswith(("http://", "https://"))
+    if side == "de" and agent:
+        return ReadSource(url, capped)
+    pe_len = entry.get("pe_read_len")
+    if side == "split" and agent and isinstance(pe_len, int) and not isinstance(pe_len, bool) and pe_len >= 0:
+        return ReadSource(url, capped, pe_len)
     if side != "pe":
         _log.error("request %s: kv_transfer_params dualpath=%r: read_side must be one of %s (with an "
-                   "http agent_url for 'de'); reading on the PE side", req_id, entry, READ_SIDES)  # fmt: skip
-    return "", capped
+                   "http agent_url for 'de' and 'split', and an int pe_read_len >= 0 for 'split'); "
+                   "reading on the PE side", req_id, entry, READ_SIDES)  # fmt: skip
+    return ReadSource(capped=capped)
 
 
 def saves_in_step(kv_transfer_params: dict[str, Any] | None) -> bool:
