@@ -99,6 +99,8 @@ def main() -> None:
     p.add_argument("--pd-rounds", type=int, default=2)
     p.add_argument("--pd-turns-per-round", type=int, default=1,
                    help="pd: turns each agent runs back to back per round (closed loop)")  # fmt: skip
+    p.add_argument("--pd-modes", default="basic,dualpath,no-io",
+                   help="pd: comma-separated modes of dualpath.integrations.vllm.pdbench (add split)")  # fmt: skip
     p.add_argument("--vllm-python", default=sys.executable, help="pd: the vLLM venv's python")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -170,7 +172,8 @@ def _pd_one(args: argparse.Namespace, snic_gbps: float) -> dict[str, Any]:
                        vllm_python=args.vllm_python, block_size=args.block_size)  # fmt: skip
         with PDCluster(cfg) as cluster:
             cluster.start(on_progress=lambda n: print(f"  {n} healthy", file=sys.stderr, flush=True))
-            result = pdbench.run(cluster, conversations=args.pd_conversations, rounds=args.pd_rounds,
+            result = pdbench.run(cluster, modes=args.pd_modes.split(","), conversations=args.pd_conversations,
+                                 rounds=args.pd_rounds,
                                  turns_per_round=args.pd_turns_per_round,
                                  progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))  # fmt: skip
     r = result["ratios"] = pdbench.ratios(result)
@@ -194,6 +197,11 @@ def _pd_one(args: argparse.Namespace, snic_gbps: float) -> dict[str, Any]:
         f"DualPath / no-I/O = {r['dualpath_over_noio']:.2f} (goal >= 0.85)",
         flush=True,
     )
+    if "split_over_basic" in r:
+        print(
+            f"split / Basic = {r['split_over_basic']:.2f}x; split / no-I/O = {r['split_over_noio']:.2f}",
+            flush=True,
+        )
     return result
 
 
