@@ -13,8 +13,10 @@ Two ways, per request (``LoadSpec.async_load``, from the connector's ``load`` se
   their own thread; capped PE loads share this node's storage NIC and run one after another in
   arrival order on one thread (the PE lane), so the first is in after its own bytes, not after
   everyone's, and its compute overlaps the reads of the next (fair sharing would finish them all
-  at the end). A split load (the PE reads the prefix, a decode node's agent the rest) is one job
-  of two parts in its own thread: both sides read at once, its PE part through the same NIC cap.
+  at the end). A split load (the PE reads the prefix, a decode node's agent the rest) is two jobs,
+  its PE part in the PE lane and its DE part in its own thread, both reading at once; the request
+  is done when both are (a split's PE part outside the lane would share the NIC with every other
+  PE read and finish with them at the end).
 
 A block that fails to read ends its request's good prefix; the vLLM blocks from there on are
 reported by ``errors()`` (recomputed with ``kv_load_failure_policy`` "recompute"). Counters:
@@ -66,27 +68,30 @@ class HitLoader:
     def start(self, loads: Sequence[LoadSpec]) -> None:
         """Start this step's loads: each async one as its own job (capped PE ones queued on the PE
         lane, the rest in their own thread), the others layerwise in this step. A split load is
-        two parts of one job (``LoadSpec.parts``), read here and through the agent at once."""
+        two parts (``LoadSpec.parts``): layerwise, two loads of this step's job; async, two jobs
+        (its PE part on the PE lane, its DE part in its own thread), done when both are."""
         size = self.sizes.store_block_size
         now = [p for s in loads if not s.async_load for p in s.parts(size)]
         self._job, self._loads = (self._new_job(now), now) if now else (None, [])
         for spec in (s for s in loads if s.async_load):
             parts = spec.parts(size)
+            left = [len(parts)]  # parts of this request not yet in (shared by its jobs, under the lock)
             with self._lock:
                 self._in_flight += 1
-            if len(parts) == 1 and spec.capped and not parts[0].agent_url:
-                if self._pe_lane is None:
-                    self._pe_lane = queue.SimpleQueue()
-                    threading.Thread(target=self._run_pe_lane, args=(self._pe_lane,), name="dualpath-kv-pe",
+            for part in parts:
+                if part.capped and not part.agent_url:
+                    if self._pe_lane is None:
+                        self._pe_lane = queue.SimpleQueue()
+                        threading.Thread(target=self._run_pe_lane, args=(self._pe_lane,), name="dualpath-kv-pe",
+                                         daemon=True).start()  # fmt: skip
+                    self._pe_lane.put((part, left))
+                else:
+                    threading.Thread(target=self._run_async, args=(part, left), name="dualpath-kv-async",
                                      daemon=True).start()  # fmt: skip
-                self._pe_lane.put(parts)
-            else:
-                threading.Thread(target=self._run_async, args=(parts,), name="dualpath-kv-async",
-                                 daemon=True).start()  # fmt: skip
 
-    def _run_pe_lane(self, lane: queue.SimpleQueue[tuple[LoadSpec, ...] | None]) -> None:
-        while (parts := lane.get()) is not None:
-            self._run_async(parts)
+    def _run_pe_lane(self, lane: queue.SimpleQueue[tuple[LoadSpec, list[int]] | None]) -> None:
+        while (job := lane.get()) is not None:
+            self._run_async(*job)
 
     def _copy_layer(self, job: StepLoads, loads: Sequence[LoadSpec], layer: int) -> None:
         paged = self.layers.get(layer)
@@ -122,9 +127,11 @@ class HitLoader:
                             "recomputing tokens from %d", spec.req_id, n - n_good, n, bad_from)  # fmt: skip
         return bad
 
-    def _run_async(self, loads: Sequence[LoadSpec]) -> None:
-        """One request's async load (its parts: one, or two for a split read), in this thread."""
+    def _run_async(self, spec: LoadSpec, left: list[int]) -> None:
+        """One async load (a request's whole load, or one part of a split), in this thread; the
+        request is reported done when ``left`` (its parts still loading) reaches 0."""
         bad: set[int] = set()
+        loads = [spec]
         try:
             job = self._new_job(loads)  # its reads start now (on the PE lane: after the previous load)
             for layer in range(self.store.layout.num_layers):
@@ -136,9 +143,11 @@ class HitLoader:
                                                                -(-s.end_token // self.sizes.vllm_block_size)]}  # fmt: skip
         with self._lock:  # errors no later than the pass that reports the request done
             self._errors.update(bad)
-            self._done.update(s.req_id for s in loads)
-            self._in_flight -= 1
-            self._finished_event.set()
+            left[0] -= 1
+            if not left[0]:
+                self._done.add(spec.req_id)
+                self._in_flight -= 1
+                self._finished_event.set()
         self.on_done()
 
     def wait_layer(self, layer: int) -> None:
