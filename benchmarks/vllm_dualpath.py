@@ -158,6 +158,9 @@ def _hbm(args: argparse.Namespace) -> None:
 
 
 def _pd(args: argparse.Namespace) -> None:
+    from dualpath.integrations.vllm import pdbench
+
+    pdbench.parse_modes(args.pd_modes, "--pd-modes")  # a bad mode stops here, before any vLLM starts
     results = [_pd_one(args, gbps) for gbps in args.snic_gbps]
     if args.json:
         print(json.dumps(results if len(results) > 1 else results[0], indent=2))
@@ -172,7 +175,7 @@ def _pd_one(args: argparse.Namespace, snic_gbps: float) -> dict[str, Any]:
                        vllm_python=args.vllm_python, block_size=args.block_size)  # fmt: skip
         with PDCluster(cfg) as cluster:
             cluster.start(on_progress=lambda n: print(f"  {n} healthy", file=sys.stderr, flush=True))
-            result = pdbench.run(cluster, modes=args.pd_modes.split(","), conversations=args.pd_conversations,
+            result = pdbench.run(cluster, modes=pdbench.parse_modes(args.pd_modes, "--pd-modes"), conversations=args.pd_conversations,
                                  rounds=args.pd_rounds,
                                  turns_per_round=args.pd_turns_per_round,
                                  progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))  # fmt: skip

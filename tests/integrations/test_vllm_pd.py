@@ -274,3 +274,11 @@ def test_pdbench_ratios_name_each_mode_over_each_baseline() -> None:
     assert ratios({"modes": {"basic": {"turns_per_s": 1.0}, "dualpath": {"turns_per_s": 3.0}}}) == {
         "dualpath_over_basic": 3.0
     }
+
+
+def test_pdbench_modes_are_parsed_once_for_the_cli_and_the_benchmark() -> None:
+    from dualpath.integrations.vllm.pdbench import parse_modes
+
+    assert parse_modes(" basic, split ,,no-io") == ["basic", "split", "no-io"]
+    with pytest.raises(ConfigError, match=r"--pd-modes='fast'"):
+        parse_modes("basic,fast", "--pd-modes")

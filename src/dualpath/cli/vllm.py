@@ -61,10 +61,7 @@ def demo(
     from dualpath.integrations.vllm import pdbench
     from dualpath.integrations.vllm.cluster import PDCluster, PDConfig
 
-    chosen = [m.strip() for m in modes.split(",") if m.strip()]
-    for m in chosen:
-        if m not in pdbench.MODES:
-            raise ConfigError("--modes", m, f"choices: {', '.join(pdbench.MODES)}")
+    chosen = pdbench.parse_modes(modes)
     if load not in ("async", "layerwise"):
         raise ConfigError("--load", load, "choices: async, layerwise")
     python = _vllm_python(vllm_python)

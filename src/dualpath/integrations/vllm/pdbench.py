@@ -4,11 +4,12 @@
 instance computes and saves them). Then ``rounds`` rounds; in each, every mode in turn sends the
 ``k`` conversations' next turns at once (modes interleaved, so a shared machine's load drift hits
 each mode alike): each turn is its conversation's context plus a question of its own (so every
-mode hits the same context blocks and none hits another mode's question). Modes switch the proxy, not the instances:
-``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy "dualpath": read side
-from the nodes' read queues), ``split`` (policy "dualpath-split": each hit cut between the PE and
-a DE so both sides finish together; not run by default) and ``no-io`` (policy "dualpath" with the
-storage-NIC caps lifted for the reads: the I/O-free bound). Per mode: wall time, turns/s, prefill-phase and decode-phase times,
+mode hits the same context blocks and none hits another mode's question). Modes switch the proxy,
+not the instances: ``basic`` (policy "basic": every read on the PE side), ``dualpath`` (policy
+"dualpath": read side from the nodes' read queues), ``split`` (policy "dualpath-split": each hit
+cut between the PE and a DE so both sides finish together; not run by default) and ``no-io``
+(policy "dualpath" with the storage-NIC caps lifted for the reads: the I/O-free bound). Per mode:
+wall time, turns/s, prefill-phase and decode-phase times,
 read sides chosen, and the per-path bytes from the node agents' ``/metrics``.
 """
 
@@ -22,13 +23,24 @@ from typing import Any
 
 import httpx
 
-from dualpath.core.errors import require
+from dualpath.core.errors import ConfigError, require
 from dualpath.integrations.vllm.cluster import PDCluster
 from dualpath.integrations.vllm.tokens import load_tokenizer
 
 MODES: dict[str, tuple[str, bool]] = {"basic": ("basic", True), "dualpath": ("dualpath", True),
                                       "split": ("dualpath-split", True), "no-io": ("dualpath", False)}  # fmt: skip
 DEFAULT_MODES = ("basic", "dualpath", "no-io")
+
+
+def parse_modes(text: str, option: str = "--modes") -> list[str]:
+    """Comma-separated modes; ConfigError naming ``option`` and the first unknown one."""
+    chosen = [m.strip() for m in text.split(",") if m.strip()]
+    for m in chosen:
+        if m not in MODES:
+            raise ConfigError(option, m, f"choices: {', '.join(MODES)}")
+    return chosen
+
+
 _TOPIC = ("The river city grew from a trading post where boats unloaded salt, grain and timber; "
           "its markets, bridges and guild halls were rebuilt after each flood. ")  # fmt: skip
 
