@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from dualpath.policy.fetch import FetchOrder
 from dualpath.policy.ledger import Ledger, ViewBounds
 from dualpath.sim.compiled import is_compiled
 from dualpath.sim.config import SYSTEMS, SimConfig, get_system
@@ -47,17 +48,18 @@ def test_deterministic_by_seed(make_cluster, make_trajectories) -> None:
 def _run(
     cfg: SimConfig,
     trajs,
-    order: FetchOrder | None = None,
+    order: dict | None = None,
     bounds: ViewBounds | None = None,
     views: bool = False,
 ) -> dict:
-    """One run with the adapter's fetch order / view bounds replaced (speed knobs under test);
-    ``views``: every fetch builds its view (no fetch kernels, policy/fetch_kernels.py)."""
+    """One run with fields of the adapter's fetch order (``order``: name -> value) / its view
+    bounds replaced (speed knobs under test); ``views``: every fetch builds its view (no fetch
+    kernels, policy/fetch_kernels.py)."""
     sim = Simulation(cfg, make_agents(trajs))
     if views:
         sim.adapter.fetcher.slack, sim.adapter.fetcher.prefill_kernel = -1.0, False
     if order is not None:
-        sim.adapter.fetcher.order = order
+        sim.adapter.fetcher.order = dataclasses.replace(sim.adapter.fetcher.order, **order)
     if bounds is not None:
         sim.adapter.ledger.bounds = bounds
     return sim.run()
@@ -67,11 +69,11 @@ def test_fetch_elision_does_not_change_results(make_cluster, make_trajectories) 
     trajs = make_trajectories(120, turns=6, first=8192, append=250, gen=24)
     cfg = SimConfig(system=get_system("dualpath"), cluster=make_cluster(1, 1))
     with_elision = _run(cfg, trajs)
-    without = _run(cfg, trajs, order=FetchOrder(elide=False))
+    without = _run(cfg, trajs, order={"elide": False})
     assert with_elision["jct_s"] == without["jct_s"]
     assert with_elision["bytes"] == without["bytes"]
     # bounded queue prefixes in PE views (refetched when fully taken) give the same plans too
-    tiny = _run(cfg, trajs, order=FetchOrder(elide=False), bounds=ViewBounds(prefill_prefix=2))
+    tiny = _run(cfg, trajs, order={"elide": False}, bounds=ViewBounds(prefill_prefix=2))
     assert tiny["jct_s"] == without["jct_s"] and tiny["bytes"] == without["bytes"]
     whole = _run(cfg, trajs, bounds=ViewBounds(prefill_prefix=None))
     assert whole["jct_s"] == without["jct_s"] and whole["bytes"] == without["bytes"]
@@ -115,7 +117,7 @@ def test_central_pe_scope_kernels_views_and_elision_agree(make_cluster, make_tra
     cfg = SimConfig(system=get_system(system), cluster=cluster, pe_scope="central")
     kernel = _run(cfg, trajs)
     views = _run(cfg, trajs, views=True)
-    no_elision = _run(cfg, trajs, order=FetchOrder(elide=False))
+    no_elision = _run(cfg, trajs, order={"elide": False})
     for key in ("jct_s", "bytes", "mean_ttft_s", "events"):
         assert kernel[key] == views[key] == no_elision[key], key
     group = _run(SimConfig(system=get_system(system), cluster=cluster, pe_scope="group"), trajs)

@@ -182,16 +182,26 @@ def check_choice(kind: str, value: str, names: Iterable[str]) -> str:
     return value
 
 
-def check_scheduler_choices(pe_scope: str | None, read_tie: str | None, pe_tie: str | None) -> dict[str, str]:
-    """Check the simulate commands' ``--pe-scope`` / ``--read-tie`` / ``--pe-tie`` (None: not
-    given); returns the tie-breaks given, ``{"read_tie": ..., "pe_tie": ...}``."""
+def check_scheduler_choices(
+    pe_scope: str | None, read_tie: str | None, pe_tie: str | None, pe_fetch: str | None = None
+) -> dict[str, str]:
+    """Check the simulate commands' ``--pe-scope`` / ``--read-tie`` / ``--pe-tie`` /
+    ``--pe-fetch`` (None: not given); returns the ones given after the scope,
+    ``{"read_tie": ..., "pe_tie": ..., "pe_fetch": ...}``."""
     from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
+    from dualpath.sim.config import PE_FETCHES
 
     if pe_scope is not None:
         check_choice("pe_scope", pe_scope, PE_SCOPES)
-    ties = {k: v for k, v in (("read_tie", read_tie), ("pe_tie", pe_tie)) if v is not None}
-    for key, value in ties.items():
-        check_choice(key, value, READ_TIES if key == "read_tie" else PE_TIES)
+    given = (
+        ("read_tie", read_tie, READ_TIES),
+        ("pe_tie", pe_tie, PE_TIES),
+        ("pe_fetch", pe_fetch, PE_FETCHES),
+    )
+    ties = {}
+    for key, value, names in given:
+        if value is not None:
+            ties[key] = check_choice(key, value, names)
     return ties
 
 

@@ -79,6 +79,7 @@ def run_fidelity_cli(
     pe_scope: str | None = None,
     read_tie: str | None = None,
     pe_tie: str | None = None,
+    pe_fetch: str | None = None,
 ) -> None:
     from dualpath.cli._common import check_scheduler_choices, print_json
     from dualpath.cli.progress import Progress
@@ -86,7 +87,7 @@ def run_fidelity_cli(
     from dualpath.sim.harness.fidelity import SCALES, plan_runs, run_fidelity
 
     calibration = DEFAULT_CALIBRATION.with_overrides(calibrate or [])  # bad NAME=VALUE: a clear error
-    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie)
+    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie, pe_fetch)
 
     scale = SCALES[scale_name or ("quick" if quick else "full")]
     err = Console(stderr=True)

@@ -12,7 +12,7 @@ import typer
 from dualpath.cli._common import choices_help, default_of
 from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
-from dualpath.sim.config import SIM_COST_MODELS, SYSTEMS, SimConfig
+from dualpath.sim.config import PE_FETCHES, SIM_COST_MODELS, SYSTEMS, SimConfig
 from dualpath.sim.harness.experiments import WorkloadSpec
 from dualpath.sim.harness.online import DEFAULT_APS, HORIZON_S
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
@@ -72,6 +72,14 @@ def register(app: typer.Typer) -> None:
                 PE_TIES,
             ),
         ),
+        pe_fetch: str = typer.Option(
+            None,
+            help=choices_help(
+                "When a PE group fetches work (default: boundary): between its iterations, as an "
+                "engine loop does (boundary), or on the fetch timer whatever it does (tick)",
+                PE_FETCHES,
+            ),
+        ),
         maxlen: str = typer.Option(
             f"{_WORKLOAD.maxlen // 1024}k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."
         ),
@@ -128,6 +136,7 @@ def register(app: typer.Typer) -> None:
             pe_scope=pe_scope,
             read_tie=read_tie,
             pe_tie=pe_tie,
+            pe_fetch=pe_fetch,
         )
 
     @sim.command("figures")
@@ -164,6 +173,9 @@ def register(app: typer.Typer) -> None:
         pe_tie: str = typer.Option(
             None, help=choices_help("Order of PEs of equal tok_e, every run (default: group)", PE_TIES)
         ),
+        pe_fetch: str = typer.Option(
+            None, help=choices_help("When PE groups fetch, every run (default: boundary)", PE_FETCHES)
+        ),
         calibrate: list[str] = typer.Option(
             None, help="Override a calibration constant in every run, NAME=VALUE (repeatable)."
         ),
@@ -179,6 +191,7 @@ def register(app: typer.Typer) -> None:
             pe_scope=pe_scope,
             read_tie=read_tie,
             pe_tie=pe_tie,
+            pe_fetch=pe_fetch,
         )
 
     app.add_typer(sim, name="simulate")
@@ -209,6 +222,7 @@ def run_cli(
     pe_scope: str | None = None,
     read_tie: str | None = None,
     pe_tie: str | None = None,
+    pe_fetch: str | None = None,
 ) -> None:
     import dataclasses
 
@@ -226,9 +240,10 @@ def run_cli(
         get_system(name)  # fail early with the choices
     check_choice("cost model", cost_model, SIM_COST_MODELS)
     check_choice("snic_directions", snic_directions, SNIC_DIRECTIONS)
-    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie)
+    ties = check_scheduler_choices(pe_scope, read_tie, pe_tie, pe_fetch)
     run_read_tie = read_tie or default_of(SimConfig, "read_tie")
     run_pe_tie = pe_tie or default_of(SimConfig, "pe_tie")
+    run_pe_fetch = pe_fetch or default_of(SimConfig, "pe_fetch")
     check_choice("node", node, NODES)
     cluster = dataclasses.replace(
         make_cluster(model, pd, node=node, dram_buffer_gb=dram_buffer_gb), snic_gbps=snic_gbps
@@ -297,6 +312,7 @@ def run_cli(
                     pe_scope=pe_scope,
                     read_tie=run_read_tie,
                     pe_tie=run_pe_tie,
+                    pe_fetch=run_pe_fetch,
                 )
                 result["systems"][name] = sweep
                 bar.update(completed=(k + 1) * len(rates))  # a sweep stops at the first miss
@@ -327,6 +343,7 @@ def run_cli(
                     pe_scope=pe_scope,
                     read_tie=run_read_tie,
                     pe_tie=run_pe_tie,
+                    pe_fetch=run_pe_fetch,
                 )
                 res = run_one(cfg, trajs)
                 jct = res.get("jct_s") or 0.0

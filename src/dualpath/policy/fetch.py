@@ -20,12 +20,19 @@ each plan to the ledger and hands it to the driver's :class:`FetchSink` (to star
    "central" every live PE group's, so the plan may assign to any group (its assignments are
    handed to the sink at once, as the central scheduler dispatches them).
 
+``pe_fetch_at_boundary``: a PE group fetches between its iterations, as an engine loop does
+(receive work, form the batch, run the forward, repeat): the round skips groups that are
+mid-iteration (they stay dirty) and the driver calls :meth:`Fetcher.fetch_at_boundary` for a
+unit's groups when its iteration ends, before the next batch forms; an idle group fetches on the
+tick. A request that arrives while every group is busy waits for the first boundary.
+
 ``elide`` skips fetches whose plan is provably empty (``decode.may_assign_decode``,
 ``prefill.may_assign_prefill``); cursors are unchanged by those, so plans are the same either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -47,6 +54,7 @@ class FetchOrder:
     dirty_only: bool = True
     rotate_pe: bool = True
     elide: bool = True
+    pe_fetch_at_boundary: bool = False
 
 
 SIM_ORDER: Final = FetchOrder()
@@ -83,6 +91,7 @@ class Fetcher:
         self.fetches = 0
         self._rotations: list[list[int]] = []
         self._rotated: list[int] = []  # the PE group list the rotations were made from
+        self._boundaries = 0  # boundary fetches so far (fetch_at_boundary's rotation)
         # A registered policy's hot fetches run as kernels over the ledger's lists (no view
         # built, ``policy.fetch_kernels``): balanced DE fetches, least-loaded PE fetches; their
         # plans are the view path's (tests/policy/test_fetch_kernels.py). ``slack`` -1.0 and
@@ -155,8 +164,20 @@ class Fetcher:
         tokens = ledger.pe_tokens_all() if self.central else ledger.pe_tokens(node_id)
         return may_assign_prefill(tokens, self.beta_tokens)
 
-    def round(self, now_s: float) -> None:
-        """One tick's fetches, in the order of the module docstring."""
+    def fetch_at_boundary(self, nodes: list[int], now_s: float) -> None:
+        """PE groups ``nodes`` (one unit's, which iterate together) are between iterations: their
+        fetch (:meth:`fetch_pe_groups`), the group that goes first rotating from one boundary to
+        the next (``rotate_pe``), as the tick's round rotates it; a driver with
+        ``pe_fetch_at_boundary`` calls this before the unit's next batch forms."""
+        if self.order.rotate_pe and len(nodes) > 1:
+            k = self._boundaries % len(nodes)
+            nodes = nodes[k:] + nodes[:k]
+        self._boundaries += 1
+        self.fetch_pe_groups(nodes, now_s)
+
+    def round(self, now_s: float, busy: Callable[[int], bool] | None = None) -> None:
+        """One tick's fetches, in the order of the module docstring. ``busy(node)``: whether PE
+        group ``node`` is mid-iteration (read only under ``pe_fetch_at_boundary``)."""
         ledger, order = self.ledger, self.order
         de_nodes = ledger.de_nodes
         routed = -1
@@ -183,20 +204,34 @@ class Fetcher:
             ledger.pe_turn = (ledger.pe_turn + 1) % len(pe_nodes)
         if not ledger.prefill_queue or not pe_nodes:  # every PE group's fetch would be skipped
             return
-        dirty = ledger.pe_dirty
-        if ledger.pe_all_dirty:
-            dirty.update(pe_nodes)
-            ledger.pe_all_dirty = False
         if self._rotated is not pe_nodes:  # (membership changed: a new list)
             self._rotated = pe_nodes
             self._rotations = [pe_nodes[i:] + pe_nodes[:i] for i in range(len(pe_nodes))]
+        order_nodes = self._rotations[ledger.pe_turn if order.rotate_pe else 0]
+        self.fetch_pe_groups(order_nodes, now_s, busy if order.pe_fetch_at_boundary else None)
+
+    def fetch_pe_groups(
+        self, nodes: list[int], now_s: float, busy: Callable[[int], bool] | None = None
+    ) -> None:
+        """PE groups ``nodes`` fetch, in that order, while the prefill queue is not empty (with
+        ``dirty_only`` only dirty groups; a group ``busy`` says is mid-iteration is left dirty
+        for its boundary fetch)."""
+        ledger, order = self.ledger, self.order
+        if not ledger.prefill_queue:
+            return
+        dirty = ledger.pe_dirty
+        if ledger.pe_all_dirty:
+            dirty.update(ledger.pe_nodes)
+            ledger.pe_all_dirty = False
         limit = ledger.bounds.prefill_prefix
         central = self.central
         may = -1  # central: every group's elision test is the same; kept until the next fetch
-        for node in self._rotations[ledger.pe_turn if order.rotate_pe else 0]:
+        for node in nodes:
             if not ledger.prefill_queue:
                 break  # the rest stay dirty, as if visited with nothing to fetch
             if order.dirty_only and node not in dirty:
+                continue
+            if busy is not None and busy(node):
                 continue
             dirty.discard(node)
             if central:

@@ -10,6 +10,7 @@ applied plan to the simulation (:class:`SimSink`) to start its work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from dualpath.policy.batch import BatchLimits, batch_candidates
@@ -89,9 +90,15 @@ class PolicyAdapter:
     def arrive(self, req: Req) -> None:
         self.ledger.arrive(req.info).driver = req  # (plans' entries lead back to the Req)
 
-    def tick(self) -> None:
-        """One fetch round (the simulation calls it on its fetch timer)."""
-        self.fetcher.round(self.sim.now())
+    def tick(self, busy: Callable[[int], bool] | None = None) -> None:
+        """One fetch round (the simulation calls it on its fetch timer); ``busy(node)``: PE group
+        ``node`` is mid-iteration (skipped when PE groups fetch between iterations)."""
+        self.fetcher.round(self.sim.now(), busy)
+
+    def fetch_pe_groups(self, nodes: list[int]) -> None:
+        """One unit's PE groups ``nodes`` are between iterations: their fetch
+        (``Fetcher.fetch_at_boundary``)."""
+        self.fetcher.fetch_at_boundary(nodes, self.sim.now())
 
     def read_done(self, req: Req, node_id: int | None = None) -> None:
         self.ledger.on_read_done(req.rid, node_id)

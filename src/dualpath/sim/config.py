@@ -19,6 +19,7 @@ from dualpath.sim.calibration import DEFAULT_CALIBRATION, Calibration
 
 # ``SimConfig.cost_model``: a dualpath.cost model, or auto (calibrated if its tables can be read)
 SIM_COST_MODELS = ("auto", *COST_MODEL_NAMES)
+PE_FETCHES = ("tick", "boundary")  # SimConfig.pe_fetch
 
 if TYPE_CHECKING:
     from dualpath.spec.clusters import ClusterPreset
@@ -78,6 +79,10 @@ class SimConfig:
     fetch, or "group", the fetching group's PEs only); None: the policy's default. ``read_tie`` /
     ``pe_tie``: the scheduler's tie-breaks (``SchedulerConfig``'s fields of those names;
     ``dualpath.policy.config.READ_TIES`` / ``PE_TIES``; docs/policy.md, "Tie-breaks").
+    ``pe_fetch`` (``PE_FETCHES``): when a PE group fetches: "boundary" (the default), between
+    its iterations as an engine loop does (an idle group on the tick;
+    ``policy.fetch.FetchOrder.pe_fetch_at_boundary``), or "tick", on the fetch timer whatever its
+    engines do (the model before session 17).
     """
 
     system: SystemSpec
@@ -95,6 +100,7 @@ class SimConfig:
     pe_scope: str | None = None
     read_tie: str = "pe"
     pe_tie: str = "group"
+    pe_fetch: str = "boundary"
 
     def __post_init__(self) -> None:
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
@@ -107,3 +113,4 @@ class SimConfig:
             f"choices: {', '.join(SNIC_DIRECTIONS)}",
         )
         check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
+        require(self.pe_fetch in PE_FETCHES, "pe_fetch", self.pe_fetch, f"choices: {', '.join(PE_FETCHES)}")

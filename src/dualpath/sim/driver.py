@@ -113,8 +113,11 @@ class Simulation:
             read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
             de_hbm_tokens=de_kv,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
-            order=dataclasses.replace(SIM_ORDER, interval_s=cal.fetch_interval_s),
+            order=dataclasses.replace(
+                SIM_ORDER, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=config.pe_fetch == "boundary"
+            ),
         )
+        boundary = config.pe_fetch == "boundary"
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.prefill_units = [
             PrefillUnit(
@@ -124,9 +127,16 @@ class Simulation:
                 load=self.load,
                 plan_batch=self.adapter.plan_batch,
                 on_done=self.prefill_done,
+                on_boundary=self._pe_boundary if boundary else None,
             )
             for u in cluster.prefill_units
         ]
+        # PE group (node) -> its units (DeepSeek: one unit spans whole nodes; DP models: several
+        # engines a node); a group is mid-iteration while all of its units are
+        self.pe_node_units: dict[int, list[PrefillUnit]] = {}
+        for unit in self.prefill_units:
+            for node in dict.fromkeys(st.node_id for st in unit.states):
+                self.pe_node_units.setdefault(node, []).append(unit)
         self.decode_units = [
             DecodeUnit(
                 [self.de_states[g] for g in u],
@@ -202,7 +212,15 @@ class Simulation:
 
     def _on_tick(self) -> None:
         self._tick = None
-        self.adapter.tick()
+        self.adapter.tick(self.pe_group_busy)
+
+    def pe_group_busy(self, node_id: int) -> bool:
+        """Whether every PE unit of group ``node_id`` is mid-iteration."""
+        return all(u.busy for u in self.pe_node_units[node_id])
+
+    def _pe_boundary(self, unit: PrefillUnit) -> None:
+        """``unit``'s iteration ended: its groups fetch before its next batch forms."""
+        self.adapter.fetch_pe_groups(list(dict.fromkeys(st.node_id for st in unit.states)))
 
     def starved(self, st: PeState) -> None:
         """PE ``st`` skipped a request for lack of DE buffer room: kick its unit when some frees."""

@@ -59,14 +59,18 @@ class PrefillUnit:
         load: PrefillTiming,
         plan_batch: Callable[[PeState], Entries],
         on_done: Callable[[Req, PeState, float], None],
+        on_boundary: Callable[[PrefillUnit], None] | None = None,
     ) -> None:
         """``plan_batch(st)``: the GPU's next batch (may be empty); ``on_done(req, st, kv_at)``:
-        ``req``'s last chunk is computed and its KV complete in the DE buffer at ``kv_at``."""
+        ``req``'s last chunk is computed and its KV complete in the DE buffer at ``kv_at``;
+        ``on_boundary(unit)``: an iteration ended, before the next batch forms (its groups'
+        fetch, when PE groups fetch between iterations)."""
         self.kernel = kernel
         self.costs = costs
         self.load = load
         self.plan_batch = plan_batch
         self.on_done = on_done
+        self.on_boundary = on_boundary
         self.states = states
         for st in states:
             st.unit = self
@@ -131,4 +135,6 @@ class PrefillUnit:
                     st.queue.remove(req)
                     st.num_ready -= 1
                     self.on_done(req, st, max(send_at, now))
+        if self.on_boundary is not None:
+            self.on_boundary(self)
         self._iterate()

@@ -84,7 +84,9 @@ class FidelityScale:
     agent_divisor: int = 1
     horizon_s: float = 3600.0
     rates_ds660: tuple[float, ...] = tuple(round(0.1 + 0.05 * i, 2) for i in range(9))
-    rates_ds27: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 9))
+    # DS 27B on the same 0.05 APS grid (the paper's 0.45 APS says it resolved 0.05; on a 0.1 grid
+    # a capacity of 0.25-0.29 reads 0.2, a third off 0.3 from the grid alone)
+    rates_ds27: tuple[float, ...] = tuple(round(0.1 + 0.05 * i, 2) for i in range(15))
     large_pd: str = "48p96d"  # where the 48P96D offline point runs
     large_online_pd: str = "44p88d"  # where the 44P88D online point runs
 
@@ -405,17 +407,19 @@ def run_fidelity(
     pe_scope: str | None = None,
     read_tie: str = "pe",
     pe_tie: str = "group",
+    pe_fetch: str = "boundary",
 ) -> dict:
     """Run every planned run and return ``{"scale", "points", "summary", "not_simulated", ...}``;
     ``progress(description)`` is called before each run. ``calibration`` / ``pe_scope`` / ``read_tie`` /
-    ``pe_tie`` replace the simulator's constants, the policies' PE scope and the scheduler's
-    tie-breaks in every run (``SimConfig``'s fields)."""
+    ``pe_tie`` / ``pe_fetch`` replace the simulator's constants, the policies' PE scope, the
+    scheduler's tie-breaks and the PE fetch cadence in every run (``SimConfig``'s fields)."""
     import time
 
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
     calibration = DEFAULT_CALIBRATION if calibration is None else calibration
     kw: dict = {"calibration": calibration, "pe_scope": pe_scope, "read_tie": read_tie, "pe_tie": pe_tie}
+    kw["pe_fetch"] = pe_fetch
 
     started = time.perf_counter()
     runs = plan_runs(scale)
@@ -446,5 +450,6 @@ def run_fidelity(
         "pe_scope": pe_scope or "policy default (group)",
         "read_tie": read_tie,
         "pe_tie": pe_tie,
+        "pe_fetch": pe_fetch,
         "wall_s": time.perf_counter() - started,
     }
