@@ -124,3 +124,19 @@ def test_tie_flags_are_reported_and_bad_values_named() -> None:
     for flag, bad in (("--read-tie", "both"), ("--pe-tie", "coin")):
         result = CliRunner().invoke(app, ["simulate", "--agents", "2", flag, bad])
         assert result.exit_code != 0 and bad in str(result.exception), result.output
+
+
+def test_pe_fetch_flag_reaches_the_run_and_a_bad_value_is_named() -> None:
+    """``--pe-fetch tick`` (the cadence before session 17) is recorded in the JSON and changes the
+    run against the default (boundary); a bad value names itself and the choices."""
+    args = ["simulate", "--agents", "24", "--system", "dualpath", "--json"]
+    base = _json(args)
+    assert "pe_fetch" not in base
+    tick = _json([*args, "--pe-fetch", "tick"])
+    assert tick["pe_fetch"] == "tick"
+    a, b = base["systems"]["dualpath"], tick["systems"]["dualpath"]
+    assert a["ttft_breakdown_s"]["scheduling"] != b["ttft_breakdown_s"]["scheduling"]
+    result = CliRunner().invoke(app, ["simulate", "--agents", "2", "--pe-fetch", "iteration"])
+    assert (
+        result.exit_code != 0 and "iteration" in str(result.exception) and "boundary" in str(result.exception)
+    )
