@@ -106,6 +106,7 @@ class Simulation:
             read_tie=config.read_tie,
             pe_tie=config.pe_tie,
         )
+        boundary = config.pe_fetch == "boundary"  # PE groups fetch between their iterations
         self.adapter = PolicyAdapter(
             self,
             make_scheduler(self.system.policy, sched_cfg),
@@ -114,10 +115,9 @@ class Simulation:
             de_hbm_tokens=de_kv,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
             order=dataclasses.replace(
-                SIM_ORDER, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=config.pe_fetch == "boundary"
+                SIM_ORDER, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=boundary
             ),
         )
-        boundary = config.pe_fetch == "boundary"
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.prefill_units = [
             PrefillUnit(
