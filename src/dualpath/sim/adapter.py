@@ -95,7 +95,7 @@ class PolicyAdapter:
         ``node`` is mid-iteration (skipped when PE groups fetch between iterations)."""
         self.fetcher.round(self.sim.now(), busy)
 
-    def fetch_pe_groups(self, nodes: list[int]) -> None:
+    def fetch_at_boundary(self, nodes: list[int]) -> None:
         """One unit's PE groups ``nodes`` are between iterations: their fetch
         (``Fetcher.fetch_at_boundary``)."""
         self.fetcher.fetch_at_boundary(nodes, self.sim.now())

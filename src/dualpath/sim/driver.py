@@ -131,11 +131,12 @@ class Simulation:
             )
             for u in cluster.prefill_units
         ]
-        # PE group (node) -> its units (DeepSeek: one unit spans whole nodes; DP models: several
-        # engines a node); a group is mid-iteration while all of its units are
+        # each unit's PE groups (nodes), and each group's units (DeepSeek: one unit spans whole
+        # nodes; DP models: several engines a node); a group is mid-iteration while all its units are
+        self.unit_nodes = {u: list(dict.fromkeys(st.node_id for st in u.states)) for u in self.prefill_units}
         self.pe_node_units: dict[int, list[PrefillUnit]] = {}
-        for unit in self.prefill_units:
-            for node in dict.fromkeys(st.node_id for st in unit.states):
+        for unit, nodes in self.unit_nodes.items():
+            for node in nodes:
                 self.pe_node_units.setdefault(node, []).append(unit)
         self.decode_units = [
             DecodeUnit(
@@ -220,7 +221,7 @@ class Simulation:
 
     def _pe_boundary(self, unit: PrefillUnit) -> None:
         """``unit``'s iteration ended: its groups fetch before its next batch forms."""
-        self.adapter.fetch_pe_groups(list(dict.fromkeys(st.node_id for st in unit.states)))
+        self.adapter.fetch_at_boundary(self.unit_nodes[unit])
 
     def starved(self, st: PeState) -> None:
         """PE ``st`` skipped a request for lack of DE buffer room: kick its unit when some frees."""

@@ -418,8 +418,13 @@ def run_fidelity(
     from dualpath.sim.calibration import DEFAULT_CALIBRATION
 
     calibration = DEFAULT_CALIBRATION if calibration is None else calibration
-    kw: dict = {"calibration": calibration, "pe_scope": pe_scope, "read_tie": read_tie, "pe_tie": pe_tie}
-    kw["pe_fetch"] = pe_fetch
+    kw: dict = {
+        "calibration": calibration,
+        "pe_scope": pe_scope,
+        "read_tie": read_tie,
+        "pe_tie": pe_tie,
+        "pe_fetch": pe_fetch,
+    }
 
     started = time.perf_counter()
     runs = plan_runs(scale)
