@@ -110,7 +110,7 @@ class NixlEngine:
 
     def _complete(self, handle: Any, segment: str) -> None:
         state = self._agent.transfer(handle)
-        deadline, wait = time.monotonic() + READ_TIMEOUT_S, 10e-6
+        deadline, wait = time.monotonic() + READ_TIMEOUT_S, min(10e-6, POLL_MAX_S)
         while state == "PROC":
             if time.monotonic() > deadline:
                 raise TransferError(f"NIXL read from {segment} took over {READ_TIMEOUT_S} s")
