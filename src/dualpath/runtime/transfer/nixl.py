@@ -5,9 +5,12 @@ with the UCX backend (package ``nixl-cu12``, imported as ``nixl`` or ``nixl_cu12
 ``dualpath[nixl]``, installed after torch, or ``pip install --no-deps nixl-cu12`` so that it
 cannot pull a CUDA torch). UCX picks its transports from ``UCX_TLS`` (all it finds unless set:
 ``tcp`` between hosts, ``cma``, cross-memory attach, between processes of one host; RDMA verbs
-on a fabric that has them). The agent's metadata (its UCX worker address and registrations) is
-not published anywhere: it travels in each slot message's ``DataMsg.peer`` on the
-(CURVE-authenticated when keyed) ZeroMQ channel, and the receiver loads it once per peer
+on a fabric that has them) and its network devices from ``UCX_NET_DEVICES`` (``lo`` when ``host``
+is a loopback address and the variable is unset, so a local cluster listens on loopback only, as
+its ZeroMQ sockets do; on other hosts, name the cluster's interface). The agent's metadata (its
+UCX worker address and registrations) is not published anywhere: it travels in each slot
+message's ``DataMsg.peer`` on the (CURVE-authenticated when keyed) ZeroMQ channel, and the
+receiver loads it once per peer
 (``add_remote_agent``; at most ``MAX_PEERS``, least recently used dropped). A receiver reads a
 message's slots with one READ request, polled to completion within ``READ_TIMEOUT_S``; NIXL
 refuses a read outside the peer's registered memory when it builds the request. NIXL's Python
@@ -17,8 +20,10 @@ logging is set to ``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise 
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 import re
+import socket
 import time
 import uuid
 from collections import OrderedDict
@@ -49,12 +54,21 @@ def import_api() -> Any:
     raise ConfigError("transport", "nixl", f"cannot import NIXL ({'; '.join(errors)}); {INSTALL}")
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
 class NixlEngine:
     """One NIXL agent (UCX backend) as ``onesided.Engine``."""
 
     kind = "nixl"
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        if _loopback(host):
+            os.environ.setdefault("UCX_NET_DEVICES", "lo")  # listen on loopback only, as the ZeroMQ socket
         api = import_api()
         self.segment = f"dualpath-{uuid.uuid4().hex[:16]}"
         self._agent = api.nixl_agent(self.segment, api.nixl_agent_config(backends=["UCX"]))
@@ -137,4 +151,4 @@ def nixl_transport(
     ring_bytes: int = RING_BYTES,
 ) -> OneSidedTransport:
     """A transport whose payloads move by NIXL (see the module docstring)."""
-    return OneSidedTransport(NixlEngine(), host=host, ring_bytes=ring_bytes, limiter=limiter, keys=keys)
+    return OneSidedTransport(NixlEngine(host), host=host, ring_bytes=ring_bytes, limiter=limiter, keys=keys)
