@@ -10,17 +10,18 @@ is a loopback address and the variable is unset, so a local cluster listens on l
 its ZeroMQ sockets do; on other hosts, name the cluster's interface). The agent's metadata (its
 UCX worker address and registrations) is not published anywhere: it travels in each slot
 message's ``DataMsg.peer`` on the (CURVE-authenticated when keyed) ZeroMQ channel, and the
-receiver loads it once per peer
-(``add_remote_agent``; at most ``MAX_PEERS``, least recently used dropped). A receiver reads a
-message's slots with one READ request, polled to completion within ``READ_TIMEOUT_S``; NIXL
-refuses a read outside the peer's registered memory when it builds the request. NIXL's Python
-logging is set to ``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout).
+receiver loads it once per peer (``add_remote_agent``; at most ``MAX_PEERS``, least recently used
+dropped). A receiver reads a message's slots with one READ request, polled to completion
+(``POLL_SPIN_S``, ``POLL_MAX_S``) within ``READ_TIMEOUT_S``; NIXL refuses a read outside the
+peer's registered memory when it builds the request. NIXL's Python logging is set to
+``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout).
 """
 
 from __future__ import annotations
 
 import importlib
 import ipaddress
+import logging
 import os
 import re
 import socket
@@ -38,8 +39,10 @@ INSTALL = "pip install --no-deps nixl-cu12==1.5.1 after torch (or 'dualpath[nixl
 MODULES = ("nixl._api", "nixl_cu12._api", "nixl_cu13._api")  # the meta package, then the builds
 MAX_PEERS = 256  # remote agents kept loaded (as the ZeroMQ receiver's ack sockets)
 READ_TIMEOUT_S = 30.0  # one message's READ (as the send ring's wait for space)
-POLL_MAX_S = 0.5e-3  # the completion poll backs off from 10 us to this
+POLL_SPIN_S = 2e-3  # the completion poll only yields the GIL this long (a 768 KiB read: ~0.2-1 ms)
+POLL_MAX_S = 0.5e-3  # then it backs off from 10 us to this between polls
 _NAME = re.compile(r"^dualpath-[0-9a-f]{16}$")
+log = logging.getLogger("dualpath.transfer.nixl")
 
 
 def import_api() -> Any:
@@ -120,16 +123,22 @@ class NixlEngine:
         try:
             self._complete(handle, segment)
         finally:
-            self._agent.release_xfer_handle(handle)
+            try:
+                self._agent.release_xfer_handle(handle)  # cancels one still in flight (a timeout)
+            except Exception as exc:  # noqa: BLE001 - NIXL could not cancel it: say so, keep the first error
+                log.warning("NIXL could not release a read from %s: %s", segment, exc)
 
     def _complete(self, handle: Any, segment: str) -> None:
         state = self._agent.transfer(handle)
-        deadline, wait = time.monotonic() + READ_TIMEOUT_S, min(10e-6, POLL_MAX_S)
+        start = time.monotonic()
+        wait = 0.0
         while state == "PROC":
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - start > READ_TIMEOUT_S:
                 raise TransferError(f"NIXL read from {segment} took over {READ_TIMEOUT_S} s")
-            time.sleep(wait)
-            wait = min(2 * wait, POLL_MAX_S)
+            if now - start > POLL_SPIN_S:  # a long read: back off, up to POLL_MAX_S between polls
+                wait = min(max(2 * wait, 10e-6), POLL_MAX_S)
+            time.sleep(wait)  # (0: only yields the GIL)
             state = self._agent.check_xfer_state(handle)
         if state != "DONE":
             raise TransferError(f"NIXL read from {segment} failed ({state})")
