@@ -11,7 +11,8 @@ its ZeroMQ sockets do; on other hosts, name the cluster's interface). The agent'
 UCX worker address and registrations) is not published anywhere: it travels in each slot
 message's ``DataMsg.peer`` on the (CURVE-authenticated when keyed) ZeroMQ channel, and the
 receiver loads it once per peer (``add_remote_agent``; at most ``MAX_PEERS``, least recently used
-dropped). A receiver reads a message's slots with one READ request, polled to completion
+dropped). A receiver reads a message's slots with one READ request (started on the receive
+thread, polled to completion on the delivery thread: calls into the agent hold one lock),
 (``POLL_SPIN_S``, ``POLL_MAX_S``) within ``READ_TIMEOUT_S``; NIXL refuses a read outside the
 peer's registered memory when it builds the request. NIXL's Python logging is set to
 ``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout).
@@ -25,6 +26,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -81,6 +83,7 @@ class NixlEngine:
             )
         self._regs: list[Any] = []
         self._peers: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()  # the agent runs with NIXL's thread sync off: one caller at a time
         self.peer_info = b""
 
     def register(self, addr: int, nbytes: int) -> None:
@@ -108,29 +111,37 @@ class NixlEngine:
         while len(self._peers) > MAX_PEERS:
             self._agent.remove_remote_agent(self._peers.popitem(last=False)[0])
 
-    def read(self, segment: str, peer: bytes, spans: Sequence[Span]) -> None:
+    def post(self, segment: str, peer: bytes, spans: Sequence[Span]) -> Any:
         if not spans:
-            return
+            return None
         try:
-            self._load(segment, peer)
-            local = self._agent.get_xfer_descs([(s[0], s[2], 0) for s in spans], "DRAM")
-            remote = self._agent.get_xfer_descs([(s[1], s[2], 0) for s in spans], "DRAM")
-            handle = self._agent.initialize_xfer("READ", local, remote, segment)
+            with self._lock:
+                self._load(segment, peer)
+                local = self._agent.get_xfer_descs([(s[0], s[2], 0) for s in spans], "DRAM")
+                remote = self._agent.get_xfer_descs([(s[1], s[2], 0) for s in spans], "DRAM")
+                handle = self._agent.initialize_xfer("READ", local, remote, segment)
         except TransferError:
             raise
         except Exception as exc:  # NIXL's errors (e.g. NIXL_ERR_NOT_FOUND: outside its registrations)
             raise TransferError(f"NIXL read from {segment} refused: {type(exc).__name__}: {exc}") from None
+        with self._lock:
+            state = self._agent.transfer(handle)
+        return (handle, segment, state, time.monotonic())
+
+    def wait(self, token: Any) -> None:
+        if token is None:
+            return
+        handle, segment, state, start = token
         try:
-            self._complete(handle, segment)
+            self._complete(handle, segment, state, start)
         finally:
             try:
-                self._agent.release_xfer_handle(handle)  # cancels one still in flight (a timeout)
+                with self._lock:  # cancels a read still in flight (a timeout)
+                    self._agent.release_xfer_handle(handle)
             except Exception as exc:  # noqa: BLE001 - NIXL could not cancel it: say so, keep the first error
                 log.warning("NIXL could not release a read from %s: %s", segment, exc)
 
-    def _complete(self, handle: Any, segment: str) -> None:
-        state = self._agent.transfer(handle)
-        start = time.monotonic()
+    def _complete(self, handle: Any, segment: str, state: str, start: float) -> None:
         wait = 0.0
         while state == "PROC":
             now = time.monotonic()
@@ -139,7 +150,8 @@ class NixlEngine:
             if now - start > POLL_SPIN_S:  # a long read: back off, up to POLL_MAX_S between polls
                 wait = min(max(2 * wait, 10e-6), POLL_MAX_S)
             time.sleep(wait)  # (0: only yields the GIL)
-            state = self._agent.check_xfer_state(handle)
+            with self._lock:
+                state = self._agent.check_xfer_state(handle)
         if state != "DONE":
             raise TransferError(f"NIXL read from {segment} failed ({state})")
 
