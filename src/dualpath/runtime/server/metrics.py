@@ -110,6 +110,7 @@ _STORE_DOCS = {
     "evictions": "KV blocks evicted (LRU leaves) for the capacity bound or disk space",
     "rewritten_blocks": "Quarantined or vanished KV blocks persisted again (healed)",
     "written_blocks": "KV blocks persisted",
+    "refused_links": "Symlinks found in the KV directory where a block, shard or quarantine belongs (moved aside, never followed)",
     "failed_hit_tokens": "Prompt tokens the store index promised that did not load (recomputed)",
 }
 
