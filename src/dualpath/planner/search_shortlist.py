@@ -1,18 +1,19 @@
 """Phase 1 of the search (issue 11 section 6): the short list of each pool.
 
 **Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
-gets ``sigma1 = tput / demand`` for one replica; a pool of d replicas has ``sigma = d x sigma1``.
-Demand is ``lambda x I`` tokens/s for prefill and ``lambda x O`` for decode; ``tput`` is one
-replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget; a
-split PF side: every token its free memory holds one layer's activations of, since it batches all A
-lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer), from the
-same lane times the run uses. A merged pool adds its stages' times; its sigma is the smaller of its
-phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over all ``t
-p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention cannot hold
-the longest request's KV) and is scored at that size; candidates whose ``min_dp`` replicas exceed
-the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the
-``shortlist`` best (device, precision) groups by sigma1 per unit cost, plus the group of the
-cheapest replica.
+gets ``sigma1 = tput / demand`` for one replica (demand ``lambda x I`` tokens/s for prefill,
+``lambda x O`` for decode), from the same lane times the run uses. Prefill is read at one lane's
+batch (the prompts that fit the token budget; a split PF side: each of its lanes takes one A lane's
+tokens, the matched partner). Decode, under ``largest-batch``, at the largest batch a replica holds
+(``max_decode_batch``, or fewer when its KV capacity holds fewer) with ``sigma = d x sigma1``;
+under ``partner-batch`` (default) the pool's score is sigma_partner.Rater's (``min(C, d b_hold)``
+sequences over its ``p d`` lanes). A merged pool adds its stages' times; its sigma is the smaller
+of its phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over
+all ``t p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention
+cannot hold the longest request's KV) and is scored at that size; candidates whose ``min_dp``
+replicas exceed the budget, or whose non-expert share alone does not fit, are pruned. The short
+list keeps the ``shortlist`` best (device, precision) groups by sigma per unit cost, plus the
+group of the cheapest replica.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
-from dualpath.cost.stages import kv_cache_bytes
-from dualpath.planner import sigma_batch
+from dualpath.cost.stages import hidden_act_bytes_per_token
+from dualpath.planner import sigma_partner
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
 from dualpath.planner.pools import PoolPlan, PoolTimer
-from dualpath.planner.search import Candidate, Counts, Demand, decode_hold, decode_step_s, replica_sigma
-from dualpath.planner.sigma_batch import SIGMA_RULES, DecodeCurve
+from dualpath.planner.search import (
+    Candidate,
+    Counts,
+    Demand,
+    decode_hold,
+    prefill_lane_tokens,
+    replica_sigma,
+)
+from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES, Rater
 
 if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
@@ -58,11 +66,46 @@ def phase1(
     max_decode_batch: int,
     shortlist: int,
     counts: Counts,
-    sigma_rule: str = "largest-batch",
+    sigma_rule: str = SIGMA_DEFAULT,
 ) -> list[list[Candidate]]:
     """The short list of one pool: the ``shortlist`` best (device, precision) groups by their
     best sigma1 per unit cost, each with all its surviving (t, p) layouts (``sigma_rule``
-    ``batch-aware``: scores and ranking of sigma_batch.py)."""
+    ``partner-batch``: scores and ranking of sigma_partner.py)."""
+    kept = candidates(
+        model,
+        pool,
+        devices,
+        demand,
+        allowed,
+        budget=budget,
+        budget_kind=budget_kind,
+        efficiency=efficiency,
+        prefill_token_budget=prefill_token_budget,
+        max_decode_batch=max_decode_batch,
+        counts=counts,
+        sigma_rule=sigma_rule,
+    )
+    if sigma_rule == "partner-batch":
+        return shortlist_of(kept, shortlist, key=lambda c: sigma_partner.rank_key(c, budget))
+    return shortlist_of(kept, shortlist)
+
+
+def candidates(
+    model: ModelSpec,
+    pool: PoolSpec,
+    devices: Sequence[CatalogDevice],
+    demand: Demand,
+    allowed: Mapping[str, Sequence[int]],
+    *,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    counts: Counts,
+    sigma_rule: str = SIGMA_DEFAULT,
+) -> list[Candidate]:
+    """Every surviving candidate replica of one pool, scored (phase 1 before the short list)."""
     require(sigma_rule in SIGMA_RULES, "sigma", sigma_rule, f"choices: {', '.join(SIGMA_RULES)}")
     kept: list[Candidate] = []
     order = 0
@@ -109,12 +152,17 @@ def phase1(
                     if sigmas is None:
                         counts.pruned_residency += 1
                         continue
-                    curve, pre_s = None, 0.0
-                    if sigma_rule == "batch-aware":
-                        if any(s in ("da", "df") for s in pool.stages):
-                            curve = _curve(model, plan, demand, efficiency, sigmas, max_decode_batch)
-                        if "pa" in pool.stages:
-                            pre_s = _prefill_iter_s(model, plan, demand, efficiency, prefill_token_budget)
+                    rater = None
+                    if sigma_rule == "partner-batch":
+                        rater = _rater(
+                            model,
+                            plan,
+                            demand,
+                            efficiency,
+                            sigmas,
+                            max_decode_batch=max_decode_batch,
+                            prefill_token_budget=prefill_token_budget,
+                        )
                     kept.append(
                         Candidate(
                             device=dev,
@@ -127,67 +175,70 @@ def phase1(
                             sigma_sum=sum(sigmas),
                             order=order,
                             min_dp=dmin,
-                            curve=curve,
-                            decode_f="df" in pool.stages,
-                            prefill_s=pre_s,
+                            rater=rater,
                         )
                     )
-    if sigma_rule == "batch-aware":
-        return shortlist_of(kept, shortlist, key=lambda c: sigma_batch.rank_key(c, budget))
-    return shortlist_of(kept, shortlist)
+    return kept
 
 
-def _curve(
+def _rater(
     model: ModelSpec,
     plan: PoolPlan,
     demand: Demand,
     efficiency: Efficiency,
     sigmas: Sequence[float],
+    *,
     max_decode_batch: int,
-) -> DecodeCurve:
-    """The batch-aware decode score of ``plan``'s candidate: step times at (batch, pool size);
-    the pool size matters only where the experts are spread over the whole pool (e = t p d)."""
-    hold = decode_hold(model, plan, demand, max_decode_batch)
-    assert hold is not None  # replica_sigma accepted the plan
+    prefill_token_budget: int,
+) -> Rater:
+    """The partner-batch rater of ``plan``'s candidate: its lane times at (batch, pool size); the
+    pool size matters only where the experts are spread over the whole pool (e = t p d)."""
     lay = plan.layout
-    pooled = default_ep(model, plan.stages, lay.tp, lay.pp) > 1
+    stages = plan.stages
+    pooled = default_ep(model, stages, lay.tp, lay.pp) > 1
     timers: dict[int, PoolTimer] = {}
 
-    def step_s(batch: int, dp: int) -> float:
+    def timer_at(dp: int) -> PoolTimer:
         size = dp if pooled else lay.dp
         timer = timers.get(size)
         if timer is None:
-            ep = default_ep(model, plan.stages, lay.tp, lay.pp, size)
+            ep = default_ep(model, stages, lay.tp, lay.pp, size)
             sized = dataclasses.replace(plan, layout=Layout(tp=lay.tp, pp=lay.pp, dp=size, ep=ep))
             timer = timers[size] = PoolTimer(model, sized, efficiency)
-        return decode_step_s(timer, batch, demand)
+        return timer
 
-    has_prefill = any(s in ("pa", "pf") for s in plan.stages)
-    kv_req = (
-        kv_cache_bytes(model, max(1, round(demand.input_len)), plan.bits_map["da"])
-        if "da" in plan.stages
-        else 0.0
-    )
-    return DecodeCurve(
-        output_len=demand.output_len,
-        kv_request_bytes=kv_req,
-        hold=hold,
+    ctx = demand.input_len + demand.output_len / 2
+    dec = [s for s in stages if s in ("da", "df")]
+
+    def dec_lane(batch: int, dp: int) -> float:
+        t = timer_at(dp)
+        return sum(t.timers[s].decode_s(batch, ctx) for s in dec)
+
+    def pf_lane(tokens: int, dp: int) -> float:
+        return timer_at(dp).timers["pf"].prefill_uniform_s(1, tokens)
+
+    lane_tokens = prefill_lane_tokens(demand, prefill_token_budget)
+    length = max(1, round(demand.input_len))
+    pre_lane = 0.0
+    if "pa" in stages and "pf" not in stages:  # the A side of a split prefill unit
+        pre_lane = timer_at(lay.dp).timers["pa"].prefill_uniform_s(lane_tokens // length, length)
+    hold = decode_hold(model, plan, demand, max_decode_batch) if dec else 0
+    bits = plan.bits_map
+    return Rater(
+        lanes=lay.pp,
+        devices=lay.tp * lay.pp,
+        hold=hold or 0,
         concurrency=demand.num_requests,
-        prefill_sigma1=sigmas[0] if has_prefill else math.inf,
-        step_s=step_s,
-        demand_tps=demand.decode_tokens_per_s,
+        prefill_sigma1=sigmas[0] if any(s in ("pa", "pf") for s in stages) else math.inf,
+        pre_lane_tokens=lane_tokens,
+        pre_lane_s=pre_lane,
+        demand_decode_tps=demand.decode_tokens_per_s,
+        act_prefill=hidden_act_bytes_per_token(model, bits.get("pa", bits.get("pf", 16))),
+        act_decode=hidden_act_bytes_per_token(model, bits.get("da", bits.get("df", 16))),
+        dec_lane_fn=dec_lane if dec else None,
+        pf_lane_fn=pf_lane if "pf" in stages else None,
         pooled=pooled,
     )
-
-
-def _prefill_iter_s(
-    model: ModelSpec, plan: PoolPlan, demand: Demand, efficiency: Efficiency, prefill_token_budget: int
-) -> float:
-    """One lane's prefill iteration of mean prompts (the prefill part of a request's residence)."""
-    timer = PoolTimer(model, plan, efficiency)
-    length = max(1, round(demand.input_len))
-    k = max(1, prefill_token_budget // length)
-    return sum(timer.timers[s].prefill_uniform_s(k, length) for s in plan.stages if s in ("pa", "pf"))
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
