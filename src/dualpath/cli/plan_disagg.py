@@ -15,19 +15,24 @@ import typer
 from dualpath.cli._common import print_json
 from dualpath.cli.plan_disagg_opts import (
     AccOpt,
+    AfPrefillOpt,
+    AnchorOpt,
     CatalogOpt,
     EffOpt,
     JsonOpt,
     N2nOpt,
+    NdScheduleOpt,
     OutLenOpt,
     OutOpt,
     PrecOpt,
     PricesOpt,
     RateOpt,
+    RefIoOpt,
     ReqOpt,
     ScaleOpt,
     SeedOpt,
     SetOpt,
+    ShortlistOpt,
     SigmaOpt,
     TopKOpt,
     WorkOpt,
@@ -35,6 +40,7 @@ from dualpath.cli.plan_disagg_opts import (
     config_from,
     emit,
     modes_of,
+    parse_ref_io,
     parse_sets,
 )
 from dualpath.cli.plan_disagg_show import (
@@ -91,6 +97,11 @@ def disagg(
     ] = None,
     sigma: SigmaOpt = None,
     n2n_gbs: N2nOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -127,6 +138,11 @@ def disagg(
         af_microbatches=af_microbatches,
         sigma=sigma,
         n2n_gbs=n2n_gbs,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     from dualpath.planner.api import plan_disagg
 
@@ -156,10 +172,15 @@ def sweep_cmd(
     prices: PricesOpt = None,
     sigma: SigmaOpt = None,
     n2n_gbs: N2nOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
-    """Every model x I/O ratio: x ND per mode, model means, counts, allocations."""
+    """Every model x I/O ratio: x ND per mode, model means and medians, counts, allocations."""
     from dualpath.planner.report import parse_floats, parse_models, sweep
 
     names, ratios = parse_models(models), parse_floats("io", io)
@@ -179,6 +200,11 @@ def sweep_cmd(
         prices=prices,
         sigma=sigma,
         n2n_gbs=n2n_gbs,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
@@ -206,6 +232,11 @@ def ablate_cmd(
     requests: ReqOpt = None,
     seed: SeedOpt = None,
     sigma: SigmaOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -229,6 +260,11 @@ def ablate_cmd(
         num_requests=requests,
         seed=seed,
         sigma=sigma,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)

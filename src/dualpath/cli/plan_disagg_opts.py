@@ -32,7 +32,7 @@ ScaleOpt = Annotated[
     typer.Option(
         "--budget-scale",
         help="Budget = scale x cost of the cheapest ND deployment holding the "
-        "16-bit weights (default: the fitted PlanConfig.budget_scale).",
+        "16-bit weights, or of the demand anchor (default: the fitted BUDGET_SCALE; demand: 0.5).",
     ),
 ]
 TopKOpt = Annotated[
@@ -137,6 +137,18 @@ def parse_sets(items: list[str] | None) -> dict[str, float]:
         except ValueError:
             raise ConfigError(f"set {name.strip()}", text, "expected a number") from None
     return overrides
+
+
+def parse_ref_io(text: str | None) -> float | str | None:
+    """``--budget-ref-io``: a positive number or ``plan``; ConfigError naming a bad value."""
+    if text is None or text.strip() == "plan":
+        return None if text is None else "plan"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError("budget_ref_io", text, "a positive I/O ratio or 'plan'") from None
+    require(value > 0, "budget_ref_io", text, "a positive I/O ratio or 'plan'")
+    return value
 
 
 def modes_of(text: str | None) -> tuple[str, ...] | None:

@@ -7,6 +7,7 @@ ND's best on the identical request list. The result carries every constant used.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -200,8 +201,12 @@ class _Search:
         top: tuple[RunResult, Allocation] | None = None
         for i, alloc in enumerate(ranked[: config.top_k]):
             self.say(f"{name}: simulating {i + 1}/{min(config.top_k, len(ranked))}")
-            result = simulate(self.model, spec, alloc, reqs, run_cfg, self.efficiency)
+            until = top[0].makespan_s if top is not None else math.inf
+            result = simulate(self.model, spec, alloc, reqs, run_cfg, self.efficiency, until_s=until)
             self.counts.simulated += 1
+            if result is None:  # stopped once it could no longer beat the best so far
+                self.counts.stopped += 1
+                continue
             self.counts.events += result.num_events
             if top is None or result.tokens_per_s > top[0].tokens_per_s:
                 top = (result, alloc)

@@ -68,7 +68,7 @@ def check_invariants(run: _Run) -> RunResult:
             raise fail(f"pool {pool.name} cannot hold its weights")
     if run.max_kv > run.kv_cap * (1 + 1e-12):
         raise fail(f"KV admitted {run.max_kv} exceeds capacity {run.kv_cap}")
-    kv_expected = sum(run._handoff_bytes(r) for r in range(len(reqs))) if run.kv_links else 0.0
+    kv_expected = sum(run._handoff_bytes(r) for r in range(len(reqs))) if run.has_kv_boundary else 0.0
     af_expected = 0.0
     crossings = {"prefill": af_crossings(run.cfg.af_prefill, model.num_layers), "decode": model.num_layers}
     for u in run.units.values():
@@ -76,12 +76,13 @@ def check_invariants(run: _Run) -> RunResult:
             for phase in u.unit.phases:
                 tokens = sum(reqs.input_len if phase == "prefill" else reqs.output_len)
                 af_expected += crossings[phase] * tokens * (u.act_a[phase] + u.act_f[phase])
-    moved = link_bytes(run.links)
+    links = run.all_links()
+    moved = link_bytes(links)
     expected = kv_expected + af_expected
     if abs(moved - expected) > 1e-9 * max(expected, 1.0):
         raise fail(f"N2N bytes {moved} != KV hand-off {kv_expected} + AF {af_expected}")
     makespan = max(run.done_s)
-    check_utilisation(run.links, makespan)
+    check_utilisation(links, makespan)
     out_tokens = sum(reqs.output_len)
     return RunResult(
         makespan_s=makespan,

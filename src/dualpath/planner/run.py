@@ -87,15 +87,14 @@ class _Run(DecodeSegments, MixedIterations):
         total = [i + o for i, o in zip(reqs.input_len, reqs.output_len, strict=True)]
         self.kv_req = [kv_cache_bytes(model, c, self.kv_bits) for c in total]
         self.busy = {p.name: 0.0 for p in alloc.pools}
-        self.links: list[Link] = []
-        self.kv_links: list[Link] = []
+        self.links: list[Link] = []  # the A/F links; the KV links are made as replicas use them
+        self.kv_links: dict[int, Link] = {}  # prefill replica -> its hand-off link
+        self.has_kv_boundary = mode.kv_boundary is not None
         self.kv_bw = 0.0
         if mode.kv_boundary is not None:
             src, dst = (alloc.pool(x) for x in mode.kv_boundary)
-            a, b = src.layout.replica_devices, dst.layout.replica_devices
-            self.kv_links = [n2n_link(f"kv{r}", a, b, cfg.n2n_gbs) for r in range(src.layout.dp)]
-            self.kv_bw = n2n_bytes_per_s(a, b, cfg.n2n_gbs)
-            self.links += self.kv_links
+            self.kv_devices = (src.layout.replica_devices, dst.layout.replica_devices)
+            self.kv_bw = n2n_bytes_per_s(*self.kv_devices, cfg.n2n_gbs)
         self.af_links: dict[str, tuple[Link, Link]] = {}
         for name, u in self.units.items():
             if u.unit.is_split:
@@ -122,10 +121,12 @@ class _Run(DecodeSegments, MixedIterations):
         self.num_done = 0
 
     # ---- admission and prefill ---------------------------------------------------------------
-    def run(self) -> RunResult:
+    def run(self, until_s: float = math.inf) -> RunResult | None:
         for t in self.reqs.arrival_s:
             self.k.call_at(t, self._arrive, PRIO_ARRIVAL)
-        self.k.run()
+        self.k.run(until_s)
+        if self.num_done < len(self.reqs) and self.k.pending:
+            return None  # stopped at until_s with requests left: it cannot finish by then
         return self._check()
 
     def _arrive(self) -> None:
@@ -183,12 +184,12 @@ class _Run(DecodeSegments, MixedIterations):
         end = now + it.time_s
         self._account(unit, it, now, 1)
         self.busy_unit[unit.unit.name] = True
-        if self.kv_links:
+        if self.has_kv_boundary:
             layers = self.model.num_layers
             p = unit.a.plan.layout.pp
             for i, lane in enumerate(lanes):
                 nbytes = sum(self._handoff_bytes(r) for r in lane)
-                link = self.kv_links[i // p]
+                link = self._kv_link(i // p)
                 arrive = n2n_transfer(link, nbytes, now + it.time_s / layers, self.cfg.link_latency_s)
                 done = max(arrive, end + nbytes / layers / self.kv_bw)
                 self.k.call_at(done, _bind(self._join, lane), PRIO_COMPLETE)
@@ -196,6 +197,19 @@ class _Run(DecodeSegments, MixedIterations):
         else:
             flat = [r for lane in lanes for r in lane]
             self.k.call_at(end, _bind(self._prefill_done_local, flat), PRIO_COMPLETE)
+
+    def _kv_link(self, replica: int) -> Link:
+        """The hand-off link of prefill replica ``replica`` (made on first use: a pool of
+        thousands of replicas touches few of them in one run)."""
+        link = self.kv_links.get(replica)
+        if link is None:
+            a, b = self.kv_devices
+            link = self.kv_links[replica] = n2n_link(f"kv{replica}", a, b, self.cfg.n2n_gbs)
+        return link
+
+    def all_links(self) -> list[Link]:
+        """Every N2N link the run used: the A/F links and the KV links made so far."""
+        return self.links + list(self.kv_links.values())
 
     def _handoff_bytes(self, rid: int) -> float:
         return kv_cache_bytes(self.model, self.reqs.input_len[rid], self.kv_bits)
@@ -248,6 +262,11 @@ def simulate(
     reqs: Requests,
     cfg: RunConfig,
     efficiency: Efficiency,
-) -> RunResult:
-    """Run ``alloc`` (a deployment of ``mode``) on ``reqs``; invariants checked at the end."""
-    return _Run(model, mode, alloc, reqs, cfg, efficiency).run()
+    *,
+    until_s: float = math.inf,
+) -> RunResult | None:
+    """Run ``alloc`` (a deployment of ``mode``) on ``reqs``; invariants checked at the end. With
+    ``until_s`` the run stops at that simulated time and returns None when requests are left (its
+    makespan would exceed ``until_s``: the search passes the mode's best makespan so far, which a
+    stopped run cannot beat, since every allocation serves the same tokens)."""
+    return _Run(model, mode, alloc, reqs, cfg, efficiency).run(until_s)

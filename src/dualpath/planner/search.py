@@ -52,6 +52,7 @@ class Counts:
     pruned_residency: int = 0
     allocations_ranked: int = 0
     simulated: int = 0
+    stopped: int = 0  # simulations stopped once they could no longer beat the mode's best
     events: int = 0
 
     def to_json(self, top_k: int) -> dict[str, int]:
@@ -62,6 +63,7 @@ class Counts:
             "pruned_residency": self.pruned_residency,
             "allocations_ranked": self.allocations_ranked,
             "simulated": self.simulated,
+            "stopped_early": self.stopped,
             "events": self.events,
         }
 

@@ -99,22 +99,30 @@ def phase2(
 ) -> list[Allocation]:
     """Ranked, de-duplicated allocations of ``mode`` (best first). ``coupling`` (partner-batch):
     rate each allocation at its partners' batches; None: the largest-batch rule."""
-    pick = sigma_partner.pick if coupling is not None else _pick
+    rule = sigma_partner.pick if coupling is not None else _pick
+    memo: dict[tuple[int, int, int], tuple[Candidate, int] | None] = {}
+
+    def pick(pool: int, group: int, cands: Sequence[Candidate], k: int) -> tuple[Candidate, int] | None:
+        """The rule's pick in a slice of k/grid of the budget (the same slices recur across splits)."""
+        key = (pool, group, k)
+        if key not in memo:
+            memo[key] = rule(cands, budget * k / grid)
+        return memo[key]
+
     pools = mode.pools
     seen: dict[tuple[object, ...], Allocation] = {}
     started: set[tuple[tuple[int, int], ...]] = set()  # many splits start alike
+    flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
     for split in _splits(len(pools), grid):
-        slices = [budget * k / grid for k in split]
-        flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
-        base = [pick(f, s) for f, s in zip(flat, slices, strict=True)]
+        base = [pick(i, -1, f, k) for i, (f, k) in enumerate(zip(flat, split, strict=True))]
         if any(b is None for b in base):
             continue
         variants: list[list[tuple[Candidate, int]]] = [base]  # type: ignore[list-item]
-        for i, (p, s) in enumerate(zip(pools, slices, strict=True)):
-            for group in shortlists[p.name]:
+        for i, (p, k) in enumerate(zip(pools, split, strict=True)):
+            for g, group in enumerate(shortlists[p.name]):
                 if base[i][0] in group:  # type: ignore[index]
                     continue
-                other = pick(group, s)
+                other = pick(i, g, group, k)
                 if other is not None:
                     variants.append([*base[:i], other, *base[i + 1 :]])  # type: ignore[list-item]
         for var in variants:

@@ -199,7 +199,7 @@ def _rater(
     timers: dict[int, PoolTimer] = {}
 
     def timer_at(dp: int) -> PoolTimer:
-        size = dp if pooled else lay.dp
+        size = _pool_size_grid(dp) if pooled else lay.dp
         timer = timers.get(size)
         if timer is None:
             ep = default_ep(model, stages, lay.tp, lay.pp, size)
@@ -239,6 +239,15 @@ def _rater(
         pf_lane_fn=pf_lane if "pf" in stages else None,
         pooled=pooled,
     )
+
+
+def _pool_size_grid(dp: int) -> int:
+    """The pool size a pooled-expert rater reads its step at: ``dp`` up to 8, beyond it the
+    nearest point of a grid 2^(1/4) apart (the experts' sharing changes slowly with the pool size;
+    one timer per grid point keeps phase 1 and 2 fast). The run uses the exact size."""
+    if dp <= 8:
+        return dp
+    return round(2 ** (round(4 * math.log2(dp)) / 4))
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
