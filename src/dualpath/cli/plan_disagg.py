@@ -317,16 +317,33 @@ def figures_cmd(
         bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 requests) for tests.")
     ] = False,
     sigma: SigmaOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    no_flags: Annotated[
+        bool, typer.Option("--no-flags", help="Skip the findings under each rule flag (findings_flags.md).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Every planner plot (Figs. 5-7, Table 5, ablations, rooflines, power fit, workloads)."""
+    """Every planner table and plot of docs/planner.md (Figs. 5-7, Table 5, ablations, rooflines,
+    power fit, workloads, the findings under the defaults and under each rule flag)."""
     import dataclasses
 
     from dualpath.planner.figures import FULL_GRID, QUICK_GRID, make_figures
 
     grid = QUICK_GRID if quick else FULL_GRID
-    if sigma is not None:
-        grid = dataclasses.replace(grid, sigma=sigma)
+    given = {
+        "sigma": sigma,
+        "af_prefill": af_prefill,
+        "nd_schedule": nd_schedule,
+        "budget_anchor": budget_anchor,
+    }
+    rules = {k: v for k, v in given.items() if v is not None}
+    if rules:
+        config_from(model="glm-4.6", catalog="npu", io_ratio=1.0, **rules)  # validates the values
+        grid = dataclasses.replace(grid, rules=rules)
+    if no_flags:
+        grid = dataclasses.replace(grid, variants=())
     with progress_lines("figures", total=None) as step:
         index = make_figures(out, quick=quick, grid=grid, progress=step)
     if json_out:

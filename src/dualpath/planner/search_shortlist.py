@@ -18,26 +18,17 @@ group of the cheapest replica.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
-from dualpath.cost.stages import hidden_act_bytes_per_token
 from dualpath.planner import sigma_partner
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
-from dualpath.planner.pools import PoolPlan, PoolTimer
-from dualpath.planner.search import (
-    Candidate,
-    Counts,
-    Demand,
-    decode_hold,
-    prefill_lane_tokens,
-    replica_sigma,
-)
-from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES, Rater
+from dualpath.planner.pools import PoolPlan
+from dualpath.planner.search import Candidate, Counts, Demand, replica_sigma
+from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES
 
 if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
@@ -90,6 +81,10 @@ def phase1(
     return shortlist_of(kept, shortlist)
 
 
+_MEMO_SIZE = 48  # phase-1 candidate lists kept per process (plans differing only in later rules)
+_MEMO: OrderedDict[tuple, tuple[list[Candidate], tuple[int, int, int]]] = OrderedDict()
+
+
 def candidates(
     model: ModelSpec,
     pool: PoolSpec,
@@ -105,149 +100,143 @@ def candidates(
     counts: Counts,
     sigma_rule: str = SIGMA_DEFAULT,
 ) -> list[Candidate]:
-    """Every surviving candidate replica of one pool, scored (phase 1 before the short list)."""
+    """Every surviving candidate replica of one pool, scored (phase 1 before the short list).
+    Memoised per process on every input (plans that differ only in phase-2 or run rules, such as
+    the A/F prefill rule, the ND schedule or K, share it); ``counts`` is updated either way."""
     require(sigma_rule in SIGMA_RULES, "sigma", sigma_rule, f"choices: {', '.join(SIGMA_RULES)}")
-    kept: list[Candidate] = []
-    order = 0
-    for dev in devices:
-        unit = dev.cost(budget_kind)  # type: ignore[arg-type]
-        cap = dev.device.capacity_bytes
-        for bits in bits_options(pool, allowed):
-            for tp in TP_DEGREES:
-                for pp in PP_DEGREES:
-                    counts.candidates += 1
-                    order += 1
-                    cost = tp * pp * unit
-                    if cost > budget:
-                        counts.pruned_budget += 1
-                        continue
-                    dmin = min_replicas(model, dict(bits), tp, pp, cap)
-                    if dmin is None:
-                        counts.pruned_residency += 1
-                        continue
-                    sigmas = None
-                    while dmin * cost <= budget:
-                        ep = default_ep(model, pool.stages, tp, pp, dmin)
-                        plan = PoolPlan(
-                            name=pool.name,
-                            stages=pool.stages,
-                            device=dev,
-                            layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep),
-                            bits=bits,
-                        )
-                        sigmas = replica_sigma(
-                            model,
-                            plan,
-                            demand,
-                            efficiency=efficiency,
-                            prefill_token_budget=prefill_token_budget,
-                            max_decode_batch=max_decode_batch,
-                        )
-                        if sigmas is not None or ep == 1:
-                            break
-                        dmin *= 2  # more replicas spread the experts thinner: room for KV
-                    if dmin * cost > budget:
-                        counts.pruned_budget += 1
-                        continue
-                    if sigmas is None:
-                        counts.pruned_residency += 1
-                        continue
-                    rater = None
-                    if sigma_rule == "partner-batch":
-                        rater = _rater(
-                            model,
-                            plan,
-                            demand,
-                            efficiency,
-                            sigmas,
-                            max_decode_batch=max_decode_batch,
-                            prefill_token_budget=prefill_token_budget,
-                        )
-                    kept.append(
-                        Candidate(
-                            device=dev,
-                            tp=tp,
-                            pp=pp,
-                            ep=default_ep(model, pool.stages, tp, pp),
-                            bits=bits,
-                            replica_cost=cost,
-                            sigma1=min(sigmas),
-                            sigma_sum=sum(sigmas),
-                            order=order,
-                            min_dp=dmin,
-                            rater=rater,
-                        )
-                    )
+    key = (
+        model,
+        pool.stages,
+        tuple(devices),
+        demand,
+        tuple(sorted((k, tuple(v)) for k, v in allowed.items())),
+        budget,
+        budget_kind,
+        id(efficiency),
+        prefill_token_budget,
+        max_decode_batch,
+        sigma_rule,
+    )
+    hit = _MEMO.get(key)
+    if hit is None:
+        local = Counts()
+        kept = [
+            c
+            for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
+            if (
+                c := _candidate(
+                    model,
+                    pool,
+                    dev,
+                    bits,
+                    tp,
+                    pp,
+                    order,
+                    demand,
+                    budget=budget,
+                    budget_kind=budget_kind,
+                    efficiency=efficiency,
+                    prefill_token_budget=prefill_token_budget,
+                    max_decode_batch=max_decode_batch,
+                    counts=local,
+                    sigma_rule=sigma_rule,
+                )
+            )
+            is not None
+        ]
+        hit = _MEMO[key] = (kept, (local.candidates, local.pruned_budget, local.pruned_residency))
+        if len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    else:
+        _MEMO.move_to_end(key)
+    kept, (n, budget_pruned, residency_pruned) = hit
+    counts.candidates += n
+    counts.pruned_budget += budget_pruned
+    counts.pruned_residency += residency_pruned
     return kept
 
 
-def _rater(
+def _layouts(
+    pool: PoolSpec, devices: Sequence[CatalogDevice], allowed: Mapping[str, Sequence[int]]
+) -> Iterator[tuple[CatalogDevice, tuple[tuple[str, int], ...], int, int]]:
+    """Every (device, precision, t, p) of a pool, in enumeration order."""
+    for dev in devices:
+        for bits in bits_options(pool, allowed):
+            for tp in TP_DEGREES:
+                for pp in PP_DEGREES:
+                    yield dev, bits, tp, pp
+
+
+def _candidate(
     model: ModelSpec,
-    plan: PoolPlan,
+    pool: PoolSpec,
+    dev: CatalogDevice,
+    bits: tuple[tuple[str, int], ...],
+    tp: int,
+    pp: int,
+    order: int,
     demand: Demand,
-    efficiency: Efficiency,
-    sigmas: Sequence[float],
     *,
-    max_decode_batch: int,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
     prefill_token_budget: int,
-) -> Rater:
-    """The partner-batch rater of ``plan``'s candidate: its lane times at (batch, pool size); the
-    pool size matters only where the experts are spread over the whole pool (e = t p d)."""
-    lay = plan.layout
-    stages = plan.stages
-    pooled = default_ep(model, stages, lay.tp, lay.pp) > 1
-    timers: dict[int, PoolTimer] = {}
-
-    def timer_at(dp: int) -> PoolTimer:
-        size = _pool_size_grid(dp) if pooled else lay.dp
-        timer = timers.get(size)
-        if timer is None:
-            ep = default_ep(model, stages, lay.tp, lay.pp, size)
-            sized = dataclasses.replace(plan, layout=Layout(tp=lay.tp, pp=lay.pp, dp=size, ep=ep))
-            timer = timers[size] = PoolTimer(model, sized, efficiency)
-        return timer
-
-    ctx = demand.input_len + demand.output_len / 2
-    dec = [s for s in stages if s in ("da", "df")]
-
-    def dec_lane(batch: int, dp: int) -> float:
-        t = timer_at(dp)
-        return sum(t.timers[s].decode_s(batch, ctx) for s in dec)
-
-    def pf_lane(tokens: int, dp: int) -> float:
-        return timer_at(dp).timers["pf"].prefill_uniform_s(1, tokens)
-
-    lane_tokens = prefill_lane_tokens(demand, prefill_token_budget)
-    length = max(1, round(demand.input_len))
-    pre_lane = 0.0
-    if "pa" in stages and "pf" not in stages:  # the A side of a split prefill unit
-        pre_lane = timer_at(lay.dp).timers["pa"].prefill_uniform_s(lane_tokens // length, length)
-    hold = decode_hold(model, plan, demand, max_decode_batch) if dec else 0
-    bits = plan.bits_map
-    return Rater(
-        lanes=lay.pp,
-        devices=lay.tp * lay.pp,
-        hold=hold or 0,
-        concurrency=demand.num_requests,
-        prefill_sigma1=sigmas[0] if any(s in ("pa", "pf") for s in stages) else math.inf,
-        pre_lane_tokens=lane_tokens,
-        pre_lane_s=pre_lane,
-        demand_decode_tps=demand.decode_tokens_per_s,
-        act_prefill=hidden_act_bytes_per_token(model, bits.get("pa", bits.get("pf", 16))),
-        act_decode=hidden_act_bytes_per_token(model, bits.get("da", bits.get("df", 16))),
-        dec_lane_fn=dec_lane if dec else None,
-        pf_lane_fn=pf_lane if "pf" in stages else None,
-        pooled=pooled,
+    max_decode_batch: int,
+    counts: Counts,
+    sigma_rule: str,
+) -> Candidate | None:
+    """One (device, precision, t, p) scored at its fewest replicas, or None (pruned, counted)."""
+    counts.candidates += 1
+    cost = tp * pp * dev.cost(budget_kind)  # type: ignore[arg-type]
+    dmin = min_replicas(model, dict(bits), tp, pp, dev.device.capacity_bytes) if cost <= budget else None
+    if cost > budget or dmin is None:
+        counts.pruned_budget += int(cost > budget)
+        counts.pruned_residency += int(cost <= budget)
+        return None
+    sigmas = None
+    while dmin * cost <= budget:
+        ep = default_ep(model, pool.stages, tp, pp, dmin)
+        layout = Layout(tp=tp, pp=pp, dp=dmin, ep=ep)
+        plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev, layout=layout, bits=bits)
+        sigmas = replica_sigma(
+            model,
+            plan,
+            demand,
+            efficiency=efficiency,
+            prefill_token_budget=prefill_token_budget,
+            max_decode_batch=max_decode_batch,
+        )
+        if sigmas is not None or ep == 1:
+            break
+        dmin *= 2  # more replicas spread the experts thinner: room for KV
+    if dmin * cost > budget or sigmas is None:
+        counts.pruned_budget += int(dmin * cost > budget)
+        counts.pruned_residency += int(dmin * cost <= budget)
+        return None
+    rater = None
+    if sigma_rule == "partner-batch":
+        rater = sigma_partner.make_rater(
+            model,
+            plan,
+            demand,
+            efficiency,
+            sigmas,
+            max_decode_batch=max_decode_batch,
+            prefill_token_budget=prefill_token_budget,
+        )
+    return Candidate(
+        device=dev,
+        tp=tp,
+        pp=pp,
+        ep=default_ep(model, pool.stages, tp, pp),
+        bits=bits,
+        replica_cost=cost,
+        sigma1=min(sigmas),
+        sigma_sum=sum(sigmas),
+        order=order,
+        min_dp=dmin,
+        rater=rater,
     )
-
-
-def _pool_size_grid(dp: int) -> int:
-    """The pool size a pooled-expert rater reads its step at: ``dp`` up to 8, beyond it the
-    nearest point of a grid 2^(1/4) apart (the experts' sharing changes slowly with the pool size;
-    one timer per grid point keeps phase 1 and 2 fast). The run uses the exact size."""
-    if dp <= 8:
-        return dp
-    return round(2 ** (round(4 * math.log2(dp)) / 4))
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
@@ -268,7 +257,11 @@ def shortlist_of(
     replica that a small budget slice cannot buy, which would leave the slice empty). A group keeps
     every (t, p): phase 2 picks the layout that suits its budget slice (the most efficient layout
     is often the largest replica, which a small slice cannot buy)."""
-    rank = key or _rank_key
+    keys = {id(c): (key or _rank_key)(c) for c in kept}  # each key once (a bisection under partner-batch)
+
+    def rank(c: Candidate) -> tuple:
+        return keys[id(c)]
+
     groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[Candidate]] = {}
     for c in sorted(kept, key=rank):
         groups.setdefault((c.device.name, c.bits), []).append(c)

@@ -19,15 +19,21 @@ rates a whole allocation at its partners' batches (search_fill.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from dualpath.planner.search import pick_rule
+from dualpath.cost.stages import hidden_act_bytes_per_token
+from dualpath.planner.parallel import Layout, default_ep
+from dualpath.planner.pools import PoolPlan, PoolTimer
+from dualpath.planner.search import decode_hold, pick_rule, prefill_lane_tokens
 
 if TYPE_CHECKING:
-    from dualpath.planner.search import Candidate
+    from dualpath.cost.efficiency import Efficiency
+    from dualpath.planner.search import Candidate, Demand
+    from dualpath.spec.models import ModelSpec
 
 SIGMA_RULES: Final = ("partner-batch", "largest-batch")
 SIGMA_DEFAULT: Final = "partner-batch"
@@ -125,3 +131,72 @@ def pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, in
         return d, c.sigma_at(d)
 
     return pick_rule(cands, need_of, fallback_of)
+
+
+def make_rater(
+    model: ModelSpec,
+    plan: PoolPlan,
+    demand: Demand,
+    efficiency: Efficiency,
+    sigmas: Sequence[float],
+    *,
+    max_decode_batch: int,
+    prefill_token_budget: int,
+) -> Rater:
+    """The partner-batch rater of ``plan``'s candidate: its lane times at (batch, pool size); the
+    pool size matters only where the experts are spread over the whole pool (e = t p d)."""
+    lay = plan.layout
+    stages = plan.stages
+    pooled = default_ep(model, stages, lay.tp, lay.pp) > 1
+    timers: dict[int, PoolTimer] = {}
+
+    def timer_at(dp: int) -> PoolTimer:
+        size = pool_size_grid(dp) if pooled else lay.dp
+        timer = timers.get(size)
+        if timer is None:
+            ep = default_ep(model, stages, lay.tp, lay.pp, size)
+            sized = dataclasses.replace(plan, layout=Layout(tp=lay.tp, pp=lay.pp, dp=size, ep=ep))
+            timer = timers[size] = PoolTimer(model, sized, efficiency)
+        return timer
+
+    ctx = demand.input_len + demand.output_len / 2
+    dec = [s for s in stages if s in ("da", "df")]
+
+    def dec_lane(batch: int, dp: int) -> float:
+        t = timer_at(dp)
+        return sum(t.timers[s].decode_s(batch, ctx) for s in dec)
+
+    def pf_lane(tokens: int, dp: int) -> float:
+        return timer_at(dp).timers["pf"].prefill_uniform_s(1, tokens)
+
+    lane_tokens = prefill_lane_tokens(demand, prefill_token_budget)
+    length = max(1, round(demand.input_len))
+    pre_lane = 0.0
+    if "pa" in stages and "pf" not in stages:  # the A side of a split prefill unit
+        pre_lane = timer_at(lay.dp).timers["pa"].prefill_uniform_s(lane_tokens // length, length)
+    hold = decode_hold(model, plan, demand, max_decode_batch) if dec else 0
+    bits = plan.bits_map
+    return Rater(
+        lanes=lay.pp,
+        devices=lay.tp * lay.pp,
+        hold=hold or 0,
+        concurrency=demand.num_requests,
+        prefill_sigma1=sigmas[0] if any(s in ("pa", "pf") for s in stages) else math.inf,
+        pre_lane_tokens=lane_tokens,
+        pre_lane_s=pre_lane,
+        demand_decode_tps=demand.decode_tokens_per_s,
+        act_prefill=hidden_act_bytes_per_token(model, bits.get("pa", bits.get("pf", 16))),
+        act_decode=hidden_act_bytes_per_token(model, bits.get("da", bits.get("df", 16))),
+        dec_lane_fn=dec_lane if dec else None,
+        pf_lane_fn=pf_lane if "pf" in stages else None,
+        pooled=pooled,
+    )
+
+
+def pool_size_grid(dp: int) -> int:
+    """The pool size a pooled-expert rater reads its step at: ``dp`` up to 8, beyond it the
+    nearest point of a grid 2^(1/4) apart (the experts' sharing changes slowly with the pool size;
+    one timer per grid point keeps phase 1 and 2 fast). The run uses the exact size."""
+    if dp <= 8:
+        return dp
+    return round(2 ** (round(4 * math.log2(dp)) / 4))
