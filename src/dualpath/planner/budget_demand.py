@@ -12,11 +12,11 @@ candidate reaches (``reached`` False). The weight anchor (budget.py) stays the d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from dualpath.planner.budget import cheapest_nd
 from dualpath.planner.modes import mode_spec
 from dualpath.planner.search import Counts
 from dualpath.planner.search_shortlist import candidates
@@ -32,6 +32,7 @@ BUDGET_ANCHORS: Final = ("weight", "demand")
 DEMAND_BUDGET_SCALE: Final = 0.5  # ND gets half the cost of keeping up at the reference ratio
 DEMAND_REF_IO: Final = 10.0  # the ratio of the admissibility rule and of the paper's 2.10x peak
 ALL16: Final = {s: (16,) for s in ("pa", "pf", "da", "df")}
+ANCHOR_SEARCH_SCALE: Final = 2.0**24  # candidates up to this multiple of the weight anchor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,13 +55,14 @@ def demand_anchor(
     sigma_rule: str,
 ) -> DemandAnchor:
     """The cheapest ND deployment reaching sigma = 1 on ``demand`` (else the highest sigma)."""
+    weight_cost, _ = cheapest_nd(model, tuple(devices), kind)
     kept = candidates(
         model,
         mode_spec("nd").pools[0],
         devices,
         demand,
         ALL16,
-        budget=math.inf,
+        budget=ANCHOR_SEARCH_SCALE * weight_cost,  # no pruning in practice; bounds the KV search
         budget_kind=kind,
         efficiency=efficiency,
         prefill_token_budget=prefill_token_budget,

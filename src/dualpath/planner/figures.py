@@ -21,7 +21,14 @@ from typing import Any
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
 from dualpath.planner import figures_roofline as fr
-from dualpath.planner.figures_flags import FLAG_VARIANTS, Variant, flag_markdown, flag_table, run_variants
+from dualpath.planner.figures_flags import (
+    FLAG_VARIANTS,
+    Variant,
+    flag_markdown,
+    flag_table,
+    prewarm,
+    run_variants,
+)
 from dualpath.planner.report import (
     ABLATION_MODELS,
     ABLATION_VALUES,
@@ -144,6 +151,13 @@ def make_figures(
             files.append(_dump(outdir / f"sweep_{catalog}.json", sweeps[catalog]))
         return sweeps[catalog]
 
+    if grid.variants and "fig5_crossover" in names:  # every variant of a point back to back
+        sets = [("npu", ratios, {}), ("gpu", gpu_ratios, {})]
+        keep = grid.ratios if quick else None
+        for v in grid.variants:
+            for cat, rs in (("npu", v.npu_ratios), ("gpu", v.gpu_ratios)):
+                sets.append((cat, [r for r in rs if keep is None or r in keep], v.overrides))
+        prewarm(sets, grid.base, grid.models, cache, note)
     ablations: dict[str, dict] = {}
     if "fig5_crossover" in names:
         files += fm.fig5_crossover(outdir, get_sweep("npu"))

@@ -115,11 +115,12 @@ def replica_sigma(
     efficiency: Efficiency,
     prefill_token_budget: int,
     max_decode_batch: int,
+    timer: PoolTimer | None = None,
 ) -> list[float] | None:
     """sigma1 of each phase of one replica of ``plan`` (its dp is ignored; the pool's sigma1 is
     the min); None when it cannot hold one of the longest requests' KV (hosting decode
     attention)."""
-    timer = PoolTimer(model, plan, efficiency)
+    timer = timer or PoolTimer(model, plan, efficiency)
     t, p = plan.layout.tp, plan.layout.pp
     stages = plan.stages
     sigmas: list[float] = []

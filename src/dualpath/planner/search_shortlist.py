@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from dualpath.core.errors import require
 from dualpath.planner import sigma_partner
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
-from dualpath.planner.pools import PoolPlan
+from dualpath.planner.pools import PoolPlan, PoolTimer
 from dualpath.planner.search import Candidate, Counts, Demand, replica_sigma
 from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES
 
@@ -198,6 +198,7 @@ def _candidate(
         ep = default_ep(model, pool.stages, tp, pp, dmin)
         layout = Layout(tp=tp, pp=pp, dp=dmin, ep=ep)
         plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev, layout=layout, bits=bits)
+        timer = PoolTimer(model, plan, efficiency)
         sigmas = replica_sigma(
             model,
             plan,
@@ -205,6 +206,7 @@ def _candidate(
             efficiency=efficiency,
             prefill_token_budget=prefill_token_budget,
             max_decode_batch=max_decode_batch,
+            timer=timer,
         )
         if sigmas is not None or ep == 1:
             break
@@ -223,6 +225,7 @@ def _candidate(
             sigmas,
             max_decode_batch=max_decode_batch,
             prefill_token_budget=prefill_token_budget,
+            timer=timer,
         )
     return Candidate(
         device=dev,

@@ -142,13 +142,14 @@ def make_rater(
     *,
     max_decode_batch: int,
     prefill_token_budget: int,
+    timer: PoolTimer | None = None,
 ) -> Rater:
     """The partner-batch rater of ``plan``'s candidate: its lane times at (batch, pool size); the
     pool size matters only where the experts are spread over the whole pool (e = t p d)."""
     lay = plan.layout
     stages = plan.stages
     pooled = default_ep(model, stages, lay.tp, lay.pp) > 1
-    timers: dict[int, PoolTimer] = {}
+    timers: dict[int, PoolTimer] = {} if timer is None else {lay.dp: timer}
 
     def timer_at(dp: int) -> PoolTimer:
         size = pool_size_grid(dp) if pooled else lay.dp
