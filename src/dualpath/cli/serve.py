@@ -56,6 +56,10 @@ def _cluster_option(name: str, text: str) -> Any:
     return typer.Option(default_of(ClusterConfig, name), help=text)
 
 
+def _server_option(name: str, text: str) -> Any:
+    return typer.Option(default_of(ServerConfig, name), help=text)
+
+
 def serve(
     prefill_engines: int = _cluster_option("num_prefill_engines", "Prefill engine processes (PEs)."),
     decode_engines: int = _cluster_option("num_decode_engines", "Decode engine processes (DEs)."),
@@ -99,6 +103,18 @@ def serve(
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
+    header_timeout_s: float = _server_option("header_timeout_s", "Seconds to receive a request head."),
+    body_timeout_s: float = _server_option(
+        "body_timeout_s",
+        "Seconds to receive a request body (plus 1 s per "
+        f"{default_of(ServerConfig, 'body_min_rate_bytes_per_s'):g} bytes received).",
+    ),
+    keep_alive_timeout_s: float = _server_option(
+        "keep_alive_timeout_s", "Idle seconds after a response before the connection closes."
+    ),
+    max_connections: int = _server_option(
+        "max_connections", "Open HTTP connections (the longest idle one is closed beyond it)."
+    ),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
@@ -133,7 +149,13 @@ def serve(
         from dualpath.runtime.model.loader import resolve_model
 
         resolve_model(model)
-    tokenizer = preflight(host, port, model, api_key or None)
+    limits = {
+        "header_timeout_s": header_timeout_s,
+        "body_timeout_s": body_timeout_s,
+        "keep_alive_timeout_s": keep_alive_timeout_s,
+        "max_connections": max_connections,
+    }
+    tokenizer = preflight(host, port, model, api_key or None, **limits)
     cluster = LocalCluster(cfg, auth=True, standby=True)  # CURVE planes; a warm spare engine
     try:
         from dualpath.cli.progress import Progress
@@ -167,6 +189,7 @@ def serve(
             api_key=api_key or None,
             tokenizer=tokenizer,
             cluster_key_file=str(cluster.key_file),
+            **limits,
         )
     except KeyboardInterrupt:
         pass

@@ -8,6 +8,7 @@ Every failure becomes an OpenAI-style error body; nothing a client sends crashes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
+from dualpath.runtime.server.connections import AcceptErrorLog
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
@@ -83,6 +85,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        asyncio.get_running_loop().set_exception_handler(AcceptErrorLog(state.metrics))
         state.client = state.factory()
         await state.client.connect()
         try:
@@ -100,6 +103,8 @@ def create_app(
 
 
 def _retry_headers(status: int) -> dict[str, str]:
+    if status == 408:  # the body did not arrive in time: this connection is done
+        return {"Connection": "close"}
     return {"Retry-After": str(RETRY_AFTER_S[status])} if status in RETRY_AFTER_S else {}
 
 
@@ -255,7 +260,7 @@ def _down_item(d: Any) -> dict[str, Any]:
 def _add_generation_routes(app: FastAPI, state: _State) -> None:
     async def handle(kind: str, request: Request) -> Response:
         _check_auth(state, request)
-        body = await read_json_body(request, state.config.max_request_bytes)
+        body = await read_json_body(request, state.config, state.metrics)
         info = await state.cluster_info()
         req = parse_request(
             kind, body, info, state.tok, state.served_name(info), state.config.default_max_tokens

@@ -110,6 +110,7 @@ _STORE_DOCS = {
     "evictions": "KV blocks evicted (LRU leaves) for the capacity bound or disk space",
     "rewritten_blocks": "Quarantined or vanished KV blocks persisted again (healed)",
     "written_blocks": "KV blocks persisted",
+    "refused_links": "Symlinks found in the KV directory where a block, shard or quarantine belongs (moved aside, never followed)",
     "failed_hit_tokens": "Prompt tokens the store index promised that did not load (recomputed)",
 }
 
@@ -160,6 +161,16 @@ class ServerMetrics:
             "dualpath_requests_by_read_side", "Finished requests per KV read side", ["side"], registry=reg
         )
         self.tokens = Counter("dualpath_server_tokens", "Tokens through the API", ["kind"], registry=reg)
+        self.connections_closed = Counter(
+            "dualpath_http_connections_closed",
+            "HTTP connections the server closed: header_timeout, evicted_idle (at the connection "
+            "cap), refused_full (at the cap, all busy), body_timeout",
+            ["reason"],
+            registry=reg,
+        )
+        self.accept_errors = Counter(
+            "dualpath_http_accept_errors", "Failed accepts of HTTP connections (fd exhaustion)", registry=reg
+        )
         self._snap = _SnapshotCollector()
         reg.register(self._snap)  # type: ignore[arg-type]
 
