@@ -228,9 +228,13 @@ class PrefillWorker(WorkerBase):
             return False
         try:
             outs = self.engine.step(entries)
-        except TransferError:  # a DE died or stalls: redo these requests (the scheduler cancels
-            for e in entries:  # the ones of a dead DE meanwhile)
+        except TransferError as exc:  # a DE died or stalls: redo these requests (the scheduler
+            # cancels the ones of a dead DE meanwhile)
+            msg = f"KV hand-off failed ({exc}); prefilling {len(entries)} request(s) again"
+            print(f"engine {self.engine_id}: {msg}", flush=True)
+            for e in entries:
                 self._retry(e.request_id)
+            self._admit_waiting()  # (back into the engine now: nothing else may come to admit them)
             return True
         except Exception as exc:  # noqa: BLE001 - one request's failure must not end the engine
             self._step_failed(entries, exc)
@@ -273,6 +277,7 @@ class PrefillWorker(WorkerBase):
         for e in entries:
             self._solo.add(e.request_id)
             self._retry(e.request_id)
+        self._admit_waiting()
 
     def _retry(self, rid: str) -> None:
         self.engine.abort(rid)
