@@ -54,10 +54,12 @@ class Submit(_Msg, frozen=True):
     request_id: RequestKey
     prompt_token_ids: TokenIds
     params: SamplingParams
+    api_key: Annotated[str, Meta(max_length=4096)] = ""  # the cluster's API key, where it has one
 
 
 class Abort(_Msg, frozen=True):
     request_id: RequestKey
+    api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 
 class Query(_Msg, frozen=True):
@@ -227,6 +229,7 @@ class Configure(_Msg, frozen=True):
     policy: Annotated[str, Meta(min_length=1, max_length=64)]
     read_free: bool = False
     snic_gbps: Annotated[float, Meta(gt=0, le=1e6)] | None = None  # None: keep the current cap
+    api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 
 class Cancel(_Msg, frozen=True):
