@@ -44,6 +44,10 @@ _CAPACITY_HELP = (
 )
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
 _QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
+_KVMEM_HELP = (
+    "Each engine's KV memory (paged cache + buffers): bytes (2GiB, 512MiB, 1073741824), a fraction "
+    "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
+)
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
@@ -95,6 +99,7 @@ def serve(
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
@@ -129,7 +134,7 @@ def serve(
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
         api_key_sha256=key_sha256(api_key) if api_key else "",
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         scheduler=SchedulerServiceConfig(
             storage_read_gbps=storage_read_gbps,
@@ -221,6 +226,7 @@ def engine(
         help="Engines of one node on one host with the same id share their emulated storage NIC.",
     ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     key_file: str = typer.Option(
@@ -244,9 +250,12 @@ def engine(
         host=host,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
+    from dualpath.runtime.cluster.memory import check_fits
+
+    check_fits(kv_cache_memory, 1)
     capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
     run_engine(

@@ -16,6 +16,7 @@ import torch
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.decode_worker import DecodeWorker
+from dualpath.runtime.cluster.engine_setup import engine_pools
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
 from dualpath.runtime.cluster.traffic import TrafficManager
@@ -67,7 +68,7 @@ class _Rig:
             transport=self.transport,
             outbox=self.outbox,
             eos_token_id=None,
-            hbm_tokens=256,
+            pools=engine_pools("decode", "4MiB", self.geo, 4096),
         )
         self.transport.bind("e1", self.worker)
 
@@ -180,6 +181,7 @@ def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(
         transport=pe_transport,
         outbox=pe_out,
         scheduler=make_scheduler("basic", SchedulerConfig(block_size=rig.bs)),
+        pools=engine_pools("prefill", "4MiB", rig.geo, 4096),
     )
     pe_transport.bind("e0", pe)
     real_step = pe.engine.step

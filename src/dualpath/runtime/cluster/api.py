@@ -95,7 +95,13 @@ class TokenEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """One engine as the scheduler last saw it (``alive`` False after missed heartbeats)."""
+    """One engine, once, as it is now: ``state`` "ready" (routable), "starting" (registered,
+    building its caches and worker), "loading" (its process loads the model), "dead" (declared
+    dead: exited or silent) or "restarting" (the supervisor starts it again); ``alive`` is
+    ``state == "ready"``. ``pid`` / ``generation``: its current process and incarnation (a restart
+    is a new generation); ``restarts``: times the supervisor restarted it. Memory (bytes, 0 where
+    unknown): weights, the KV pool it allocated, its resident set at the last heartbeat; the
+    longest prompt and context its pool holds."""
 
     engine_id: int
     role: str
@@ -105,20 +111,39 @@ class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     num_tokens: int
     last_seen_s: float
     data_addr: str = ""  # the engine's transport address (its data plane)
+    state: str = "ready"
+    pid: int = 0
+    generation: int = 0
+    restarts: int = 0
+    weights_bytes: int = 0
+    kv_pool_bytes: int = 0
+    rss_bytes: int = 0
+    max_prompt_tokens: int = 0
+    max_context_tokens: int = 0
+
+
+class StandbyHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """A spare engine process: ``warm`` once its model is loaded (only then is it used)."""
+
+    pid: int
+    warm: bool
+    rss_bytes: int = 0
 
 
 class DownItem(msgspec.Struct, frozen=True, kw_only=True):
     """A process not serving now: ``state`` "dead" (declared dead or exited), "restarting" (the
-    supervisor restarts it) or "loading" (started, not registered yet); since ``since_unix_s``."""
+    supervisor restarts it), "loading" (started, not registered yet) or "starting" (registered,
+    building its caches); since ``since_unix_s``."""
 
     what: str  # e.g. "decode engine 2"
-    state: Literal["dead", "restarting", "loading"]
+    state: Literal["dead", "restarting", "loading", "starting"]
     since_unix_s: float
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """``ok`` is True when at least one prefill and one decode engine are alive; ``unavailable``
-    lists what is down now (non-empty while ok: degraded); ``down`` is the history of losses."""
+    """``ok`` is True when a request sent now will be served: at least one prefill and one decode
+    engine ready and no ``reason`` to be unhealthy; ``unavailable`` lists what is down now
+    (non-empty while ok: degraded) and ``down`` names it; history is in the logs and metrics."""
 
     ok: bool
     engines: tuple[EngineHealth, ...]
@@ -128,6 +153,8 @@ class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
     down: tuple[str, ...] = ()
     unavailable: tuple[DownItem, ...] = ()
     restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> processes restarted
+    reason: str = ""  # why the cluster is unhealthy (e.g. a restart budget used up), "" otherwise
+    standby: tuple[StandbyHealth, ...] = ()
 
 
 class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -264,17 +264,29 @@ class ClusterClient:
         return reply.info
 
     async def configure(
-        self, policy: str, read_free: bool = False, snic_gbps: float | None = None
+        self,
+        policy: str | None = None,
+        read_free: bool | None = None,
+        snic_gbps: float | None = None,
+        reset: tuple[str, ...] = (),
     ) -> ClusterHealth:
-        """Switch the scheduling policy (and ``read_free``, the Oracle; ``snic_gbps``, the emulated
-        storage-NIC cap of every node, None = unchanged) for later requests.
+        """Change operator settings for later requests: the scheduling policy, ``read_free`` (the
+        Oracle), ``snic_gbps`` (the emulated storage-NIC cap of every node). None keeps a setting;
+        ``reset`` names settings to return to their defaults ("policy", "read_free", "snic_gbps":
+        dualpath, False, uncapped). The scheduler keeps them across its restarts and gives them
+        to restarted engines.
 
         Only while no request is in flight; raises ClusterError otherwise or for an unknown policy.
         """
         reply = await self._query(
             "configure",
             lambda qid: Configure(
-                query_id=qid, policy=policy, read_free=read_free, snic_gbps=snic_gbps, api_key=self.api_key
+                query_id=qid,
+                policy=policy,
+                read_free=read_free,
+                snic_gbps=snic_gbps,
+                reset=tuple(reset),  # type: ignore[arg-type]
+                api_key=self.api_key,
             ),
         )
         if reply.error:

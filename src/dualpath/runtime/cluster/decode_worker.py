@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import msgspec
 
 from dualpath.core.errors import ConfigError
-from dualpath.core.units import GiB
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
+from dualpath.runtime.cluster.memory import KVPools
 from dualpath.runtime.cluster.messages import DecodeTask, Progress, Tokens
 from dualpath.runtime.cluster.worker_base import WorkerBase
 from dualpath.runtime.engine import DecodeConfig, DecodeEngine, DecodeOutput
@@ -31,10 +31,6 @@ from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer.base import TransferItem, Transport
 from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone, PullLayer
-
-SLACK_BLOCKS = 64  # cache/buffer blocks beyond hbm_tokens: per-request rounding to whole blocks
-MAX_CACHE_BYTES = 2 * GiB  # paged cache bound on this host (SmolLM2 fp32: ~45K tokens)
-MAX_BUFFER_BYTES = 1 * GiB  # DE buffer bound (prompts being prefilled; more wait for room)
 
 
 class DecodeWorker(WorkerBase):
@@ -49,14 +45,13 @@ class DecodeWorker(WorkerBase):
         transport: Transport,
         outbox: Outbox,
         eos_token_id: int | None,
-        hbm_tokens: int = 65536,
+        pools: KVPools,
     ) -> None:
+        """``pools``: the paged cache and buffer sizes (``memory.size_pools``)."""
         super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.outbox, self.eos = outbox, eos_token_id
-        block_bytes = geo.layout().full_block_bytes
-        blocks = -(-hbm_tokens // geo.block_size) + SLACK_BLOCKS
         # The engine's own endpoint is local only; ``e<id>`` is this worker (it routes to the buffer).
         self.engine = DecodeEngine(
             decoder,
@@ -65,8 +60,8 @@ class DecodeWorker(WorkerBase):
             DecodeConfig(  # type: ignore[arg-type]
                 name=f"e{engine_id}.buffer",
                 block_size=geo.block_size,
-                buffer_bytes=min(blocks, max(MAX_BUFFER_BYTES // block_bytes, 1)) * block_bytes,
-                num_cache_blocks=min(blocks, max(MAX_CACHE_BYTES // block_bytes, 1)),
+                buffer_bytes=pools.buffer_blocks * pools.block_bytes,
+                num_cache_blocks=pools.cache_blocks,
             ),
         )
         self._reserved: set[str] = set()  # rids with DE buffer slots (KV may be delivered)

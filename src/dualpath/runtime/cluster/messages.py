@@ -28,6 +28,7 @@ from dualpath.runtime.cluster.api import (
     ClusterInfo,
     MetricsSnapshot,
     SamplingParams,
+    StandbyHealth,
     TokenEvent,
 )
 
@@ -108,6 +109,12 @@ class EngineHello(_Msg, frozen=True):
     vocab_size: Count = 0
     eos_token_id: Count | None = None
     max_context_len: Count = 0
+    ready: bool = True  # False: registered but not routable until its EngineReady
+    generation: Count = 0  # the incarnation of this engine id (a restart is a new one)
+    weights_bytes: Count = 0
+    kv_pool_bytes: Count = 0  # everything KV it allocates (runtime/cluster/memory.py)
+    max_prompt_tokens: Count = 0  # the longest prompt its KV pool holds (0: no bound)
+    max_context_tokens: Count = 0  # the longest prompt + generation (0: no bound)
 
     def geometry(self) -> tuple[object, ...]:
         """What every engine of one cluster must agree on (checked at each hello)."""
@@ -119,6 +126,14 @@ class EngineHello(_Msg, frozen=True):
             self.vocab_size,
             self.max_context_len,
         )
+
+
+class EngineReady(_Msg, frozen=True):
+    """The engine registered as ``engine_id`` has built its caches and worker: route to it now."""
+
+    engine_id: EngineId
+    pid: Count
+    rss_bytes: Count = 0
 
 
 class Welcome(_Msg, frozen=True):
@@ -151,6 +166,7 @@ class Heartbeat(_Msg, frozen=True):
     store_write_errors: Counters = msgspec.field(
         default_factory=dict
     )  # its failed writes by cause ("ENOSPC", ...)
+    rss_bytes: Count = 0  # the engine process's resident set now
 
 
 class ReadPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,14 +237,21 @@ class Progress(_Msg, frozen=True):
     hit_len: Count | None = None
 
 
+SETTINGS = ("policy", "read_free", "snic_gbps")  # what Configure sets (and ``reset`` names)
+
+
 class Configure(_Msg, frozen=True):
-    """Switch the policy and the Oracle switch (client -> scheduler -> engines); only when idle.
-    The scheduler answers with a QueryReply carrying health (``query_id`` echoes)."""
+    """Change operator settings (client -> scheduler -> engines); only when idle. A field left
+    None keeps its current value; ``reset`` names settings to return to their defaults (policy
+    "dualpath", read_free False, snic_gbps uncapped). The scheduler keeps the result across its
+    restarts and sends it to every engine that registers; it answers with a QueryReply carrying
+    health (``query_id`` echoes)."""
 
     query_id: Count
-    policy: Annotated[str, Meta(min_length=1, max_length=64)]
-    read_free: bool = False
-    snic_gbps: Annotated[float, Meta(gt=0, le=1e6)] | None = None  # None: keep the current cap
+    policy: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    read_free: bool | None = None
+    snic_gbps: Annotated[float, Meta(gt=0, le=1e6)] | None = None
+    reset: Annotated[tuple[Literal["policy", "read_free", "snic_gbps"], ...], Meta(max_length=3)] = ()
     api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 
@@ -255,19 +278,30 @@ class EngineLoading(_Msg, frozen=True):
     role: Role
     node_id: NodeId
     pid: Count
+    generation: Count = 0
 
 
 class Supervision(_Msg, frozen=True):
     """The process supervisor's report to the scheduler (on each event and every second):
     ``restarts``: processes restarted per role ("scheduler", "prefill", "decode"); ``lost``:
     engine id -> pid of engine processes seen exiting and not yet back; ``down``: what the
-    supervisor knows is down (a description -> since, Unix seconds)."""
+    supervisor knows is down (a description -> since, Unix seconds); ``exited``: the latest exited
+    pids per engine (each one death, counted once, registered or not); ``engine_restarts``:
+    restarts per engine id; ``unhealthy``: why it stopped restarting; ``standby``: the spares."""
 
     restarts: Counters = msgspec.field(default_factory=dict)
     lost: Annotated[dict[EngineId, Count], Meta(max_length=1 << 16)] = msgspec.field(default_factory=dict)
     down: Annotated[
         dict[Annotated[str, Meta(max_length=256)], Annotated[float, Meta(ge=0)]], Meta(max_length=4096)
     ] = msgspec.field(default_factory=dict)
+    exited: Annotated[
+        dict[EngineId, Annotated[list[Count], Meta(max_length=64)]], Meta(max_length=1 << 16)
+    ] = msgspec.field(default_factory=dict)  # engine id -> pids of its latest exited processes
+    engine_restarts: Annotated[dict[EngineId, Count], Meta(max_length=1 << 16)] = msgspec.field(
+        default_factory=dict
+    )
+    unhealthy: Text = ""  # why the supervisor gave up (a restart budget used up), "" otherwise
+    standby: Annotated[list[StandbyHealth], Meta(max_length=64)] = msgspec.field(default_factory=list)
 
 
 Message = Union[  # noqa: UP007 (msgspec reads the tagged union from this alias)
@@ -279,6 +313,7 @@ Message = Union[  # noqa: UP007 (msgspec reads the tagged union from this alias)
     Tokens,
     EngineHello,
     Welcome,
+    EngineReady,
     Peers,
     Heartbeat,
     PrefillTask,

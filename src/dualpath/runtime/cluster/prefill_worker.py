@@ -30,11 +30,11 @@ import time
 from collections.abc import Sequence
 
 from dualpath.core.errors import ConfigError
-from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
 from dualpath.policy import views as pv
 from dualpath.policy.batch import BatchLimits
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
+from dualpath.runtime.cluster.memory import KVPools
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
 from dualpath.runtime.cluster.pe_remote import PeIO, RemoteDE, Split, when_all
 from dualpath.runtime.cluster.worker_base import WorkerBase
@@ -45,8 +45,6 @@ from dualpath.runtime.transfer.base import TransferError, TransferItem, Transpor
 from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone
 
 TRANSFER_TIMEOUT_S = 3.0  # a DE that does not answer within this is presumed dead: retry the batch
-MAX_BUFFER_BYTES = 1 * GiB  # PE buffer (PE-path prompts); requests beyond wait for room
-STAGING_TOKENS = 65536  # one layer's batch (cached + new, block-padded) per staging slot
 
 __all__ = ["PrefillWorker"]
 
@@ -63,12 +61,13 @@ class PrefillWorker(WorkerBase):
         transport: Transport,
         scheduler: Scheduler,
         outbox: Outbox,
+        pools: KVPools,
     ) -> None:
+        """``pools``: the PE buffer and staging sizes (``memory.size_pools``)."""
         super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.scheduler, self.outbox = scheduler, outbox
-        bb = geo.layout().full_block_bytes
         self.engine = PrefillEngine(
             decoder,
             transport,
@@ -76,8 +75,8 @@ class PrefillWorker(WorkerBase):
             PrefillConfig(  # type: ignore[arg-type]
                 name=f"e{engine_id}.staging",
                 block_size=geo.block_size,
-                buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb),
-                max_cached_tokens=STAGING_TOKENS,
+                buffer_bytes=pools.buffer_blocks * pools.block_bytes,
+                max_cached_tokens=pools.staging_tokens,
                 overlap=True,
                 transfer_timeout_s=TRANSFER_TIMEOUT_S,
             ),
@@ -90,7 +89,7 @@ class PrefillWorker(WorkerBase):
         self._connected: set[str] = set()  # DE endpoints registered with the engine
         self._solo: set[str] = set()  # requests of a failed batch: each runs alone next
         # the room this engine reports to the batch planner: one staging slot per layer's batch
-        self.limits = BatchLimits(staging_tokens=STAGING_TOKENS, block_size=geo.block_size)
+        self.limits = BatchLimits(staging_tokens=pools.staging_tokens, block_size=geo.block_size)
 
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:

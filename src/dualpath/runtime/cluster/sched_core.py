@@ -22,6 +22,7 @@ from dualpath.runtime.cluster.messages import (
     DecodeTask,
     EngineHello,
     EngineLoading,
+    EngineReady,
     Heartbeat,
     PrefillTask,
     Progress,
@@ -36,6 +37,7 @@ from dualpath.runtime.cluster.read_rate import StorageReadRate
 from dualpath.runtime.cluster.sched_engines import EngineLiveness
 from dualpath.runtime.cluster.sched_guard import SpeakerGuard
 from dualpath.runtime.cluster.sched_info import Reporter
+from dualpath.runtime.cluster.sched_persist import StateFile, restore, snapshot
 from dualpath.runtime.cluster.sched_registry import EngineRegistry
 from dualpath.runtime.cluster.sched_requests import RequestLifecycle
 from dualpath.runtime.cluster.state import ClusterState
@@ -71,6 +73,11 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
         self.drops = DropCounter("scheduler")
         self._read_rate = StorageReadRate()
         self.guard = SpeakerGuard(self)
+        self.persist = StateFile(args.state_file)  # settings and counters across restarts
+        restore(self, self.persist.load())
+
+    def settings_changed(self) -> None:
+        self.persist.save(snapshot(self), time.monotonic(), force=True)
 
     @abstractmethod
     def _send(self, identity: bytes, msg: object) -> None:
@@ -119,6 +126,8 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
             self._hello(ident, msg, now)
         elif isinstance(msg, Configure):
             self._to_client(ident, self._configure(msg))
+        elif isinstance(msg, EngineReady):
+            self._ready(ident, msg)
         elif isinstance(msg, EngineLoading):
             self.supervision.on_loading(msg, now)
         elif isinstance(msg, Supervision):
@@ -130,6 +139,8 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
     def tick(self, now: float) -> None:
         self._check_engines(now)
         self.supervision.orphans(now)
+        self.supervision.forget_left(now)
+        self.persist.save(snapshot(self), now)
         if self.sched is None:
             return
         for rid in self.state.fetch(self.sched, now):

@@ -89,8 +89,7 @@ class EngineLiveness:
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
-        self.report.deaths += 1
-        self.supervision.died(eid)
+        self.supervision.died(eid, reason)  # (the death of its process, counted once)
         print(f"scheduler: {reason}", flush=True)
         keep: set[str] = set()
         for rid in self.state.ledger.requests_on(eid):

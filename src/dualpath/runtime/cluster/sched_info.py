@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -10,10 +11,10 @@ from dualpath.policy.ledger import Entry
 from dualpath.runtime.cluster.api import (
     ClusterHealth,
     ClusterInfo,
-    EngineHealth,
     MetricsSnapshot,
     RequestStats,
 )
+from dualpath.runtime.cluster.health_view import engine_entries
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
 from dualpath.runtime.cluster.state import read_side
 from dualpath.runtime.kvstore import chain_hashes
@@ -75,11 +76,25 @@ class Reporter:
                 f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
                 f"exceeds the model's context of {limit} tokens"
             )
+        fits = self._fits(n, msg.params.max_tokens)
+        if fits is not None:
+            return "too_long", fits
         limit_queued = svc.args.cluster.scheduler.max_queued_requests
         if len(self.timing) >= limit_queued:
             return "queue_full", f"{len(self.timing)} requests in flight (max {limit_queued})"
         if msg.request_id in self.timing:
             return "bad_request", f"request id {msg.request_id!r} is already in flight"
+        return None
+
+    def _fits(self, prompt_len: int, max_tokens: int) -> str | None:
+        """Why a request does not fit the engines' KV pools (``--kv-cache-memory``), or None."""
+        max_prompt, max_ctx = self.limits()
+        if max_prompt and prompt_len > max_prompt:
+            return (f"prompt ({prompt_len} tokens) exceeds the {max_prompt} tokens an engine's KV "
+                    "pool holds (raise --kv-cache-memory)")  # fmt: skip
+        if max_ctx and prompt_len + max_tokens > max_ctx:
+            return (f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the {max_ctx} "
+                    "tokens a decode engine's KV cache holds (raise --kv-cache-memory)")  # fmt: skip
         return None
 
     def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
@@ -162,7 +177,7 @@ class Reporter:
             return
         if not e.alive:  # declared dead, yet its process runs: take it back, emptied
             self.svc.revive(hb.engine_id, now)
-        e.last_seen_s = now
+        e.last_seen_s, e.rss_bytes = now, hb.rss_bytes or e.rss_bytes
         self.heartbeats[hb.engine_id] = hb
 
     # ------------------------------------------------------------------ queries
@@ -174,38 +189,42 @@ class Reporter:
         return QueryReply(query_id=q.query_id, info=self.info())
 
     def health(self) -> ClusterHealth:
-        st = self.svc.state
-        loads = st.ledger.engines
-        engines = tuple(
-            EngineHealth(
-                engine_id=e.engine_id,
-                role=e.role,
-                node_id=e.node_id,
-                alive=e.alive,
-                num_seqs=loads[e.engine_id].num_seqs,
-                num_tokens=loads[e.engine_id].num_tokens,
-                last_seen_s=e.last_seen_s,
-                data_addr=e.data_addr,
-            )
-            for e in sorted(st.engines.values(), key=lambda e: e.engine_id)
-        )
+        """Now, not history: one entry per engine (``health_view.py``); ok when a request sent
+        now is served (a ready PE and DE, and no reason from the supervisor to be unhealthy)."""
+        st, sv = self.svc.state, self.svc.supervision
+        engines, unavailable, why = engine_entries(self.svc)
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
+        report = sv.report if sv.report is not None and sv.supervised(time.monotonic()) else None
+        reason = report.unhealthy if report is not None else ""
         return ClusterHealth(
-            ok=bool(st.groups("prefill") and st.groups("decode")),
+            ok=bool(st.groups("prefill") and st.groups("decode")) and not reason,
             engines=engines,
             num_waiting=len(self.timing) - running,
             num_running=running,
             policy=self.svc.args.cluster.policy,
-            down=tuple(self.down),
-            unavailable=self.svc.supervision.items(),
-            restarts=self.svc.supervision.restarts(),
+            down=why,
+            unavailable=unavailable,
+            restarts=sv.restarts(),
+            reason=reason,
+            standby=tuple(report.standby) if report is not None else (),
         )
+
+    def limits(self) -> tuple[int, int]:
+        """(longest prompt, longest prompt + generation) every ready engine's KV pool holds
+        (0: no bound), the smallest over the engines: any of them may get the request."""
+        prompt = [
+            e.max_prompt_tokens for e in self.svc.state.engines.values() if e.ready and e.max_prompt_tokens
+        ]
+        ctx = [e.max_context_tokens for e in self.svc.state.engines.values()
+               if e.ready and e.role == "decode" and e.max_context_tokens]  # fmt: skip
+        return min(prompt, default=0), min(ctx, default=0)
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
+        ctx = self.limits()[1]
         return ClusterInfo(
             model_name=h.model_name if h else "",
-            max_context_len=h.max_context_len if h else 0,
+            max_context_len=(min(h.max_context_len, ctx) if ctx else h.max_context_len) if h else 0,
             vocab_size=h.vocab_size if h else 0,
             eos_token_id=h.eos_token_id if h else None,
             max_queued_requests=self.svc.args.cluster.scheduler.max_queued_requests,

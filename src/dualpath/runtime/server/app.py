@@ -196,16 +196,6 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
                 status_code=503,
                 headers=_retry_headers(503),
             )
-        engines = [
-            {
-                "engine_id": e.engine_id,
-                "role": e.role,
-                "node_id": e.node_id,
-                "alive": e.alive,
-                "num_seqs": e.num_seqs,
-            }
-            for e in h.engines
-        ]
         unavailable = list(getattr(h, "unavailable", ()))
         status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
         body = {
@@ -214,10 +204,15 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
             "policy": h.policy,
             "num_waiting": h.num_waiting,
             "num_running": h.num_running,
-            "engines": engines,
+            "engines": [_engine(e) for e in h.engines],
             "unavailable": [_down_item(d) for d in unavailable],
             "restarts": dict(getattr(h, "restarts", {})),
+            "standby": [
+                {"pid": s.pid, "warm": s.warm, "rss_bytes": s.rss_bytes} for s in getattr(h, "standby", ())
+            ],
         }
+        if getattr(h, "reason", ""):
+            body["reason"] = h.reason
         return JSONResponse(
             body, status_code=200 if h.ok else 503, headers={} if h.ok else _retry_headers(503)
         )
@@ -229,6 +224,27 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         except ClusterError:
             state.metrics.update(None)
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _engine(e: Any) -> dict[str, Any]:
+    """One engine: its current process (pid, generation), state, restarts and memory."""
+    out = {"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id, "alive": e.alive,
+           "num_seqs": e.num_seqs}  # fmt: skip
+    if hasattr(e, "state"):
+        out |= {
+            "state": e.state,
+            "pid": e.pid,
+            "generation": e.generation,
+            "restarts": e.restarts,
+            "memory": {
+                "weights_bytes": e.weights_bytes,
+                "kv_pool_bytes": e.kv_pool_bytes,
+                "rss_bytes": e.rss_bytes,
+                "max_prompt_tokens": e.max_prompt_tokens,
+                "max_context_tokens": e.max_context_tokens,
+            },
+        }
+    return out
 
 
 def _down_item(d: Any) -> dict[str, Any]:
