@@ -119,6 +119,7 @@ def serve(
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
     from dualpath.runtime.cluster.local import LocalCluster
+    from dualpath.runtime.cluster.sched_guard import key_sha256
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
     cfg = ClusterConfig(
@@ -132,6 +133,7 @@ def serve(
         scheduler_port=scheduler_port,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
+        api_key_sha256=key_sha256(api_key) if api_key else "",
         engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         scheduler=SchedulerServiceConfig(

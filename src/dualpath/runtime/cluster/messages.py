@@ -55,6 +55,7 @@ class Submit(_Msg, frozen=True):
     request_id: RequestKey
     prompt_token_ids: TokenIds
     params: SamplingParams
+    api_key: Annotated[str, Meta(max_length=4096)] = ""  # the cluster's API key, where it has one
 
 
 class Abort(_Msg, frozen=True):
@@ -63,6 +64,7 @@ class Abort(_Msg, frozen=True):
 
     request_id: RequestKey
     reason: Literal["cancelled", "stop"] = "cancelled"
+    api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 
 class Query(_Msg, frozen=True):
@@ -261,6 +263,7 @@ class Configure(_Msg, frozen=True):
     read_free: bool | None = None
     snic_gbps: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     reset: Annotated[tuple[Literal["policy", "read_free", "snic_gbps"], ...], Meta(max_length=3)] = ()
+    api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 
 class Cancel(_Msg, frozen=True):

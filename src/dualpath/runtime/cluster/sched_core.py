@@ -35,6 +35,7 @@ from dualpath.runtime.cluster.messages import (
 )
 from dualpath.runtime.cluster.read_rate import StorageReadRate
 from dualpath.runtime.cluster.sched_engines import EngineLiveness
+from dualpath.runtime.cluster.sched_guard import SpeakerGuard
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.sched_persist import StateFile, restore, snapshot
 from dualpath.runtime.cluster.sched_registry import EngineRegistry
@@ -73,6 +74,7 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
         self._last_check_s = float("inf")  # no stall before the first tick
         self.drops = DropCounter("scheduler")
         self._read_rate = StorageReadRate()
+        self.guard = SpeakerGuard(self)
         self.persist = StateFile(args.state_file)  # settings and counters across restarts
         restore(self, self.persist.load())
 
@@ -97,6 +99,9 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
             self.drops.drop("control", cause, str(exc))
             return
         now = time.monotonic() if now is None else now
+        msg = self.guard.check(ident, msg)  # engines speak only for themselves (sched_guard.py)
+        if msg is None:
+            return
         try:
             self.dispatch_msg(ident, msg, now)
         except Exception as exc:  # noqa: BLE001 - a handler bug must not end the scheduler
