@@ -44,12 +44,20 @@ _CAPACITY_HELP = (
 )
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
 _QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
+_KVMEM_HELP = (
+    "Each engine's KV memory (paged cache + buffers): bytes (2GiB, 512MiB, 1073741824), a fraction "
+    "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
+)
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
 
 def _cluster_option(name: str, text: str) -> Any:
     return typer.Option(default_of(ClusterConfig, name), help=text)
+
+
+def _server_option(name: str, text: str) -> Any:
+    return typer.Option(default_of(ServerConfig, name), help=text)
 
 
 def serve(
@@ -91,13 +99,27 @@ def serve(
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
+    header_timeout_s: float = _server_option("header_timeout_s", "Seconds to receive a request head."),
+    body_timeout_s: float = _server_option(
+        "body_timeout_s",
+        "Seconds to receive a request body (plus 1 s per "
+        f"{default_of(ServerConfig, 'body_min_rate_bytes_per_s'):g} bytes received).",
+    ),
+    keep_alive_timeout_s: float = _server_option(
+        "keep_alive_timeout_s", "Idle seconds after a response before the connection closes."
+    ),
+    max_connections: int = _server_option(
+        "max_connections", "Open HTTP connections (the longest idle one is closed beyond it)."
+    ),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
     from dualpath.runtime.cluster.local import LocalCluster
+    from dualpath.runtime.cluster.sched_guard import key_sha256
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
     cfg = ClusterConfig(
@@ -111,7 +133,8 @@ def serve(
         scheduler_port=scheduler_port,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        api_key_sha256=key_sha256(api_key) if api_key else "",
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         scheduler=SchedulerServiceConfig(
             storage_read_gbps=storage_read_gbps,
@@ -128,7 +151,13 @@ def serve(
         from dualpath.runtime.model.loader import resolve_model
 
         resolve_model(model)
-    tokenizer = preflight(host, port, model, api_key or None)
+    limits = {
+        "header_timeout_s": header_timeout_s,
+        "body_timeout_s": body_timeout_s,
+        "keep_alive_timeout_s": keep_alive_timeout_s,
+        "max_connections": max_connections,
+    }
+    tokenizer = preflight(host, port, model, api_key or None, **limits)
     cluster = LocalCluster(cfg, auth=True, standby=True)  # CURVE planes; a warm spare engine
     try:
         from dualpath.cli.progress import Progress
@@ -162,6 +191,7 @@ def serve(
             api_key=api_key or None,
             tokenizer=tokenizer,
             cluster_key_file=str(cluster.key_file),
+            **limits,
         )
     except KeyboardInterrupt:
         pass
@@ -197,6 +227,7 @@ def engine(
         help="Engines of one node on one host with the same id share their emulated storage NIC.",
     ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
     key_file: str = typer.Option(
@@ -220,9 +251,12 @@ def engine(
         host=host,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3),
+        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
+    from dualpath.runtime.cluster.memory import check_fits
+
+    check_fits(kv_cache_memory, 1)
     capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
     run_engine(

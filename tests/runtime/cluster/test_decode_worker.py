@@ -12,6 +12,7 @@ import torch
 
 from dualpath.runtime.cluster.api import SamplingParams
 from dualpath.runtime.cluster.decode_worker import DecodeWorker
+from dualpath.runtime.cluster.engine_setup import engine_pools
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
 from dualpath.runtime.cluster.messages import DecodeTask, ReadPlan, Tokens
 from dualpath.runtime.cluster.traffic import TrafficManager
@@ -78,7 +79,7 @@ def test_decode_worker_runs_the_paged_engine(decoder: Decoder, tmp_path: Path) -
         transport=transport,
         outbox=outbox,
         eos_token_id=None,
-        hbm_tokens=256,
+        pools=engine_pools("decode", "4MiB", geo, 4096),
     )
     transport.bind("e1", worker)
     gen_rng = torch.Generator().manual_seed(0)

@@ -53,13 +53,24 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
         for t in self.stop_token_ids:
             require(0 <= t <= INT64_MAX, "stop_token_ids", t, "must be token ids (>= 0)")
 
+    def ends_with(self, token_id: int, index: int, eos_token_id: int | None) -> bool:
+        """Does generated token ``index`` (0-based), ``token_id``, end the request? At
+        ``max_tokens`` tokens, on a stop token, or on EOS unless ``ignore_eos`` (the rule the
+        decode engine stops by; the scheduler uses it to tell a final first token)."""
+        if index + 1 >= self.max_tokens or token_id in self.stop_token_ids:
+            return True
+        return not self.ignore_eos and eos_token_id is not None and token_id == eos_token_id
+
 
 class RequestStats(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request accounting, attached to the last TokenEvent.
 
     Times are seconds since the scheduler received the request (``ttft_s``: first token left the
-    decode engine; ``ttst_s``: second token, or None). ``hit_len``: prompt tokens whose KV came from
-    the store; ``read_side``: "pe", "de", "split" or "none" (no hits); engine ids are cluster-wide.
+    prefill engine, streamed while its KV goes to the decode engine; ``ttst_s``: second token, or
+    None). ``hit_len``: prompt tokens whose KV came from the store (of a request that resumed after
+    an engine's death, of its last attempt's prompt: the prompt plus the tokens generated before);
+    ``read_side``: "pe", "de", "split" or "none" (no hits); engine ids (of the last attempt) are
+    cluster-wide.
     """
 
     prompt_len: int
@@ -95,7 +106,13 @@ class TokenEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """One engine as the scheduler last saw it (``alive`` False after missed heartbeats)."""
+    """One engine, once, as it is now: ``state`` "ready" (routable), "starting" (registered,
+    building its caches and worker), "loading" (its process loads the model), "dead" (declared
+    dead: exited or silent) or "restarting" (the supervisor starts it again); ``alive`` is
+    ``state == "ready"``. ``pid`` / ``generation``: its current process and incarnation (a restart
+    is a new generation); ``restarts``: times the supervisor restarted it. Memory (bytes, 0 where
+    unknown): weights, the KV pool it allocated, its resident set at the last heartbeat; the
+    longest prompt and context its pool holds."""
 
     engine_id: int
     role: str
@@ -105,20 +122,39 @@ class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     num_tokens: int
     last_seen_s: float
     data_addr: str = ""  # the engine's transport address (its data plane)
+    state: str = "ready"
+    pid: int = 0
+    generation: int = 0
+    restarts: int = 0
+    weights_bytes: int = 0
+    kv_pool_bytes: int = 0
+    rss_bytes: int = 0
+    max_prompt_tokens: int = 0
+    max_context_tokens: int = 0
+
+
+class StandbyHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """A spare engine process: ``warm`` once its model is loaded (only then is it used)."""
+
+    pid: int
+    warm: bool
+    rss_bytes: int = 0
 
 
 class DownItem(msgspec.Struct, frozen=True, kw_only=True):
     """A process not serving now: ``state`` "dead" (declared dead or exited), "restarting" (the
-    supervisor restarts it) or "loading" (started, not registered yet); since ``since_unix_s``."""
+    supervisor restarts it), "loading" (started, not registered yet) or "starting" (registered,
+    building its caches); since ``since_unix_s``."""
 
     what: str  # e.g. "decode engine 2"
-    state: Literal["dead", "restarting", "loading"]
+    state: Literal["dead", "restarting", "loading", "starting"]
     since_unix_s: float
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """``ok`` is True when at least one prefill and one decode engine are alive; ``unavailable``
-    lists what is down now (non-empty while ok: degraded); ``down`` is the history of losses."""
+    """``ok`` is True when a request sent now will be served: at least one prefill and one decode
+    engine ready and no ``reason`` to be unhealthy; ``unavailable`` lists what is down now
+    (non-empty while ok: degraded) and ``down`` names it; history is in the logs and metrics."""
 
     ok: bool
     engines: tuple[EngineHealth, ...]
@@ -128,6 +164,8 @@ class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True):
     down: tuple[str, ...] = ()
     unavailable: tuple[DownItem, ...] = ()
     restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> processes restarted
+    reason: str = ""  # why the cluster is unhealthy (e.g. a restart budget used up), "" otherwise
+    standby: tuple[StandbyHealth, ...] = ()
 
 
 class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,7 +212,8 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     messages_dropped: dict[str, int] = msgspec.field(default_factory=dict)  # "plane/cause" -> n
     engine_request_failures: int = 0  # requests an engine failed alone (others served on)
     process_restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> restarts (supervisor)
-    requests_retried: int = 0  # requests re-dispatched once after their engine was lost
+    requests_retried: int = 0  # requests re-dispatched (resumed) after their engine was lost
+    num_cancelled: int = 0  # requests whose client went away before they finished
 
 
 class ClusterError(DualpathError):

@@ -65,12 +65,15 @@ class ClusterClient:
         query_timeout_s: float = 5.0,
         liveness_s: float = 10.0,
         keys: ClusterKeys | None = None,
+        api_key: str | None = None,
     ) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
         ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
-        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``)."""
+        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``). ``api_key``:
+        sent with every request, abort and settings change (a cluster with an API key needs it)."""
         self.address = address
+        self.api_key = api_key or ""
         self.keys = keys
         self.query_timeout_s = query_timeout_s
         self.liveness_s = liveness_s
@@ -201,7 +204,14 @@ class ClusterClient:
         self._streams[rid] = queue
         finished = False
         try:
-            await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids), params=params))
+            await self._send(
+                Submit(
+                    request_id=rid,
+                    prompt_token_ids=list(prompt_token_ids),
+                    params=params,
+                    api_key=self.api_key,
+                )
+            )
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), self.liveness_s)
@@ -220,7 +230,7 @@ class ClusterClient:
             self._streams.pop(rid, None)
             if not finished and self._sock is not None:
                 try:
-                    await self._send(Abort(request_id=rid))
+                    await self._send(Abort(request_id=rid, api_key=self.api_key))
                 except Exception:
                     pass
 
@@ -254,16 +264,30 @@ class ClusterClient:
         return reply.info
 
     async def configure(
-        self, policy: str, read_free: bool = False, snic_gbps: float | None = None
+        self,
+        policy: str | None = None,
+        read_free: bool | None = None,
+        snic_gbps: float | None = None,
+        reset: tuple[str, ...] = (),
     ) -> ClusterHealth:
-        """Switch the scheduling policy (and ``read_free``, the Oracle; ``snic_gbps``, the emulated
-        storage-NIC cap of every node, None = unchanged) for later requests.
+        """Change operator settings for later requests: the scheduling policy, ``read_free`` (the
+        Oracle), ``snic_gbps`` (the emulated storage-NIC cap of every node). None keeps a setting;
+        ``reset`` names settings to return to their defaults ("policy", "read_free", "snic_gbps":
+        dualpath, False, uncapped). The scheduler keeps them across its restarts and gives them
+        to restarted engines.
 
         Only while no request is in flight; raises ClusterError otherwise or for an unknown policy.
         """
         reply = await self._query(
             "configure",
-            lambda qid: Configure(query_id=qid, policy=policy, read_free=read_free, snic_gbps=snic_gbps),
+            lambda qid: Configure(
+                query_id=qid,
+                policy=policy,
+                read_free=read_free,
+                snic_gbps=snic_gbps,
+                reset=tuple(reset),  # type: ignore[arg-type]
+                api_key=self.api_key,
+            ),
         )
         if reply.error:
             raise ClusterError(reply.error)

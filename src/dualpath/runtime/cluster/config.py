@@ -16,6 +16,7 @@ from dualpath.core.registry import lookup
 from dualpath.policy.config import COMPUTE_QUOTA_S, check_scheduler_options
 from dualpath.policy.scheduler import POLICIES
 from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
+from dualpath.runtime.cluster.memory import AUTO, parse_memory
 from dualpath.runtime.kvstore.limits import check_file_mode
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
@@ -102,12 +103,14 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
     predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
     ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
-    ``decode_hbm_tokens``: KV tokens a DE holds; ``heartbeat_s``: load report period.
+    ``kv_cache_memory``: each engine's KV memory (``--kv-cache-memory``: bytes such as "512MiB",
+    a fraction <= 1 of the available memory, or "auto"; ``runtime/cluster/memory.py`` says how it is
+    split and what it holds); ``heartbeat_s``: load report period.
     """
 
     block_size: int = 64
     dtype: str = "float32"
-    decode_hbm_tokens: int = 65536
+    kv_cache_memory: str = AUTO
     compute_quota_s: float = COMPUTE_QUOTA_S
     attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
     attention_intercept_s: float = 0.0
@@ -117,12 +120,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         require(self.block_size >= 1, "block_size", self.block_size, "must be >= 1")
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choices: {', '.join(DTYPES)}")
-        require(
-            self.decode_hbm_tokens >= self.block_size,
-            "decode_hbm_tokens",
-            self.decode_hbm_tokens,
-            "must hold at least one block",
-        )
+        parse_memory(self.kv_cache_memory)
         require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
         require(
             self.attention_s_per_gflop >= 0,
@@ -150,7 +148,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
     free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
-    the directory). ``scheduler``, ``engine``, ``traffic``: the sections above.
+    the directory). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
+    settings only with that key (``sched_guard.py``; ``dualpath serve --api-key`` sets it).
+    ``scheduler``, ``engine``, ``traffic``: the sections above.
     """
 
     kv_dir: str
@@ -165,6 +165,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
+    api_key_sha256: str = ""  # sha256 hex of the API key: Submit / Abort / Configure must carry it
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     traffic: TrafficConfig = msgspec.field(default_factory=TrafficConfig)
@@ -227,6 +228,7 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     port_file: str = ""  # if set, the bound address is written here
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+    state_file: str = ""  # settings and counters kept across scheduler restarts (sched_persist.py)
 
     @property
     def bind(self) -> str:
@@ -246,6 +248,8 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     cluster_id: str = "default"
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
+    weights_dir: str = ""  # packed weights shared by this host's engines (model/packed.py); "" = own copy
+    generation: int = 0  # this engine id's incarnation (the supervisor counts its restarts)
 
 
 # ``dualpath demo``: system name -> (policy, read_free).

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from dualpath.runtime.cluster.memory import rss_bytes
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS,
     EngineLoading,
@@ -90,6 +91,7 @@ class Beat(threading.Thread):
                 role=a.role,
                 node_id=a.node_id,  # type: ignore[arg-type]
                 pid=os.getpid(),
+                generation=a.generation,
             )
         eid, worker, io, traffic = parts
         seqs, toks = worker.load()  # type: ignore[attr-defined]
@@ -105,8 +107,9 @@ class Beat(threading.Thread):
             store_counts=st.health_counts(),
             store_write_errors=st.write_errors,
             dropped=worker.transport.drops.snapshot(),  # type: ignore[attr-defined]
-            failed_requests=worker.num_failed_requests,
-        )  # type: ignore[attr-defined]
+            failed_requests=worker.num_failed_requests,  # type: ignore[attr-defined]
+            rss_bytes=rss_bytes(),
+        )
 
     def _incoming(self, sock: zmq.Socket) -> None:
         while sock.poll(0):

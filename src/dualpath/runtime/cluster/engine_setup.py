@@ -6,6 +6,7 @@ Configure applied to a running engine. ``engine_main.py`` puts them together.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from dualpath.runtime.cluster.traffic import TrafficManager, links_dir
 
 if TYPE_CHECKING:
     from dualpath.policy import SchedulerConfig
+    from dualpath.runtime.cluster.memory import KVPools
 
 
 def store_capacity(args: EngineArgs) -> int | None | str:
@@ -25,19 +27,30 @@ def store_capacity(args: EngineArgs) -> int | None | str:
 
 
 def load_model(args: EngineArgs) -> tuple[object, Geometry, int | None, int, int]:
-    from dualpath.runtime.model import load_decoder
+    """The engine's decoder: mapped from the host's shared packed weights when ``weights_dir`` is
+    set (``model/packed.py``; the first engine converts the checkpoint), else its own copy."""
+    from dualpath.runtime.cluster.memory import release_freed_memory
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.cluster.engine.dtype]
-    decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
-    eos = getattr(ckpt.hf_config, "eos_token_id", None)
-    eos = eos[0] if isinstance(eos, list) else eos
-    return (
-        decoder,
-        Geometry.of(decoder, args.cluster.engine.block_size),
-        eos,
-        ckpt.config.vocab_size,
-        ckpt.config.max_position_embeddings,
-    )
+
+    def build() -> tuple[object, dict[str, object]]:
+        from dualpath.runtime.model import load_decoder
+
+        decoder, ckpt = load_decoder(args.cluster.model, device="cpu", dtype=dtype)
+        eos = getattr(ckpt.hf_config, "eos_token_id", None)
+        return decoder, {"eos_token_id": eos[0] if isinstance(eos, list) else eos}
+
+    if args.weights_dir:
+        from dualpath.runtime.model.packed import shared_decoder
+
+        key = hashlib.sha256(f"{args.cluster.model}|{args.cluster.engine.dtype}".encode()).hexdigest()[:16]
+        decoder, extra = shared_decoder(args.weights_dir, key, build)  # type: ignore[arg-type]
+    else:
+        decoder, extra = build()
+    release_freed_memory()  # the loader's transient copies
+    c = decoder.config  # type: ignore[attr-defined]
+    geo = Geometry.of(decoder, args.cluster.engine.block_size)  # type: ignore[arg-type]
+    return decoder, geo, extra["eos_token_id"], c.vocab_size, c.max_position_embeddings  # type: ignore[return-value]
 
 
 Loaded = tuple[object, Geometry, "int | None", int, int]  # what load_model returns
@@ -109,10 +122,29 @@ def sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
 
 
 def apply_configure(msg: Configure, worker: object, traffic: TrafficManager) -> None:
+    """Apply the settings ``msg`` names (None keeps one; ``reset`` returns one to its default)."""
     from dualpath.policy import make_scheduler
+    from dualpath.runtime.cluster.config import DEFAULT_POLICY
 
-    traffic.read_free = msg.read_free
-    if msg.snic_gbps is not None:
+    if msg.read_free is not None or "read_free" in msg.reset:
+        traffic.read_free = bool(msg.read_free)
+    if msg.snic_gbps is not None or "snic_gbps" in msg.reset:
         traffic.set_snic_gbps(msg.snic_gbps)
-    if hasattr(worker, "scheduler"):  # same knobs (and fitted predictor), the new policy's mode
-        worker.scheduler = make_scheduler(msg.policy, worker.scheduler.config)
+    policy = DEFAULT_POLICY if "policy" in msg.reset else msg.policy
+    if policy is not None and hasattr(worker, "scheduler"):  # same knobs and fitted predictor
+        worker.scheduler = make_scheduler(policy, worker.scheduler.config)
+
+
+def engine_pools(role: str, spec: str, geo: Geometry, max_context: int) -> KVPools:
+    """The KV pools of a ``role`` engine under the budget ``spec`` (``--kv-cache-memory``)."""
+    from dualpath.runtime.cluster.memory import resolve_memory, size_pools
+
+    layout = geo.layout()
+    return size_pools(
+        role,
+        resolve_memory(spec, layout.kv_bytes_per_token),
+        block_size=geo.block_size,
+        block_bytes=layout.full_block_bytes,
+        num_layers=geo.num_layers,
+        max_context=max_context,
+    )

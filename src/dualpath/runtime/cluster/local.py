@@ -23,11 +23,12 @@ from typing import ClassVar
 import msgspec
 import zmq
 
-from dualpath.core.errors import DualpathError
+from dualpath.core.errors import ConfigError, DualpathError
 from dualpath.runtime.cluster.api import ClusterHealth
 from dualpath.runtime.cluster.config import ClusterConfig
 from dualpath.runtime.cluster.engine_main import EngineArgs
 from dualpath.runtime.cluster.local_procs import ClusterProcesses
+from dualpath.runtime.cluster.memory import available_memory_bytes, check_fits, parse_memory
 from dualpath.runtime.cluster.messages import Query, QueryReply, decode, encode
 from dualpath.runtime.cluster.scheduler import SchedulerArgs
 from dualpath.runtime.cluster.supervisor import Supervisor
@@ -54,6 +55,32 @@ def tiny_model_dir(root: Path) -> Path:
             ),
         )
     return folder
+
+
+def check_kv_dir(kv_dir: str) -> None:
+    """The KV directory exists (made if absent) and takes a file; ConfigError naming it if not."""
+    path = Path(kv_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dualpath-probe-", dir=path)
+        try:
+            os.write(fd, b"dualpath")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError("kv_dir", kv_dir, f"not a writable directory: {exc.strerror or exc}") from None
+
+
+def fixed_budget(cfg: ClusterConfig) -> ClusterConfig:
+    """``cfg`` with a fractional ``--kv-cache-memory`` turned into bytes, measured now (every
+    engine gets the same budget, whatever the others took first)."""
+    check_fits(cfg.engine.kv_cache_memory, cfg.num_engines)
+    size, fraction = parse_memory(cfg.engine.kv_cache_memory)
+    if not fraction:
+        return cfg
+    budget = str(int(fraction * available_memory_bytes()))
+    return msgspec.structs.replace(cfg, engine=msgspec.structs.replace(cfg.engine, kv_cache_memory=budget))
 
 
 class LocalCluster(ClusterProcesses):
@@ -96,17 +123,19 @@ class LocalCluster(ClusterProcesses):
             from dualpath.runtime.model.loader import resolve_model
 
             resolve_model(cfg.model)
-        Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
+        check_kv_dir(cfg.kv_dir)  # before any process starts: a clear error, at once
         cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
         writer_cap = cap // cfg.num_decode_engines  # DEs persist: each bounds its index at 1/D
-        engine_cfg = (
-            msgspec.structs.replace(cfg, model=str(tiny_model_dir(self.run_dir)))
-            if cfg.model == "tiny"
-            else cfg
-        )
+        engine_cfg = fixed_budget(cfg)  # a fraction of the free memory, measured once for all
+        if cfg.model == "tiny":
+            engine_cfg = msgspec.structs.replace(engine_cfg, model=str(tiny_model_dir(self.run_dir)))
         port_file = self.run_dir / "scheduler.addr"
         sargs = SchedulerArgs(
-            cluster=cfg, port_file=str(port_file), kv_capacity_bytes=cap, key_file=str(self.key_file or "")
+            cluster=cfg,
+            port_file=str(port_file),
+            kv_capacity_bytes=cap,
+            key_file=str(self.key_file or ""),
+            state_file=str(self.run_dir / "scheduler.state"),
         )
         self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
         deadline = time.monotonic() + 30
@@ -134,6 +163,7 @@ class LocalCluster(ClusterProcesses):
                     cluster_id=self.cluster_id,
                     kv_capacity_bytes=writer_cap if cfg.role_of(eid) == "decode" else cap,
                     key_file=str(self.key_file or ""),
+                    weights_dir=str(self.run_dir),  # one mapped copy of the weights for the host
                 ),
                 f"engine{eid}.log",
                 name=f"engine{eid}",

@@ -4,7 +4,9 @@ The engine prefills layer by layer with one layer's cached KV staged at a time, 
 load overlapped on its loader thread, and streams every layer's new KV (and PE-path hit KV) to the
 request's DE. This worker admits ``PrefillTask`` s, plans batches with the policy
 (``plan_prefill_batch`` over the engine's ready requests), sends the first token to the DE
-(``PrefillDone``) and reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
+(``PrefillDone``) and, as soon as the step returns, to the scheduler (``Progress``
+"prefill_done" with ``first_token``: streamed to the client while the DE starts decoding), and
+reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
 engine as it is. Control messages to and from the DE are ``runtime/transfer/control.py``'s. Read
 paths:
 
@@ -30,11 +32,11 @@ import time
 from collections.abc import Sequence
 
 from dualpath.core.errors import ConfigError
-from dualpath.core.units import GiB
 from dualpath.policy import Scheduler
 from dualpath.policy import views as pv
 from dualpath.policy.batch import BatchLimits
 from dualpath.runtime.cluster.kvio import BlockIO, Geometry, Outbox
+from dualpath.runtime.cluster.memory import KVPools
 from dualpath.runtime.cluster.messages import PrefillTask, Progress
 from dualpath.runtime.cluster.pe_remote import PeIO, RemoteDE, Split, when_all
 from dualpath.runtime.cluster.worker_base import WorkerBase
@@ -45,8 +47,6 @@ from dualpath.runtime.transfer.base import TransferError, TransferItem, Transpor
 from dualpath.runtime.transfer.control import Control, HitsLoaded, PrefillDone
 
 TRANSFER_TIMEOUT_S = 3.0  # a DE that does not answer within this is presumed dead: retry the batch
-MAX_BUFFER_BYTES = 1 * GiB  # PE buffer (PE-path prompts); requests beyond wait for room
-STAGING_TOKENS = 65536  # one layer's batch (cached + new, block-padded) per staging slot
 
 __all__ = ["PrefillWorker"]
 
@@ -63,12 +63,13 @@ class PrefillWorker(WorkerBase):
         transport: Transport,
         scheduler: Scheduler,
         outbox: Outbox,
+        pools: KVPools,
     ) -> None:
+        """``pools``: the PE buffer and staging sizes (``memory.size_pools``)."""
         super().__init__()
         self.engine_id, self.node_id = engine_id, node_id
         self.geo, self.io, self.transport = geo, blockio, transport
         self.scheduler, self.outbox = scheduler, outbox
-        bb = geo.layout().full_block_bytes
         self.engine = PrefillEngine(
             decoder,
             transport,
@@ -76,8 +77,8 @@ class PrefillWorker(WorkerBase):
             PrefillConfig(  # type: ignore[arg-type]
                 name=f"e{engine_id}.staging",
                 block_size=geo.block_size,
-                buffer_bytes=max(min(MAX_BUFFER_BYTES, 1024 * bb), bb),
-                max_cached_tokens=STAGING_TOKENS,
+                buffer_bytes=pools.buffer_blocks * pools.block_bytes,
+                max_cached_tokens=pools.staging_tokens,
                 overlap=True,
                 transfer_timeout_s=TRANSFER_TIMEOUT_S,
             ),
@@ -90,7 +91,7 @@ class PrefillWorker(WorkerBase):
         self._connected: set[str] = set()  # DE endpoints registered with the engine
         self._solo: set[str] = set()  # requests of a failed batch: each runs alone next
         # the room this engine reports to the batch planner: one staging slot per layer's batch
-        self.limits = BatchLimits(staging_tokens=STAGING_TOKENS, block_size=geo.block_size)
+        self.limits = BatchLimits(staging_tokens=pools.staging_tokens, block_size=geo.block_size)
 
     # ------------------------------------------------------------------ load / admin
     def _task_tokens(self, task: PrefillTask) -> int:
@@ -113,6 +114,7 @@ class PrefillWorker(WorkerBase):
             hit_hashes=hashes,
             sampling=task.params,
             split_block=read.pe_read_len // bs if read.side == "split" else 0,
+            first_step=task.num_generated,
         )
         if not self.engine.add_request(req):
             return False
@@ -229,9 +231,13 @@ class PrefillWorker(WorkerBase):
             return False
         try:
             outs = self.engine.step(entries)
-        except TransferError:  # a DE died or stalls: redo these requests (the scheduler cancels
-            for e in entries:  # the ones of a dead DE meanwhile)
+        except TransferError as exc:  # a DE died or stalls: redo these requests (the scheduler
+            # cancels the ones of a dead DE meanwhile)
+            msg = f"KV hand-off failed ({exc}); prefilling {len(entries)} request(s) again"
+            print(f"engine {self.engine_id}: {msg}", flush=True)
+            for e in entries:
                 self._retry(e.request_id)
+            self._admit_waiting()  # (back into the engine now: nothing else may come to admit them)
             return True
         except Exception as exc:  # noqa: BLE001 - one request's failure must not end the engine
             self._step_failed(entries, exc)
@@ -243,12 +249,13 @@ class PrefillWorker(WorkerBase):
                 continue
             done = PrefillDone(key=out.request_id, first_token=out.first_token)
             self.transport.notify(f"e{task.decode_engine}", [done], source=f"e{self.engine_id}")
-            self.outbox.put(
+            self.outbox.put(  # sent as soon as this step returns: the first token goes to the client
                 Progress(
                     request_id=out.request_id,
                     engine_id=self.engine_id,
                     event="prefill_done",
                     hit_len=out.hit_tokens,
+                    first_token=out.first_token,
                 )
             )
         self._admit_waiting()
@@ -274,6 +281,7 @@ class PrefillWorker(WorkerBase):
         for e in entries:
             self._solo.add(e.request_id)
             self._retry(e.request_id)
+        self._admit_waiting()
 
     def _retry(self, rid: str) -> None:
         self.engine.abort(rid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -10,10 +11,10 @@ from dualpath.policy.ledger import Entry
 from dualpath.runtime.cluster.api import (
     ClusterHealth,
     ClusterInfo,
-    EngineHealth,
     MetricsSnapshot,
     RequestStats,
 )
+from dualpath.runtime.cluster.health_view import engine_entries
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
 from dualpath.runtime.cluster.state import read_side
 from dualpath.runtime.kvstore import chain_hashes
@@ -48,6 +49,7 @@ class Reporter:
             num_requests=0,
             num_finished=0,
             num_failed=0,
+            num_cancelled=0,
             hit_tokens=0,
             prompt_tokens=0,
             generated_tokens=0,
@@ -75,11 +77,25 @@ class Reporter:
                 f"prompt ({n} tokens) + max_tokens ({msg.params.max_tokens}) "
                 f"exceeds the model's context of {limit} tokens"
             )
+        fits = self._fits(n, msg.params.max_tokens)
+        if fits is not None:
+            return "too_long", fits
         limit_queued = svc.args.cluster.scheduler.max_queued_requests
         if len(self.timing) >= limit_queued:
             return "queue_full", f"{len(self.timing)} requests in flight (max {limit_queued})"
         if msg.request_id in self.timing:
             return "bad_request", f"request id {msg.request_id!r} is already in flight"
+        return None
+
+    def _fits(self, prompt_len: int, max_tokens: int) -> str | None:
+        """Why a request does not fit the engines' KV pools (``--kv-cache-memory``), or None."""
+        max_prompt, max_ctx = self.limits()
+        if max_prompt and prompt_len > max_prompt:
+            return (f"prompt ({prompt_len} tokens) exceeds the {max_prompt} tokens an engine's KV "
+                    "pool holds (raise --kv-cache-memory)")  # fmt: skip
+        if max_ctx and prompt_len + max_tokens > max_ctx:
+            return (f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the {max_ctx} "
+                    "tokens a decode engine's KV cache holds (raise --kv-cache-memory)")  # fmt: skip
         return None
 
     def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
@@ -100,6 +116,13 @@ class Reporter:
             svc.store.forget(chain_hashes(prompt[0][: t.hit_len], bs)[hit_len // bs : hit_len // bs + 1])
         t.hit_len = hit_len
 
+    def resumed(self, rid: str, hit_len: int) -> None:
+        """The request resumes (an engine died) with ``hit_len`` tokens of its extended prompt
+        (prompt + the tokens its client has) in the store: what its stats and hits count now."""
+        t = self.timing.get(rid)
+        if t is not None:
+            t.hit_len = hit_len
+
     def dispatched(self, rid: str, now: float) -> None:
         t = self.timing.get(rid)
         if t is not None and t.dispatch_s is None:
@@ -119,8 +142,11 @@ class Reporter:
         t = self.timing.get(rid)
         return 0 if t is None else t.num_tokens
 
-    def stats(self, rid: str, req: Entry, now: float) -> RequestStats:
-        self.token(rid, now)
+    def stats(self, rid: str, req: Entry, now: float, count_token: bool = True) -> RequestStats:
+        """The request finished at ``now`` (its last token, unless ``count_token`` is False: its
+        client ended it with what it had): counted, its times sampled."""
+        if count_token:
+            self.token(rid, now)
         t = self.timing[rid]
         first = t.first_s if t.first_s is not None else now
         ttft, e2e = first - t.submit_s, now - t.submit_s
@@ -152,6 +178,11 @@ class Reporter:
         if rid in self.timing:
             self.counts["num_failed"] += 1
 
+    def cancelled(self, rid: str) -> None:
+        """Its client went away before it finished."""
+        if rid in self.timing:
+            self.counts["num_cancelled"] += 1
+
     def forget(self, rid: str) -> None:
         self.timing.pop(rid, None)
 
@@ -162,7 +193,7 @@ class Reporter:
             return
         if not e.alive:  # declared dead, yet its process runs: take it back, emptied
             self.svc.revive(hb.engine_id, now)
-        e.last_seen_s = now
+        e.last_seen_s, e.rss_bytes = now, hb.rss_bytes or e.rss_bytes
         self.heartbeats[hb.engine_id] = hb
 
     # ------------------------------------------------------------------ queries
@@ -174,38 +205,42 @@ class Reporter:
         return QueryReply(query_id=q.query_id, info=self.info())
 
     def health(self) -> ClusterHealth:
-        st = self.svc.state
-        loads = st.ledger.engines
-        engines = tuple(
-            EngineHealth(
-                engine_id=e.engine_id,
-                role=e.role,
-                node_id=e.node_id,
-                alive=e.alive,
-                num_seqs=loads[e.engine_id].num_seqs,
-                num_tokens=loads[e.engine_id].num_tokens,
-                last_seen_s=e.last_seen_s,
-                data_addr=e.data_addr,
-            )
-            for e in sorted(st.engines.values(), key=lambda e: e.engine_id)
-        )
+        """Now, not history: one entry per engine (``health_view.py``); ok when a request sent
+        now is served (a ready PE and DE, and no reason from the supervisor to be unhealthy)."""
+        st, sv = self.svc.state, self.svc.supervision
+        engines, unavailable, why = engine_entries(self.svc)
         running = sum(1 for t in self.timing.values() if t.dispatch_s is not None)
+        report = sv.report if sv.report is not None and sv.supervised(time.monotonic()) else None
+        reason = report.unhealthy if report is not None else ""
         return ClusterHealth(
-            ok=bool(st.groups("prefill") and st.groups("decode")),
+            ok=bool(st.groups("prefill") and st.groups("decode")) and not reason,
             engines=engines,
             num_waiting=len(self.timing) - running,
             num_running=running,
             policy=self.svc.args.cluster.policy,
-            down=tuple(self.down),
-            unavailable=self.svc.supervision.items(),
-            restarts=self.svc.supervision.restarts(),
+            down=why,
+            unavailable=unavailable,
+            restarts=sv.restarts(),
+            reason=reason,
+            standby=tuple(report.standby) if report is not None else (),
         )
+
+    def limits(self) -> tuple[int, int]:
+        """(longest prompt, longest prompt + generation) every ready engine's KV pool holds
+        (0: no bound), the smallest over the engines: any of them may get the request."""
+        prompt = [
+            e.max_prompt_tokens for e in self.svc.state.engines.values() if e.ready and e.max_prompt_tokens
+        ]
+        ctx = [e.max_context_tokens for e in self.svc.state.engines.values()
+               if e.ready and e.role == "decode" and e.max_context_tokens]  # fmt: skip
+        return min(prompt, default=0), min(ctx, default=0)
 
     def info(self) -> ClusterInfo:
         h = self.svc.hello
+        ctx = self.limits()[1]
         return ClusterInfo(
             model_name=h.model_name if h else "",
-            max_context_len=h.max_context_len if h else 0,
+            max_context_len=(min(h.max_context_len, ctx) if ctx else h.max_context_len) if h else 0,
             vocab_size=h.vocab_size if h else 0,
             eos_token_id=h.eos_token_id if h else None,
             max_queued_requests=self.svc.args.cluster.scheduler.max_queued_requests,
@@ -234,6 +269,7 @@ class Reporter:
             num_requests=c["num_requests"],
             num_finished=c["num_finished"],
             num_failed=c["num_failed"],
+            num_cancelled=c["num_cancelled"],
             hit_tokens=c["hit_tokens"],
             prompt_tokens=c["prompt_tokens"],
             generated_tokens=c["generated_tokens"],

@@ -14,6 +14,7 @@ from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
 from dualpath.runtime.cluster.messages import (
     Configure,
     EngineHello,
+    EngineReady,
     QueryReply,
     Shutdown,
     Welcome,
@@ -22,7 +23,7 @@ from dualpath.runtime.cluster.state import ClusterState, EngineState
 from dualpath.runtime.kvstore import BlockStore
 
 if TYPE_CHECKING:
-    from dualpath.runtime.cluster.config import SchedulerArgs
+    from dualpath.runtime.cluster.config import ClusterConfig, SchedulerArgs
     from dualpath.runtime.cluster.read_rate import StorageReadRate
     from dualpath.runtime.cluster.sched_info import Reporter
     from dualpath.runtime.cluster.supervisor_view import SupervisionView
@@ -51,6 +52,8 @@ class EngineRegistry:
 
         def _broadcast_peers(self) -> None: ...
 
+        def settings_changed(self) -> None: ...
+
     def _engine_of(self, ident: bytes) -> EngineState | None:
         """The registered engine whose main socket is ``ident`` (None: not an engine)."""
         for e in self.state.engines.values():
@@ -78,6 +81,12 @@ class EngineRegistry:
             self.drops.drop("control", cause, why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
             return
+        old = self.state.engines.get(msg.engine_id)
+        if old is not None and msg.generation < old.generation:  # (a process its successor replaced)
+            why = f"engine {msg.engine_id} generation {msg.generation} is stale (now {old.generation})"
+            self.drops.drop("control", "stale", why)
+            self._send(ident, Shutdown(reason=f"refused: {why}"))
+            return
         self.supervision.on_hello(msg)  # the same engine restarted: its old self dies first
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
@@ -91,14 +100,40 @@ class EngineRegistry:
                 last_seen_s=now,
                 data_addr=msg.data_addr,
                 identity=ident,
+                ready=msg.ready,
+                pid=msg.pid,
+                generation=msg.generation,
+                weights_bytes=msg.weights_bytes,
+                kv_pool_bytes=msg.kv_pool_bytes,
+                max_prompt_tokens=msg.max_prompt_tokens,
+                max_context_tokens=msg.max_context_tokens,
             )
         )
         self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
-        leader = min(e.engine_id for e in self.state.groups(msg.role)[msg.node_id])
-        self._send(ident, Welcome(engine_id=eid, is_leader=leader == eid, peers=self._peers()))
+        node = [e.engine_id for e in self.state.groups(msg.role, alive_only=False)[msg.node_id] if e.alive]
+        self._send(ident, Welcome(engine_id=eid, is_leader=min(node) == eid, peers=self._peers()))
+        self._send(ident, self.settings())  # what Configure set reaches a (re)started engine too
         self._broadcast_peers()
+
+    def _ready(self, ident: bytes, msg: EngineReady) -> None:
+        """An engine has its caches and worker: routable from now on (only from its own socket)."""
+        e = self.state.engines.get(msg.engine_id)
+        if e is None or e.identity != ident or e.pid != msg.pid:
+            self.drops.drop("control", "unknown_engine", f"ready of engine {msg.engine_id} (pid {msg.pid})")
+            return
+        e.rss_bytes = msg.rss_bytes
+        if not e.ready:
+            self.state.mark_ready(e.engine_id)
+            print(f"scheduler: {e.role} engine {e.engine_id} (pid {e.pid}) ready", flush=True)
+
+    def settings(self) -> Configure:
+        """The operator settings now, complete (a cap None is sent as a reset to uncapped)."""
+        c = self.args.cluster
+        reset = ("snic_gbps",) if c.traffic.snic_gbps is None else ()
+        return Configure(query_id=0, policy=c.policy, read_free=c.traffic.read_free,
+                         snic_gbps=c.traffic.snic_gbps, reset=reset)  # fmt: skip
 
     def _setup(self, msg: EngineHello) -> None:
         from dualpath.runtime.kvstore import BlockLayout
@@ -135,25 +170,38 @@ class EngineRegistry:
         return self._read_rate.source
 
     def _configure(self, msg: Configure) -> QueryReply:
+        """Change the operator settings (idle only); engines get the complete result."""
         from dualpath.core.errors import DualpathError
 
+        query_id = msg.query_id
         if self.report.timing:
             return QueryReply(query_id=msg.query_id, error="requests are in flight; configure when idle")
         if self.hello is None:
             return QueryReply(query_id=msg.query_id, error="no engine registered yet")
         try:
-            c = self.args.cluster
-            snic = c.traffic.snic_gbps if msg.snic_gbps is None else msg.snic_gbps
-            c = msgspec.structs.replace(
-                c,
-                policy=msg.policy,
-                traffic=msgspec.structs.replace(c.traffic, snic_gbps=snic, read_free=msg.read_free),
-            )
-            self.args = msgspec.structs.replace(self.args, cluster=c)
+            self.args = msgspec.structs.replace(self.args, cluster=configured(self.args.cluster, msg))
             self._setup(self.hello)
         except DualpathError as exc:
             return QueryReply(query_id=msg.query_id, error=str(exc))
+        self.settings_changed()
+        msg = self.settings()
         for e in self.state.engines.values():
             if e.alive:
                 self._send(e.identity, msg)
-        return QueryReply(query_id=msg.query_id, health=self.report.health())
+        return QueryReply(query_id=query_id, health=self.report.health())
+
+
+def configured(c: ClusterConfig, msg: Configure) -> ClusterConfig:
+    """``c`` with what ``msg`` sets (None keeps a setting; ``reset`` returns it to its default)."""
+    from dualpath.runtime.cluster.config import DEFAULT_POLICY
+
+    policy = DEFAULT_POLICY if "policy" in msg.reset else (msg.policy or c.policy)
+    read_free = False if "read_free" in msg.reset else (
+        c.traffic.read_free if msg.read_free is None else msg.read_free)  # fmt: skip
+    snic = (
+        None
+        if "snic_gbps" in msg.reset
+        else (c.traffic.snic_gbps if msg.snic_gbps is None else msg.snic_gbps)
+    )
+    traffic = msgspec.structs.replace(c.traffic, snic_gbps=snic, read_free=read_free)
+    return msgspec.structs.replace(c, policy=policy, traffic=traffic)

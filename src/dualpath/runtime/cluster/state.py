@@ -30,6 +30,14 @@ class EngineState:
     last_seen_s: float = 0.0
     data_addr: str = ""
     identity: bytes = b""
+    ready: bool = True  # routable (its EngineReady came; a hello may say it is at once)
+    pid: int = 0
+    generation: int = 0
+    weights_bytes: int = 0
+    kv_pool_bytes: int = 0
+    rss_bytes: int = 0
+    max_prompt_tokens: int = 0  # 0: no bound
+    max_context_tokens: int = 0
 
 
 class ClusterState:
@@ -50,20 +58,35 @@ class ClusterState:
 
     # ----------------------------------------------------------------- membership
     def add_engine(self, eng: EngineState) -> None:
+        """Register ``eng``; the policy sees it (routes to it) once it is ready."""
         self.engines[eng.engine_id] = eng
-        self.ledger.add_engine(eng.engine_id, eng.node_id, eng.role, eng.hbm_tokens)
+        if eng.ready:
+            self.ledger.add_engine(eng.engine_id, eng.node_id, eng.role, eng.hbm_tokens)
+
+    def mark_ready(self, eid: int) -> None:
+        eng = self.engines[eid]
+        eng.ready = True
+        if eng.alive:
+            self.ledger.add_engine(eng.engine_id, eng.node_id, eng.role, eng.hbm_tokens)
+
+    def remove_engine(self, eid: int) -> None:
+        """Forget a dead engine that left (its requests were handled when it died)."""
+        self.engines.pop(eid, None)
 
     def groups(self, role: str, alive_only: bool = True) -> dict[int, list[EngineState]]:
+        """Routable engines of ``role`` per node (alive and ready; all registered ones with
+        ``alive_only=False``)."""
         out: dict[int, list[EngineState]] = {}
         for e in sorted(self.engines.values(), key=lambda e: e.engine_id):
-            if e.role == role and (e.alive or not alive_only):
+            if e.role == role and ((e.alive and e.ready) or not alive_only):
                 out.setdefault(e.node_id, []).append(e)
         return dict(sorted(out.items()))
 
     def engine_lost(self, eid: int, keep: frozenset[str] = frozenset()) -> None:
         """After the engine's requests were finished or requeued (but those in ``keep``, which go
         on on their DE): drop it from the views."""
-        self.ledger.on_engine_lost(eid, keep)
+        if eid in self.ledger.engines:
+            self.ledger.on_engine_lost(eid, keep)
 
     # ----------------------------------------------------------------- requests
     def submit(self, info: pv.RequestInfo) -> None:
@@ -97,9 +120,10 @@ class ClusterState:
         """Forget a request wherever it is (done, failed or aborted); release its loads."""
         return self.ledger.on_finished(rid)
 
-    def requeue(self, rid: str) -> None:
-        """Release the request and put it back at the head of the global queue."""
-        self.ledger.on_finished(rid, requeue=True)
+    def requeue(self, rid: str, info: pv.RequestInfo | None = None) -> None:
+        """Release the request and put it back at the head of the global queue (as ``info``: a
+        resumed request)."""
+        self.ledger.on_finished(rid, requeue=True, info=info)
 
 
 def read_side(entry: Entry) -> str:

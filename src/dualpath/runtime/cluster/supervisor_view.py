@@ -1,11 +1,15 @@
 """The scheduler's side of process supervision (see runtime/cluster/supervisor.py for the other).
 
 What the scheduler service knows about its engines as processes: the pid each registered with, the
-engines still loading (``EngineLoading`` from their heartbeat thread), when each was declared dead
-(wall clock, for ``/health``), the supervisor's last ``Supervision`` report (restart counts, engine
-processes seen exiting). It also asks engines it does not know (a scheduler restart forgot them) to
-register again, and ends requests that wait for a role with no live engine: at once when no
-supervisor reports, after ``ORPHAN_WAIT_S`` (the restarted engine did not come back) otherwise.
+engines still loading (``EngineLoading`` from their heartbeat thread, with their generation), when
+and why each was declared dead, the supervisor's last ``Supervision`` report (restart counts,
+engine processes seen exiting, a reason to be unhealthy, the standbys). Deaths are counted once per
+process (pid), whether the process was registered (declared dead: exited or silent) or died while
+loading (the supervisor saw it exit); a revival is a process declared dead that answered again.
+It also asks engines it does not know (a scheduler restart forgot them) to register again, ends
+requests that wait for a role with no live engine (at once when no supervisor reports, after
+``ORPHAN_WAIT_S`` otherwise) and forgets engines that left (dead ``LEFT_GRACE_S`` with no restart).
+``health_view.py`` turns this into ``/health``'s one entry per engine.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from dualpath.runtime.cluster.api import DownItem
 from dualpath.runtime.cluster.messages import EngineHello, EngineLoading, Heartbeat, Reset, Supervision
 
 if TYPE_CHECKING:
@@ -23,10 +26,23 @@ LOADING_TTL_S = 10.0  # a loading engine not heard of for this long is no longer
 SUPERVISED_S = 5.0  # a supervisor report this recent: lost engines come back (requests wait)
 ORPHAN_WAIT_S = 30.0  # with a supervisor: how long requests wait for a role with no live engine
 REREGISTER_EVERY_S = 1.0  # how often an unknown engine is asked to register again
+LEFT_GRACE_S = 60.0  # a dead engine nobody restarts is removed from /health after this long
+COUNTED_PIDS = 64  # per engine: pids whose death was counted (deduplication)
 
 
 def engine_name(role: str, engine_id: int) -> str:
     return f"{role} engine {engine_id}"
+
+
+class Loading:
+    """An engine process heard loading (not registered yet)."""
+
+    __slots__ = ("eid", "role", "node_id", "pid", "generation", "since_unix_s", "heard_s")
+
+    def __init__(self, msg: EngineLoading, now: float, since_unix_s: float) -> None:
+        self.eid, self.role, self.node_id = msg.engine_id, msg.role, msg.node_id
+        self.pid, self.generation = msg.pid, msg.generation
+        self.since_unix_s, self.heard_s = since_unix_s, now
 
 
 class SupervisionView:
@@ -34,12 +50,16 @@ class SupervisionView:
         self.svc = svc
         self.pids: dict[int, int] = {}  # engine id -> pid it registered with
         self.dead_since: dict[int, float] = {}  # engine id -> Unix time it was declared dead
-        self.loading: dict[str, tuple[float, float]] = {}  # name -> (since Unix s, last heard, monotonic)
+        self.dead_reason: dict[int, str] = {}
+        self.dead_mono: dict[int, float] = {}  # engine id -> monotonic time it was declared dead
+        self.started_unix: dict[int, float] = {}  # engine id -> Unix time it registered
+        self.loading: dict[str, Loading] = {}  # name -> the loading process
         self.report: Supervision | None = None
         self.report_s = float("-inf")
         self.asked: dict[int, float] = {}  # engine id -> when last asked to register again
         self.no_role_since: dict[str, float] = {}
         self.retried = 0
+        self.counted: dict[int, set[int]] = {}  # engine id -> pids whose death was counted
 
     # ------------------------------------------------------------------ messages
     def supervised(self, now: float) -> bool:
@@ -47,7 +67,8 @@ class SupervisionView:
 
     def on_report(self, msg: Supervision, now: float) -> None:
         """A supervisor report: an engine process it saw exit is dead now (not after the
-        heartbeat timeout), if it is the process that registered (pid), not its restarted self."""
+        heartbeat timeout), if it is the process that registered (pid), not its restarted self;
+        one that exited before registering is a death too."""
         self.report, self.report_s = msg, now
         for eid, pid in msg.lost.items():
             e = self.svc.state.engines.get(eid)
@@ -55,6 +76,20 @@ class SupervisionView:
                 self.svc.engine_died(
                     eid, f"{engine_name(e.role, eid)} exited (pid {pid}); the supervisor restarts it"
                 )
+        for eid, pids in msg.exited.items():
+            for pid in pids:
+                self.count_death(eid, pid)
+
+    def count_death(self, eid: int, pid: int) -> bool:
+        """Count the death of process ``pid`` of engine ``eid`` once; True if it was new."""
+        seen = self.counted.setdefault(eid, set())
+        if pid in seen:
+            return False
+        seen.add(pid)
+        if len(seen) > COUNTED_PIDS:
+            seen.discard(min(seen))
+        self.svc.report.deaths += 1
+        return True
 
     def is_lost(self, eid: int) -> bool:
         """The supervisor saw the process registered as ``eid`` exit (a late heartbeat of it must
@@ -71,8 +106,9 @@ class SupervisionView:
                 e.last_seen_s = now
                 return
         name = self._loading_name(msg.role, msg.engine_id, msg.node_id, msg.pid)
-        since = self.loading.get(name, (time.time(), now))[0]
-        self.loading[name] = (since, now)
+        old = self.loading.get(name)
+        since = old.since_unix_s if old is not None and old.pid == msg.pid else time.time()
+        self.loading[name] = Loading(msg, now, since)
 
     @staticmethod
     def _loading_name(role: str, eid: int, node_id: int, pid: int) -> str:
@@ -98,8 +134,9 @@ class SupervisionView:
 
     def registered(self, eid: int, pid: int) -> None:
         self.pids[eid] = pid
-        self.dead_since.pop(eid, None)
-        self.asked.pop(eid, None)
+        for d in (self.dead_since, self.dead_reason, self.dead_mono, self.asked):
+            d.pop(eid, None)
+        self.started_unix[eid] = time.time()
 
     def unknown_heartbeat(self, ident: bytes, msg: Heartbeat, now: float) -> None:
         """A heartbeat of an engine this scheduler does not know: it registered with an earlier
@@ -113,11 +150,23 @@ class SupervisionView:
         self.svc._send(ident, Reset(reason="register again"))
 
     # ------------------------------------------------------------------ deaths
-    def died(self, eid: int) -> None:
+    def died(self, eid: int, reason: str) -> None:
+        """Engine ``eid`` was declared dead (its process, ``pids[eid]``, counted once)."""
         self.dead_since.setdefault(eid, time.time())
+        self.dead_mono.setdefault(eid, time.monotonic())
+        self.dead_reason[eid] = reason
+        self.count_death(eid, self.pids.get(eid, -1))
 
     def revived(self, eid: int) -> None:
-        self.dead_since.pop(eid, None)
+        for d in (self.dead_since, self.dead_reason, self.dead_mono):
+            d.pop(eid, None)
+
+    def restarting(self, name: str, now: float) -> float | None:
+        """Since when (Unix s) the supervisor has been restarting ``name``; None if it is not."""
+        r = self.report
+        if r is None or not self.supervised(now):
+            return None
+        return r.down.get(name)
 
     def orphans(self, now: float) -> None:
         """End requests that need a role with no live engine: prefill for those not prefilled yet,
@@ -134,33 +183,21 @@ class SupervisionView:
                 if role == "decode" or not req.pe_done:
                     svc._fail(rid, f"no live {role} engine left (for {now - since:.0f} s)")
 
-    # ------------------------------------------------------------------ reports
-    def items(self) -> tuple[DownItem, ...]:
-        """What is down now: dead engines, engines the supervisor is restarting, loading ones."""
-        now_unix, now = time.time(), time.monotonic()
-        out: dict[str, DownItem] = {}
-        for e in self.svc.state.engines.values():
-            if not e.alive:
-                name = engine_name(e.role, e.engine_id)
-                out[name] = DownItem(
-                    what=name, state="dead", since_unix_s=self.dead_since.get(e.engine_id, now_unix)
-                )
-        alive = {engine_name(e.role, e.engine_id) for e in self.svc.state.engines.values() if e.alive}
-        if self.report is not None and self.supervised(now):
-            for name, since in self.report.down.items():
-                if name not in alive:
-                    out[name] = DownItem(
-                        what=name,
-                        state="restarting",
-                        since_unix_s=min(since, out[name].since_unix_s) if name in out else since,
-                    )
-        for name, (since, heard) in list(self.loading.items()):
-            if now - heard > LOADING_TTL_S:
-                del self.loading[name]
-            elif name not in alive:
-                first = out[name].since_unix_s if name in out else since
-                out[name] = DownItem(what=name, state="loading", since_unix_s=min(first, since))
-        return tuple(out[k] for k in sorted(out))
+    def forget_left(self, now: float) -> None:
+        """Remove engines dead for ``LEFT_GRACE_S`` that nobody restarts or loads (they left)."""
+        for eid, dead_s in list(self.dead_mono.items()):
+            e = self.svc.state.engines.get(eid)
+            if e is None or e.alive or now - dead_s < LEFT_GRACE_S:
+                continue
+            name = engine_name(e.role, eid)
+            if name in self.loading or self.restarting(name, now) is not None:
+                continue
+            self.svc.state.remove_engine(eid)
+            for d in (self.pids, self.dead_since, self.dead_reason, self.dead_mono, self.started_unix):
+                d.pop(eid, None)
+            print(
+                f"scheduler: {name} left (dead for {now - dead_s:.0f} s, not restarted); removed", flush=True
+            )
 
     def restarts(self) -> dict[str, int]:
         return dict(self.report.restarts) if self.report is not None else {}

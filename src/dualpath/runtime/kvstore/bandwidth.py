@@ -57,22 +57,21 @@ def measure_read_bytes_per_s(
     nbytes = max(4096, min(nbytes, st.f_bavail * st.f_frsize // 10))
     chunk_bytes = max(4096, min(chunk_bytes, nbytes))
     nbytes -= nbytes % chunk_bytes
-    path = Path(root) / f".read-rate-{os.getpid()}.tmp"
+    path = Path(root) / f".read-rate-{os.getpid()}.{os.urandom(8).hex()}.tmp"
     block = os.urandom(chunk_bytes)
+    # O_EXCL | O_NOFOLLOW: a planted file or link of that name is never opened, nor removed
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
+        for off in range(0, nbytes, chunk_bytes):
+            os.pwrite(fd, block, off)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
             for off in range(0, nbytes, chunk_bytes):
-                os.pwrite(fd, block, off)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                for off in range(0, nbytes, chunk_bytes):
-                    os.pread(fd, chunk_bytes, off)
-                best = min(best, time.perf_counter() - t0)
-        finally:
-            os.close(fd)
+                os.pread(fd, chunk_bytes, off)
+            best = min(best, time.perf_counter() - t0)
     finally:
+        os.close(fd)
         path.unlink(missing_ok=True)
     return nbytes / max(best, 1e-9)
 

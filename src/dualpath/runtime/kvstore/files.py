@@ -9,10 +9,13 @@ Directory layout under ``root``::
 
 Every function here is safe against other processes using the same directory: files appear only by
 rename, a vanished file is a miss, and quarantine moves a file only if it is still the one read.
+Everything is reached through directory fds with O_NOFOLLOW (``safedir.StoreDir``): a symlink
+where a shard, ``quarantine`` or a block file belongs is refused, never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -40,9 +43,10 @@ from dualpath.runtime.kvstore.blockfile import (
 )
 from dualpath.runtime.kvstore.layout import HASH_HEX_LEN, BlockLayout
 from dualpath.runtime.kvstore.limits import dir_mode_for
+from dualpath.runtime.kvstore.quarantine import quarantine
+from dualpath.runtime.kvstore.safedir import NOFOLLOW, QUARANTINE_DIR, StoreDir
 
 META_NAME = "kvstore.json"
-QUARANTINE_DIR = "quarantine"
 TMP_PREFIX = ".tmp."
 _tmp_counter = itertools.count()
 _scratch = threading.local()
@@ -64,21 +68,22 @@ def _direct_ok(out: memoryview, offset: int) -> bool:
 
 
 def block_path(root: Path, block_hash: str) -> Path:
+    """Where a block's file lives (for people and tests; the store itself opens it by dir fd)."""
     return root / block_hash[:2] / f"{block_hash}{SUFFIX}"
 
 
-def _block_path_str(root: Path, block_hash: str) -> str:  # hot path: no pathlib objects
-    return f"{root}/{block_hash[:2]}/{block_hash}{SUFFIX}"
+def _names(block_hash: str) -> tuple[str, str]:  # hot path: no pathlib objects
+    return block_hash[:2], f"{block_hash}{SUFFIX}"
 
 
-def init_root(root: Path, layout: BlockLayout, file_mode: int = 0o600) -> None:
+def init_root(d: StoreDir, layout: BlockLayout, file_mode: int = 0o600) -> None:
     """Create the directory tree and layout file, or check an existing layout matches ``layout``.
 
     Directories get ``dir_mode_for(file_mode)`` (0700 for 0600), also when they exist already and
-    are ours (a tree made by an older version with 0755 is tightened; others' dirs are left)."""
+    are ours (a tree made by an older version with 0755 is tightened; others' dirs are left). A
+    link in place of a shard, ``quarantine`` or the layout file is refused (``StoreDir``)."""
     dmode = dir_mode_for(file_mode)
-    root.mkdir(parents=True, exist_ok=True, mode=dmode)
-    _chmod_own(root, dmode)
+    d.chmod_own(d.fd, dmode)
     meta = {
         "format": "dualpath-kvstore",
         "version": 1,
@@ -86,39 +91,27 @@ def init_root(root: Path, layout: BlockLayout, file_mode: int = 0o600) -> None:
         "block_size": layout.block_size,
         "kv_bytes_per_token_layer": layout.kv_bytes_per_token_layer,
     }
-    path = root / META_NAME
-    if path.exists():
-        found = json.loads(path.read_text())
+    fd = d.open_file(d.fd, META_NAME, os.O_RDONLY)
+    if fd is not None:
+        with os.fdopen(fd) as f:
+            found = json.loads(f.read())
         if found != meta:
-            raise ConfigError("layout", layout, f"{root} holds blocks of another layout: {found}")
+            raise ConfigError("layout", layout, f"{d.root} holds blocks of another layout: {found}")
     else:
-        tmp = root / f"{TMP_PREFIX}meta.{os.getpid()}.{next(_tmp_counter)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
+        tmp = f"{TMP_PREFIX}meta.{os.getpid()}.{next(_tmp_counter)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, file_mode, dir_fd=d.fd)
         with os.fdopen(fd, "w") as f:
             os.fchmod(f.fileno(), file_mode)  # exact bits, whatever the umask
             f.write(json.dumps(meta, indent=1))
-        os.replace(tmp, path)  # concurrent creators write identical content
+        os.replace(tmp, META_NAME, src_dir_fd=d.fd, dst_dir_fd=d.fd)  # concurrent creators agree
     for name in [f"{i:02x}" for i in range(256)] + [QUARANTINE_DIR]:
-        sub = root / name
-        try:
-            sub.mkdir(mode=dmode)
-        except FileExistsError:
-            pass
-        _chmod_own(sub, dmode)
-
-
-def _chmod_own(path: Path, mode: int) -> None:
-    """Set ``path``'s permission bits to ``mode`` if they differ and it is ours (else leave it)."""
-    try:
-        st = os.stat(path)
-        if st.st_mode & 0o7777 != mode and st.st_uid == os.geteuid():
-            os.chmod(path, mode)
-    except (FileNotFoundError, PermissionError):
-        pass
+        with d.dir(name, create=True) as sub:
+            if sub is not None:
+                d.chmod_own(sub, dmode)
 
 
 def write_block(
-    root: Path,
+    d: StoreDir,
     layout: BlockLayout,
     block_hash: str,
     parent_hash: str | None,
@@ -127,35 +120,30 @@ def write_block(
     fsync: bool,
     file_mode: int = 0o600,
 ) -> None:
-    """Write a block atomically: a private temp file in the same directory, then rename over.
+    """Write a block atomically: a private temp file in its shard directory, then rename over.
 
     Raises OSError (ENOSPC, EACCES, ENOTDIR, ...) with no temp file left behind."""
     header = encode_header(layout, block_hash, parent_hash, token_ids, crc_layers(data, layout))
-    final = block_path(root, block_hash)
-    tmp = final.parent / f"{TMP_PREFIX}{block_hash}.{os.getpid()}.{next(_tmp_counter)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        fd = os.open(tmp, flags, file_mode)
-    except FileNotFoundError:  # its fan-out directory was removed: make it again
-        final.parent.mkdir(mode=dir_mode_for(file_mode), exist_ok=True)
-        fd = os.open(tmp, flags, file_mode)
-    try:
-        os.fchmod(fd, file_mode)  # exact bits, whatever the umask
-        _write_all(fd, [memoryview(header), data])
-        if fsync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, final)
-    if fsync:
-        dir_fd = os.open(final.parent, os.O_RDONLY)
+    shard, final = _names(block_hash)
+    tmp = f"{TMP_PREFIX}{block_hash}.{os.getpid()}.{next(_tmp_counter)}"
+    with d.dir(shard, create=True) as sfd:
+        if sfd is None:
+            raise NotADirectoryError(errno.ENOTDIR, f"{d.root}/{shard} is not a directory")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, file_mode, dir_fd=sfd)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            os.fchmod(fd, file_mode)  # exact bits, whatever the umask
+            _write_all(fd, [memoryview(header), data])
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=sfd)
+            raise
+        os.close(fd)
+        os.replace(tmp, final, src_dir_fd=sfd, dst_dir_fd=sfd)  # replaces a link, never follows it
+        if fsync:
+            os.fsync(sfd)
 
 
 def _write_all(fd: int, parts: list[memoryview]) -> None:
@@ -169,7 +157,7 @@ def _write_all(fd: int, parts: list[memoryview]) -> None:
 
 
 def read_block(
-    root: Path,
+    d: StoreDir,
     layout: BlockLayout,
     block_hash: str,
     out: memoryview,
@@ -177,7 +165,8 @@ def read_block(
     verify: bool,
     direct: bool = False,
 ) -> BlockHeader | None:
-    """Read a Full Block (``layer`` None) or one Layer Block into ``out``; None if the file is absent.
+    """Read a Full Block (``layer`` None) or one Layer Block into ``out``; None if the file is
+    absent (or a link: refused, never read).
 
     ``direct`` uses O_DIRECT (no page cache, no copy) when ``out`` is page-aligned, else buffered.
     Raises CorruptBlockError (with the file already quarantined) on a bad header, short file or a
@@ -186,103 +175,123 @@ def read_block(
     hdr = _header_scratch(header_bytes_for(layout))
     offset = len(hdr) + (0 if layer is None else layout.layer_range(layer)[0])
     flags = os.O_RDONLY | (os.O_DIRECT if direct and _direct_ok(out, offset) else 0)
-    try:
-        fd = os.open(_block_path_str(root, block_hash), flags)
-    except (FileNotFoundError, NotADirectoryError):  # (a file in place of its directory: absent)
-        return None
-    except OSError as err:  # a file system without O_DIRECT
-        if err.errno != errno.EINVAL or not flags & os.O_DIRECT:
-            raise
-        return read_block(root, layout, block_hash, out, layer, verify, direct=False)
-    try:
-        if layer is None:
-            n = os.preadv(fd, [hdr, out], 0) - len(hdr)
-        else:
-            n = os.preadv(fd, [hdr], 0) - len(hdr)
-            n = os.preadv(fd, [out], offset) if n >= 0 else n
+    shard, name = _names(block_hash)
+    with d.dir(shard) as sfd:
+        if sfd is None:  # absent (or a file in place of its directory: absent too)
+            return None
         try:
-            header = decode_header(hdr, layout, block_hash)
-            if n != len(out):
-                raise CorruptBlockError(block_hash, f"truncated: {n} of {len(out)} data bytes")
-            if verify:
-                verify_layers(header, out, layout, 0 if layer is None else layer)
-        except CorruptBlockError:
-            quarantine(root, block_hash, fd)
-            raise
-        return header
-    finally:
-        os.close(fd)
+            fd = d.open_file(sfd, name, flags, where=f"{shard}/{name}")
+        except OSError as err:  # a file system without O_DIRECT
+            if err.errno != errno.EINVAL or not flags & os.O_DIRECT:
+                raise
+            fd = d.open_file(sfd, name, os.O_RDONLY, where=f"{shard}/{name}")
+        if fd is None:
+            return None
+        try:
+            return _read_open(d, sfd, fd, layout, block_hash, hdr, out, layer, verify)
+        finally:
+            os.close(fd)
+
+
+def _read_open(
+    d: StoreDir,
+    sfd: int,
+    fd: int,
+    layout: BlockLayout,
+    block_hash: str,
+    hdr: memoryview,
+    out: memoryview,
+    layer: int | None,
+    verify: bool,
+) -> BlockHeader:
+    if layer is None:
+        n = os.preadv(fd, [hdr, out], 0) - len(hdr)
+    else:
+        n = os.preadv(fd, [hdr], 0) - len(hdr)
+        n = os.preadv(fd, [out], len(hdr) + layout.layer_range(layer)[0]) if n >= 0 else n
+    try:
+        header = decode_header(hdr, layout, block_hash)
+        if n != len(out):
+            raise CorruptBlockError(block_hash, f"truncated: {n} of {len(out)} data bytes")
+        if verify:
+            verify_layers(header, out, layout, 0 if layer is None else layer)
+    except CorruptBlockError:
+        quarantine(d, sfd, block_hash, fd)
+        raise
+    return header
 
 
 def read_header(
-    root: Path, layout: BlockLayout, block_hash: str, file_mode: int | None = None
+    d: StoreDir, layout: BlockLayout, block_hash: str, file_mode: int | None = None
 ) -> BlockHeader | None:
-    """Header of a block file (size checked too); None if absent; CorruptBlockError if bad.
+    """Header of a block file (size checked too); None if absent (or a link: refused);
+    CorruptBlockError if bad.
 
-    With ``file_mode``, a file of ours with other permission bits (e.g. 0644 from an older version)
-    is set to it."""
-    try:
-        fd = os.open(block_path(root, block_hash), os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
+    With ``file_mode``, a file of ours (one name, our uid) with other permission bits (e.g. 0644
+    from an older version) is set to it."""
+    shard, name = _names(block_hash)
+    with d.dir(shard) as sfd:
+        if sfd is None:
+            return None
+        fd = d.open_file(sfd, name, os.O_RDONLY, where=f"{shard}/{name}")
+        if fd is None:
+            return None
         try:
-            st = os.fstat(fd)
-            size = st.st_size
-            if file_mode is not None and st.st_mode & 0o7777 != file_mode and st.st_uid == os.geteuid():
-                os.fchmod(fd, file_mode)
-            if size != file_bytes_for(layout):
-                raise CorruptBlockError(block_hash, f"size {size} != {file_bytes_for(layout)}")
-            return decode_header(os.pread(fd, header_bytes_for(layout), 0), layout, block_hash)
-        except CorruptBlockError:
-            quarantine(root, block_hash, fd)
-            raise
-    finally:
-        os.close(fd)
+            size = os.fstat(fd).st_size
+            if file_mode is not None:
+                d.chmod_own(fd, file_mode)
+            try:
+                if size != file_bytes_for(layout):
+                    raise CorruptBlockError(block_hash, f"size {size} != {file_bytes_for(layout)}")
+                return decode_header(os.pread(fd, header_bytes_for(layout), 0), layout, block_hash)
+            except CorruptBlockError:
+                quarantine(d, sfd, block_hash, fd)
+                raise
+        finally:
+            os.close(fd)
 
 
-def quarantine(root: Path, block_hash: str, fd: int, keep: int = 32) -> None:
-    """Move the file open as ``fd`` aside, only if it is still the one at the block's path.
-
-    Another process may have replaced it with a good copy since we opened it; that copy stays.
-    """
-    path = block_path(root, block_hash)
-    try:
-        seen, now = os.fstat(fd), os.stat(path)
-        if (seen.st_ino, seen.st_dev) != (now.st_ino, now.st_dev):
-            return
-        qdir = root / QUARANTINE_DIR
-        qdir.mkdir(mode=0o700, exist_ok=True)
-        os.replace(path, qdir / f"{block_hash}.{os.getpid()}.{time.time_ns()}{SUFFIX}")
-        old = sorted(qdir.iterdir(), key=lambda p: p.stat().st_mtime)
-        for p in old[: max(0, len(old) - keep)]:
-            p.unlink(missing_ok=True)
-    except FileNotFoundError:
-        return
+def block_exists(d: StoreDir, block_hash: str) -> bool:
+    """Whether the block's file is there as a regular file (a link is not a block)."""
+    shard, name = _names(block_hash)
+    with d.dir(shard) as sfd:
+        return sfd is not None and d.is_file(sfd, name)
 
 
-def scan(root: Path, stale_tmp_s: float) -> Iterator[str]:
-    """Hashes of block files under ``root``; deletes temp files older than ``stale_tmp_s``."""
+def scan(d: StoreDir, stale_tmp_s: float) -> Iterator[str]:
+    """Hashes of block files under the root; deletes temp files older than ``stale_tmp_s``.
+
+    A shard directory that is a link is refused (moved to quarantine), never listed."""
     now = time.time()
-    for sub in sorted(root.iterdir()):
-        if len(sub.name) != 2 or not sub.is_dir():
-            continue
-        for entry in os.scandir(sub):
-            name = entry.name
-            if name.startswith(TMP_PREFIX):
-                try:
-                    if now - entry.stat().st_mtime >= stale_tmp_s:
-                        os.unlink(entry.path)
-                except FileNotFoundError:
-                    pass
-            elif name.endswith(SUFFIX) and len(name) == HASH_HEX_LEN + len(SUFFIX):
-                yield name[:HASH_HEX_LEN]
+    with os.scandir(d.fd) as it:
+        shards = sorted(e.name for e in it if len(e.name) == 2)
+    for shard in shards:
+        with d.dir(shard) as sfd:
+            if sfd is None:
+                continue
+            with os.scandir(sfd) as it:
+                names = [e.name for e in it]
+            for name in names:
+                if name.startswith(TMP_PREFIX):
+                    _drop_stale(sfd, name, now - stale_tmp_s)
+                elif name.endswith(SUFFIX) and len(name) == HASH_HEX_LEN + len(SUFFIX):
+                    yield name[:HASH_HEX_LEN]
 
 
-def remove_block(root: Path, block_hash: str) -> bool:
-    """Delete a block file; False if it was already gone."""
-    try:
-        os.unlink(block_path(root, block_hash))
-        return True
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+def _drop_stale(sfd: int, name: str, cutoff_s: float) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if os.stat(name, dir_fd=sfd, follow_symlinks=False).st_mtime <= cutoff_s:
+            os.unlink(name, dir_fd=sfd)  # unlink removes a name (a link itself), never a target
+
+
+def remove_block(d: StoreDir, block_hash: str) -> bool:
+    """Delete a block file's name; False if it was already gone."""
+    shard, name = _names(block_hash)
+    with d.dir(shard) as sfd:
+        if sfd is None:
+            return False
+        try:
+            os.unlink(name, dir_fd=sfd)
+            return True
+        except FileNotFoundError:
+            return False

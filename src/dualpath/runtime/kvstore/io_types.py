@@ -61,7 +61,9 @@ class StoreStats:
     ``num_corrupt``: blocks that failed verification (quarantined); ``num_rewrites``: blocks
     written again after this process saw them quarantined or vanished (healed);
     ``write_errors``: failed writes by cause ("ENOSPC", "EACCES", ...), ``num_write_errors`` their
-    sum; ``num_evictions``: blocks deleted for capacity or disk space.
+    sum; ``num_evictions``: blocks deleted for capacity or disk space; ``num_links_refused``:
+    symlinks found where the store expects its own file or directory (moved to quarantine, never
+    followed).
     """
 
     num_blocks: int = 0
@@ -80,6 +82,7 @@ class StoreStats:
     num_discovered: int = 0
     num_rewrites: int = 0
     num_write_errors: int = 0
+    num_links_refused: int = 0
     write_errors: dict[str, int] = field(default_factory=dict)
 
     def health_counts(self) -> dict[str, int]:
@@ -89,4 +92,5 @@ class StoreStats:
             "evictions": self.num_evictions,
             "rewritten_blocks": self.num_rewrites,
             "written_blocks": self.num_writes,
+            "refused_links": self.num_links_refused,
         }

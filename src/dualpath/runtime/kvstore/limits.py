@@ -67,13 +67,13 @@ def block_bytes_in(root: Path) -> int:
     total = 0
     if not root.is_dir():
         return 0
-    for sub in os.scandir(root):
-        if len(sub.name) != 2 or not sub.is_dir():
+    for sub in os.scandir(root):  # links are not followed: they are not the store's
+        if len(sub.name) != 2 or not sub.is_dir(follow_symlinks=False):
             continue
         for entry in os.scandir(sub.path):
-            if entry.name.endswith(".kvb"):
+            if entry.name.endswith(".kvb") and entry.is_file(follow_symlinks=False):
                 try:
-                    total += entry.stat().st_size
+                    total += entry.stat(follow_symlinks=False).st_size
                 except FileNotFoundError:
                     pass
     return total

@@ -18,6 +18,7 @@ from dualpath.runtime.kvstore import files
 from dualpath.runtime.kvstore.index import BlockIndex
 from dualpath.runtime.kvstore.layout import BlockLayout
 from dualpath.runtime.kvstore.limits import WriteErrors, free_bytes
+from dualpath.runtime.kvstore.safedir import StoreDir
 
 log = logging.getLogger("dualpath.runtime.kvstore.store")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -25,6 +26,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 class SpaceKeeping:
     root: Path
+    dir: StoreDir
     layout: BlockLayout
     file_bytes: int
     file_mode: int
@@ -43,7 +45,7 @@ class SpaceKeeping:
         self._keep_free()
         for attempt in (0, 1):
             try:
-                files.write_block(self.root, self.layout, h, parent, ids, view, self.fsync, self.file_mode)
+                files.write_block(self.dir, self.layout, h, parent, ids, view, self.fsync, self.file_mode)
                 return True
             except OSError as err:
                 if attempt == 0 and err.errno in _NO_SPACE and self._evict(2, None):
@@ -85,6 +87,6 @@ class SpaceKeeping:
                         )
                     break
                 self._c["num_evictions"] += 1
-                files.remove_block(self.root, victim)
+                files.remove_block(self.dir, victim)
             done += 1
         return done

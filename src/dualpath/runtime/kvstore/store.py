@@ -8,7 +8,6 @@ from this process's index are looked up on the file system before a prefix match
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -24,7 +23,8 @@ from dualpath.runtime.kvstore.blockfile import CorruptBlockError, file_bytes_for
 from dualpath.runtime.kvstore.index import BlockIndex
 from dualpath.runtime.kvstore.io_types import StoreStats
 from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, check_hash
-from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode, free_bytes
+from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode, dir_mode_for, free_bytes
+from dualpath.runtime.kvstore.safedir import StoreDir
 from dualpath.runtime.kvstore.space import SpaceKeeping
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ class BlockStore(SpaceKeeping):
     ``fsync`` makes writes durable before they become visible. ``direct_io`` reads with O_DIRECT
     (bypassing the page cache, as on a storage system with no DRAM cache) whenever the target
     buffer is page-aligned (BufferPool buffers are). Opening scans ``root_dir`` (reading
-    each block's header) and removes temp files older than ``stale_tmp_s``.
+    each block's header) and removes temp files older than ``stale_tmp_s``. Nothing under
+    ``root_dir`` is reached through a symlink: links are refused, counted (``num_links_refused``)
+    and moved into quarantine (``safedir``).
     """
 
     def __init__(
@@ -82,7 +84,8 @@ class BlockStore(SpaceKeeping):
         self.write_errors = WriteErrors(self.root)
         free = free_bytes(self.root)
         self.min_free_bytes = int((1 - AUTO_SHARE) * free) if min_free_bytes is None else min_free_bytes
-        files.init_root(self.root, layout, self.file_mode)
+        self.dir = StoreDir(self.root, dir_mode_for(self.file_mode))
+        files.init_root(self.dir, layout, self.file_mode)
         self.capacity_bytes = None if capacity_bytes == "auto" else capacity_bytes
         self.rebuild(stale_tmp_s)
         if capacity_bytes == "auto":  # what is there already plus the share of the free space
@@ -93,7 +96,7 @@ class BlockStore(SpaceKeeping):
         """Rescan the directory into a fresh index (corrupt headers are quarantined; pins and LRU
         order are reset, so call it at open or when idle). Returns the number of blocks."""
         index = BlockIndex()
-        for h in files.scan(self.root, stale_tmp_s):
+        for h in files.scan(self.dir, stale_tmp_s):
             header = self._safe_header(h)
             if header is not None:
                 index.add(h, header.parent_hash, self.file_bytes)
@@ -104,7 +107,7 @@ class BlockStore(SpaceKeeping):
 
     def _safe_header(self, h: str) -> files.BlockHeader | None:
         try:
-            return files.read_header(self.root, self.layout, h, self.file_mode)
+            return files.read_header(self.dir, self.layout, h, self.file_mode)
         except CorruptBlockError as err:
             self._report(err)
             return None
@@ -128,7 +131,7 @@ class BlockStore(SpaceKeeping):
         if header is None:
             return False
         with self._lock:  # re-check under the lock: an eviction here may have unlinked it since
-            if h not in self._index and os.path.exists(files.block_path(self.root, h)):
+            if h not in self._index and files.block_exists(self.dir, h):
                 self._index.add(h, header.parent_hash, self.file_bytes)
                 self._c["num_discovered"] += 1
             elif h not in self._index:
@@ -207,7 +210,7 @@ class BlockStore(SpaceKeeping):
         if len(view) != want:
             raise ConfigError("out", f"{len(view)} bytes", f"must be exactly {want} bytes")
         try:
-            header = files.read_block(self.root, self.layout, h, view, layer, self.verify, self.direct_io)
+            header = files.read_block(self.dir, self.layout, h, view, layer, self.verify, self.direct_io)
         except CorruptBlockError as err:
             self._report(err)
             header = None
@@ -267,7 +270,7 @@ class BlockStore(SpaceKeeping):
             indexed = h in self._index
         if not indexed:
             return self._discover(h)
-        if os.path.exists(files.block_path(self.root, h)):
+        if files.block_exists(self.dir, h):
             return True
         with self._lock:
             self._index.remove(h)
@@ -285,7 +288,11 @@ class BlockStore(SpaceKeeping):
         """Delete a block (from disk and index); False if it was not there."""
         with self._lock:
             self._index.remove(block_hash)
-            return files.remove_block(self.root, block_hash)
+            return files.remove_block(self.dir, block_hash)
+
+    def close(self) -> None:
+        """Close the directory fd (also done when the store is garbage-collected)."""
+        self.dir.close()
 
     # ----- introspection -----------------------------------------------------------------------
     def stats(self) -> StoreStats:
@@ -296,6 +303,7 @@ class BlockStore(SpaceKeeping):
                 num_blocks=len(self._index),
                 used_bytes=self._index.used_bytes,
                 capacity_bytes=self.capacity_bytes,
+                num_links_refused=self.dir.links_refused,
             )
         errors = self.write_errors.snapshot()
         return StoreStats(**c, num_write_errors=sum(errors.values()), write_errors=errors)  # type: ignore[arg-type]

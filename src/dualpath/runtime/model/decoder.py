@@ -89,13 +89,20 @@ class Decoder:
         self.device = torch.device(device)
         self.dtype = dtype
         w = {k: self._take(weights, k) for k in self._needed_keys()}
-        self._layers = [self._pack_layer(w, i) for i in range(config.num_layers)]
-        self._embed = w["model.embed_tokens.weight"]
-        self._norm = w["model.norm.weight"]
+        embed = w["model.embed_tokens.weight"]
         # lm_head as [hidden, vocab] (a copy when tied: the embedding lookup needs [vocab, hidden])
-        self._head_t = w.get("lm_head.weight", self._embed).t().contiguous()
-        self._inv_freq = rope_inv_freq(config).to(self.device)
-        self._scale = config.head_dim**-0.5
+        head_t = w.get("lm_head.weight", embed).t().contiguous()
+        self._adopt(
+            [self._pack_layer(w, i) for i in range(config.num_layers)], embed, w["model.norm.weight"], head_t
+        )
+
+    def _adopt(
+        self, layers: list[_LayerWeights], embed: torch.Tensor, norm: torch.Tensor, head_t: torch.Tensor
+    ) -> None:
+        """Take packed weights as they are (``__init__``'s, or a shared file's: ``model/packed.py``)."""
+        self._layers, self._embed, self._norm, self._head_t = layers, embed, norm, head_t
+        self._inv_freq = rope_inv_freq(self.config).to(self.device)
+        self._scale = self.config.head_dim**-0.5
         self._masks: dict[tuple[int, int, torch.dtype, torch.device], torch.Tensor] = {}
 
     def _needed_keys(self) -> list[str]:

@@ -8,6 +8,7 @@ Every failure becomes an OpenAI-style error body; nothing a client sends crashes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
+from dualpath.runtime.server.connections import AcceptErrorLog
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
@@ -69,6 +71,7 @@ def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable
             cluster,
             query_timeout_s=config.cluster_query_timeout_s,
             keys=load_keys(config.cluster_key_file or ""),
+            api_key=config.api_key,
         )
 
     return make
@@ -83,6 +86,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        asyncio.get_running_loop().set_exception_handler(AcceptErrorLog(state.metrics))
         state.client = state.factory()
         await state.client.connect()
         try:
@@ -100,6 +104,8 @@ def create_app(
 
 
 def _retry_headers(status: int) -> dict[str, str]:
+    if status == 408:  # the body did not arrive in time: this connection is done
+        return {"Connection": "close"}
     return {"Retry-After": str(RETRY_AFTER_S[status])} if status in RETRY_AFTER_S else {}
 
 
@@ -190,16 +196,6 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
                 status_code=503,
                 headers=_retry_headers(503),
             )
-        engines = [
-            {
-                "engine_id": e.engine_id,
-                "role": e.role,
-                "node_id": e.node_id,
-                "alive": e.alive,
-                "num_seqs": e.num_seqs,
-            }
-            for e in h.engines
-        ]
         unavailable = list(getattr(h, "unavailable", ()))
         status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
         body = {
@@ -208,10 +204,15 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
             "policy": h.policy,
             "num_waiting": h.num_waiting,
             "num_running": h.num_running,
-            "engines": engines,
+            "engines": [_engine(e) for e in h.engines],
             "unavailable": [_down_item(d) for d in unavailable],
             "restarts": dict(getattr(h, "restarts", {})),
+            "standby": [
+                {"pid": s.pid, "warm": s.warm, "rss_bytes": s.rss_bytes} for s in getattr(h, "standby", ())
+            ],
         }
+        if getattr(h, "reason", ""):
+            body["reason"] = h.reason
         return JSONResponse(
             body, status_code=200 if h.ok else 503, headers={} if h.ok else _retry_headers(503)
         )
@@ -223,6 +224,27 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         except ClusterError:
             state.metrics.update(None)
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _engine(e: Any) -> dict[str, Any]:
+    """One engine: its current process (pid, generation), state, restarts and memory."""
+    out = {"engine_id": e.engine_id, "role": e.role, "node_id": e.node_id, "alive": e.alive,
+           "num_seqs": e.num_seqs}  # fmt: skip
+    if hasattr(e, "state"):
+        out |= {
+            "state": e.state,
+            "pid": e.pid,
+            "generation": e.generation,
+            "restarts": e.restarts,
+            "memory": {
+                "weights_bytes": e.weights_bytes,
+                "kv_pool_bytes": e.kv_pool_bytes,
+                "rss_bytes": e.rss_bytes,
+                "max_prompt_tokens": e.max_prompt_tokens,
+                "max_context_tokens": e.max_context_tokens,
+            },
+        }
+    return out
 
 
 def _down_item(d: Any) -> dict[str, Any]:
@@ -239,7 +261,7 @@ def _down_item(d: Any) -> dict[str, Any]:
 def _add_generation_routes(app: FastAPI, state: _State) -> None:
     async def handle(kind: str, request: Request) -> Response:
         _check_auth(state, request)
-        body = await read_json_body(request, state.config.max_request_bytes)
+        body = await read_json_body(request, state.config, state.metrics)
         info = await state.cluster_info()
         req = parse_request(
             kind, body, info, state.tok, state.served_name(info), state.config.default_max_tokens

@@ -18,6 +18,14 @@ class ServerConfig:
     ``max_request_bytes``: larger bodies get 413. ``cluster_query_timeout_s``: how long
     info/health/metrics queries wait for the scheduler before the answer is 503.
     ``cluster_key_file``: read when the client is made (not here: a config does no I/O).
+
+    Connection limits (``connections.py``; defaults from Apache's mod_reqtimeout, ``header=20``,
+    ``body=20,MinRate=500``, and uvicorn's keep-alive and h11's head size): ``header_timeout_s``,
+    the time from a connection's opening (or its previous response) to a complete request head;
+    ``body_timeout_s`` plus one second per ``body_min_rate_bytes_per_s`` received, the time for the
+    body; ``keep_alive_timeout_s``, the idle time after a response before the connection closes;
+    ``max_header_bytes``, the largest request head; ``max_connections``, open connections (held
+    under half the open-file limit).
     """
 
     host: str = "127.0.0.1"
@@ -29,6 +37,12 @@ class ServerConfig:
     max_request_bytes: int = 8 * 1024 * 1024
     cluster_query_timeout_s: float = 5.0
     cluster_key_file: str | None = None  # the cluster's CURVE key file (an authenticated cluster)
+    header_timeout_s: float = 20.0
+    body_timeout_s: float = 20.0
+    body_min_rate_bytes_per_s: float = 500.0
+    keep_alive_timeout_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
+    max_connections: int = 4096
 
     def __post_init__(self) -> None:
         require(self.host != "", "host", self.host, "must name an interface (127.0.0.1 = loopback)")
@@ -50,3 +64,10 @@ class ServerConfig:
         require(
             self.max_request_bytes >= 1024, "max_request_bytes", self.max_request_bytes, "must be >= 1024"
         )
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+            value = getattr(self, name)
+            require(value > 0 and value != float("inf"), name, value, "must be a finite number > 0")
+        rate = self.body_min_rate_bytes_per_s
+        require(rate > 0, "body_min_rate_bytes_per_s", rate, "must be > 0")
+        require(self.max_header_bytes >= 1024, "max_header_bytes", self.max_header_bytes, "must be >= 1024")
+        require(self.max_connections >= 1, "max_connections", self.max_connections, "must be >= 1")

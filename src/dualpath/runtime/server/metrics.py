@@ -82,6 +82,11 @@ class _SnapshotCollector:
             ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
             ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
             ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
+            (
+                "dualpath_cluster_cancelled",
+                getattr(snap, "num_cancelled", 0),
+                "Requests whose client went away before they finished",
+            ),
             ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
             (
                 "dualpath_engine_revivals",
@@ -96,7 +101,7 @@ class _SnapshotCollector:
             (
                 "dualpath_requests_retried",
                 getattr(snap, "requests_retried", 0),
-                "Requests re-dispatched once after their engine was lost before they streamed",
+                "Requests re-dispatched after their engine was lost (resumed from the tokens they had)",
             ),
         ):
             fam = CounterMetricFamily(name, doc)
@@ -110,6 +115,7 @@ _STORE_DOCS = {
     "evictions": "KV blocks evicted (LRU leaves) for the capacity bound or disk space",
     "rewritten_blocks": "Quarantined or vanished KV blocks persisted again (healed)",
     "written_blocks": "KV blocks persisted",
+    "refused_links": "Symlinks found in the KV directory where a block, shard or quarantine belongs (moved aside, never followed)",
     "failed_hit_tokens": "Prompt tokens the store index promised that did not load (recomputed)",
 }
 
@@ -160,6 +166,16 @@ class ServerMetrics:
             "dualpath_requests_by_read_side", "Finished requests per KV read side", ["side"], registry=reg
         )
         self.tokens = Counter("dualpath_server_tokens", "Tokens through the API", ["kind"], registry=reg)
+        self.connections_closed = Counter(
+            "dualpath_http_connections_closed",
+            "HTTP connections the server closed: header_timeout, evicted_idle (at the connection "
+            "cap), refused_full (at the cap, all busy), body_timeout",
+            ["reason"],
+            registry=reg,
+        )
+        self.accept_errors = Counter(
+            "dualpath_http_accept_errors", "Failed accepts of HTTP connections (fd exhaustion)", registry=reg
+        )
         self._snap = _SnapshotCollector()
         reg.register(self._snap)  # type: ignore[arg-type]
 

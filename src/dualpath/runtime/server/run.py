@@ -15,6 +15,7 @@ import uvicorn
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.server.app import create_app
 from dualpath.runtime.server.config import ServerConfig
+from dualpath.runtime.server.connections import connection_cap, raise_fd_limit, uvicorn_config
 from dualpath.runtime.server.tokenizer import Tokenizer, load_tokenizer
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
@@ -30,29 +31,48 @@ def run_server(
     served_model_name: str | None = None,
     log_level: str = "warning",
     cluster_key_file: str | None = None,
+    **limits: Any,
 ) -> None:
     """Serve the OpenAI API for the cluster whose scheduler is at ``cluster_address``; blocks.
 
     ``model`` picks the tokenizer ("tiny" -> the character tokenizer of the tiny test model, whose
     vocabulary has 512 ids as built by ``runtime.cluster.local.tiny_model_dir``) and is the model
-    id clients send unless ``served_model_name`` says otherwise."""
+    id clients send unless ``served_model_name`` says otherwise. ``limits``: other ServerConfig
+    fields (``header_timeout_s``, ``max_connections``, ...)."""
     config = ServerConfig(
         host=host,
         port=port,
         api_key=api_key,
         model_name=served_model_name or model,
         cluster_key_file=cluster_key_file,
+        **limits,
     )
     tok = tokenizer or load_tokenizer(model, vocab_size=512)
     app = create_app(cluster_address, tok, config)
     setup_logging()
-    uvicorn.run(app, host=config.host, port=config.port, log_level=log_level, access_log=False)
+    report_fd_limit(config)
+    uv = uvicorn_config(
+        app, config, host=config.host, port=config.port, log_level=log_level, access_log=False
+    )
+    uvicorn.Server(uv).run()
 
 
-def preflight(host: str, port: int, model: str, api_key: str | None = None) -> Tokenizer:
+def report_fd_limit(config: ServerConfig) -> None:
+    """Raise the soft open-file limit to the hard one and say what the server runs with."""
+    before, after = raise_fd_limit()
+    raised = f"raised from {before} to {after}" if after > before else f"{after} (not raised)"
+    logging.getLogger("dualpath.server").info(
+        "open-file limit %s; at most %d HTTP connections (max_connections %d, held under half the limit)",
+        raised,
+        connection_cap(config),
+        config.max_connections,
+    )
+
+
+def preflight(host: str, port: int, model: str, api_key: str | None = None, **limits: Any) -> Tokenizer:
     """What ``dualpath serve`` checks before any engine starts: the server settings, the HTTP
     port free, the tokenizer of ``model`` loadable. Returns the tokenizer; raises ConfigError."""
-    ServerConfig(host=host, port=port, api_key=api_key, model_name=model)
+    ServerConfig(host=host, port=port, api_key=api_key, model_name=model, **limits)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -87,7 +107,9 @@ class BackgroundServer:
         self._sock.bind((host, 0))
         port = self._sock.getsockname()[1]
         self.url = f"http://{host}:{port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        state = getattr(getattr(app, "state", None), "dualpath", None)
+        config = getattr(state, "config", None) or ServerConfig()
+        self._server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._run, daemon=True, name="dualpath-http")
         self._startup_timeout_s = startup_timeout_s
         self._error: BaseException | None = None
