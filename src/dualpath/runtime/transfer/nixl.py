@@ -15,7 +15,10 @@ dropped). A receiver reads a message's slots with one READ request (started on t
 thread, polled to completion on the delivery thread: calls into the agent hold one lock),
 (``POLL_SPIN_S``, ``POLL_MAX_S``) within ``READ_TIMEOUT_S``; NIXL refuses a read outside the
 peer's registered memory when it builds the request. NIXL's Python logging is set to
-``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout).
+``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout). On a host
+without RDMA devices UCX's ib and rdmacm modules are not loaded (``UCX_MODULES=^ib,rdmacm``
+unless set): with them, every process that made a UCX backend segfaults at exit, in the wheel's
+bundled ``libnl-route-3`` (``rtnl_tc_unregister`` from ``_dl_fini``; nixl-cu12 1.5.1).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ log = logging.getLogger("dualpath.transfer.nixl")
 def import_api() -> Any:
     """NIXL's ``_api`` module; ConfigError naming what is missing otherwise."""
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    if not _rdma_devices():  # UCX's ib modules pull the wheel's libnl-route, which crashes at exit
+        os.environ.setdefault("UCX_MODULES", "^ib,rdmacm")
     errors = []
     for name in MODULES:
         try:
@@ -57,6 +62,14 @@ def import_api() -> Any:
         except ImportError as exc:
             errors.append(f"{name}: {exc}")
     raise ConfigError("transport", "nixl", f"cannot import NIXL ({'; '.join(errors)}); {INSTALL}")
+
+
+def _rdma_devices() -> bool:
+    """Whether the host has RDMA devices (``/sys/class/infiniband`` lists any)."""
+    try:
+        return any(os.scandir("/sys/class/infiniband"))
+    except OSError:
+        return False
 
 
 def _loopback(host: str) -> bool:
