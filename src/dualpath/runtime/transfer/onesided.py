@@ -38,7 +38,7 @@ from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 from dualpath.runtime.transfer.zmq_wire import CtlMsg, DataMsg, ItemMeta, payload_view
 
 RING_BYTES = 64 * MiB  # per buffer, as the shm transport's ring (a batch above it goes as frames)
-READ_DEPTH = 4  # slot messages whose reads run ahead of the one being delivered
+READ_DEPTH = 16  # slot messages whose reads run ahead of the one being delivered (docs/cluster.md)
 LANDING_WAIT_S = 30.0  # the longest a read waits for landing room (as the send ring's wait)
 Span = tuple[int, int, int]  # local address, remote address, bytes
 
