@@ -210,7 +210,8 @@ def engine(
     ),
     host: str = _cluster_option("host", "Address peers reach this engine's transport at."),
     transport: str = _cluster_option(
-        "transport", choices_help("KV transport (zmq across hosts, shm on one host)", TRANSPORT_NAMES)
+        "transport",
+        choices_help("KV transport (zmq, mooncake, nixl across hosts; shm on one host)", TRANSPORT_NAMES),
     ),
     policy: str = _cluster_option(
         "policy", choices_help("Policy for this PE's batch planning", POLICY_NAMES)

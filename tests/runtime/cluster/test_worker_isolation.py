@@ -216,3 +216,60 @@ def test_a_prefill_batch_that_raises_fails_only_the_request_that_fails_alone(
     rig.assert_empty()
     pe_io.close()
     pe_traffic.close()
+
+
+def test_a_timed_out_hand_off_is_prefilled_again_without_another_request(
+    decoder: Decoder, tmp_path: Path
+) -> None:
+    """The lost-at-start case (issue 30 item 3) in one process: the DE's endpoint holds the PE's KV
+    until the DE worker exists (the engine's ``SinkGate``), longer than the PE's transfer timeout;
+    the PE's batch fails with a TransferError and goes back into its queue. It must be prefilled
+    again by itself: before, it was re-admitted only when another task arrived, so with no later
+    request it waited in the PE forever (every request sent right after /health said ok, lost)."""
+    from dualpath.policy import SchedulerConfig, make_scheduler
+    from dualpath.runtime.cluster.engine_setup import SinkGate
+    from dualpath.runtime.cluster.messages import PrefillTask
+    from dualpath.runtime.cluster.prefill_worker import TRANSFER_TIMEOUT_S, PrefillWorker
+
+    bs, geo, fabric = 16, Geometry.of(decoder, 16), InProcFabric()
+    store = BlockStore(str(tmp_path / "kv"), geo.layout())
+    links = tmp_path / "links"
+    de_traffic = TrafficManager(engine_id=1, node_id=1, snic_gbps=None, cnic_gbps=None, shared_dir=links)
+    pe_traffic = TrafficManager(engine_id=0, node_id=0, snic_gbps=None, cnic_gbps=None, shared_dir=links)
+    de_io, pe_io = BlockIO(store, geo, de_traffic), BlockIO(store, geo, pe_traffic)
+    de_out, pe_out = Outbox(), Outbox()
+    de_transport, pe_transport = (
+        InProcTransport(fabric, asynchronous=True),
+        InProcTransport(fabric, asynchronous=True),
+    )
+    gate = SinkGate()
+    de_transport.bind("e1", gate)  # the DE endpoint exists; its worker does not yet
+    pe = PrefillWorker(engine_id=0, node_id=0, decoder=decoder, geo=geo, blockio=pe_io, transport=pe_transport,
+                       outbox=pe_out, scheduler=make_scheduler("basic", SchedulerConfig(block_size=bs)),
+                       pools=engine_pools("prefill", "4MiB", geo, 4096))  # fmt: skip
+    pe_transport.bind("e0", pe)
+    params, prompt = SamplingParams(max_tokens=3, ignore_eos=True), list(range(4, 45))
+    pe.add(PrefillTask(request_id="r", prompt_token_ids=prompt, read=NO_HITS, decode_engine=1, params=params))
+    assert pe.step()  # waits TRANSFER_TIMEOUT_S for the DE's ack, then puts "r" back
+    de = DecodeWorker(engine_id=1, node_id=1, decoder=decoder, geo=geo, blockio=de_io, transport=de_transport,
+                      outbox=de_out, eos_token_id=None, pools=engine_pools("decode", "4MiB", geo, 4096))  # fmt: skip
+    de.add(DecodeTask(request_id="r", prompt_token_ids=prompt, read=NO_HITS, prefill_engine=0, params=params))
+    gate.open(de)  # the DE worker is built: the held KV goes in
+    for _ in range(int(10 * TRANSFER_TIMEOUT_S)):
+        if not pe.has_work():
+            break
+        pe.step()
+    assert pe.engine.num_requests == 0, "the retried request was never prefilled again"
+    tokens: list[int] = []
+    for _ in range(100):
+        if de.has_work():
+            de.step()
+        for msg in de_out.drain():
+            if isinstance(msg, Tokens):
+                tokens += [ev.token_id for ev in msg.events]
+        if len(tokens) == 3:
+            break
+        threading.Event().wait(0.05)
+    assert len(tokens) == 3
+    for closer in (de_io, pe_io, de_transport, pe_transport, de_traffic, pe_traffic):
+        closer.close()
