@@ -26,17 +26,18 @@ SYSTEM_NOTES = {
     "dualpath-split": "dualpath-split: DualPath that may split one request's read across both sides.",
 }
 # JCT (s) of each run of `dualpath demo` (default options) on the project's 2-core CPU machine,
-# 2026-11/12; the expected ratios printed are the range over these runs. The third SmolLM2 run had
-# ~6 other jobs on the two cores (load average 9): ratios drop when the CPU is shared.
+# shared with other jobs, with the systems' rounds interleaved (bench.systems.measure_interleaved;
+# a system's JCT is the sum of its rounds). 2026-12-03: SmolLM2 at load average 7-9 and 4-7,
+# tiny at 5-7, 4-6 and 6-9. The expected ratios printed (and the README's) are the range over these.
 MEASURED_JCT_S: dict[str, list[dict[str, float]]] = {
     "smollm2-135m": [
-        {"basic": 66.4, "dualpath": 30.2, "oracle": 17.6},
-        {"basic": 63.3, "dualpath": 28.9, "oracle": 21.2},
-        {"basic": 76.3, "dualpath": 45.7, "oracle": 31.5},
+        {"basic": 59.5, "dualpath": 37.0, "oracle": 30.1},
+        {"basic": 59.3, "dualpath": 33.2, "oracle": 23.1},
     ],
     "tiny": [
-        {"basic": 21.5, "dualpath": 11.4, "oracle": 3.0},
-        {"basic": 21.5, "dualpath": 8.79, "oracle": 2.69},
+        {"basic": 22.99, "dualpath": 10.9, "oracle": 3.58},
+        {"basic": 23.44, "dualpath": 11.03, "oracle": 3.58},
+        {"basic": 23.68, "dualpath": 11.66, "oracle": 3.44},
     ],
 }
 RATIO_TEXT = {

@@ -302,7 +302,9 @@ def demo(
 ) -> None:
     """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system.
 
-    About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
+    The systems' rounds are interleaved; a run that did different work prints no JCT ratio and
+    exits 1. About 3-5 min on a 2-core CPU shared with other jobs (--tiny: 1-1.5 min); progress
+    on stderr."""
     require_serve_extra("demo")
     from dualpath.cli.demo import run_demo
     from dualpath.cli.demo_tables import print_demo
