@@ -46,12 +46,12 @@ def read_rows(path: Path, system: str) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(fh) if (row.get("system") or "").strip() == system]
 
 
-def predict_ours(rows: list[dict[str, str]]) -> float:
+def predict_ours(rows: list[dict[str, str]], limits: str = "auto") -> float:
     """Fill ``ours_ttft_ms`` / ``ours_tpot_ms`` / ``ours_error`` / ``assumed``; returns seconds."""
     start = time.perf_counter()
     for i, row in enumerate(rows):
         try:
-            dep = deployment_from_row(row)
+            dep = deployment_from_row(row, limits)
             p = simulate(dep)
             row.update(
                 ours_ttft_ms=p.ttft_s * 1e3, ours_tpot_ms=p.tpot_s * 1e3, assumed="; ".join(dep.assumed)
@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         "--aic-python", help="a Python with aiconfigurator installed (AIC's predictions beside ours)"
     )
     ap.add_argument("--limit", type=int, default=0, help="only the first N rows of the system")
+    ap.add_argument(
+        "--limits", default="auto", help="engine limits: auto, backend, aiconfigurator (latency/rows.py)"
+    )
     ap.add_argument("--out", type=Path, help="write every row with both predictions")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     args = ap.parse_args(argv)
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"no {args.system} rows in {args.csv}", file=sys.stderr)
         return 1
-    ours_s = predict_ours(rows)  # type: ignore[arg-type]
+    ours_s = predict_ours(rows, args.limits)  # type: ignore[arg-type]
     aic_s = predict_aic(rows, args.aic_python) if args.aic_python else None  # type: ignore[arg-type]
     table = summarize(rows, with_aic=aic_s is not None)
     load = os.getloadavg()[0]

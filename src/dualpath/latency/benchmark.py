@@ -34,6 +34,7 @@ class RunResult:
 
     ttft_s: float
     tpot_s: float
+    ttft_steady_s: float  # the mean over every request but each client's first (the ramp left out)
     wait_s: float
     prefill_s: float
     stall_s: float
@@ -45,6 +46,7 @@ class RunResult:
     def to_json(self) -> dict[str, float]:
         return {
             "requests": float(self.requests),
+            "ttft_steady_ms": self.ttft_steady_s * 1e3,
             "iterations": float(self.iterations),
             "run_s": self.duration_s,
             "preemptions": float(self.preemptions),
@@ -53,8 +55,9 @@ class RunResult:
         }
 
 
-def summarize(reqs: list[Req], osl: int, iterations: int, duration_s: float) -> RunResult:
-    """Means over finished requests (every request of a completed run)."""
+def summarize(reqs: list[Req], osl: int, iterations: int, duration_s: float, clients: int) -> RunResult:
+    """Means over finished requests (every request of a completed run; the first ``clients``
+    request ids are each client's first)."""
     require(bool(reqs), "requests", 0, "the run finished no request")
     n = len(reqs)
     ttft = [r.first_token_s - r.sent_s for r in reqs if r.first_token_s is not None]
@@ -62,8 +65,10 @@ def summarize(reqs: list[Req], osl: int, iterations: int, duration_s: float) -> 
     tpot = [(r.done_s - r.first_token_s) / (osl - 1) for r in reqs if r.done_s and osl > 1]  # type: ignore[operator]
     wait = [(r.first_scheduled_s or r.sent_s) - r.sent_s for r in reqs]
     stall = [r.stalled_s / (osl - 1) for r in reqs] if osl > 1 else [0.0]
+    later = [r.first_token_s - r.sent_s for r in reqs if r.first_token_s is not None and r.rid >= clients]
     return RunResult(
         ttft_s=sum(ttft) / n,
+        ttft_steady_s=sum(later) / len(later) if later else sum(ttft) / n,
         tpot_s=sum(tpot) / len(tpot) if tpot else 0.0,
         wait_s=sum(wait) / n,
         prefill_s=sum(ttft) / n - sum(wait) / n,
@@ -128,4 +133,4 @@ def run_agg(
     end_s = kernel.run()
     expected = clients * requests_per_client
     require(len(loop.finished) == expected, "requests", len(loop.finished), f"the run finished of {expected}")
-    return summarize(loop.finished, cost.osl, engine.iterations, end_s)
+    return summarize(loop.finished, cost.osl, engine.iterations, end_s, clients)

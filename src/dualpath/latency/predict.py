@@ -55,8 +55,8 @@ def simulate(
         return _with_tables(pred, kernels.describe())
     fw = memoised(forward(dep.layout, ""))
     fw.par.check(fw.model)
-    defaults = defaults_for(dep, fw)
     clients = max(1, math.ceil(dep.batch_size / fw.par.attention_dp - 1e-9))
+    defaults = defaults_for(dep, fw, "agg", clients)
     capacity, notes = kv_capacity_tokens(fw, dep.isl, dep.osl)
     if capacity < clients * (dep.isl + dep.osl):
         notes.append(

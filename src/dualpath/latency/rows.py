@@ -18,6 +18,18 @@ What a row leaves empty is derived from what the measurement implies and listed 
 - the decode batch: the concurrency over the decode workers; the prefill batch: the backend's own
   limit (its token budget and running-request cap).
 
+**Engine limits** (``limits``): ``backend`` runs every row under its backend's documented defaults
+(latency/defaults.py); ``aiconfigurator`` under the limits AIConfigurator's generator writes into
+the configs it deploys (``aiconfigurator_limits``); ``auto`` (the default) takes the generated
+limits for the vLLM rows of AIConfigurator's own gap-analysis collection (``silicon_data_source``
+names ``aic-auto-gap-analysis``) and the backend defaults for every other row. That is an inference
+from the H100 rows, stated as one: those vLLM rows show the staggered, one-prompt-per-iteration
+schedule of the generated ``max_num_batched_tokens = batch + isl + 1500`` (TTFT flat in the
+concurrency up to 32 clients, TPOT carrying the others' prefills), while the collection's
+TensorRT-LLM and SGLang rows contradict their generated limits (8 TensorRT-LLM prompts of 1024
+tokens prefilled in one iteration, impossible under ``max_num_tokens = batch + isl + 500``;
+SGLang's rounds synchronised, impossible with the generated ``enable_mixed_chunk``).
+
 A row that cannot be predicted raises ConfigError naming the field (one line, the CSV's
 ``error`` column).
 """
@@ -31,6 +43,8 @@ from dualpath.core.errors import ConfigError
 from dualpath.cost.deployment import Deployment, Layout
 
 REQUIRED = ("model_path", "system", "isl", "osl")
+LIMIT_CHOICES = ("auto", "backend", "aiconfigurator")
+AIC_COLLECTION = "aic-auto-gap-analysis"
 EMPTY = ("", "nan", "none", "null")
 
 
@@ -90,7 +104,17 @@ def concurrency_of(row: dict[str, str], assumed: list[str]) -> int | None:
     return None
 
 
-def deployment_from_row(row: dict[str, str]) -> Deployment:
+def limits_of(row: dict[str, str], backend: str, limits: str) -> str:
+    """The engine limits a row is simulated under (see the module doc)."""
+    if limits not in LIMIT_CHOICES:
+        raise ConfigError("limits", limits, f"choices: {', '.join(LIMIT_CHOICES)}")
+    if limits != "auto":
+        return limits
+    generated = backend == "vllm" and AIC_COLLECTION in (row.get("silicon_data_source") or "")
+    return "aiconfigurator" if generated else "backend"
+
+
+def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment:
     """A :class:`Deployment` from one CSV row (ConfigError naming the column that stops it)."""
     for key in REQUIRED:
         if text(row, key) is None:
@@ -125,11 +149,16 @@ def deployment_from_row(row: dict[str, str]) -> Deployment:
         )
     keys = ("precision", "gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode")
     quant = {k: text(row, k) for k in keys}
+    backend = (text(row, "backend") or "trtllm").lower()
+    chosen = limits_of(row, backend, limits)
+    if chosen == "aiconfigurator" and limits == "auto":
+        assumed.append("engine limits: AIConfigurator-generated (a vLLM row of its gap-analysis collection)")
     return Deployment(
         model=row["model_path"].strip(),
         system=row["system"].strip(),
-        backend=(text(row, "backend") or "trtllm").lower(),
+        backend=backend,
         backend_version=text(row, "backend_version"),
+        limits=chosen,
         mode=mode,
         precision=quant["precision"],
         gemm_quant_mode=quant["gemm_quant_mode"],

@@ -14,7 +14,8 @@ the backend's scheduler does: it admits waiting requests, schedules tokens (``Re
 - ``sglang``: a prefill batch whenever a prompt waits and can be admitted (the chunked request
   first, then waiting ones up to ``min(chunked_prefill_size, max_prefill_tokens)`` prompt tokens,
   a prompt that does not fit the rest is chunked), decoding paused; else one decode batch of every
-  running request (scheduler.get_next_batch_to_run, PrefillAdder). When decode needs more KV than
+  running request (scheduler.get_next_batch_to_run, PrefillAdder). With ``enable_mixed_chunk``
+  the running requests decode in the prefill batch too, their tokens taken from its budget. When decode needs more KV than
   is free, the newest request is retracted (its KV freed, re-queued).
 - ``trtllm``: the capacity scheduler admits waiting requests in order while their whole KV
   (prompt + output) can be reserved (GUARANTEED_NO_EVICT) and fewer than ``max_batch_size`` run;
@@ -174,18 +175,18 @@ def form_trtllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int)
 
 
 def form_sglang(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
+    decoding = [r for r in q.running if not r.prefilling and not r.scheduled_done]
     prefill = Batch()
-    budget = d.prefill_tokens
+    budget = d.prefill_tokens - (len(decoding) if d.mixed else 0)  # mixed chunks share the budget
     for req in q.running:
         if req.prefilling and budget > 0:  # the chunked request continues first
             tok = min(req.prompt - req.computed, budget)
             _schedule_chunk(q, prefill, req, tok)
             budget -= tok
     _admit_waiting(q, d, prefill, budget, visible)
-    if prefill.chunks:
+    if prefill.chunks and not d.mixed:
         return prefill
-    batch = Batch(extra=list(extra))
-    decoding = [r for r in q.running if not r.prefilling and not r.scheduled_done]
+    batch = prefill if prefill.chunks else Batch(extra=list(extra))
     for req in decoding:
         if req in q.running and _ensure_kv(q, 1, req):
             _schedule_row(q, batch, req)
