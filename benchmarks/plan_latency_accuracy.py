@@ -38,6 +38,15 @@ from dualpath.latency.rows import deployment_from_row, text, whole
 
 HERE = Path(__file__).resolve().parent
 LAYOUT_KEYS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+# AIConfigurator reads these models from its bundled configs under their base names (the same
+# architecture; it would otherwise download the Instruct config, and this machine has no internet)
+AIC_MODEL_NAMES = {
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+}
+HOPPER = ("h100_sxm", "h200_sxm")
 
 
 def read_rows(path: Path, system: str) -> list[dict[str, str]]:
@@ -71,8 +80,9 @@ def aic_kwargs(row: dict[str, str]) -> dict[str, object] | None:
         dep = deployment_from_row(row)
     except DualpathError:
         return None
+    model = row["model_path"].strip()
     kw: dict[str, object] = dict(
-        model_path=row["model_path"].strip(),
+        model_path=AIC_MODEL_NAMES.get(model, model),
         system_name=row["system"].strip(),
         mode=dep.mode,
         backend_name=dep.backend,
@@ -81,8 +91,13 @@ def aic_kwargs(row: dict[str, str]) -> dict[str, object] | None:
         database_mode="SILICON",
     )
     for key in ("gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode"):
-        if text(row, key):
-            kw[key] = text(row, key)
+        value = text(row, key)
+        if value and "fp4" in value and row["system"].strip() in HOPPER:
+            # no FP4 tensor cores on Hopper: the checkpoint's own precision, gpt-oss's MXFP4
+            # experts weight-only (as ours, cost/deployment.py without_fp4)
+            value = "w4a16_mxfp4" if key == "moe_quant_mode" and "gpt-oss" in model else None
+        if value:
+            kw[key] = value
     if dep.mode == "agg":
         kw["batch_size"] = int(dep.batch_size)
         for key in LAYOUT_KEYS:

@@ -89,6 +89,9 @@ class Deployment:
     decode_workers: int = 1
     decode: Layout = Layout()
     assumed: tuple[str, ...] = ()  # what a CSV row left empty and was derived (cli/plan_latency.py)
+    length_range_ratio: float = (
+        1.0  # the benchmark's lengths: uniform in [ratio x isl, isl] (latency/benchmark.py)
+    )
 
     def __post_init__(self) -> None:
         require(self.mode in MODES, "mode", self.mode, f"choices: {', '.join(MODES)}")

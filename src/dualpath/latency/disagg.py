@@ -76,7 +76,7 @@ class Disagg:
     def send(self, req: Req) -> None:
         """A client's request: prefill it (the prompt only: one output token's worth)."""
         rank = self._least_loaded(self.prefill)
-        stage = Req(rid=req.rid, client=req.client, isl=self.isl, osl=1, arrival_s=req.arrival_s)
+        stage = Req(rid=req.rid, client=req.client, isl=req.isl, osl=1, arrival_s=req.arrival_s)
         self._origin[id(stage)] = (req, rank)
         self._times[req.rid] = {"sent": req.sent_s}
         self.prefill[rank].submit(stage)

@@ -64,12 +64,20 @@ def simulate(
             "the rest queue"
         )
     cost = step_cost(fw, dep.isl, dep.osl)
-    run = run_agg(cost, defaults, capacity, clients=clients, requests_per_client=requests_per_client)
+    run = run_agg(
+        cost,
+        defaults,
+        capacity,
+        clients=clients,
+        requests_per_client=requests_per_client,
+        range_ratio=dep.length_range_ratio,
+    )
     details: dict[str, object] = {
         "method": "simulation",
         "scheduler": defaults.to_json(),
         "clients_per_rank": clients,
         "requests_per_client": requests_per_client,
+        "length_range_ratio": dep.length_range_ratio,
         "assumed": list(dep.assumed),
     }
     return _with_tables(_prediction(run, cost, details, notes + list(defaults.notes)), kernels.describe())

@@ -30,6 +30,14 @@ TensorRT-LLM and SGLang rows contradict their generated limits (8 TensorRT-LLM p
 tokens prefilled in one iteration, impossible under ``max_num_tokens = batch + isl + 500``;
 SGLang's rounds synchronised, impossible with the generated ``enable_mixed_chunk``).
 
+**The benchmark client.** Rows whose ``silicon_data_source`` names a dated collection file
+(``source_file=2026-03-25.csv``) carry InferenceMAX's grid (isl / osl 1024 / 1024, 1024 / 8192,
+8192 / 1024, concurrency 4-64, its models); its client (SemiAnalysis InferenceMAX README: vLLM's
+``benchmark_serving.py``, random dataset, ``--random-range-ratio 0.8``, ``--num-prompts conc x 10``,
+``--ignore-eos``) draws prompt and output lengths uniformly from ``[0.8, 1] x`` the nominal ones, so
+those rows are simulated with ``length_range_ratio = 0.8`` (and say so in ``assumed``); every
+other row with fixed lengths (AIConfigurator's and Dynamo's aiperf runs: ``--isl-stddev 0``).
+
 A row that cannot be predicted raises ConfigError naming the field (one line, the CSV's
 ``error`` column).
 """
@@ -45,6 +53,8 @@ from dualpath.cost.deployment import Deployment, Layout
 REQUIRED = ("model_path", "system", "isl", "osl")
 LIMIT_CHOICES = ("auto", "backend", "aiconfigurator")
 AIC_COLLECTION = "aic-auto-gap-analysis"
+INFERENCEMAX_SOURCE = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
+INFERENCEMAX_RANGE_RATIO = 0.8
 EMPTY = ("", "nan", "none", "null")
 
 
@@ -153,6 +163,10 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
     chosen = limits_of(row, backend, limits)
     if chosen == "aiconfigurator" and limits == "auto":
         assumed.append("engine limits: AIConfigurator-generated (a vLLM row of its gap-analysis collection)")
+    ratio = 1.0
+    if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
+        ratio = INFERENCEMAX_RANGE_RATIO
+        assumed.append("benchmark: InferenceMAX's client, lengths uniform in [0.8, 1] x isl / osl")
     return Deployment(
         model=row["model_path"].strip(),
         system=row["system"].strip(),
@@ -175,4 +189,5 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
         decode_workers=decode_workers or 1,
         decode=_layout(row, "decode_"),
         assumed=tuple(assumed),
+        length_range_ratio=ratio,
     )

@@ -44,12 +44,14 @@ class Queues:
     reserved: int = 0  # sum of their whole KV (prompt + output), for reserve_full admission
 
     def admit(self, req: Req) -> None:
+        req.in_pool = True
         self.running.append(req)
         self.reserved += req.isl + req.osl
 
     def release(self, req: Req) -> None:
         """``req`` leaves (finished or preempted): its KV and reservation are freed."""
         self.running.remove(req)
+        req.in_pool = False
         self.kv_used -= req.kv
         self.reserved -= req.isl + req.osl
 
@@ -138,16 +140,25 @@ def _ensure_kv(q: Queues, need: int, req: Req) -> bool:
 def form_vllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
     batch = Batch()
     budget = d.token_budget
+    rows = batch.rows
     for req in list(q.running):
-        if budget <= 0 or req not in q.running or req.scheduled_done:
-            continue
-        tok = min(req.prompt - req.computed, budget) if req.prefilling else 1
-        if not _ensure_kv(q, tok, req):
+        if budget <= 0:
             break
-        if req.prefilling:
+        if not req.in_pool:
+            continue
+        left = req.prompt - req.computed
+        if left <= 0 and req.generated >= req.osl:
+            continue  # its last token is scheduled (async: no extra step)
+        tok = min(left, budget) if left > 0 else 1
+        if q.kv_used + tok > q.kv_capacity and not _ensure_kv(q, tok, req):
+            break
+        if left > 0:
             _schedule_chunk(q, batch, req, tok)
-        else:
-            _schedule_row(q, batch, req)
+        else:  # a decode row (_schedule_row inlined: the hot path)
+            req.generated += 1
+            req.kv += 1
+            q.kv_used += 1
+            rows.append(req)
         budget -= tok
     _admit_waiting(q, d, batch, budget, visible)
     return batch
@@ -156,10 +167,16 @@ def form_vllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -
 def form_trtllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
     batch = Batch(extra=list(extra))
     budget = d.token_budget - len(batch.extra)
-    for req in q.running:
-        if not req.prefilling and not req.scheduled_done and budget > 0:
-            _schedule_row(q, batch, req)
+    rows = batch.rows
+    for req in q.running:  # generation requests first, one token each (_schedule_row inlined)
+        if budget <= 0:
+            break
+        if req.computed >= req.prompt and req.generated < req.osl:
+            req.generated += 1
+            req.kv += 1
+            rows.append(req)
             budget -= 1
+    q.kv_used += len(rows)
     blocked = False
     for req in q.running:
         need = req.prompt - req.computed
@@ -188,7 +205,7 @@ def form_sglang(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int)
         return prefill
     batch = prefill if prefill.chunks else Batch(extra=list(extra))
     for req in decoding:
-        if req in q.running and _ensure_kv(q, 1, req):
+        if req.in_pool and _ensure_kv(q, 1, req):
             _schedule_row(q, batch, req)
     return batch
 
