@@ -2,7 +2,7 @@
 
 Takes one system's rows of a CSV in AIConfigurator's silicon layout (default h100_sxm, the only
 system this project reads) and cycles them to ``--rows`` rows, the k-th pass adding k tokens to
-every prompt so that no row repeats (the per-(deployment, isl, osl) step memo cannot carry a
+every prompt so that no row repeats (the rows in a seeded shuffle, so a short run is a sample) (the per-(deployment, isl, osl) step memo cannot carry a
 repeated row; the kernel-table memo is shared, as in a real CSV run). Prints the process CPU
 time (one core: the simulation is single-threaded), the wall time and the load average, and the
 CPU time of one deployment answered from a fresh process (imports and table loading included).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import subprocess
 import sys
 import time
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from plan_latency_accuracy import read_rows
 
     base = read_rows(args.csv, args.system)
+    random.Random(0).shuffle(base)  # a short run samples every kind of row
     if not base:
         print(f"no {args.system} rows in {args.csv}", file=sys.stderr)
         return 1
