@@ -38,6 +38,15 @@ from dualpath.latency.rows import deployment_from_row, text, whole
 
 HERE = Path(__file__).resolve().parent
 LAYOUT_KEYS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+# AIConfigurator reads these models from its bundled configs under their base names (the same
+# architecture; it would otherwise download the Instruct config, and this machine has no internet)
+AIC_MODEL_NAMES = {
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+}
+HOPPER = ("h100_sxm", "h200_sxm")
 
 
 def read_rows(path: Path, system: str) -> list[dict[str, str]]:
@@ -46,12 +55,12 @@ def read_rows(path: Path, system: str) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(fh) if (row.get("system") or "").strip() == system]
 
 
-def predict_ours(rows: list[dict[str, str]]) -> float:
+def predict_ours(rows: list[dict[str, str]], limits: str = "auto") -> float:
     """Fill ``ours_ttft_ms`` / ``ours_tpot_ms`` / ``ours_error`` / ``assumed``; returns seconds."""
     start = time.perf_counter()
     for i, row in enumerate(rows):
         try:
-            dep = deployment_from_row(row)
+            dep = deployment_from_row(row, limits)
             p = simulate(dep)
             row.update(
                 ours_ttft_ms=p.ttft_s * 1e3, ours_tpot_ms=p.tpot_s * 1e3, assumed="; ".join(dep.assumed)
@@ -71,8 +80,9 @@ def aic_kwargs(row: dict[str, str]) -> dict[str, object] | None:
         dep = deployment_from_row(row)
     except DualpathError:
         return None
+    model = row["model_path"].strip()
     kw: dict[str, object] = dict(
-        model_path=row["model_path"].strip(),
+        model_path=AIC_MODEL_NAMES.get(model, model),
         system_name=row["system"].strip(),
         mode=dep.mode,
         backend_name=dep.backend,
@@ -81,8 +91,13 @@ def aic_kwargs(row: dict[str, str]) -> dict[str, object] | None:
         database_mode="SILICON",
     )
     for key in ("gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode"):
-        if text(row, key):
-            kw[key] = text(row, key)
+        value = text(row, key)
+        if value and "fp4" in value and row["system"].strip() in HOPPER:
+            # no FP4 tensor cores on Hopper: the checkpoint's own precision, gpt-oss's MXFP4
+            # experts weight-only (as ours, cost/deployment.py without_fp4)
+            value = "w4a16_mxfp4" if key == "moe_quant_mode" and "gpt-oss" in model else None
+        if value:
+            kw[key] = value
     if dep.mode == "agg":
         kw["batch_size"] = int(dep.batch_size)
         for key in LAYOUT_KEYS:
@@ -200,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         "--aic-python", help="a Python with aiconfigurator installed (AIC's predictions beside ours)"
     )
     ap.add_argument("--limit", type=int, default=0, help="only the first N rows of the system")
+    ap.add_argument(
+        "--limits", default="auto", help="engine limits: auto, backend, aiconfigurator (latency/rows.py)"
+    )
     ap.add_argument("--out", type=Path, help="write every row with both predictions")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     args = ap.parse_args(argv)
@@ -209,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"no {args.system} rows in {args.csv}", file=sys.stderr)
         return 1
-    ours_s = predict_ours(rows)  # type: ignore[arg-type]
+    ours_s = predict_ours(rows, args.limits)  # type: ignore[arg-type]
     aic_s = predict_aic(rows, args.aic_python) if args.aic_python else None  # type: ignore[arg-type]
     table = summarize(rows, with_aic=aic_s is not None)
     load = os.getloadavg()[0]

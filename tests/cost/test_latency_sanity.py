@@ -194,3 +194,39 @@ def test_ttft_of_greedy_chunking_is_monotone_in_the_prompt(
     kw = dict(model=model, system=system, backend=backend, osl=200, batch_size=32)
     ttft = [_p(reference_data, isl=i, **kw).ttft_s for i in isls]
     assert all(b >= a * (1 - NOISE / 3) for a, b in zip(ttft, ttft[1:], strict=False)), list(zip(isls, ttft))
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    model=st.sampled_from(["Qwen/Qwen3-235B-A22B-FP8", "Qwen/Qwen3-32B"]),
+    backend=st.sampled_from(["vllm", "sglang"]),
+    c=st.sampled_from([1, 8, 32]),
+    isl=st.integers(6000, 10000),
+    step=st.integers(1, 400),
+)
+def test_simulated_ttft_does_not_fall_when_the_prompt_grows(
+    reference_data: Path, model, backend, c, isl, step
+) -> None:  # type: ignore[no-untyped-def]
+    # the benchmark simulation (dualpath.latency) across the 8192-token budget: the chunking
+    # backends fill every iteration, so a longer prompt never gets an earlier first token
+    from dualpath.latency.predict import simulate
+
+    def run(length: int):  # type: ignore[no-untyped-def]
+        dep = Deployment(
+            model=model,
+            system="h100_sxm",
+            backend=backend,
+            osl=64,
+            batch_size=c,
+            isl=length,
+            layout=LAYOUTS[model],
+        )
+        return simulate(dep, data_dir=reference_data, requests_per_client=3)
+
+    short, long = run(isl), run(isl + step)
+    assert long.ttft_s >= short.ttft_s * (1 - NOISE)

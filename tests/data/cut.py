@@ -103,5 +103,44 @@ def main(data: Path) -> None:
         print(f"{out.relative_to(HERE)}: {rows.num_rows} rows")
 
 
+# silicon measurements: aiconfigurator-core 0.12.0 wheel, systems/silicon_sample.csv, h100_sxm rows
+# only (every other system is the held-out check: filtered out before anything else), this many
+# per (backend, mode), every k-th row of the group in id order
+SILICON_QUOTA = {
+    ("sglang", "agg"): 4,
+    ("sglang", "disagg"): 3,
+    ("trtllm", "agg"): 9,
+    ("trtllm", "disagg"): 3,
+    ("vllm", "agg"): 9,
+    ("vllm", "disagg"): 2,
+}
+SILICON_OUT = HERE / "aiconfigurator" / "silicon_h100_sxm_30.csv"
+
+
+def cut_silicon(src: Path) -> None:
+    import csv
+
+    with open(src, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        rows = [r for r in reader if r["system"].strip() == "h100_sxm"]
+    keep = []
+    for (backend, mode), quota in SILICON_QUOTA.items():
+        group = sorted(
+            (r for r in rows if (r["backend"], r["mode"]) == (backend, mode)), key=lambda r: r["id"]
+        )
+        step = max(1, len(group) // quota)
+        keep += group[::step][:quota]
+    SILICON_OUT.parent.mkdir(parents=True, exist_ok=True)
+    with open(SILICON_OUT, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(keep)
+    print(f"{SILICON_OUT.relative_to(HERE)}: {len(keep)} rows")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1].endswith(".csv"):  # python tests/data/cut.py systems/silicon_sample.csv
+        cut_silicon(Path(sys.argv[1]))
+    else:
+        main(Path(sys.argv[1]))

@@ -74,13 +74,13 @@ def _mode(raw: str) -> str:
     return "disagg" if word.startswith("disag") else "agg" if word.startswith("ag") else word
 
 
-def _predict_row(row: dict[str, str], predict, data_dir: str | None) -> bool:  # type: ignore[no-untyped-def]
+def _predict_row(row: dict[str, str], predict, data_dir: str | None, limits: str = "auto") -> bool:  # type: ignore[no-untyped-def]
     """Fill ``row``'s prediction columns; False when it could not be predicted (the reason in
     ``error``, one line naming the field)."""
     from dualpath.latency.rows import deployment_from_row
 
     try:
-        dep = deployment_from_row(row)
+        dep = deployment_from_row(row, limits)
         p = predict(dep, data_dir)
         row.update(
             pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}",
@@ -98,7 +98,7 @@ def _predict_row(row: dict[str, str], predict, data_dir: str | None) -> bool:  #
 
 
 def predict_csv(
-    src: Path, dst: Path, data_dir: str | None = None, method: str = "simulation"
+    src: Path, dst: Path, data_dir: str | None = None, method: str = "simulation", limits: str = "auto"
 ) -> tuple[int, int]:
     """Predict every row of ``src`` into ``dst``; ``(rows, rows with an error)``."""
     from dualpath.cli.progress import Progress
@@ -118,7 +118,7 @@ def predict_csv(
     errors = 0
     with Progress("predicting rows", total=len(rows)) as bar:
         for row in rows:
-            errors += not _predict_row(row, predict, data_dir)
+            errors += not _predict_row(row, predict, data_dir, limits)
             bar.advance()
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open(dst, "w", newline="", encoding="utf-8") as fh:
@@ -150,6 +150,13 @@ def latency_cmd(
             "closed-form (the steady state, a fast path)."
         ),
     ] = "simulation",
+    limits: Annotated[
+        str,
+        typer.Option(
+            help="Engine limits: backend (its documented defaults), aiconfigurator (the limits "
+            "AIConfigurator's generator deploys), or auto (CSV rows: latency/rows.py; else backend)."
+        ),
+    ] = "auto",
     precision: Annotated[
         str | None, typer.Option(help="bf16, fp8, fp8_block, nvfp4 (default: the checkpoint's).")
     ] = None,
@@ -203,7 +210,7 @@ def latency_cmd(
     if csv_in is not None:
         if out is None:
             raise ConfigError("out", None, "--csv needs --out (the predictions CSV)")
-        rows, errors = predict_csv(csv_in, out, method=method)
+        rows, errors = predict_csv(csv_in, out, method=method, limits=limits)
         summary = {"rows": rows, "errors": errors, "out": str(out)}
         if json_out:
             print_json(summary)
@@ -217,6 +224,7 @@ def latency_cmd(
         system=system,
         backend=backend.lower(),
         backend_version=backend_version,
+        limits="backend" if limits == "auto" else limits,
         precision=precision,
         gemm_quant_mode=gemm_quant_mode,
         moe_quant_mode=moe_quant_mode,

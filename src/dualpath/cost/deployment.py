@@ -25,6 +25,7 @@ from dualpath.cost.latency import Pool, Prediction, predict_disagg
 from dualpath.cost.latency_agg import predict_agg
 from dualpath.cost.latency_terms import BACKENDS, Parallel, Precision
 from dualpath.cost.tables import resolve_data_dir
+from dualpath.spec.model_spec import ModelSpec
 from dualpath.spec.models import get_model
 from dualpath.spec.systems import get_system
 
@@ -71,6 +72,7 @@ class Deployment:
     system: str
     backend: str = "trtllm"
     backend_version: str | None = None  # selects the scheduler defaults (dualpath.latency)
+    limits: str = "backend"  # engine limits: the backend's defaults, or "aiconfigurator"-generated
     precision: str | None = None
     gemm_quant_mode: str | None = None
     moe_quant_mode: str | None = None
@@ -87,6 +89,9 @@ class Deployment:
     decode_workers: int = 1
     decode: Layout = Layout()
     assumed: tuple[str, ...] = ()  # what a CSV row left empty and was derived (cli/plan_latency.py)
+    length_range_ratio: float = (
+        1.0  # the benchmark's lengths: uniform in [ratio x isl, isl] (latency/benchmark.py)
+    )
 
     def __post_init__(self) -> None:
         require(self.mode in MODES, "mode", self.mode, f"choices: {', '.join(MODES)}")
@@ -113,6 +118,19 @@ def kernels_for(system: str, data_dir: str | Path | None = None) -> KernelTables
     return _KERNELS[key]
 
 
+def without_fp4(model: ModelSpec, prec: Precision) -> Precision:
+    """``prec`` on a GPU without FP4 tensor cores (Hopper, H100/H200 datasheets): an NVFP4 GEMM
+    precision cannot run, so the dense GEMMs run at the checkpoint's own precision and FP4 experts
+    weight-only (4-bit weights, BF16 math: the checkpoint's MXFP4 for gpt-oss, else NVFP4), as the
+    backends serve an FP4 row there (vLLM's Marlin / Triton W4A16 MoE on Hopper)."""
+    native = Precision.resolve(model)
+    gemm = native.gemm if prec.gemm == "nvfp4" else prec.gemm
+    moe = prec.moe
+    if moe == "nvfp4":
+        moe = "w4a16_mxfp4" if model.weight_dtype_bytes < 1 else "w4a16_nvfp4"
+    return Precision(gemm=gemm, moe=moe, kv=prec.kv)
+
+
 def forward_for(dep: Deployment, data_dir: str | Path | None = None):  # type: ignore[no-untyped-def]
     """``(kernels, forward(layout, prefix) -> Forward)`` for ``dep``'s model, system and precision."""
     model = get_model(dep.model)
@@ -123,6 +141,8 @@ def forward_for(dep: Deployment, data_dir: str | Path | None = None):  # type: i
     prec = Precision.resolve(
         model, precision, gemm=dep.gemm_quant_mode, moe=dep.moe_quant_mode, kv=dep.kv_dtype
     )
+    if kernels.system.gpu.fp4_tflops is None:
+        prec = without_fp4(model, prec)
 
     def forward(layout: Layout, prefix: str) -> Forward:
         return Forward(

@@ -62,6 +62,21 @@ class OpTime:
         return OpTime(self.time_s * factor, self.source)
 
 
+CUSTOM_ALLREDUCE_MAX_BYTES = {"vllm": 8 << 20, "sglang": 8 << 20}
+
+
+def _custom_allreduce(backend: str, num_bytes: float) -> bool:
+    """Whether ``backend`` all-reduces ``num_bytes`` with its one-shot / two-shot NVLink kernel:
+    TensorRT-LLM always (its custom all-reduce); vLLM up to its ``CustomAllreduce`` ``max_size``
+    of 8 MiB (vllm/distributed/device_communicators/custom_all_reduce.py; the kernel is adapted
+    from TensorRT-LLM's, so that table prices it), SGLang likewise (its custom all-reduce is
+    vLLM's); NCCL above."""
+    if backend == "trtllm":
+        return True
+    limit = CUSTOM_ALLREDUCE_MAX_BYTES.get(backend)
+    return limit is not None and num_bytes <= limit
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelTables(MoeKernels):
     """The kernel tables of ``system`` (None: none on disk) and the roofline behind them."""
@@ -367,7 +382,7 @@ class KernelTables(MoeKernels):
         """``op`` (all_reduce, all_gather, reduce_scatter, alltoall) of ``elements`` values."""
         if num_gpus <= 1 or elements <= 0:
             return OpTime(0.0, "none (one GPU)")
-        if op == "all_reduce" and backend == "trtllm" and dtype_bytes == 2.0:
+        if op == "all_reduce" and dtype_bytes == 2.0 and _custom_allreduce(backend, elements * dtype_bytes):
             grid = self._grid(
                 "comm",
                 "custom_allreduce_perf",

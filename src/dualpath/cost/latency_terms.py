@@ -43,7 +43,9 @@ The fixed terms are not fitted to any end-to-end figure; each is a stated consta
   scheduler (on since v0.4, lmsys blog 2024-12-04), vLLM's async scheduling (on by default since
   v0.14). Step n + 1 is launched before step n's stop check, so a finished request still rides
   one more iteration (``OVERLAP_EXTRA_STEPS = 1``), and its successor is picked up one iteration
-  later: it waits ``1 + 1 = 2`` iterations in all (cost/latency_agg.py). When the engine is idle
+  later: it waits ``1 + 1 = 2`` iterations in all (cost/latency_agg.py). vLLM's async scheduler
+  does not schedule that extra step for a request it knows reaches ``max_tokens`` (its running
+  loop skips it: vllm/v1/core/sched/scheduler.py), so for vLLM ``OVERLAP_EXTRA_STEPS = 0``. When the engine is idle
   (nothing else in flight) those iterations cost nothing beyond the extra step itself.
 - ``KV_TRANSFER_EFFICIENCY = 0.8``: disaggregated KV moves at 80 % of the link (the system files'
   ``mem_bw_empirical_scaling_factor`` plays the same role for HBM), plus the system's p2p latency.
@@ -91,7 +93,7 @@ MAX_NUM_TOKENS = 8192
 ARRIVAL_WAIT_ITERATIONS = 1
 CHUNKED_PREFILL = {"trtllm": False, "vllm": True, "sglang": True}
 MIXED_BATCHES = {"trtllm": True, "vllm": True, "sglang": False}
-OVERLAP_EXTRA_STEPS = {"trtllm": 1, "vllm": 1, "sglang": 1}
+OVERLAP_EXTRA_STEPS = {"trtllm": 1, "vllm": 0, "sglang": 1}
 ITERATION_OVERHEAD_S = {"trtllm": 1.6e-4, "vllm": 1.6e-4, "sglang": 1.6e-4}
 KV_TRANSFER_EFFICIENCY = 0.8
 BACKENDS = tuple(ITERATION_OVERHEAD_S)

@@ -97,8 +97,9 @@ def model_shape(model: ModelSpec) -> ModelShape:
 
 
 def is_uniform(model: ModelSpec) -> bool:
-    """Every layer attends alike (no sliding windows, no per-layer compression)."""
-    return model.window_len is None and model.attention_kind != "csa"
+    """Every layer attends alike (no sliding windows, no per-layer compression, no linear-attention
+    layers)."""
+    return model.window_len is None and model.attention_kind != "csa" and not model.num_linear_layers
 
 
 def attention_flops_layer(model: ModelSpec, cached_len: int, new_len: int) -> float:

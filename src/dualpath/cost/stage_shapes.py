@@ -75,10 +75,11 @@ def _build_coefficients(model: ModelSpec) -> Coefficients:
             key = (model.window_len or 0, ratio)
         else:
             key = (model.layer_window(layer) or 0, 0)
-        counts[key] = counts.get(key, 0) + 1
+        if not model.is_linear_layer(layer):  # a linear-attention layer keeps no KV entries
+            counts[key] = counts.get(key, 0) + 1
         alike.setdefault((model.layer_window(layer), ratio), []).append(layer)
     groups = tuple((n, window, ratio) for (window, ratio), n in sorted(counts.items()))
-    uniform = model.window_len is None and not csa
+    uniform = model.window_len is None and not csa and not model.num_linear_layers
     attention_layers = (
         ((model.num_layers, -1),)
         if uniform

@@ -6,6 +6,11 @@ token arrives, until it has sent ``requests_per_client``; TTFT and TPOT are the 
 request of the run, its ramp (the first burst) included. TPOT follows genai-perf / aiperf:
 ``(last token - first token) / (osl - 1)``.
 
+``range_ratio`` below 1 draws each request's prompt and output lengths uniformly from
+``[range_ratio x isl, isl]`` and ``[range_ratio x osl, osl]`` (seeded, so a run is reproducible), as
+vLLM's ``benchmark_serving.py`` random dataset does with ``--random-range-ratio`` (the InferenceMAX
+client runs 0.8); TPOT is then each request's own ``(last - first) / (its osl - 1)``.
+
 ``REQUESTS_PER_CLIENT = 10``: Dynamo's benchmark script (ai-dynamo/dynamo benchmarks/llm/perf.sh)
 runs aiperf with ``--request-count concurrency x 10`` after ``--warmup-request-count concurrency x
 2``, and aiperf waits for every warmup response before it starts profiling (its warmup docs), so
@@ -14,6 +19,7 @@ the measured phase starts from an idle engine with ``concurrency`` requests at o
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from dualpath.core.errors import require
@@ -34,6 +40,7 @@ class RunResult:
 
     ttft_s: float
     tpot_s: float
+    ttft_steady_s: float  # the mean over every request but each client's first (the ramp left out)
     wait_s: float
     prefill_s: float
     stall_s: float
@@ -45,6 +52,7 @@ class RunResult:
     def to_json(self) -> dict[str, float]:
         return {
             "requests": float(self.requests),
+            "ttft_steady_ms": self.ttft_steady_s * 1e3,
             "iterations": float(self.iterations),
             "run_s": self.duration_s,
             "preemptions": float(self.preemptions),
@@ -53,17 +61,20 @@ class RunResult:
         }
 
 
-def summarize(reqs: list[Req], osl: int, iterations: int, duration_s: float) -> RunResult:
-    """Means over finished requests (every request of a completed run)."""
+def summarize(reqs: list[Req], osl: int, iterations: int, duration_s: float, clients: int) -> RunResult:
+    """Means over finished requests (every request of a completed run; the first ``clients``
+    request ids are each client's first)."""
     require(bool(reqs), "requests", 0, "the run finished no request")
     n = len(reqs)
     ttft = [r.first_token_s - r.sent_s for r in reqs if r.first_token_s is not None]
     require(len(ttft) == n, "requests", n - len(ttft), "requests without a first token")
-    tpot = [(r.done_s - r.first_token_s) / (osl - 1) for r in reqs if r.done_s and osl > 1]  # type: ignore[operator]
+    tpot = [(r.done_s - r.first_token_s) / (r.osl - 1) for r in reqs if r.done_s and r.osl > 1]  # type: ignore[operator]
     wait = [(r.first_scheduled_s or r.sent_s) - r.sent_s for r in reqs]
-    stall = [r.stalled_s / (osl - 1) for r in reqs] if osl > 1 else [0.0]
+    stall = [r.stalled_s / (r.osl - 1) for r in reqs if r.osl > 1] or [0.0]
+    later = [r.first_token_s - r.sent_s for r in reqs if r.first_token_s is not None and r.rid >= clients]
     return RunResult(
         ttft_s=sum(ttft) / n,
+        ttft_steady_s=sum(later) / len(later) if later else sum(ttft) / n,
         tpot_s=sum(tpot) / len(tpot) if tpot else 0.0,
         wait_s=sum(wait) / n,
         prefill_s=sum(ttft) / n - sum(wait) / n,
@@ -79,11 +90,24 @@ class ClosedLoop:
     """``clients`` closed-loop clients; ``send(req)`` hands a request to the serving side, which
     calls :meth:`done` when its last token is out."""
 
-    def __init__(self, kernel: Kernel, *, isl: int, osl: int, clients: int, requests_per_client: int) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        *,
+        isl: int,
+        osl: int,
+        clients: int,
+        requests_per_client: int,
+        range_ratio: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        require(0 < range_ratio <= 1, "range_ratio", range_ratio, "must be in (0, 1]")
         require(clients >= 1, "batch_size", clients, "client concurrency must be >= 1")
         require(requests_per_client >= 1, "requests_per_client", requests_per_client, "must be >= 1")
         self.kernel = kernel
         self.isl, self.osl = isl, osl
+        self.range_ratio = range_ratio
+        self._rng = random.Random(seed)
         self.left = [requests_per_client] * clients
         self.finished: list[Req] = []
         self.send = self._unset
@@ -99,7 +123,11 @@ class ClosedLoop:
 
     def _issue(self, client: int) -> None:
         self.left[client] -= 1
-        req = Req(rid=self._next_id, client=client, isl=self.isl, osl=self.osl, arrival_s=self.kernel.now_s)
+        isl, osl = self.isl, self.osl
+        if self.range_ratio < 1:
+            isl = self._rng.randint(max(1, int(isl * self.range_ratio)), isl)
+            osl = self._rng.randint(max(1, int(osl * self.range_ratio)), osl)
+        req = Req(rid=self._next_id, client=client, isl=isl, osl=osl, arrival_s=self.kernel.now_s)
         self._next_id += 1
         self.send(req)
 
@@ -116,11 +144,17 @@ def run_agg(
     *,
     clients: int,
     requests_per_client: int = REQUESTS_PER_CLIENT,
+    range_ratio: float = 1.0,
 ) -> RunResult:
     """One aggregated engine rank serving ``clients`` closed-loop clients."""
     kernel = Kernel()
     loop = ClosedLoop(
-        kernel, isl=cost.isl, osl=cost.osl, clients=clients, requests_per_client=requests_per_client
+        kernel,
+        isl=cost.isl,
+        osl=cost.osl,
+        clients=clients,
+        requests_per_client=requests_per_client,
+        range_ratio=range_ratio,
     )
     engine = Engine(kernel, defaults, cost, kv_capacity_tokens, loop.done)
     loop.send = engine.submit
@@ -128,4 +162,4 @@ def run_agg(
     end_s = kernel.run()
     expected = clients * requests_per_client
     require(len(loop.finished) == expected, "requests", len(loop.finished), f"the run finished of {expected}")
-    return summarize(loop.finished, cost.osl, engine.iterations, end_s)
+    return summarize(loop.finished, cost.osl, engine.iterations, end_s, clients)

@@ -25,7 +25,7 @@ no version, or one older than any rule here, the newest rules apply and the JSON
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from dualpath.core.errors import require
 
@@ -159,3 +159,55 @@ def _sglang_chunked_prefill_size(capacity_bytes: float) -> int:
     if gb < 160:
         return 8192
     return 16384
+
+
+LIMITS = ("backend", "aiconfigurator")
+ROLES = ("agg", "prefill", "decode")
+AIC_RULES = (
+    "aiconfigurator 0.12.0 generator/rule_plugin/{backend}.rule (the engine limits of the configs it deploys)"
+)
+
+
+def _ceil_to(value: int, block: int) -> int:
+    return -(-value // block) * block
+
+
+def aiconfigurator_limits(d: SchedulerDefaults, role: str, batch: int, isl: int) -> SchedulerDefaults:
+    """``d`` with the engine limits AIConfigurator's generator writes into the configs it deploys
+    (its rule files, version 0.12.0), for a worker of ``role`` sized for ``batch`` requests:
+
+    - TensorRT-LLM: ``max_batch_size`` = the batch (prefill: the prefill batch), ``max_num_tokens``
+      = batch + isl + 500 (agg), isl + 500 (prefill), the batch (decode), each rounded up to the
+      32-token KV block; the overlap scheduler off on prefill workers;
+    - vLLM: ``max_num_seqs`` 512 (twice the batch above 256) for agg and decode, the prefill batch
+      for prefill; ``max_num_batched_tokens`` = batch + isl + 1500 (agg), isl + 1500 (prefill),
+      the batch (decode);
+    - SGLang: ``max_running_requests`` as vLLM's, ``max_prefill_tokens`` = isl + 1500 (a prefill
+      batch holds at most ``min(chunked_prefill_size, max_prefill_tokens)``) and, for agg,
+      ``enable_mixed_chunk`` (prefill chunks share the iteration with decode).
+    """
+    require(role in ROLES, "role", role, f"choices: {', '.join(ROLES)}")
+    batch = max(1, int(batch))
+    wide = 512 if batch < 512 else 2 * batch
+    note = (f"engine limits: AIConfigurator's generated config ({AIC_RULES.format(backend=d.backend)})",)
+    if d.backend == "trtllm":
+        tokens = {"agg": batch + isl + 500, "prefill": isl + 500, "decode": batch}[role]
+        budget = _ceil_to(tokens, 32)
+        return replace(
+            d,
+            token_budget=budget,
+            prefill_tokens=budget,
+            max_running=batch,
+            overlap=d.overlap and role != "prefill",
+            notes=d.notes + note,
+        )
+    running = batch if role == "prefill" else wide
+    if d.backend == "vllm":
+        budget = {"agg": batch + isl + 1500, "prefill": isl + 1500, "decode": batch}[role]
+        return replace(
+            d, token_budget=budget, prefill_tokens=budget, max_running=running, notes=d.notes + note
+        )
+    prefill = min(d.prefill_tokens, isl + 1500)
+    return replace(
+        d, prefill_tokens=prefill, max_running=running, mixed=d.mixed or role == "agg", notes=d.notes + note
+    )

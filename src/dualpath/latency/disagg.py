@@ -43,13 +43,13 @@ class Disagg:
         pfw.par.check(pfw.model)
         dfw.par.check(dfw.model)
         self.isl, self.osl = dep.isl, dep.osl
-        p_def = defaults_for(dep, pfw)
-        d_def = defaults_for(dep, dfw)
+        decode_batch = dep.decode_batch or max(1, math.ceil(dep.batch_size / dep.decode_workers))
+        p_def = defaults_for(dep, pfw, "prefill", dep.prefill_batch or 1)
+        d_def = defaults_for(dep, dfw, "decode", decode_batch)
         if dep.backend == "trtllm":
             p_def = replace(p_def, overlap=False)
         if dep.prefill_batch:
             p_def = replace(p_def, max_running=max(1, math.ceil(dep.prefill_batch / pfw.par.attention_dp)))
-        decode_batch = dep.decode_batch or max(1, math.ceil(dep.batch_size / dep.decode_workers))
         d_def = replace(d_def, max_running=max(1, math.ceil(decode_batch / dfw.par.attention_dp)))
         self.defaults = {"prefill": p_def, "decode": d_def}
         p_cap, p_notes = kv_capacity_tokens(pfw, dep.isl, 1)
@@ -76,7 +76,7 @@ class Disagg:
     def send(self, req: Req) -> None:
         """A client's request: prefill it (the prompt only: one output token's worth)."""
         rank = self._least_loaded(self.prefill)
-        stage = Req(rid=req.rid, client=req.client, isl=self.isl, osl=1, arrival_s=req.arrival_s)
+        stage = Req(rid=req.rid, client=req.client, isl=req.isl, osl=1, arrival_s=req.arrival_s)
         self._origin[id(stage)] = (req, rank)
         self._times[req.rid] = {"sent": req.sent_s}
         self.prefill[rank].submit(stage)
@@ -136,7 +136,7 @@ def simulate_disagg(
     expected = clients * requests_per_client
     require(len(loop.finished) == expected, "requests", len(loop.finished), f"the run finished of {expected}")
     iterations = sum(e.iterations for e in system.prefill + system.decode)
-    run = summarize(loop.finished, dep.osl, iterations, end_s)
+    run = summarize(loop.finished, dep.osl, iterations, end_s, clients)
     ttft = system.breakdown_ms(loop.finished)
     stall_ms = run.stall_s * 1e3
     return Prediction(

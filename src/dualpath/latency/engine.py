@@ -177,8 +177,14 @@ class Engine:
         for req, _, completes in batch.chunks:
             if completes:
                 self._token(req, now, 1, done)
+        repeat = batch.repeat
         for req in batch.rows:
-            self._token(req, now, batch.repeat, done)
+            if req.first_token_s is None:
+                req.first_token_s = now
+            req.emitted += repeat
+            if req.emitted >= req.osl:
+                req.done_s = now
+                done.append(req)
         return done
 
     @staticmethod

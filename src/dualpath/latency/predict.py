@@ -55,8 +55,8 @@ def simulate(
         return _with_tables(pred, kernels.describe())
     fw = memoised(forward(dep.layout, ""))
     fw.par.check(fw.model)
-    defaults = defaults_for(dep, fw)
     clients = max(1, math.ceil(dep.batch_size / fw.par.attention_dp - 1e-9))
+    defaults = defaults_for(dep, fw, "agg", clients)
     capacity, notes = kv_capacity_tokens(fw, dep.isl, dep.osl)
     if capacity < clients * (dep.isl + dep.osl):
         notes.append(
@@ -64,12 +64,20 @@ def simulate(
             "the rest queue"
         )
     cost = step_cost(fw, dep.isl, dep.osl)
-    run = run_agg(cost, defaults, capacity, clients=clients, requests_per_client=requests_per_client)
+    run = run_agg(
+        cost,
+        defaults,
+        capacity,
+        clients=clients,
+        requests_per_client=requests_per_client,
+        range_ratio=dep.length_range_ratio,
+    )
     details: dict[str, object] = {
         "method": "simulation",
         "scheduler": defaults.to_json(),
         "clients_per_rank": clients,
         "requests_per_client": requests_per_client,
+        "length_range_ratio": dep.length_range_ratio,
         "assumed": list(dep.assumed),
     }
     return _with_tables(_prediction(run, cost, details, notes + list(defaults.notes)), kernels.describe())

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dualpath.core.errors import require
 from dualpath.cost.deployment import Deployment
 from dualpath.cost.forward import Forward
 from dualpath.cost.memory import max_requests_per_rank
-from dualpath.latency.defaults import SchedulerDefaults, scheduler_defaults
+from dualpath.latency.defaults import LIMITS, SchedulerDefaults, aiconfigurator_limits, scheduler_defaults
 from dualpath.latency.memo import memo_kernels
 
 
@@ -17,9 +18,17 @@ def memoised(fw: Forward) -> Forward:
     return replace(fw, kernels=memo_kernels(fw.kernels))
 
 
-def defaults_for(dep: Deployment, fw: Forward) -> SchedulerDefaults:
-    """``dep.backend``'s defaults at ``dep.backend_version`` on ``fw``'s GPU."""
-    return scheduler_defaults(dep.backend, dep.backend_version, fw.kernels.system.gpu.capacity_bytes)
+def defaults_for(
+    dep: Deployment, fw: Forward, role: str = "agg", batch: int | None = None
+) -> SchedulerDefaults:
+    """``dep.backend``'s defaults at ``dep.backend_version`` on ``fw``'s GPU, with the engine
+    limits AIConfigurator's generator sets when ``dep.limits`` says the row was deployed so
+    (``batch``: the worker's batch, the concurrency by default)."""
+    require(dep.limits in LIMITS, "limits", dep.limits, f"choices: {', '.join(LIMITS)}")
+    d = scheduler_defaults(dep.backend, dep.backend_version, fw.kernels.system.gpu.capacity_bytes)
+    if dep.limits == "aiconfigurator":
+        d = aiconfigurator_limits(d, role, batch if batch is not None else round(dep.batch_size), dep.isl)
+    return d
 
 
 def kv_capacity_tokens(fw: Forward, isl: int, osl: int) -> tuple[float, list[str]]:

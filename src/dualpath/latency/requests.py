@@ -31,6 +31,7 @@ class Req:
     first_token_s: float | None = None
     done_s: float | None = None
     kv: int = 0  # KV entries it holds once its scheduled iterations ran
+    in_pool: bool = False  # admitted and not released (finished or preempted)
     preemptions: int = 0
     first_scheduled_s: float | None = None
     stalled_s: float = 0.0  # time between its first and last token spent in iterations with prompt tokens

@@ -18,6 +18,26 @@ What a row leaves empty is derived from what the measurement implies and listed 
 - the decode batch: the concurrency over the decode workers; the prefill batch: the backend's own
   limit (its token budget and running-request cap).
 
+**Engine limits** (``limits``): ``backend`` runs every row under its backend's documented defaults
+(latency/defaults.py); ``aiconfigurator`` under the limits AIConfigurator's generator writes into
+the configs it deploys (``aiconfigurator_limits``); ``auto`` (the default) takes the generated
+limits for the vLLM rows of AIConfigurator's own gap-analysis collection (``silicon_data_source``
+names ``aic-auto-gap-analysis``) and the backend defaults for every other row. That is an inference
+from the H100 rows, stated as one: those vLLM rows show the staggered, one-prompt-per-iteration
+schedule of the generated ``max_num_batched_tokens = batch + isl + 1500`` (TTFT flat in the
+concurrency up to 32 clients, TPOT carrying the others' prefills), while the collection's
+TensorRT-LLM and SGLang rows contradict their generated limits (8 TensorRT-LLM prompts of 1024
+tokens prefilled in one iteration, impossible under ``max_num_tokens = batch + isl + 500``;
+SGLang's rounds synchronised, impossible with the generated ``enable_mixed_chunk``).
+
+**The benchmark client.** Rows whose ``silicon_data_source`` names a dated collection file
+(``source_file=2026-03-25.csv``) carry InferenceMAX's grid (isl / osl 1024 / 1024, 1024 / 8192,
+8192 / 1024, concurrency 4-64, its models); its client (SemiAnalysis InferenceMAX README: vLLM's
+``benchmark_serving.py``, random dataset, ``--random-range-ratio 0.8``, ``--num-prompts conc x 10``,
+``--ignore-eos``) draws prompt and output lengths uniformly from ``[0.8, 1] x`` the nominal ones, so
+those rows are simulated with ``length_range_ratio = 0.8`` (and say so in ``assumed``); every
+other row with fixed lengths (AIConfigurator's and Dynamo's aiperf runs: ``--isl-stddev 0``).
+
 A row that cannot be predicted raises ConfigError naming the field (one line, the CSV's
 ``error`` column).
 """
@@ -31,6 +51,10 @@ from dualpath.core.errors import ConfigError
 from dualpath.cost.deployment import Deployment, Layout
 
 REQUIRED = ("model_path", "system", "isl", "osl")
+LIMIT_CHOICES = ("auto", "backend", "aiconfigurator")
+AIC_COLLECTION = "aic-auto-gap-analysis"
+INFERENCEMAX_SOURCE = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
+INFERENCEMAX_RANGE_RATIO = 0.8
 EMPTY = ("", "nan", "none", "null")
 
 
@@ -90,7 +114,17 @@ def concurrency_of(row: dict[str, str], assumed: list[str]) -> int | None:
     return None
 
 
-def deployment_from_row(row: dict[str, str]) -> Deployment:
+def limits_of(row: dict[str, str], backend: str, limits: str) -> str:
+    """The engine limits a row is simulated under (see the module doc)."""
+    if limits not in LIMIT_CHOICES:
+        raise ConfigError("limits", limits, f"choices: {', '.join(LIMIT_CHOICES)}")
+    if limits != "auto":
+        return limits
+    generated = backend == "vllm" and AIC_COLLECTION in (row.get("silicon_data_source") or "")
+    return "aiconfigurator" if generated else "backend"
+
+
+def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment:
     """A :class:`Deployment` from one CSV row (ConfigError naming the column that stops it)."""
     for key in REQUIRED:
         if text(row, key) is None:
@@ -125,11 +159,20 @@ def deployment_from_row(row: dict[str, str]) -> Deployment:
         )
     keys = ("precision", "gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode")
     quant = {k: text(row, k) for k in keys}
+    backend = (text(row, "backend") or "trtllm").lower()
+    chosen = limits_of(row, backend, limits)
+    if chosen == "aiconfigurator" and limits == "auto":
+        assumed.append("engine limits: AIConfigurator-generated (a vLLM row of its gap-analysis collection)")
+    ratio = 1.0
+    if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
+        ratio = INFERENCEMAX_RANGE_RATIO
+        assumed.append("benchmark: InferenceMAX's client, lengths uniform in [0.8, 1] x isl / osl")
     return Deployment(
         model=row["model_path"].strip(),
         system=row["system"].strip(),
-        backend=(text(row, "backend") or "trtllm").lower(),
+        backend=backend,
         backend_version=text(row, "backend_version"),
+        limits=chosen,
         mode=mode,
         precision=quant["precision"],
         gemm_quant_mode=quant["gemm_quant_mode"],
@@ -146,4 +189,5 @@ def deployment_from_row(row: dict[str, str]) -> Deployment:
         decode_workers=decode_workers or 1,
         decode=_layout(row, "decode_"),
         assumed=tuple(assumed),
+        length_range_ratio=ratio,
     )

@@ -14,7 +14,8 @@ the backend's scheduler does: it admits waiting requests, schedules tokens (``Re
 - ``sglang``: a prefill batch whenever a prompt waits and can be admitted (the chunked request
   first, then waiting ones up to ``min(chunked_prefill_size, max_prefill_tokens)`` prompt tokens,
   a prompt that does not fit the rest is chunked), decoding paused; else one decode batch of every
-  running request (scheduler.get_next_batch_to_run, PrefillAdder). When decode needs more KV than
+  running request (scheduler.get_next_batch_to_run, PrefillAdder). With ``enable_mixed_chunk``
+  the running requests decode in the prefill batch too, their tokens taken from its budget. When decode needs more KV than
   is free, the newest request is retracted (its KV freed, re-queued).
 - ``trtllm``: the capacity scheduler admits waiting requests in order while their whole KV
   (prompt + output) can be reserved (GUARANTEED_NO_EVICT) and fewer than ``max_batch_size`` run;
@@ -43,12 +44,14 @@ class Queues:
     reserved: int = 0  # sum of their whole KV (prompt + output), for reserve_full admission
 
     def admit(self, req: Req) -> None:
+        req.in_pool = True
         self.running.append(req)
         self.reserved += req.isl + req.osl
 
     def release(self, req: Req) -> None:
         """``req`` leaves (finished or preempted): its KV and reservation are freed."""
         self.running.remove(req)
+        req.in_pool = False
         self.kv_used -= req.kv
         self.reserved -= req.isl + req.osl
 
@@ -137,16 +140,25 @@ def _ensure_kv(q: Queues, need: int, req: Req) -> bool:
 def form_vllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
     batch = Batch()
     budget = d.token_budget
+    rows = batch.rows
     for req in list(q.running):
-        if budget <= 0 or req not in q.running or req.scheduled_done:
-            continue
-        tok = min(req.prompt - req.computed, budget) if req.prefilling else 1
-        if not _ensure_kv(q, tok, req):
+        if budget <= 0:
             break
-        if req.prefilling:
+        if not req.in_pool:
+            continue
+        left = req.prompt - req.computed
+        if left <= 0 and req.generated >= req.osl:
+            continue  # its last token is scheduled (async: no extra step)
+        tok = min(left, budget) if left > 0 else 1
+        if q.kv_used + tok > q.kv_capacity and not _ensure_kv(q, tok, req):
+            break
+        if left > 0:
             _schedule_chunk(q, batch, req, tok)
-        else:
-            _schedule_row(q, batch, req)
+        else:  # a decode row (_schedule_row inlined: the hot path)
+            req.generated += 1
+            req.kv += 1
+            q.kv_used += 1
+            rows.append(req)
         budget -= tok
     _admit_waiting(q, d, batch, budget, visible)
     return batch
@@ -155,10 +167,16 @@ def form_vllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -
 def form_trtllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
     batch = Batch(extra=list(extra))
     budget = d.token_budget - len(batch.extra)
-    for req in q.running:
-        if not req.prefilling and not req.scheduled_done and budget > 0:
-            _schedule_row(q, batch, req)
+    rows = batch.rows
+    for req in q.running:  # generation requests first, one token each (_schedule_row inlined)
+        if budget <= 0:
+            break
+        if req.computed >= req.prompt and req.generated < req.osl:
+            req.generated += 1
+            req.kv += 1
+            rows.append(req)
             budget -= 1
+    q.kv_used += len(rows)
     blocked = False
     for req in q.running:
         need = req.prompt - req.computed
@@ -174,20 +192,20 @@ def form_trtllm(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int)
 
 
 def form_sglang(q: Queues, d: SchedulerDefaults, extra: list[Req], visible: int) -> Batch:
+    decoding = [r for r in q.running if not r.prefilling and not r.scheduled_done]
     prefill = Batch()
-    budget = d.prefill_tokens
+    budget = d.prefill_tokens - (len(decoding) if d.mixed else 0)  # mixed chunks share the budget
     for req in q.running:
         if req.prefilling and budget > 0:  # the chunked request continues first
             tok = min(req.prompt - req.computed, budget)
             _schedule_chunk(q, prefill, req, tok)
             budget -= tok
     _admit_waiting(q, d, prefill, budget, visible)
-    if prefill.chunks:
+    if prefill.chunks and not d.mixed:
         return prefill
-    batch = Batch(extra=list(extra))
-    decoding = [r for r in q.running if not r.prefilling and not r.scheduled_done]
+    batch = prefill if prefill.chunks else Batch(extra=list(extra))
     for req in decoding:
-        if req in q.running and _ensure_kv(q, 1, req):
+        if req.in_pool and _ensure_kv(q, 1, req):
             _schedule_row(q, batch, req)
     return batch
 
