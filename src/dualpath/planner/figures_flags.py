@@ -124,19 +124,22 @@ def prewarm(
 
 
 def flag_table(default: Sequence[Mapping], by_flag: Mapping[str, Mapping[str, Mapping]]) -> list[dict]:
-    """One row per default finding: the default's result and each flag's (None: not planned)."""
+    """One row per finding (the default's first, then any only a flag's grid reaches): the
+    default's result and each flag's (None: not planned)."""
     cols = {
         flag: {r["id"]: r for r in findings(s.get("npu"), s.get("gpu"), {})} for flag, s in by_flag.items()
     }
+    known = {r["id"]: r for r in default}
+    extra = {r["id"]: r for got in cols.values() for r in got.values() if r["id"] not in known}
     rows = []
-    for r in default:
+    for r in [*default, *extra.values()]:
         cells = {flag: _cell(got.get(r["id"])) for flag, got in cols.items()}
         rows.append(
             {
                 "id": r["id"],
                 "finding": r["finding"],
                 "published": r["published"],
-                "default": _cell(r),
+                "default": _cell(known.get(r["id"])),
                 "flags": cells,
             }
         )
