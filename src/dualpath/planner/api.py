@@ -242,7 +242,7 @@ def demand_of(reqs: Requests, rate_rps: float) -> Demand:
 def _budget(
     config: PlanConfig, base: ModelSpec, devices: tuple, reqs: Requests, efficiency: Efficiency
 ) -> Budget:
-    demand = None
+    demand: tuple[float, str, float | None, float] | None = None
     explicit = config.budget_w is not None or config.budget_usd_hr is not None
     if config.budget_anchor == "demand" and not explicit:
         ref = config.reference_io

@@ -96,7 +96,7 @@ def resolve_budget(
     budget_w: float | None,
     budget_usd_hr: float | None,
     budget_scale: float,
-    demand: tuple[float, str, float, float] | None = None,
+    demand: tuple[float, str, float | None, float] | None = None,
 ) -> Budget:
     """The run's budget: explicit (``budget_w`` for NPUs, ``budget_usd_hr`` for GPUs) or
     ``budget_scale x`` an anchor: ``cheapest_nd`` (weight), or ``demand`` = (cost, description,

@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +83,8 @@ class FigureGrid:
         }
         return PlanConfig(
             model=model,
-            catalog=catalog,
-            io_ratio=io_ratio,  # type: ignore[arg-type]
+            catalog=catalog,  # type: ignore[arg-type]
+            io_ratio=io_ratio,
             **{k: v for k, v in given.items() if v is not None},
         )
 
@@ -152,7 +152,10 @@ def make_figures(
         return sweeps[catalog]
 
     if grid.variants and "fig5_crossover" in names:  # every variant of a point back to back
-        sets = [("npu", ratios, {}), ("gpu", gpu_ratios, {})]
+        sets: list[tuple[str, Sequence[float], Mapping[str, Any]]] = [
+            ("npu", ratios, {}),
+            ("gpu", gpu_ratios, {}),
+        ]
         keep = grid.ratios if quick else None
         for v in grid.variants:
             for cat, rs in (("npu", v.npu_ratios), ("gpu", v.gpu_ratios)):

@@ -89,7 +89,12 @@ def run_variants(
             if not keep:
                 continue
             base = dataclasses.replace(base_of(catalog, models[0], keep[0]), **v.overrides)
-            res = sweep(base, models, keep, cache=cache, progress=lambda m, f=v.flag: note(f"{f}: {m}"))
+            label = v.flag
+
+            def say(m: str, label: str = label) -> None:
+                note(f"{label}: {m}")
+
+            res = sweep(base, models, keep, cache=cache, progress=say)
             results[v.flag][catalog] = res
             path = folder / f"{v.slug}_{catalog}.json"
             path.write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")

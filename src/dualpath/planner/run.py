@@ -33,7 +33,7 @@ from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.links import n2n_bytes_per_s, n2n_link, n2n_transfer
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
-from dualpath.planner.run_decode import DecodeSegments, Segment
+from dualpath.planner.run_decode import DecodeSegments
 from dualpath.planner.run_mixed import MixedIterations
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Kernel
 from dualpath.sim.links import Link
@@ -114,7 +114,7 @@ class _Run(DecodeSegments, MixedIterations):
         self.finish: list[tuple[int, int]] = []
         self.join_step = [0] * n
         self.pending: list[int] = []
-        self.seg: Segment | None = None
+        self.seg = None
         self.mixed = cfg.nd_schedule == "token-budget" and self.pre is self.dec
         self.prefilled: dict[int, int] = {}  # token-budget: prompt tokens prefilled so far
         self.done_s = [math.nan] * n
