@@ -244,3 +244,17 @@ def test_a_run_stopped_at_a_makespan_it_cannot_beat_returns_none() -> None:
         MODEL, mode_spec("pd"), make_alloc("pd"), reqs, RunConfig(), IDEAL_EFFICIENCY, until_s=full.makespan_s
     )
     assert same is not None and same.makespan_s == full.makespan_s
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_makespan_lower_bound_holds(mode: str) -> None:
+    """run.makespan_lower_bound (the search skips an allocation whose bound already loses) never
+    exceeds the simulated makespan."""
+    from dualpath.planner.run import makespan_lower_bound
+
+    for io, out in ((0.05, 60), (3.0, 40), (80.0, 20)):
+        reqs = _reqs(n=25, io=io, out=out)
+        alloc = make_alloc(mode)
+        res = simulate(MODEL, mode_spec(mode), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY)
+        bound = makespan_lower_bound(MODEL, mode_spec(mode), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY)
+        assert reqs.arrival_s[-1] < bound <= res.makespan_s * (1 + 1e-12)

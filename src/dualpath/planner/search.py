@@ -53,6 +53,7 @@ class Counts:
     allocations_ranked: int = 0
     simulated: int = 0
     stopped: int = 0  # simulations stopped once they could no longer beat the mode's best
+    skipped: int = 0  # allocations whose makespan lower bound already loses: not simulated
     events: int = 0
 
     def to_json(self, top_k: int) -> dict[str, int]:
@@ -64,6 +65,7 @@ class Counts:
             "allocations_ranked": self.allocations_ranked,
             "simulated": self.simulated,
             "stopped_early": self.stopped,
+            "skipped_by_bound": self.skipped,
             "events": self.events,
         }
 
