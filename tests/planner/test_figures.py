@@ -126,3 +126,18 @@ def test_figures_full_run(tmp_path: Path) -> None:
     index = make_figures(tmp_path)
     _check_index(tmp_path, index)
     assert len(index["grid"]["models"]) == 8 and len(index["grid"]["ratios"]) == 9
+
+
+@pytest.mark.slow
+def test_jobs_give_the_same_files(tmp_path: Path) -> None:
+    """--jobs 2 plans in two processes and writes the same sweeps and findings as one process."""
+    import dataclasses
+
+    grid = dataclasses.replace(TINY, ablation_values={"kv_width": (128.0,)})
+    only = ("fig5_crossover", "table5_allocations", "fig_ablation")
+    make_figures(tmp_path / "one", grid=grid, only=only)
+    make_figures(tmp_path / "two", grid=grid, only=only, jobs=2)
+    for name in ("sweep_npu.json", "sweep_gpu.json", "ablate_kv_width.json", "findings.json"):
+        a, b = (json.loads((tmp_path / d / name).read_text()) for d in ("one", "two"))
+        a.pop("wall_s", None), b.pop("wall_s", None)
+        assert a == b, name

@@ -101,33 +101,6 @@ def run_variants(
     return results
 
 
-def prewarm(
-    plan_sets: Sequence[tuple[str, Sequence[float], Mapping[str, Any]]],
-    base_of: Callable[[str, str, float], Any],
-    models: Sequence[str],
-    cache: PlanCache,
-    note: Callable[[str], None],
-) -> None:
-    """Plan every (catalogue, ratio, model) of ``plan_sets`` ((catalogue, ratios, overrides) each)
-    with all its rule variants one after another, so that they share the phase-1 candidates
-    memo (search_shortlist.candidates); the sweeps that follow find every plan in ``cache``."""
-    from dualpath.core.errors import ConfigError
-
-    points = sorted({(c, r) for c, rs, _ in plan_sets for r in rs})
-    for catalog, ratio in points:
-        for model in models:
-            for cat, rs, overrides in plan_sets:
-                if cat != catalog or not any(abs(r - ratio) < 1e-12 for r in rs):
-                    continue
-                config = dataclasses.replace(base_of(catalog, model, ratio), **overrides)
-                try:
-                    cache(config)
-                except ConfigError as exc:
-                    if exc.key != "budget":
-                        raise
-            note(f"{catalog} {model} I/O={ratio:g}, every rule variant")
-
-
 def flag_table(default: Sequence[Mapping], by_flag: Mapping[str, Mapping[str, Mapping]]) -> list[dict]:
     """One row per finding (the default's first, then any only a flag's grid reaches): the
     default's result and each flag's (None: not planned)."""
