@@ -29,10 +29,18 @@ def events_of(result: dict) -> int:
     return int(result["search"].get("events", 0))
 
 
-def measure(model: str, io: float, catalog: str, top_k: int | None, shortlist: int | None = None) -> dict:
+def measure(
+    model: str,
+    io: float,
+    catalog: str,
+    top_k: int | None,
+    shortlist: int | None = None,
+    budget_scale: float | None = None,
+) -> dict:
     from dualpath.planner.api import PlanConfig, plan_disagg
 
-    kwargs = {k: v for k, v in (("top_k", top_k), ("shortlist", shortlist)) if v is not None}
+    given = (("top_k", top_k), ("shortlist", shortlist), ("budget_scale", budget_scale))
+    kwargs = {k: v for k, v in given if v is not None}
     config = PlanConfig(model=model, catalog=catalog, io_ratio=io, **kwargs)  # type: ignore[arg-type]
     start, cpu0 = time.perf_counter(), time.process_time()
     result = plan_disagg(config)
@@ -63,11 +71,12 @@ def main() -> None:
     ap.add_argument("--catalog", default="npu")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--shortlist", type=int, default=None)
+    ap.add_argument("--budget-scale", type=float, default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = []
     for model in parse_models(args.models):
-        row = measure(model, args.io, args.catalog, args.top_k, args.shortlist)
+        row = measure(model, args.io, args.catalog, args.top_k, args.shortlist, args.budget_scale)
         rows.append(row)
         if not args.json:
             print(

@@ -38,19 +38,29 @@ class Variant:
         return "".join(ch if ch.isalnum() else "_" for ch in self.flag.strip("-")).strip("_")
 
 
+AF_SHAPE = (1.0, 10.0, 100.0, 1000.0)  # the crossover and the I/O-100 shape
+
 FLAG_VARIANTS: tuple[Variant, ...] = (
-    Variant(flag="--af-prefill round-trip-per-layer", overrides={"af_prefill": "round-trip-per-layer"}),
-    Variant(flag="--af-prefill free", overrides={"af_prefill": "free"}),
+    Variant(
+        flag="--af-prefill round-trip-per-layer",
+        overrides={"af_prefill": "round-trip-per-layer"},
+        npu_ratios=AF_SHAPE,
+        gpu_ratios=(100.0,),
+    ),
+    Variant(
+        flag="--af-prefill free", overrides={"af_prefill": "free"}, npu_ratios=AF_SHAPE, gpu_ratios=(100.0,)
+    ),
     Variant(flag="--sigma largest-batch", overrides={"sigma": "largest-batch"}),
     Variant(flag="--budget-anchor demand", overrides={"budget_anchor": "demand"}),
     Variant(
         flag="--budget-anchor demand --budget-ref-io plan",
         overrides={"budget_anchor": "demand", "budget_ref_io": "plan"},
+        npu_ratios=(0.01, 1.0, 100.0, 1000.0),  # at I/O 10 it is the fixed demand anchor
     ),
     Variant(
         flag="--nd-schedule token-budget",
         overrides={"nd_schedule": "token-budget"},
-        npu_ratios=(0.01, 0.1, 1.0, 10.0),
+        npu_ratios=(0.01, 0.1, 1.0, 10.0),  # the low-ratio findings
         gpu_ratios=(0.01, 0.1, 1.0),
     ),
     Variant(
