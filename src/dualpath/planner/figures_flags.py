@@ -51,10 +51,11 @@ FLAG_VARIANTS: tuple[Variant, ...] = (
         flag="--af-prefill free", overrides={"af_prefill": "free"}, npu_ratios=AF_SHAPE, gpu_ratios=(100.0,)
     ),
     Variant(flag="--sigma largest-batch", overrides={"sigma": "largest-batch"}),
-    Variant(flag="--budget-anchor demand", overrides={"budget_anchor": "demand"}),
+    # the demand anchor's own default scale (0.5), whatever scale the weight-anchored grid sets
+    Variant(flag="--budget-anchor demand", overrides={"budget_anchor": "demand", "budget_scale": None}),
     Variant(
         flag="--budget-anchor demand --budget-ref-io plan",
-        overrides={"budget_anchor": "demand", "budget_ref_io": "plan"},
+        overrides={"budget_anchor": "demand", "budget_ref_io": "plan", "budget_scale": None},
         npu_ratios=(0.01, 1.0, 100.0, 1000.0),  # at I/O 10 it is the fixed demand anchor
     ),
     Variant(
