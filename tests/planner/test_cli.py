@@ -217,6 +217,8 @@ def test_ablate_json_keys_and_fixed_budget() -> None:
             "da_arithmetic_intensity",
             "da_kv_share",
             "df_arithmetic_intensity",
+            "nd_sigma",
+            "arrival_bound_ceiling",
         } <= set(row)
         assert set(row["x_nd"]) == {"pd", "af", "pdaf"}
     lo, hi = out["rows"]
