@@ -74,7 +74,8 @@ def test_plan_json_carries_the_section_9_keys(plan: dict) -> None:
     assert {"num_requests", "rate_rps", "input_len", "output_len", "length_cv", "seed"} <= set(
         plan["workload"]
     )
-    assert set(plan["budget"]) == {"kind", "value", "scale"} and plan["budget"]["kind"] == "power_w"
+    assert {"kind", "value", "scale", "anchor", "reference_cost"} <= set(plan["budget"])
+    assert plan["budget"]["kind"] == "power_w" and plan["budget"]["anchor"] == "weight"
     assert set(plan["stage_profile"]) == {"pa", "pf", "da", "df"}
     for stage in plan["stage_profile"].values():
         assert STAGE <= set(stage) and stage["bound"] in ("compute", "memory")
@@ -114,7 +115,7 @@ def test_default_budget_ignores_ratio_and_overrides() -> None:
     )
     a = plan_disagg(PlanConfig(io_ratio=1.0, **cfg))["budget"]
     b = plan_disagg(PlanConfig(io_ratio=10.0, overrides={"kv_width": 4096}, **cfg))["budget"]
-    assert a == b and a["scale"] == BUDGET_SCALE
+    assert a == b and a["scale"] == BUDGET_SCALE and a["anchor"] == "weight"
     model = get_model("gpt-oss-120b")
     cost, _ = cheapest_nd(model, npu_catalog(), "power_w")
     assert a["value"] == pytest.approx(BUDGET_SCALE * cost)
@@ -223,7 +224,7 @@ def test_chatbot_reads_the_azure_trace() -> None:
 
 def test_n2n_and_sigma_options_reach_the_plan() -> None:
     """--n2n-gbs is a documented constant of the JSON and a faster boundary never slows the AF
-    split of the same search; --sigma batch-aware is reported and keeps the budget."""
+    split of the same search; --sigma largest-batch is reported and keeps the budget."""
     base = dict(model="gpt-oss-120b", catalog="npu", io_ratio=10.0, num_requests=40, top_k=1)
     slow = plan_disagg(PlanConfig(**base, modes=("nd", "af")))  # type: ignore[arg-type]
     fast = plan_disagg(PlanConfig(**base, modes=("nd", "af"), n2n_gbs=5000.0))  # type: ignore[arg-type]
@@ -231,7 +232,44 @@ def test_n2n_and_sigma_options_reach_the_plan() -> None:
     assert fast["modes"]["af"]["makespan_s"] <= slow["modes"]["af"]["makespan_s"] * (1 + 1e-9) or (
         fast["modes"]["af"]["pools"] != slow["modes"]["af"]["pools"]
     )
-    aware = plan_disagg(PlanConfig(**base, sigma="batch-aware"))  # type: ignore[arg-type]
-    assert aware["constants"]["sigma"] == "batch-aware"
-    for mode in aware["modes"].values():
-        assert mode["budget_used"] <= aware["budget"]["value"] * (1 + 1e-9)
+    old = plan_disagg(PlanConfig(**base, sigma="largest-batch"))  # type: ignore[arg-type]
+    assert old["constants"]["sigma"] == "largest-batch" and slow["constants"]["sigma"] == "partner-batch"
+    for mode in old["modes"].values():
+        assert mode["budget_used"] <= old["budget"]["value"] * (1 + 1e-9)
+
+
+def test_every_plan_reports_nd_sigma_the_ceiling_and_the_context(plan: dict) -> None:
+    """ND's sigma (its simulated allocation's sigma_joint), the arrival-bound ceiling (ND's
+    makespan over the arrival window) and the context-window flag are in every plan's JSON."""
+    nd = plan["modes"]["nd"]
+    assert plan["nd_sigma"] == nd["sigma_joint"] > 0
+    assert plan["arrival_window_s"] == pytest.approx((40 - 1) / 125.0)
+    assert plan["arrival_bound_ceiling"] == pytest.approx(nd["makespan_s"] / plan["arrival_window_s"])
+    ctx = plan["context"]
+    assert ctx["window_tokens"] == 131_072 and not ctx["exceeds_window"]  # gpt-oss-120b, I/O 10
+    assert 10_000 < ctx["mean_context_len"] < ctx["max_context_len"] < 131_072
+    over = plan_disagg(
+        PlanConfig(model="qwen3-235b-a22b", catalog="npu", io_ratio=50.0, modes=("nd",), **SMALL)
+    )
+    assert over["context"]["exceeds_window"] and over["context"]["share_over_window"] > 0.5  # 51k > 40,960
+
+
+def test_demand_anchor_puts_nd_below_one_at_the_reference_ratio() -> None:
+    """--budget-anchor demand: budget = 0.5 x the cheapest ND deployment reaching sigma = 1 at
+    I/O 10, the same at every plan ratio (and following the ratio with --budget-ref-io plan)."""
+    cfg = dict(model="gpt-oss-120b", catalog="npu", budget_anchor="demand", modes=("nd",), **SMALL)
+    at10 = plan_disagg(PlanConfig(io_ratio=10.0, **cfg))  # type: ignore[arg-type]
+    b = at10["budget"]
+    assert b["anchor"] == "demand" and b["scale"] == 0.5 and b["reference_io"] == 10.0
+    assert b["value"] == pytest.approx(0.5 * b["reference_cost"]) and b["anchor_sigma"] >= 1.0
+    assert at10["nd_sigma"] < 1.0  # half of what keeping up costs cannot keep up
+    at1 = plan_disagg(PlanConfig(io_ratio=1.0, **cfg))  # type: ignore[arg-type]
+    assert at1["budget"]["value"] == b["value"]  # fixed across ratios
+    own = plan_disagg(PlanConfig(io_ratio=1.0, budget_ref_io="plan", **cfg))  # type: ignore[arg-type]
+    assert own["budget"]["reference_io"] == 1.0 and own["budget"]["value"] < b["value"]
+    weight = plan_disagg(PlanConfig(io_ratio=10.0, **{**cfg, "budget_anchor": "weight"}))  # type: ignore[arg-type]
+    assert weight["budget"]["anchor"] == "weight" and weight["budget"]["value"] != b["value"]
+    with pytest.raises(ConfigError, match="budget_anchor"):
+        PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=1.0, budget_anchor="power")
+    with pytest.raises(ConfigError, match="budget_ref_io"):
+        PlanConfig(model="gpt-oss-120b", catalog="npu", io_ratio=1.0, budget_ref_io=-2.0)

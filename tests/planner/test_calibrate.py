@@ -27,3 +27,17 @@ def test_best_point_prefers_lower_loss_then_smaller_scale() -> None:
         {"budget_scale": 8.0, "loss": 3.0},
     ]
     assert best_point(pts)["budget_scale"] == 2.0
+
+
+def test_best_point_skips_inadmissible_scales_and_the_limit_is_the_smallest() -> None:
+    from dualpath.planner.calibrate import admissible_limit, best_point
+
+    points = [
+        {"budget_scale": 4.0, "loss": 3.0, "admissible": True},
+        {"budget_scale": 64.0, "loss": 1.0, "admissible": False},
+        {"budget_scale": 8.0, "loss": 2.0, "admissible": True},
+    ]
+    assert best_point(points)["budget_scale"] == 8.0
+    limits = {"a": {"limit_scale": 90.0}, "b": {"limit_scale": 40.0}, "c": {"limit_scale": None}}
+    assert admissible_limit(limits) == 40.0
+    assert admissible_limit({"c": {"limit_scale": None}}) == float("inf")

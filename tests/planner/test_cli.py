@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from dualpath.cli import app
 
 runner = CliRunner()
-SMALL = ["--requests", "20", "--top-k", "1"]
+SMALL = ["--requests", "20", "--top-k", "1", "--shortlist", "2"]
 
 PLAN_KEYS = {
     "model",
@@ -94,6 +94,45 @@ def test_plan_json_has_every_section9_key() -> None:
         assert STAGE_KEYS <= set(out["stage_profile"][stage])
     assert SEARCH_KEYS <= set(out["search"]) and out["search"]["top_k"] == 1
     assert {"alpha", "p_ref_w", "d2d_gbs", "n2n_gbs", "af_microbatches"} <= set(out["constants"])
+    assert (
+        out["constants"]["sigma"] == "partner-batch" and out["constants"]["af_prefill"] == "once-per-prompt"
+    )
+    assert out["constants"]["nd_schedule"] == "prefill-first" and out["constants"]["shortlist"] == 2
+    assert out["nd_sigma"] == out["modes"]["nd"]["sigma_joint"] and out["arrival_bound_ceiling"] > 0
+    assert {"window_tokens", "exceeds_window"} <= set(out["context"])
+
+
+def test_rule_flags_reach_the_plan() -> None:
+    """--af-prefill, --nd-schedule, --budget-anchor, --budget-ref-io, --shortlist and --sigma are
+    in the plan's constants and budget; --af-prefill free leaves only decode bytes on the A/F
+    boundary (the N2N total of an AF plan is its decode round trips)."""
+    out = _json(
+        "--model",
+        "gpt-oss-120b",
+        "--io",
+        "10",
+        "--mode",
+        "nd,af",
+        "--af-prefill",
+        "free",
+        "--nd-schedule",
+        "token-budget",
+        "--budget-anchor",
+        "demand",
+        "--budget-ref-io",
+        "plan",
+        "--sigma",
+        "largest-batch",
+        *SMALL,
+    )
+    c = out["constants"]
+    assert (c["af_prefill"], c["nd_schedule"], c["sigma"]) == ("free", "token-budget", "largest-batch")
+    assert c["shortlist"] == 2 and out["budget"]["anchor"] == "demand"
+    assert out["budget"]["reference_io"] == 10.0
+    af = out["modes"]["af"]
+    outputs = af["output_tokens_per_s"] * af["makespan_s"]  # every request's output tokens
+    assert af["af_bytes"] == pytest.approx(af["n2n_bytes"])
+    assert af["af_bytes"] == pytest.approx(36 * outputs * 2 * 2880 * 2, rel=1e-9)  # decode only
 
 
 def test_plan_options_reach_the_config() -> None:
@@ -178,6 +217,8 @@ def test_ablate_json_keys_and_fixed_budget() -> None:
             "da_arithmetic_intensity",
             "da_kv_share",
             "df_arithmetic_intensity",
+            "nd_sigma",
+            "arrival_bound_ceiling",
         } <= set(row)
         assert set(row["x_nd"]) == {"pd", "af", "pdaf"}
     lo, hi = out["rows"]
@@ -227,6 +268,13 @@ BAD = [
     (["catalog", "--catalog", "tpu"], "tpu"),
     (["--model", "glm-4.6", "--io", "1", "--sigma", "greedy"], "greedy"),
     (["--model", "glm-4.6", "--io", "1", "--n2n-gbs", "0"], "n2n_gbs"),
+    (["--model", "glm-4.6", "--io", "1", "--af-prefill", "sometimes"], "sometimes"),
+    (["--model", "glm-4.6", "--io", "1", "--nd-schedule", "round-robin"], "round-robin"),
+    (["--model", "glm-4.6", "--io", "1", "--budget-anchor", "power"], "power"),
+    (["--model", "glm-4.6", "--io", "1", "--budget-ref-io", "-3"], "-3"),
+    (["--model", "glm-4.6", "--io", "1", "--budget-ref-io", "ten"], "ten"),
+    (["--model", "glm-4.6", "--io", "1", "--shortlist", "0"], "shortlist"),
+    (["figures", "--af-prefill", "sometimes"], "sometimes"),
 ]
 
 

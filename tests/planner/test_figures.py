@@ -15,13 +15,15 @@ from dualpath.planner.figures import FIGURES, FigureGrid, make_figures
 from dualpath.planner.figures_modes import crossover_io
 
 TINY = FigureGrid(
-    models=("gpt-oss-120b", "glm-4.6"),
-    ratios=(1.0, 10.0),
+    models=("gpt-oss-120b",),
+    ratios=(10.0,),
     ablation_models=("gpt-oss-120b",),
-    ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0, 4.0)},
+    ablation_values={"kv_width": (128.0, 4096.0), "active_experts_x": (1.0,)},
     workload_models=("gpt-oss-120b",),
     num_requests=20,
     top_k=1,
+    shortlist=2,
+    variants=(),
 )
 HAS_DATA = (data_dir() / "hardware" / "aiconfigurator-perf-db" / "h100_sxm").is_dir()
 
@@ -51,13 +53,48 @@ def test_tiny_grid_writes_every_listed_file(tmp_path: Path) -> None:
         "ablate_kv_width.json",
         "findings.md",
     } <= {Path(f).name for f in index["files"]}
-    assert index["grid"]["ratios"] == [1.0, 10.0, 100.0]  # Table 5's I/O = 100 is always planned
+    assert index["grid"]["ratios"] == [10.0, 100.0]  # Table 5's I/O = 100 is always planned
     if not HAS_DATA:
         assert "fig_roofline_vs_measured" in index["skipped"]
     table = (tmp_path / "table5_allocations_npu.md").read_text()
     assert table.count("| gpt-oss-120b |") == 4  # one row per PDAF stage pool
     findings = json.loads((tmp_path / "findings.json").read_text())["findings"]
-    assert {"af_never", "npu_pdaf_beats_100", "abl_kv_width"} <= {f["id"] for f in findings}
+    assert {"af_never", "npu_pdaf_beats_100", "abl_kv_width", "npu_nd_keeps_up_10"} <= {
+        f["id"] for f in findings
+    }
+
+
+def test_findings_under_each_flag(tmp_path: Path) -> None:
+    """The figure run rechecks the findings with each rule flag switched (findings_flags.md): one
+    column per flag, each cell that flag's own plans (an --af-prefill free run differs from the
+    default only where a split prefill unit sends activations)."""
+    import dataclasses
+
+    from dualpath.planner.figures_flags import Variant
+
+    grid = dataclasses.replace(
+        TINY,
+        variants=(
+            Variant(
+                flag="--af-prefill free",
+                overrides={"af_prefill": "free"},
+                npu_ratios=(10.0, 100.0),
+                gpu_ratios=(),
+            ),
+            Variant(flag="--shortlist 1", overrides={"shortlist": 1}, npu_ratios=(100.0,), gpu_ratios=()),
+        ),
+    )
+    index = make_figures(tmp_path, grid=grid, only=("fig5_crossover",))
+    table = json.loads((tmp_path / "findings_flags.json").read_text())
+    assert table["flags"] == ["--af-prefill free", "--shortlist 1"]
+    rows = {r["id"]: r for r in table["rows"]}
+    assert rows["npu_pdaf_beats_100"]["flags"]["--shortlist 1"] is not None
+    assert rows["npu_pdaf_beats_100"]["default"] is None  # the default grid here has no I/O 100
+    assert rows["npu_nd_keeps_up_10"]["flags"]["--shortlist 1"] is None  # I/O 10 not planned
+    free = json.loads((tmp_path / "flags" / "af_prefill_free_npu.json").read_text())
+    assert free["rules"]["af_prefill"] == "free" and free["io_ratios"] == [10.0, 100.0]
+    assert "--af-prefill free" in (tmp_path / "findings_flags.md").read_text()
+    assert str(tmp_path / "findings_flags.md") in index["files"]
 
 
 def test_only_and_unknown_figure(tmp_path: Path) -> None:
@@ -89,3 +126,18 @@ def test_figures_full_run(tmp_path: Path) -> None:
     index = make_figures(tmp_path)
     _check_index(tmp_path, index)
     assert len(index["grid"]["models"]) == 8 and len(index["grid"]["ratios"]) == 9
+
+
+@pytest.mark.slow
+def test_jobs_give_the_same_files(tmp_path: Path) -> None:
+    """--jobs 2 plans in two processes and writes the same sweeps and findings as one process."""
+    import dataclasses
+
+    grid = dataclasses.replace(TINY, ablation_values={"kv_width": (128.0,)})
+    only = ("fig5_crossover", "table5_allocations", "fig_ablation")
+    make_figures(tmp_path / "one", grid=grid, only=only)
+    make_figures(tmp_path / "two", grid=grid, only=only, jobs=2)
+    for name in ("sweep_npu.json", "sweep_gpu.json", "ablate_kv_width.json", "findings.json"):
+        a, b = (json.loads((tmp_path / d / name).read_text()) for d in ("one", "two"))
+        a.pop("wall_s", None), b.pop("wall_s", None)
+        assert a == b, name

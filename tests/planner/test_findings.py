@@ -30,6 +30,13 @@ def _sweep(catalog: str, table: dict[float, dict[str, list[float | None]]]) -> d
         },
     }
     alloc = {ratio_key(r): {m: {"pdaf": [pool]} for m in MODELS} for r in table}
+    regime = {
+        ratio_key(r): {
+            m: {"nd_sigma": 0.5 + i, "arrival_bound_ceiling": 2.0, "exceeds_window": i == 0}
+            for i, m in enumerate(MODELS)
+        }
+        for r in table
+    }
     return {
         "catalog": catalog,
         "models": MODELS,
@@ -37,6 +44,7 @@ def _sweep(catalog: str, table: dict[float, dict[str, list[float | None]]]) -> d
         "rows": rows,
         "model_mean_x_nd": means,
         "allocations": alloc,
+        "regime": regime,
     }
 
 
@@ -80,3 +88,21 @@ def test_misses_and_infeasible_modes_are_reported_as_such() -> None:
     # m1: PDAF infeasible -> PD wins; m2: 1.5 vs 1.6 is not a tie; m3: PD beats PDAF
     assert out["gpu_pd_ties_pdaf_100"]["ours"] == "2/3"
     assert out["gpu_same_device_100"]["came_out"]
+
+
+def test_regime_and_io_1000_rows() -> None:
+    """ND's sigma at I/O 10 (how many models cannot keep up), and the I/O-1000 PDAF point per
+    model with its mean and median and the models whose requests exceed the window marked."""
+    nd = [1.0, 1.0, 1.0]
+    npu = _sweep(
+        "npu",
+        {
+            10.0: {"nd": nd, "pd": [1.0, 1.0, 1.0], "af": [0.5, 0.5, 0.5], "pdaf": [1.0, 1.0, 1.0]},
+            1000.0: {"nd": nd, "pd": [1.0, 1.0, 1.0], "af": [0.5, 0.5, 0.5], "pdaf": [0.5, 0.6, 4.0]},
+        },
+    )
+    out = _by_id(findings(npu, None, {}))
+    assert out["npu_nd_keeps_up_10"]["ours"].startswith("ND sigma < 1 for 1/3")
+    row = out["npu_pdaf_1000"]
+    assert "mean 1.70x, median 0.60x" in row["ours"] and "m1* 0.50" in row["ours"]
+    assert row["came_out"] is None

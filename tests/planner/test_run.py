@@ -172,3 +172,89 @@ def test_decode_context_grid_matches_step_by_step_contexts(name: str, monkeypatc
         monkeypatch.setattr(run_mod, "DECODE_CTX_GRID", grid)
         spans.append(simulate(model, mode_spec("pd"), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY).makespan_s)
     assert spans[0] == pytest.approx(spans[1], rel=1e-4)
+
+
+def test_token_budget_schedule_mixes_prefill_chunks_into_decode_iterations() -> None:
+    """--nd-schedule token-budget: on a pool hosting both phases, decode keeps running while
+    prompts are prefilled in chunks (so ND's requests finish earlier than under prefill-first,
+    where decode waits for every waiting prompt); PD and PDAF (separate units) are unchanged."""
+    reqs = _reqs(n=30, io=50.0, out=60)  # 3,000-token prompts arriving while others decode
+    for mode in ("nd", "af"):
+        first = simulate(MODEL, mode_spec(mode), make_alloc(mode), reqs, RunConfig(), IDEAL_EFFICIENCY)
+        mixed = simulate(
+            MODEL,
+            mode_spec(mode),
+            make_alloc(mode),
+            reqs,
+            RunConfig(nd_schedule="token-budget"),
+            IDEAL_EFFICIENCY,
+        )
+        assert mixed.num_finished == first.num_finished == len(reqs)
+        assert mixed.makespan_s != first.makespan_s
+        assert mixed.n2n_bytes == pytest.approx(first.n2n_bytes, rel=1e-12)  # the same bytes cross
+    for mode in ("pd", "pdaf"):
+        a = simulate(MODEL, mode_spec(mode), make_alloc(mode), reqs, RunConfig(), IDEAL_EFFICIENCY)
+        b = simulate(
+            MODEL,
+            mode_spec(mode),
+            make_alloc(mode),
+            reqs,
+            RunConfig(nd_schedule="token-budget"),
+            IDEAL_EFFICIENCY,
+        )
+        assert a.makespan_s == b.makespan_s
+
+
+def test_token_budget_chunks_long_prompts() -> None:
+    """A prompt longer than the token budget is prefilled in chunks over several iterations, each
+    one chunk of it; the run still finishes every request with the KV bound kept."""
+    reqs = _reqs(n=6, io=400.0, out=20)  # 8,000-token prompts, a 2,048-token budget
+    run = _Run(
+        MODEL,
+        mode_spec("nd"),
+        make_alloc("nd", dp=1),
+        reqs,
+        RunConfig(nd_schedule="token-budget", prefill_token_budget=2048),
+        IDEAL_EFFICIENCY,
+    )
+    res = run.run()
+    assert res is not None and res.num_finished == len(reqs)
+    assert res.max_kv_used_bytes <= res.kv_capacity_bytes
+    assert run.prefilled == {}  # every chunked prompt completed
+    assert res.num_events > 6 * 8000 / 2048  # at least one iteration per chunk
+
+
+def test_a_run_stopped_at_a_makespan_it_cannot_beat_returns_none() -> None:
+    """simulate(until_s=...) returns None when requests are left at that time (the search passes
+    the mode's best makespan so far), and the full result otherwise."""
+    reqs = _reqs(n=20)
+    full = simulate(MODEL, mode_spec("pd"), make_alloc("pd"), reqs, RunConfig(), IDEAL_EFFICIENCY)
+    assert full is not None
+    cut = simulate(
+        MODEL,
+        mode_spec("pd"),
+        make_alloc("pd"),
+        reqs,
+        RunConfig(),
+        IDEAL_EFFICIENCY,
+        until_s=full.makespan_s / 2,
+    )
+    assert cut is None
+    same = simulate(
+        MODEL, mode_spec("pd"), make_alloc("pd"), reqs, RunConfig(), IDEAL_EFFICIENCY, until_s=full.makespan_s
+    )
+    assert same is not None and same.makespan_s == full.makespan_s
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_makespan_lower_bound_holds(mode: str) -> None:
+    """run.makespan_lower_bound (the search skips an allocation whose bound already loses) never
+    exceeds the simulated makespan."""
+    from dualpath.planner.run import makespan_lower_bound
+
+    for io, out in ((0.05, 60), (3.0, 40), (80.0, 20)):
+        reqs = _reqs(n=25, io=io, out=out)
+        alloc = make_alloc(mode)
+        res = simulate(MODEL, mode_spec(mode), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY)
+        bound = makespan_lower_bound(MODEL, mode_spec(mode), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY)
+        assert reqs.arrival_s[-1] < bound <= res.makespan_s * (1 + 1e-12)

@@ -50,7 +50,7 @@ def _search(model, devices, kind, budget, mode, demand, shortlist=3, grid=8):
         )
         for p in spec.pools
     }
-    return phase2(spec, lists, budget=budget, grid=grid, counts=counts), counts
+    return phase2(spec, lists, budget=budget, grid=grid, counts=counts), counts  # largest-batch
 
 
 @pytest.mark.parametrize("stages", [("pa",), ("df",), ("pa", "pf", "da", "df")])
@@ -242,66 +242,200 @@ def test_fill_matches_the_reference_rule(pools: list[tuple[float, float, int]], 
     assert [r[1] for r in exact] == [r[1] for r in ref2]
 
 
-def test_batch_aware_sigma_matches_the_rule_until_the_requests_run_out() -> None:
-    """--sigma batch-aware: d x sigma1 while d x b_hold <= C (the run's requests); beyond, the
-    batch per replica shrinks, the score is non-decreasing in d and saturates at C sequences."""
-    model = get_model("glm-4.6")
-    devices = npu_catalog()
-    demand = Demand(
-        rate_rps=125.0, input_len=1000.0, output_len=1000.0, max_context_len=2600, num_requests=500
-    )
-    pool = mode_spec("pdaf").pool("df")
-    common = dict(
-        budget=1e7,
-        budget_kind="power_w",
-        efficiency=IDEAL_EFFICIENCY,
-        prefill_token_budget=16384,
-        max_decode_batch=64,
-        shortlist=4,
-    )
-    aware = phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="batch-aware", **common)
-    c = aware[0][0]
-    assert c.curve is not None and c.curve.hold == 64
-    full = 500 // 64  # replicas that still see the whole batch
-    for d in range(c.min_dp, full + 1):
-        assert c.sigma_at(d) == pytest.approx(d * c.sigma1, rel=1e-9)
-    scores = [c.sigma_at(d) for d in range(c.min_dp, 2000, 7)]
-    assert all(b >= a * (1 - 1e-12) for a, b in zip(scores, scores[1:], strict=False))
-    assert c.sigma_at(5000) < 5000 * c.sigma1 / 10  # saturated: most replicas would idle
-    with pytest.raises(ConfigError, match="sigma"):
-        phase1(model, pool, devices, demand, ALL16, counts=Counts(), sigma_rule="bogus", **common)
-
-
-def test_batch_aware_search_respects_budget() -> None:
-    model = get_model("gpt-oss-120b")
-    devices = npu_catalog()
-    budget = resolve_budget(model, devices, "npu", budget_w=None, budget_usd_hr=None, budget_scale=64.0).value
-    demand = _demand(i=1000.0)
-    counts = Counts()
-    spec = mode_spec("pdaf")
-    lists = {
+def _partner_lists(model, demand, budget, mode: str, mdb: int = 512) -> dict:
+    spec = mode_spec(mode)
+    return {
         p.name: phase1(
             model,
             p,
-            devices,
+            npu_catalog(),
             demand,
             ALL16,
             budget=budget,
             budget_kind="power_w",
             efficiency=IDEAL_EFFICIENCY,
             prefill_token_budget=16384,
-            max_decode_batch=512,
+            max_decode_batch=mdb,
             shortlist=3,
-            counts=counts,
-            sigma_rule="batch-aware",
+            counts=Counts(),
+            sigma_rule="partner-batch",
         )
         for p in spec.pools
     }
-    ranked = phase2(spec, lists, budget=budget, grid=8, counts=counts, sigma_rule="batch-aware")
-    assert ranked
-    for alloc in ranked:
-        assert alloc.cost <= budget * (1 + 1e-9)
-        assert alloc.sigma_joint == min(p.sigma for p in alloc.pools)
+
+
+def _coupling(mode: str, model, demand, mdb: int = 512, af_prefill: str = "once-per-prompt"):
+    from dualpath.planner.links import n2n_bytes_per_s
+    from dualpath.planner.pools import af_crossings
+    from dualpath.planner.search_fill import Coupling
+
+    return Coupling.of(
+        mode_spec(mode),
+        concurrency=demand.num_requests,
+        max_decode_batch=mdb,
+        microbatches=2,
+        n2n_bps=n2n_bytes_per_s(1, 1, 50.0),
+        latency_s=0.0,
+        prefill_crossings=af_crossings(af_prefill, model.num_layers),
+        decode_crossings=model.num_layers,
+        demand_prefill_tps=demand.prefill_tokens_per_s,
+        demand_decode_tps=demand.decode_tokens_per_s,
+    )
+
+
+def test_partner_batch_standalone_decode_saturates_at_the_runs_requests() -> None:
+    """Standalone (phase 1, pick): a decode pool of d replicas decodes S = min(C, d b_hold)
+    sequences over its p d lanes; the score is non-decreasing in d and flat once every lane has
+    one sequence; largest-batch is d x sigma1 for every d."""
+    model = get_model("glm-4.6")
+    demand = Demand(
+        rate_rps=125.0, input_len=1000.0, output_len=1000.0, max_context_len=2600, num_requests=500
+    )
+    lists = _partner_lists(model, demand, 1e7, "pdaf", mdb=64)
+    c = lists["df"][0][0]
+    r = c.rater
+    assert r is not None and r.hold == 64 and r.concurrency == 500
+    for d in (c.min_dp, c.min_dp + 3, 40):
+        s = min(500, d * 64)
+        t = r.dec_lane_s(math.ceil(s / (r.lanes * d)), d)
+        assert c.sigma_at(d) == pytest.approx(s / t / demand.decode_tokens_per_s, rel=1e-12)
+    scores = [c.sigma_at(d) for d in range(c.min_dp, 2000, 7)]
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(scores, scores[1:], strict=False))
+    # past C lanes the batch is one per lane: only the experts' sharing over the pool still moves it
+    assert c.sigma_at(8000) < c.sigma_at(4000) * 1.01
+    old = phase1(
+        model,
+        mode_spec("pdaf").pool("df"),
+        npu_catalog(),
+        demand,
+        ALL16,
+        budget=1e7,
+        budget_kind="power_w",
+        efficiency=IDEAL_EFFICIENCY,
+        prefill_token_budget=16384,
+        max_decode_batch=64,
+        shortlist=3,
+        counts=Counts(),
+        sigma_rule="largest-batch",
+    )[0][0]
+    assert old.rater is None and old.sigma_at(5000) == 5000 * old.sigma1
+    with pytest.raises(ConfigError, match="sigma"):
+        phase1(
+            model,
+            mode_spec("pdaf").pool("df"),
+            npu_catalog(),
+            demand,
+            ALL16,
+            budget=1e7,
+            budget_kind="power_w",
+            efficiency=IDEAL_EFFICIENCY,
+            prefill_token_budget=16384,
+            max_decode_batch=64,
+            shortlist=3,
+            counts=Counts(),
+            sigma_rule="batch-aware",
+        )
+
+
+def test_split_pf_is_rated_at_the_pa_lanes_tokens() -> None:
+    """The defect fix: a split PF replica is rated at one PA lane's tokens per lane (phase 1, both
+    rules), never at every token its memory could hold; in an allocation it is rated at the tokens
+    the PA lanes hand over, lanes_PA x one lane's tokens, spread over its own lanes."""
+    model = get_model("gpt-oss-120b")
+    demand = _demand(i=1000.0)  # 1,000-token prompts: a lane takes 16 of them, 16,000 tokens
+    lane_tokens = 16 * 1000
+    dev = next(d for d in npu_catalog() if d.name == "npu-2500tf-hbm-190gb")
+    plan = PoolPlan(
+        name="pf", stages=("pf",), device=dev, layout=Layout(tp=2, pp=2, dp=1, ep=4), bits=(("pf", 16),)
+    )
+    sig = replica_sigma(
+        model, plan, demand, efficiency=IDEAL_EFFICIENCY, prefill_token_budget=16384, max_decode_batch=512
+    )
+    from dualpath.planner.pools import PoolTimer
+
+    t = PoolTimer(model, plan, IDEAL_EFFICIENCY).timers["pf"].prefill_uniform_s(1, lane_tokens)
+    assert sig == [pytest.approx(2 * lane_tokens / t / demand.prefill_tokens_per_s, rel=1e-12)]
+    lists = _partner_lists(model, demand, 1e6, "pdaf")
+    pa, pf = lists["pa"][0][0], lists["pf"][0][0]
+    assert pa.rater.pre_lane_tokens == pf.rater.pre_lane_tokens == lane_tokens
+    coupling = _coupling("pdaf", model, demand)
+    da, df = lists["da"][0][0], lists["df"][0][0]
+    for d_pa, d_pf in ((1, 1), (3, 1), (3, 5)):
+        dps = [d_pa, d_pf, da.min_dp, df.min_dp]
+        got = coupling.sigmas([pa, pf, da, df], dps)
+        handed = pa.rater.lanes * d_pa * lane_tokens  # what the PA lanes hand over per iteration
+        t_pf = pf.rater.pf_lane_s(math.ceil(handed / (pf.rater.lanes * d_pf)), d_pf)
+        assert got[1] == pytest.approx(handed / t_pf / demand.prefill_tokens_per_s, rel=1e-12)
+        assert got[0] <= got[1] * (1 + 1e-12)  # PA carries the unit's iteration: never above PF
+
+
+def test_decode_f_side_is_rated_at_the_sequences_the_kv_side_holds() -> None:
+    """DF is rated at S = min(C, d_DA b_hold, slots) over its own lanes; DA at the unit's step at
+    that S (so never above DF); growing DA (more KV) raises S and DF's rating with it."""
+    model = get_model("glm-4.6")
+    demand = _demand(i=20_000.0)  # long contexts: a small DA replica holds few sequences
+    lists = _partner_lists(model, demand, 1e7, "pdaf")
+    pa, pf, df = lists["pa"][0][0], lists["pf"][0][0], lists["df"][0][0]
+    da = min((c for g in lists["da"] for c in g), key=lambda c: c.rater.hold)
+    coupling = _coupling("pdaf", model, demand)
+    last = 0.0
+    for d_da in (da.min_dp, 2 * da.min_dp, 8 * da.min_dp):
+        dps = [pa.min_dp, pf.min_dp, d_da, 4 * df.min_dp]
+        got = coupling.sigmas([pa, pf, da, df], dps)
+        held = min(500, d_da * da.rater.hold, 512 * min(d_da, dps[3]))
+        t_f = df.rater.dec_lane_s(math.ceil(held / (df.rater.lanes * dps[3])), dps[3])
+        assert got[3] == pytest.approx(held / t_f / demand.decode_tokens_per_s, rel=1e-12)
+        assert got[2] <= got[3] * (1 + 1e-12)
+        assert got[3] >= last
+        last = got[3]
+
+
+def test_partner_batch_search_keeps_every_rule() -> None:
+    """Allocations under partner-batch stay within budget, are rated per pool (joint = min) and
+    the leftover ends on a side that still gains; the search is deterministic."""
+    model = get_model("gpt-oss-120b")
+    budget = resolve_budget(
+        model, npu_catalog(), "npu", budget_w=None, budget_usd_hr=None, budget_scale=64.0
+    ).value
+    demand = _demand(i=1000.0)
+    for mode in ("pd", "af", "pdaf"):
+        runs = []
+        for _ in range(2):
+            lists = _partner_lists(model, demand, budget, mode)
+            ranked = phase2(
+                mode_spec(mode),
+                lists,
+                budget=budget,
+                grid=8,
+                counts=Counts(),
+                coupling=_coupling(mode, model, demand),
+            )
+            runs.append([(a.key(), a.sigma_joint) for a in ranked])
+            assert ranked
+            for alloc in ranked:
+                _check_alloc(alloc, model, budget, "power_w", demand)
+        assert runs[0] == runs[1]
+
+
+def test_fill_gives_the_leftover_to_the_side_that_binds() -> None:
+    """A split decode unit whose F side binds (its score within 2% of the A side's, which carries
+    the unit's step) takes the leftover on the F side; once the A side binds it grows instead."""
+    from dualpath.planner.search_fill import BIND_TOL, fill
+
+    model = get_model("glm-4.6")
+    demand = _demand(i=1000.0)
+    lists = _partner_lists(model, demand, 1e7, "pdaf")
+    cands = [lists[p][0][0] for p in ("pa", "pf", "da", "df")]
+    coupling = _coupling("pdaf", model, demand)
+    start = [c.min_dp for c in cands]
+    rows = [[c, d] for c, d in zip(cands, start, strict=True)]
+    got = fill(coupling, rows, 200 * max(c.replica_cost for c in cands))
+    grown = [r[1] - d for r, d in zip(rows, start, strict=True)]
+    assert sum(grown) > 0
+    assert got == coupling.sigmas(cands, [r[1] for r in rows])
+    for a, f in ((0, 1), (2, 3)):  # every unit ends balanced or A-bound (never F-bound by far)
+        assert got[a] <= got[f] * (1 + 1e-12)
+    assert BIND_TOL == 0.02
 
 
 def _fill_reference(chosen: list[list[object]], leftover: float) -> None:

@@ -252,3 +252,28 @@ def test_stage_work_properties(
     assert stage_time_s(w, faster, efficiency=DEFAULT_EFFICIENCY) <= stage_time_s(
         w, dev, efficiency=DEFAULT_EFFICIENCY
     )
+
+
+@pytest.mark.parametrize("name", ["glm-4.6", "deepseek-v4-flash", "gpt-oss-120b", "llama-4-scout"])
+def test_prefill_chunks_add_up_to_the_whole_prompt(name: str) -> None:
+    """A chunked prefill (stage_work cached_len) does the whole prompt's FLOPs and writes its KV
+    over its chunks; later chunks read the prefix's KV; merge_works streams the weights once."""
+    from dualpath.cost.stages import merge_works
+
+    model = get_model(name)
+    whole = stage_work(model, "pa", batch=1, context_len=6000)
+    parts = [
+        stage_work(model, "pa", batch=1, context_len=n, cached_len=done)
+        for done, n in ((0, 2000), (2000, 2500), (4500, 1500))
+    ]
+    assert sum(p.flops for p in parts) == pytest.approx(whole.flops, rel=1e-12)
+    assert sum(p.attention_flops for p in parts) == pytest.approx(whole.attention_flops, rel=1e-12)
+    assert sum(p.kv_write_bytes for p in parts) == pytest.approx(whole.kv_write_bytes, rel=1e-12)
+    assert parts[0].kv_read_bytes == 0 and parts[2].kv_read_bytes > parts[1].kv_read_bytes > 0
+    dec = stage_work(model, "da", batch=32, context_len=6000)
+    mixed = merge_works([*parts, dec])
+    assert mixed.weight_bytes == whole.weight_bytes  # the A weights once, not four times
+    assert mixed.flops == pytest.approx(sum(p.flops for p in parts) + dec.flops, rel=1e-12)
+    assert mixed.kv_read_bytes == pytest.approx(sum(p.kv_read_bytes for p in (*parts, dec)), rel=1e-12)
+    with pytest.raises(ConfigError, match="cached_len"):
+        stage_work(model, "pa", batch=1, context_len=10, cached_len=-1)

@@ -323,6 +323,9 @@ def figures_cmd(
     no_flags: Annotated[
         bool, typer.Option("--no-flags", help="Skip the findings under each rule flag (findings_flags.md).")
     ] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", help="Plan in this many processes (the same results; default 1).")
+    ] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Every planner table and plot of docs/planner.md (Figs. 5-7, Table 5, ablations, rooflines,
@@ -345,7 +348,8 @@ def figures_cmd(
     if no_flags:
         grid = dataclasses.replace(grid, variants=())
     with progress_lines("figures", total=None) as step:
-        index = make_figures(out, quick=quick, grid=grid, progress=step)
+        require(jobs >= 1, "jobs", jobs, "must be >= 1")
+        index = make_figures(out, quick=quick, grid=grid, progress=step, jobs=jobs)
     if json_out:
         print_json(index)
     else:

@@ -25,7 +25,7 @@ from dualpath.planner.links import n2n_bytes_per_s
 from dualpath.planner.modes import MODES, mode_spec
 from dualpath.planner.plan_json import constants, mode_json
 from dualpath.planner.pools import af_crossings
-from dualpath.planner.run import RunConfig, RunResult, simulate
+from dualpath.planner.run import RunConfig, RunResult, makespan_lower_bound, simulate
 from dualpath.planner.search import Counts, Demand
 from dualpath.planner.search_allocate import phase2
 from dualpath.planner.search_fill import Coupling
@@ -202,6 +202,12 @@ class _Search:
         for i, alloc in enumerate(ranked[: config.top_k]):
             self.say(f"{name}: simulating {i + 1}/{min(config.top_k, len(ranked))}")
             until = top[0].makespan_s if top is not None else math.inf
+            if (
+                until < math.inf
+                and makespan_lower_bound(self.model, spec, alloc, reqs, run_cfg, self.efficiency) >= until
+            ):
+                self.counts.skipped += 1  # cannot finish before the best so far: not simulated
+                continue
             result = simulate(self.model, spec, alloc, reqs, run_cfg, self.efficiency, until_s=until)
             self.counts.simulated += 1
             if result is None:  # stopped once it could no longer beat the best so far
@@ -242,7 +248,7 @@ def demand_of(reqs: Requests, rate_rps: float) -> Demand:
 def _budget(
     config: PlanConfig, base: ModelSpec, devices: tuple, reqs: Requests, efficiency: Efficiency
 ) -> Budget:
-    demand = None
+    demand: tuple[float, str, float | None, float] | None = None
     explicit = config.budget_w is not None or config.budget_usd_hr is not None
     if config.budget_anchor == "demand" and not explicit:
         ref = config.reference_io

@@ -20,17 +20,20 @@ if TYPE_CHECKING:
     from dualpath.planner.catalog import CatalogDevice
     from dualpath.spec.models import ModelSpec
 
-BUDGET_SCALE: Final = 4096.0
+BUDGET_SCALE: Final = 90.51
 """Budget = BUDGET_SCALE x the cheapest ND deployment that holds the 16-bit weights.
 
-The one constant the planner may fit (issue 11 section 11), fitted by plannercli to the paper's
-NPU model-mean PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x
-at 1000; loss in ``planner/calibrate.py``): ``benchmarks/planner_budget_fit.py`` over 4 ... 16,384
-(factor 4), then 1,448 ... 11,585 (factor sqrt 2), 8 models, 500 requests, top-K 8. 4,096 had the
-lowest loss (12.66; 2,896: 12.69, 2,048: 13.78, 8,192: 14.98; the pre-fit 4.0: 26.7). At 4.0 every
-mode was ~50x under-provisioned for 125 req/s, so the finite run measured backlog, not the
-prefill/decode mix. Every other result follows without refitting. ``PlanConfig.budget_scale``
-overrides it. docs/planner.md ("Calibration") gives the curve at 0.5x and 2x."""
+The one constant the planner may fit (issue 11 section 11), refitted (issue 26) after the prefill
+A/F rule (``--af-prefill``) and the partner-batch sigma were in, to the paper's NPU model-mean
+PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x at 1000; loss in
+``planner/calibrate.py``), over **admissible** scales only: those at which ND cannot keep up
+(sigma < 1) at I/O 10 for every model, i.e. below min_m D_m / W_m = 93.5 (DS-V4-Flash; the demand
+anchor over the weight anchor, ``calibrate.admissible_limits``). ``benchmarks/planner_budget_fit.py``
+over 11.31 ... 90.51 (factor sqrt 2), 8 models x I/O 1, 10, 50, 100, 200, 500, 1000, 500 requests,
+short list 16, top-K 64: 90.51 has the lowest loss, 1.159 (64: 1.402, 45.25: 1.556, 22.63: 1.912;
+issue 11's 4,096 had 12.66 under the old rules). The loss still falls at the admissibility limit,
+so the limit, not the loss, sets the scale. Every other result follows without refitting.
+``PlanConfig.budget_scale`` overrides it; docs/planner.md ("Calibration") gives the scan."""
 
 ALL_16: Final = {"pa": 16, "pf": 16, "da": 16, "df": 16}
 
@@ -96,7 +99,7 @@ def resolve_budget(
     budget_w: float | None,
     budget_usd_hr: float | None,
     budget_scale: float,
-    demand: tuple[float, str, float, float] | None = None,
+    demand: tuple[float, str, float | None, float] | None = None,
 ) -> Budget:
     """The run's budget: explicit (``budget_w`` for NPUs, ``budget_usd_hr`` for GPUs) or
     ``budget_scale x`` an anchor: ``cheapest_nd`` (weight), or ``demand`` = (cost, description,

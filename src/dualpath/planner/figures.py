@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,14 +21,7 @@ from typing import Any
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
 from dualpath.planner import figures_roofline as fr
-from dualpath.planner.figures_flags import (
-    FLAG_VARIANTS,
-    Variant,
-    flag_markdown,
-    flag_table,
-    prewarm,
-    run_variants,
-)
+from dualpath.planner.figures_flags import FLAG_VARIANTS, Variant, flag_markdown, flag_table, run_variants
 from dualpath.planner.report import (
     ABLATION_MODELS,
     ABLATION_VALUES,
@@ -83,8 +76,8 @@ class FigureGrid:
         }
         return PlanConfig(
             model=model,
-            catalog=catalog,
-            io_ratio=io_ratio,  # type: ignore[arg-type]
+            catalog=catalog,  # type: ignore[arg-type]
+            io_ratio=io_ratio,
             **{k: v for k, v in given.items() if v is not None},
         )
 
@@ -115,8 +108,10 @@ def make_figures(
     grid: FigureGrid | None = None,
     only: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Plan what the figures need, draw them, write index.json; returns the index object.
+    ``jobs`` > 1 plans in that many processes first (the same plans, the same results).
 
     ``only`` limits the run to some of :data:`FIGURES`; a figure whose data are missing is
     listed under ``skipped`` with the reason instead of failing the run.
@@ -151,13 +146,7 @@ def make_figures(
             files.append(_dump(outdir / f"sweep_{catalog}.json", sweeps[catalog]))
         return sweeps[catalog]
 
-    if grid.variants and "fig5_crossover" in names:  # every variant of a point back to back
-        sets = [("npu", ratios, {}), ("gpu", gpu_ratios, {})]
-        keep = grid.ratios if quick else None
-        for v in grid.variants:
-            for cat, rs in (("npu", v.npu_ratios), ("gpu", v.gpu_ratios)):
-                sets.append((cat, [r for r in rs if keep is None or r in keep], v.overrides))
-        prewarm(sets, grid.base, grid.models, cache, note)
+    cache.warm(_plan_groups(grid, names, ratios, gpu_ratios, quick), jobs=jobs, progress=note)
     ablations: dict[str, dict] = {}
     if "fig5_crossover" in names:
         files += fm.fig5_crossover(outdir, get_sweep("npu"))
@@ -225,6 +214,56 @@ def make_figures(
     }
     (outdir / "index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
     return index
+
+
+def _plan_groups(
+    grid: FigureGrid,
+    names: tuple[str, ...],
+    ratios: Sequence[float],
+    gpu_ratios: Sequence[float],
+    quick: bool,
+) -> list[list[Any]]:
+    """Every plan the figure run needs, grouped by (catalogue, ratio, model) so that a point's
+    rule variants are planned back to back (they share the phase-1 memo); then the ablation and
+    workload plans, one group per model."""
+    points: dict[tuple[str, float, str], list[Any]] = {}
+
+    def add(catalog: str, ratio: float, model: str, overrides: Mapping[str, Any]) -> None:
+        config = dataclasses.replace(grid.base(catalog, model, ratio), **overrides)
+        points.setdefault((catalog, ratio, model), []).append(config)
+
+    sweeps = any(
+        n in names for n in ("fig5_crossover", "fig6_npu_modes", "fig7_gpu_modes", "table5_allocations")
+    )
+    if sweeps or "fig_roofline_gap" in names:
+        for catalog, rs in (("npu", ratios), ("gpu", gpu_ratios)):
+            for r in rs if sweeps else (TABLE_RATIO,):
+                for m in grid.models:
+                    add(catalog, r, m, {})
+    if grid.variants and "fig5_crossover" in names:
+        for v in grid.variants:
+            for catalog, rs in (("npu", v.npu_ratios), ("gpu", v.gpu_ratios)):
+                for r in (x for x in rs if not quick or x in grid.ratios):
+                    for m in grid.models:
+                        add(catalog, r, m, v.overrides)
+    groups = [points[k] for k in sorted(points)]
+    if "fig_ablation" in names:
+        for m in grid.ablation_models:
+            base = grid.base("npu", m, TABLE_RATIO)
+            groups.append(
+                [
+                    dataclasses.replace(base, overrides={factor: float(v)})
+                    for factor, values in grid.ablation_values.items()
+                    for v in values
+                ]
+            )
+    if "fig_workloads" in names:
+        for m in grid.workload_models:
+            base = grid.base("npu", m, TABLE_RATIO)
+            groups.append(
+                [dataclasses.replace(base, workload=k, modes=("nd", "pd")) for k in ("agentic", "chatbot")]
+            )
+    return groups
 
 
 def _wants_table(names: tuple[str, ...]) -> bool:

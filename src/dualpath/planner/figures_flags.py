@@ -38,19 +38,30 @@ class Variant:
         return "".join(ch if ch.isalnum() else "_" for ch in self.flag.strip("-")).strip("_")
 
 
+AF_SHAPE = (1.0, 10.0, 100.0, 1000.0)  # the crossover and the I/O-100 shape
+
 FLAG_VARIANTS: tuple[Variant, ...] = (
-    Variant(flag="--af-prefill round-trip-per-layer", overrides={"af_prefill": "round-trip-per-layer"}),
-    Variant(flag="--af-prefill free", overrides={"af_prefill": "free"}),
+    Variant(
+        flag="--af-prefill round-trip-per-layer",
+        overrides={"af_prefill": "round-trip-per-layer"},
+        npu_ratios=AF_SHAPE,
+        gpu_ratios=(100.0,),
+    ),
+    Variant(
+        flag="--af-prefill free", overrides={"af_prefill": "free"}, npu_ratios=AF_SHAPE, gpu_ratios=(100.0,)
+    ),
     Variant(flag="--sigma largest-batch", overrides={"sigma": "largest-batch"}),
-    Variant(flag="--budget-anchor demand", overrides={"budget_anchor": "demand"}),
+    # the demand anchor's own default scale (0.5), whatever scale the weight-anchored grid sets
+    Variant(flag="--budget-anchor demand", overrides={"budget_anchor": "demand", "budget_scale": None}),
     Variant(
         flag="--budget-anchor demand --budget-ref-io plan",
-        overrides={"budget_anchor": "demand", "budget_ref_io": "plan"},
+        overrides={"budget_anchor": "demand", "budget_ref_io": "plan", "budget_scale": None},
+        npu_ratios=(0.01, 1.0, 100.0, 1000.0),  # at I/O 10 it is the fixed demand anchor
     ),
     Variant(
         flag="--nd-schedule token-budget",
         overrides={"nd_schedule": "token-budget"},
-        npu_ratios=(0.01, 0.1, 1.0, 10.0),
+        npu_ratios=(0.01, 0.1, 1.0, 10.0),  # the low-ratio findings
         gpu_ratios=(0.01, 0.1, 1.0),
     ),
     Variant(
@@ -89,54 +100,35 @@ def run_variants(
             if not keep:
                 continue
             base = dataclasses.replace(base_of(catalog, models[0], keep[0]), **v.overrides)
-            res = sweep(base, models, keep, cache=cache, progress=lambda m, f=v.flag: note(f"{f}: {m}"))
+            label = v.flag
+
+            def say(m: str, label: str = label) -> None:
+                note(f"{label}: {m}")
+
+            res = sweep(base, models, keep, cache=cache, progress=say)
             results[v.flag][catalog] = res
             path = folder / f"{v.slug}_{catalog}.json"
             path.write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")
     return results
 
 
-def prewarm(
-    plan_sets: Sequence[tuple[str, Sequence[float], Mapping[str, Any]]],
-    base_of: Callable[[str, str, float], Any],
-    models: Sequence[str],
-    cache: PlanCache,
-    note: Callable[[str], None],
-) -> None:
-    """Plan every (catalogue, ratio, model) of ``plan_sets`` ((catalogue, ratios, overrides) each)
-    with all its rule variants one after another, so that they share the phase-1 candidates
-    memo (search_shortlist.candidates); the sweeps that follow find every plan in ``cache``."""
-    from dualpath.core.errors import ConfigError
-
-    points = sorted({(c, r) for c, rs, _ in plan_sets for r in rs})
-    for catalog, ratio in points:
-        for model in models:
-            for cat, rs, overrides in plan_sets:
-                if cat != catalog or not any(abs(r - ratio) < 1e-12 for r in rs):
-                    continue
-                config = dataclasses.replace(base_of(catalog, model, ratio), **overrides)
-                try:
-                    cache(config)
-                except ConfigError as exc:
-                    if exc.key != "budget":
-                        raise
-            note(f"{catalog} {model} I/O={ratio:g}, every rule variant")
-
-
 def flag_table(default: Sequence[Mapping], by_flag: Mapping[str, Mapping[str, Mapping]]) -> list[dict]:
-    """One row per default finding: the default's result and each flag's (None: not planned)."""
+    """One row per finding (the default's first, then any only a flag's grid reaches): the
+    default's result and each flag's (None: not planned)."""
     cols = {
         flag: {r["id"]: r for r in findings(s.get("npu"), s.get("gpu"), {})} for flag, s in by_flag.items()
     }
+    known = {r["id"]: r for r in default}
+    extra = {r["id"]: r for got in cols.values() for r in got.values() if r["id"] not in known}
     rows = []
-    for r in default:
+    for r in [*default, *extra.values()]:
         cells = {flag: _cell(got.get(r["id"])) for flag, got in cols.items()}
         rows.append(
             {
                 "id": r["id"],
                 "finding": r["finding"],
                 "published": r["published"],
-                "default": _cell(r),
+                "default": _cell(known.get(r["id"])),
                 "flags": cells,
             }
         )

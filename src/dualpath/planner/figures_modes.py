@@ -107,6 +107,16 @@ def fig5_crossover(out: Path, sweep: Mapping) -> list[Path]:
                         fontsize=8,
                         color=color,
                     )
+    medians = sweep.get("model_median_x_nd", {}).get("pdaf", {})
+    if medians:
+        ax.plot(
+            ratios,
+            [medians.get(ratio_key(r)) for r in ratios],
+            ls=":",
+            marker=".",
+            color=MODE_STYLE["pdaf"][0],
+            label="PDAF (model median)",
+        )
     ax.axhline(1.0, color="black", ls="--", lw=1, label="parity with ND")
     if sweep["catalog"] == "npu":  # the paper's Fig. 5 values (the budget_scale fit's target)
         from dualpath.planner.calibrate import PLATEAU_BAND, PLATEAU_RATIOS, POINT_TARGETS
@@ -142,10 +152,17 @@ def fig5_crossover(out: Path, sweep: Mapping) -> list[Path]:
     ax.set_title(f"PDAF vs ND across I/O ({sweep['catalog'].upper()}, {len(sweep['models'])} models)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="best")
-    rows = [[r, *(means.get(m, {}).get(ratio_key(r)) for m in ("nd", "pd", "af", "pdaf"))] for r in ratios]
+    rows = [
+        [
+            r,
+            *(means.get(m, {}).get(ratio_key(r)) for m in ("nd", "pd", "af", "pdaf")),
+            medians.get(ratio_key(r)),
+        ]
+        for r in ratios
+    ]
     return [
         save(fig, out / "fig5_crossover.png"),
-        write_csv(out / "fig5_crossover.csv", ["io_ratio", "nd", "pd", "af", "pdaf"], rows),
+        write_csv(out / "fig5_crossover.csv", ["io_ratio", "nd", "pd", "af", "pdaf", "pdaf_median"], rows),
     ]
 
 

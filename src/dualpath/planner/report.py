@@ -94,26 +94,87 @@ def _freeze(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
 
+def _key(config: PlanConfig) -> tuple:
+    return tuple((f.name, _freeze(getattr(config, f.name))) for f in dataclasses.fields(config))
+
+
+def _plan_group(configs: Sequence[PlanConfig]) -> list[tuple[dict | None, tuple | None, float]]:
+    """Plan ``configs`` one after the other in this process (a worker of :meth:`PlanCache.warm`):
+    (result, None, seconds) or (None, (key, value, reason) of a budget ConfigError, seconds)."""
+    from dualpath.planner.api import plan_disagg
+
+    out: list[tuple[dict | None, tuple | None, float]] = []
+    for config in configs:
+        started = time.perf_counter()
+        try:
+            out.append((plan_disagg(config), None, time.perf_counter() - started))
+        except ConfigError as exc:  # memoised and raised again where the plan is looked up
+            out.append((None, (exc.key, exc.value, exc.reason), time.perf_counter() - started))
+    return out
+
+
 class PlanCache:
-    """Memo of ``plan_disagg`` keyed by every field of the config (mutates only its own dict)."""
+    """Memo of ``plan_disagg`` keyed by every field of the config (mutates only its own dict). A
+    plan whose budget holds no ND deployment is memoised as its ConfigError, raised again."""
 
     def __init__(self) -> None:
-        self._memo: dict[tuple, dict] = {}
+        self._memo: dict[tuple, dict | ConfigError] = {}
         self.calls = 0  # plans actually run (cache misses)
-        self.wall_s = 0.0  # seconds spent in those runs
+        self.wall_s = 0.0  # seconds spent in those runs (summed over worker processes)
 
     def __call__(self, config: PlanConfig, progress: Progress | None = None) -> dict:
-        key = tuple((f.name, _freeze(getattr(config, f.name))) for f in dataclasses.fields(config))
+        key = _key(config)
         hit = self._memo.get(key)
         if hit is None:
             from dualpath.planner.api import plan_disagg
 
             started = time.perf_counter()
-            hit = plan_disagg(config, progress=progress)
-            self.wall_s += time.perf_counter() - started
-            self.calls += 1
+            try:
+                hit = plan_disagg(config, progress=progress)
+            except ConfigError as exc:
+                self._memo[key] = exc
+                raise
+            finally:
+                self.wall_s += time.perf_counter() - started
+                self.calls += 1
             self._memo[key] = hit
+        if isinstance(hit, ConfigError):
+            raise hit
         return hit
+
+    def warm(
+        self, groups: Sequence[Sequence[PlanConfig]], jobs: int = 1, progress: Progress | None = None
+    ) -> None:
+        """Plan every config of ``groups`` not yet memoised, a group at a time in one process
+        (plans of a group share the phase-1 memo), over ``jobs`` processes; the results are the
+        same as planning them here one by one (plans are deterministic)."""
+        todo = [[c for c in g if _key(c) not in self._memo] for g in groups]
+        todo = [g for g in todo if g]
+        if jobs <= 1:
+            for g in todo:
+                for config in g:
+                    try:
+                        self(config)
+                    except ConfigError:
+                        pass  # memoised: raised again where the plan is looked up
+                if progress is not None:
+                    progress(f"{g[0].catalog} {g[0].model} I/O={g[0].io_ratio:g} ({len(g)} plans)")
+            return
+        import concurrent.futures as cf
+        import multiprocessing
+
+        # fork where there is one (workers need no re-import of the caller's main module)
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+            futures = {pool.submit(_plan_group, g): g for g in todo}
+            for fut in cf.as_completed(futures):
+                g = futures[fut]
+                for config, (res, err, secs) in zip(g, fut.result(), strict=True):
+                    self._memo[_key(config)] = res if err is None else ConfigError(*err)  # type: ignore[assignment]
+                    self.calls += 1
+                    self.wall_s += secs
+                if progress is not None:
+                    progress(f"{g[0].catalog} {g[0].model} I/O={g[0].io_ratio:g} ({len(g)} plans)")
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -283,6 +344,8 @@ def ablate(
                         "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
                         "best_mode": None,
                         "budget": {"value": exc.value},
+                        "nd_sigma": None,
+                        "arrival_bound_ceiling": None,
                         "da_arithmetic_intensity": None,
                         "da_kv_share": None,
                         "df_arithmetic_intensity": None,
@@ -304,6 +367,8 @@ def ablate(
                     },
                     "best_mode": res["best_mode"],
                     "budget": res["budget"],
+                    "nd_sigma": res["nd_sigma"],
+                    "arrival_bound_ceiling": res["arrival_bound_ceiling"],
                     "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
                     "da_kv_share": prof["da"]["kv_share"],
                     "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],

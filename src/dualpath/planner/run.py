@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING
 from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.links import n2n_bytes_per_s, n2n_link, n2n_transfer
+from dualpath.planner.parallel import cached_work
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
-from dualpath.planner.run_decode import DecodeSegments, Segment
+from dualpath.planner.run_decode import DecodeSegments
 from dualpath.planner.run_mixed import MixedIterations
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Kernel
 from dualpath.sim.links import Link
@@ -114,7 +115,7 @@ class _Run(DecodeSegments, MixedIterations):
         self.finish: list[tuple[int, int]] = []
         self.join_step = [0] * n
         self.pending: list[int] = []
-        self.seg: Segment | None = None
+        self.seg = None
         self.mixed = cfg.nd_schedule == "token-budget" and self.pre is self.dec
         self.prefilled: dict[int, int] = {}  # token-budget: prompt tokens prefilled so far
         self.done_s = [math.nan] * n
@@ -253,6 +254,40 @@ class _Run(DecodeSegments, MixedIterations):
 
 def _bind(fn: Callable[[list[int]], None], arg: list[int]) -> Callable[[], None]:
     return lambda: fn(arg)
+
+
+def makespan_lower_bound(
+    model: ModelSpec,
+    mode: ModeSpec,
+    alloc: Allocation,
+    reqs: Requests,
+    cfg: RunConfig,
+    efficiency: Efficiency,
+) -> float:
+    """A makespan no run of ``alloc`` can beat: every request decodes its O tokens one step at a
+    time after it arrives, and no step is faster than the decode unit's at batch 1 and the
+    shortest context (step times only grow with the batch and the context); and every pool
+    hosting a prefill stage does all its prompts' FLOPs at no more than its devices' peak."""
+    timers = {p.name: PoolTimer(model, p, efficiency, cfg.d2d_gbs) for p in alloc.pools}
+    unit = next(u for u in mode.units if "decode" in u.phases)
+    dec = UnitTimer(
+        model,
+        unit,
+        timers,
+        microbatches=cfg.af_microbatches,
+        n2n_gbs=cfg.n2n_gbs,
+        latency_s=cfg.link_latency_s,
+        af_prefill=cfg.af_prefill,
+    )
+    t1 = dec.decode(1, float(min(reqs.input_len))).time_s
+    bound = max(a + o * t1 for a, o in zip(reqs.arrival_s, reqs.output_len, strict=True))
+    for pool in alloc.pools:
+        for stage in (s for s in pool.stages if s in ("pa", "pf")):
+            bits = pool.bits_map[stage]
+            flops = sum(cached_work(model, stage, 1, n, bits).flops for n in reqs.input_len)
+            peak = pool.num_devices * pool.device.device.peak_flops(bits)
+            bound = max(bound, reqs.arrival_s[0] + flops / peak)
+    return bound
 
 
 def simulate(

@@ -21,6 +21,11 @@ from dualpath.planner.parallel import DECODE_CTX_GRID
 from dualpath.planner.pools import IterTime
 from dualpath.sim.kernel import PRIO_COMPLETE, Handle
 
+if TYPE_CHECKING:
+    from dualpath.planner.pools import UnitTimer
+    from dualpath.planner.workloads import Requests
+    from dualpath.sim.kernel import Kernel
+
 
 @dataclass(slots=True)
 class Segment:
@@ -29,15 +34,31 @@ class Segment:
     steps: int
     batch: int
     ctx_sum: float
-    handle: Handle
+    handle: Handle | None
     sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
     memo: dict[int, IterTime] = field(default_factory=dict)
 
 
 class DecodeSegments:
-    """Decode segments of run._Run (mixin; the attributes are _Run's)."""
+    """Decode segments of run._Run (mixin; the attributes are _Run's, set in its __init__)."""
 
-    if TYPE_CHECKING:
+    batch: int  # sequences decoding
+    ctx_sum: float  # sum of (input - join step) over them
+    step: int  # decode steps done
+    finish: list[tuple[int, int]]  # (step at which it is done, request) heap
+    join_step: list[int]
+    pending: list[int]  # handed over, not yet in the batch
+    seg: Segment | None
+    kv_used: float
+    num_admitted: int
+    done_s: list[float]
+    num_done: int
+    reqs: Requests
+    k: Kernel
+    dec: UnitTimer
+    busy_unit: dict[str, bool]
+
+    if TYPE_CHECKING:  # _Run's methods
 
         def __getattr__(self, name: str) -> Any: ...
 
@@ -60,7 +81,7 @@ class DecodeSegments:
             batch=self.batch,
             ctx_sum=self.ctx_sum,
             handle=None,
-        )  # type: ignore[arg-type]
+        )
         seg.sums = self._cum(seg, steps)
         seg.handle = self.k.at(seg.start_s + seg.sums[0], self._end_decode, PRIO_COMPLETE)
         self.seg = seg
@@ -106,6 +127,7 @@ class DecodeSegments:
         n = lo
         if n >= seg.steps:
             return
+        assert seg.handle is not None
         seg.handle.cancel()
         sums = self._cum(seg, n)
         seg.steps, seg.sums = n, sums

@@ -22,6 +22,11 @@ Taken = list[list[tuple[int, int, int]]]  # per lane: (request, tokens done befo
 class MixedIterations:
     """Token-budget iterations of run._Run (mixin; the attributes are _Run's)."""
 
+    prefill_q: deque[int]  # admitted prompts not yet fully prefilled (FIFO)
+    prefilled: dict[int, int]  # prompt tokens prefilled so far (chunked prompts)
+    step: int
+    batch: int
+
     if TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any: ...

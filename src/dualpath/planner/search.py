@@ -53,6 +53,7 @@ class Counts:
     allocations_ranked: int = 0
     simulated: int = 0
     stopped: int = 0  # simulations stopped once they could no longer beat the mode's best
+    skipped: int = 0  # allocations whose makespan lower bound already loses: not simulated
     events: int = 0
 
     def to_json(self, top_k: int) -> dict[str, int]:
@@ -64,6 +65,7 @@ class Counts:
             "allocations_ranked": self.allocations_ranked,
             "simulated": self.simulated,
             "stopped_early": self.stopped,
+            "skipped_by_bound": self.skipped,
             "events": self.events,
         }
 
@@ -116,10 +118,12 @@ def replica_sigma(
     prefill_token_budget: int,
     max_decode_batch: int,
     timer: PoolTimer | None = None,
+    decode: bool = True,
 ) -> list[float] | None:
     """sigma1 of each phase of one replica of ``plan`` (its dp is ignored; the pool's sigma1 is
     the min); None when it cannot hold one of the longest requests' KV (hosting decode
-    attention)."""
+    attention). ``decode`` False: the residency check only, no decode score (partner-batch
+    scores decode with its rater)."""
     timer = timer or PoolTimer(model, plan, efficiency)
     t, p = plan.layout.tp, plan.layout.pp
     stages = plan.stages
@@ -141,7 +145,8 @@ def replica_sigma(
         batch = decode_hold(model, plan, demand, max_decode_batch)
         if batch is None:
             return None
-        sigmas.append(batch / decode_step_s(timer, batch, demand) / demand.decode_tokens_per_s)
+        if decode:
+            sigmas.append(batch / decode_step_s(timer, batch, demand) / demand.decode_tokens_per_s)
     return sigmas
 
 

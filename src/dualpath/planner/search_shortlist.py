@@ -207,6 +207,7 @@ def _candidate(
             prefill_token_budget=prefill_token_budget,
             max_decode_batch=max_decode_batch,
             timer=timer,
+            decode=sigma_rule != "partner-batch",
         )
         if sigmas is not None or ep == 1:
             break
@@ -227,6 +228,8 @@ def _candidate(
             prefill_token_budget=prefill_token_budget,
             timer=timer,
         )
+        if rater.hold:  # the decode phase's score per replica at the fewest replicas
+            sigmas = [*sigmas, rater.decode_sigma(dmin) / dmin]
     return Candidate(
         device=dev,
         tp=tp,

@@ -108,10 +108,13 @@ def smallest_dp(c: Candidate, lo: int, hi: int, target: float) -> int | None:
 
 
 def rank_key(c: Candidate, budget: float) -> tuple[float, float, float, int]:
-    """Short-list order: sigma per unit cost at the size that reaches 1 within the budget (else
-    at the whole budget); ties as the largest-batch rule's."""
+    """Short-list order: sigma per unit cost at the size a linear rule would need to reach 1
+    (``min_dp / sigma(min_dp)`` replicas, within the budget), so that a candidate whose score
+    saturates before it gets there ranks by what it really reaches; ties as the largest-batch
+    rule's."""
     dmax = max(c.min_dp, int(budget * TOL // c.replica_cost))
-    d = smallest_dp(c, c.min_dp, dmax, 1.0) or dmax
+    s0 = c.sigma_at(c.min_dp)
+    d = dmax if s0 <= 0 else min(dmax, max(c.min_dp, math.ceil(c.min_dp / s0)))
     per_cost = c.sigma_at(d) / (d * c.replica_cost)
     return (-float(f"{per_cost:.9g}"), c.replica_cost, -float(f"{c.sigma_sum / c.replica_cost:.9g}"), c.order)
 

@@ -68,8 +68,8 @@ def stage_profile(
     the roofline position read on the catalogue's reference device (REFERENCE_DEVICE)."""
     cfg = PlanConfig(
         model=model,
-        catalog=catalog,
-        io_ratio=io_ratio,  # type: ignore[arg-type]
+        catalog=catalog,  # type: ignore[arg-type]
+        io_ratio=io_ratio,
         precision=precision,
         overrides=dict(overrides or {}),
         output_len=output_len,
