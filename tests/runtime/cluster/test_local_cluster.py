@@ -115,17 +115,17 @@ def test_whole_cluster_frozen_past_the_engine_timeout_declares_no_engine_dead(cl
     import signal
     import time
 
-    procs = [cluster.scheduler_proc, *cluster.engine_procs.values()]
+    pids = list(cluster.pids().values())  # the scheduler, every engine and the supervisor
     before = cluster.health()
     assert before is not None
     alive_before = {e.engine_id for e in before.engines if e.alive}
-    for p in procs:
-        os.kill(p.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(cluster.config.scheduler.engine_timeout_s + 1.0)
     finally:
-        for p in procs:
-            os.kill(p.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     out = generate(cluster.address, [[11] * 90], SamplingParams(max_tokens=3, ignore_eos=True))
     assert out[0][-1].finish_reason == "length", out[0][-1]
     h = cluster.health()

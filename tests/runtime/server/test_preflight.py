@@ -43,7 +43,7 @@ def test_local_cluster_refuses_an_unknown_model_before_spawning(tmp_path: Path) 
     cluster = LocalCluster(ClusterConfig(kv_dir=str(tmp_path / "kv"), model="nosuchmodel"))
     with pytest.raises(ConfigError, match="nosuchmodel"):
         cluster.start()
-    assert cluster.scheduler_proc is None and not cluster.engine_procs
+    assert cluster.supervisor_proc is None and not cluster.pids()  # nothing was started
     cluster.stop()
 
 

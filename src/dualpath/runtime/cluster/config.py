@@ -138,6 +138,41 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
 
 
+class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A local cluster's process supervisor (``supervisor.py``, its own process).
+
+    ``standby``: warm spare engine processes (model loaded) a restart takes instead of starting
+    cold; 0 keeps none. Restarts wait ``first_backoff_s``, doubling while a process keeps dying
+    within ``stable_s`` of its start, at most ``max_backoff_s`` (at least ``oom_backoff_s`` after
+    the kernel's OOM killer took it). ``restart_burst`` restarts of one process within
+    ``restart_interval_s`` (systemd's ``StartLimitBurst`` / ``StartLimitIntervalSec``: 5 in 10 s
+    for units restarting in 100 ms; an engine restart here takes seconds, so 5 in 60 s) and it is
+    not restarted again: the cluster reports itself unhealthy with the reason. A scheduler that
+    answers no health query for ``hung_s``, or an engine process the scheduler holds dead (or has
+    not heard of since its start) for ``hung_s``, is killed and restarted. ``poll_s``: how often
+    children are checked; ``report_s``: how often the scheduler gets a report.
+    """
+
+    standby: int = 0
+    restart_burst: int = 5
+    restart_interval_s: float = 60.0
+    first_backoff_s: float = 0.5
+    max_backoff_s: float = 10.0
+    oom_backoff_s: float = 5.0
+    stable_s: float = 30.0
+    hung_s: float = 20.0
+    poll_s: float = 0.1
+    report_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(0 <= self.standby <= 16, "standby", self.standby, "must be in [0, 16]")
+        require(self.restart_burst >= 1, "restart_burst", self.restart_burst, "must be >= 1")
+        for key in ("restart_interval_s", "first_backoff_s", "max_backoff_s", "stable_s", "hung_s",
+                    "poll_s", "report_s"):  # fmt: skip
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be > 0")
+        require(self.oom_backoff_s >= 0, "oom_backoff_s", self.oom_backoff_s, "must be >= 0")
+
+
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     """A local or multi-host cluster.
 
@@ -148,7 +183,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
     free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
-    the directory). ``scheduler``, ``engine``, ``traffic``: the sections above.
+    the directory). ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
     """
 
     kv_dir: str
@@ -166,6 +201,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     traffic: TrafficConfig = msgspec.field(default_factory=TrafficConfig)
+    supervisor: SupervisorConfig = msgspec.field(default_factory=SupervisorConfig)
 
     def __post_init__(self) -> None:
         require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")
