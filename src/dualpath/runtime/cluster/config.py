@@ -59,7 +59,8 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``prefill_tokens_per_s``: the PE prefill rate behind beta (None: ``PREFILL_TOKENS_PER_S`` of
     the model). ``storage_read_gbps``: a node's storage read rate behind alpha when the SNIC is
     uncapped (None: the scheduler measures the store's read rate at start; a capped SNIC's rate
-    is its cap). ``engine_timeout_s``: silence after which an engine counts as dead.
+    is its cap). ``engine_timeout_s``: silence after which an engine counts as dead;
+    ``left_grace_s``: how long a dead engine nobody restarts stays listed (then it left).
     ``pe_scope`` / ``read_tie`` / ``pe_tie``: the policy's PE scope (None: the policy's own) and the
     two tie-breaks of spec section 8, as in ``SchedulerConfig`` (docs/policy.md).
     """
@@ -68,6 +69,7 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     storage_read_gbps: float | None = None
     max_queued_requests: int = 256
     engine_timeout_s: float = 5.0
+    left_grace_s: float = 60.0
     tick_s: float = 0.002
     pe_scope: str | None = None
     read_tie: str = "pe"
@@ -81,6 +83,7 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, "must be >= 1"
         )
         require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
+        require(self.left_grace_s > 0, "left_grace_s", self.left_grace_s, "must be > 0")
         require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
         check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
 

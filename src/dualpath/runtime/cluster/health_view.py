@@ -3,7 +3,7 @@
 An engine id is listed once, with the process that is it now: registered and routable ("ready"),
 registered and still building its caches ("starting"), a process loading under that id
 ("loading": a restart, or the first start), being restarted by the supervisor ("restarting"), or
-declared dead ("dead"). ``unavailable`` lists every entry not ready with the time it entered that
+declared dead ("dead"), or given up on by the supervisor ("failed"). ``unavailable`` lists every entry not ready with the time it entered that
 state. History (earlier deaths, revivals) is in the logs and the metrics, not here.
 """
 
@@ -41,6 +41,8 @@ def engine_entries(
             ld, restarting = sv.loading.get(name), sv.restarting(name, now)
             if ld is not None and ld.pid != e.pid:
                 state, since, pid, gen = "loading", ld.since_unix_s, ld.pid, ld.generation
+            elif sv.given_up(name):
+                state, since = "failed", sv.dead_since.get(e.engine_id, now_unix)
             elif restarting is not None:
                 state, since = "restarting", restarting
             else:

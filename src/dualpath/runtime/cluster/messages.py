@@ -298,6 +298,9 @@ class Supervision(_Msg, frozen=True):
         default_factory=dict
     )
     unhealthy: Text = ""  # why the supervisor gave up (a restart budget used up), "" otherwise
+    given_up: Annotated[list[Annotated[str, Meta(max_length=256)]], Meta(max_length=4096)] = msgspec.field(
+        default_factory=list
+    )  # what it no longer restarts
     standby: Annotated[list[StandbyHealth], Meta(max_length=64)] = msgspec.field(default_factory=list)
 
 

@@ -139,7 +139,7 @@ class Supervisor:
         return Supervision(restarts=dict(self.restarts), lost=dict(self.lost), down=dict(self.down),
                            exited={k: list(v) for k, v in self.exited.items()},
                            engine_restarts=dict(self.engine_restarts), unhealthy=self.unhealthy,
-                           standby=standby)  # fmt: skip
+                           given_up=[c.what for c in self.children if c.given_up], standby=standby)  # fmt: skip
 
     def _credit_stall(self, late_s: float, now: float) -> None:
         """The loop ran ``late_s`` late: this process was stalled, not the others; shift every
@@ -203,6 +203,7 @@ class Supervisor:
                 f"{self.cfg.restart_interval_s:.0f} s (restart burst {self.cfg.restart_burst}); not restarted"
             )
             self.unhealthy = child.given_up
+            self.down.pop(child.what, None)  # (dead, not restarting)
             self._note(child.given_up)
             return
         self._note(f"{child.what} (pid {child.pid}, generation {child.generation}) {how}"
