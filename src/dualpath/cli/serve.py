@@ -164,6 +164,9 @@ def serve(
         from dualpath.runtime.model.loader import resolve_model
 
         resolve_model(model)
+    from dualpath.runtime.cluster.local import check_kv_dir
+
+    check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,

@@ -47,7 +47,12 @@ def engine_entries(
                 state, since = "restarting", restarting
             else:
                 state, since = "dead", sv.dead_since.get(e.engine_id, now_unix)
-            why[name] = sv.dead_reason.get(e.engine_id, f"{name} {state}")
+            told = sv.report.why.get(name) if sv.report is not None else None
+            why[name] = (
+                told
+                if state in ("restarting", "failed") and told
+                else sv.dead_reason.get(e.engine_id, f"{name} {state}")
+            )
         entries[name] = EngineHealth(
             engine_id=e.engine_id, role=e.role, node_id=e.node_id, alive=state == "ready",
             num_seqs=load.num_seqs if load else 0, num_tokens=load.num_tokens if load else 0,
@@ -70,6 +75,6 @@ def engine_entries(
         for name, since in sv.report.down.items():  # (the scheduler, an engine never registered)
             if name not in entries and name not in down:
                 down[name] = DownItem(what=name, state="restarting", since_unix_s=since)
-                why[name] = f"{name} restarting"
+                why[name] = sv.report.why.get(name, f"{name} restarting")
     order = sorted(entries.values(), key=lambda h: (h.engine_id, h.role))
     return tuple(order), tuple(down[k] for k in sorted(down)), tuple(why[k] for k in sorted(why))

@@ -85,6 +85,7 @@ class Supervisor:
         self.lost: dict[int, int] = {}  # engine id -> pid of its last exited process
         self.exited: dict[int, list[int]] = {}
         self.down: dict[str, float] = {}  # what -> since (Unix s), until its new process is ready
+        self.why: dict[str, str] = {}  # what -> how its last process ended
         self.unhealthy = ""
         self.events: list[str] = []
         self.stopping = threading.Event()
@@ -139,7 +140,8 @@ class Supervisor:
         return Supervision(restarts=dict(self.restarts), lost=dict(self.lost), down=dict(self.down),
                            exited={k: list(v) for k, v in self.exited.items()},
                            engine_restarts=dict(self.engine_restarts), unhealthy=self.unhealthy,
-                           given_up=[c.what for c in self.children if c.given_up], standby=standby)  # fmt: skip
+                           given_up=[c.what for c in self.children if c.given_up], standby=standby,
+                           why={k: v for k, v in self.why.items() if k in self.down or k in self.unhealthy})  # fmt: skip
 
     def _credit_stall(self, late_s: float, now: float) -> None:
         """The loop ran ``late_s`` late: this process was stalled, not the others; shift every
@@ -195,6 +197,7 @@ class Supervisor:
             pids.append(child.pid)
             del pids[:-EXITED_KEPT]
         how = f"{exit_text(code)}{'; ' + oom if oom else ''}"
+        self.why[child.what] = f"{child.what} (pid {child.pid}) {how}"
         while child.restarted and now - child.restarted[0] > self.cfg.restart_interval_s:
             child.restarted.popleft()
         if supervise and len(child.restarted) >= self.cfg.restart_burst:
