@@ -30,7 +30,7 @@ import msgspec
 from dualpath.core.errors import ConfigError, DualpathError
 from dualpath.runtime.cluster.api import ClusterHealth
 from dualpath.runtime.cluster.config import ClusterConfig
-from dualpath.runtime.cluster.local_procs import die_with_parent, query_health
+from dualpath.runtime.cluster.local_procs import query_health
 from dualpath.runtime.cluster.memory import available_memory_bytes, check_fits, parse_memory
 from dualpath.runtime.cluster.supervisor_main import SupervisorArgs
 from dualpath.runtime.cluster.traffic import links_dir
@@ -134,7 +134,7 @@ class LocalCluster:
         with open(self.run_dir / "supervisor.log", "ab") as out:
             self.supervisor_proc = subprocess.Popen(
                 [sys.executable, "-m", "dualpath.runtime.cluster.supervisor_main", msgspec.json.encode(args).decode()],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             )  # fmt: skip
         LocalCluster._running.add(self)
         self.address = self._wait_status()["address"]

@@ -38,7 +38,8 @@ _PRCTL = _load_prctl()  # loaded here, not in the forked child
 
 
 def die_with_parent() -> None:
-    """Linux: the child gets SIGTERM when the process that started it dies (no orphans)."""
+    """Linux: the child gets SIGTERM when the thread that started it ends (the supervisor starts
+    its children from its main thread only, so: when the supervisor dies; no orphans)."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGTERM)  # type: ignore[operator]  # PR_SET_PDEATHSIG
 

@@ -1,5 +1,5 @@
 """The supervisor process of a local cluster: ``python -m dualpath.runtime.cluster.supervisor_main
-'<SupervisorArgs as JSON>'``, started by ``LocalCluster`` (so by ``dualpath serve``), dying with it.
+'<SupervisorArgs as JSON>'``, started by ``LocalCluster`` (so by ``dualpath serve``), dying with it (its children die with it).
 
 It starts the scheduler and the engines (``local_procs.py``), then runs the ``Supervisor`` loop in
 its main thread until SIGTERM, then stops them. What the process that started it needs (the
@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,24 @@ class StatusFile:
         )
 
 
+PARENT_CHECK_S = 0.5  # how often the supervisor checks that the process that started it lives
+
+
+def _die_with_parent() -> None:
+    """SIGTERM to this process once its parent is gone (``PR_SET_PDEATHSIG`` would follow the
+    parent's *thread*: a cluster started from a worker thread would stop when that thread ends)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="dualpath-parent-watch").start()
+
+
 def main() -> None:
+    _die_with_parent()
     args = msgspec.json.decode(sys.argv[1].encode(), type=SupervisorArgs)
     run_dir = Path(args.run_dir)
     status = StatusFile(run_dir / "status.json")
