@@ -1,11 +1,15 @@
-"""Throughput of the cross-process KV transports against raw loopback TCP and memcpy, in one run.
+"""Throughput of the cross-process KV transports against the raw path each rides on, in one run.
 
 Each transport moves ``--total-mb`` of Layer Blocks (``--block-kb`` each, ``--batch`` per submit,
 the way a prefill engine streams one layer of several blocks) from one transport to another, each
 in its own process, and waits for every completion (delivered into the receiver's sink, which
 copies the bytes out as the contract requires). Baselines measured in the same run: a raw loopback
 TCP socket between two processes (sendall/recv_into, no framing, no copy out) and numpy memcpy of
-the same block size. Prints GB/s and ratios.
+the same block size from a 256 MiB arena. Each transport is compared with the raw path it rides on
+(``RAW_PATH``): zmq, mooncake (its ``tcp`` protocol) and nixl-tcp (UCX_TLS=tcp) with TCP; shm and
+nixl-cma (UCX_TLS=cma,tcp: cross-memory attach) with memcpy. ``--repeat`` runs of everything,
+interleaved; medians printed. A transport whose engine does not import is left out with the reason
+(named in ``--transports``: an error); a run that fails exits non-zero.
 
     .venv/bin/python benchmarks/transport_throughput.py [--total-mb 512] [--block-kb 96] [--json]
 """
@@ -15,11 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import socket
+import statistics
+import sys
 import time
 from collections.abc import Sequence
 
 import numpy as np
+
+RAW_PATH = {"zmq": "tcp", "mooncake": "tcp", "nixl-tcp": "tcp", "shm": "memcpy", "nixl-cma": "memcpy"}
+VARIANT_ENV = {"nixl-tcp": {"UCX_TLS": "tcp"}, "nixl-cma": {"UCX_TLS": "cma,tcp"}}  # UCX reads it at start
+TRANSPORTS = tuple(RAW_PATH)
+
+
+def _factory_name(kind: str) -> str:
+    return kind.split("-")[0]
 
 
 class _CopySink:
@@ -33,40 +48,58 @@ class _CopySink:
 
 
 def _receiver(kind: str, block: int, q: mp.Queue, stop: mp.Event) -> None:  # type: ignore[type-arg]
+    os.environ.update(VARIANT_ENV.get(kind, {}))
     from dualpath.runtime.transfer.factory import make_transport
 
-    t = make_transport(kind)
+    t = make_transport(_factory_name(kind))
     t.bind("rx", _CopySink(block))
     q.put(t.address)  # type: ignore[attr-defined]
     stop.wait(600)
     t.close()
 
 
-def bench_transport(kind: str, total: int, block: int, batch: int) -> float:
+def _sender(kind: str, addr: str, total: int, block: int, batch: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    os.environ.update(VARIANT_ENV.get(kind, {}))
     from dualpath.runtime.transfer.base import TransferItem
     from dualpath.runtime.transfer.factory import make_transport
 
+    try:
+        tx = make_transport(_factory_name(kind))
+        tx.add_route("rx", addr)  # type: ignore[attr-defined]
+        payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
+        items = [
+            TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
+            for i in range(batch)
+        ]
+        tx.submit("rx", items).wait(30)  # warm-up (connections, handshakes, first-touch)
+        n = max(total // (block * batch), 1)
+        t0 = time.perf_counter()
+        handles = [tx.submit("rx", items) for _ in range(n)]
+        for h in handles:
+            h.wait(120)
+        out.put(n * batch * block / (time.perf_counter() - t0))
+        tx.close()
+    except Exception as exc:  # reported by the parent, which exits non-zero
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def bench_transport(kind: str, total: int, block: int, batch: int) -> float:
+    """Bytes/s from a sender process to a receiver process through transport ``kind``."""
     ctx = mp.get_context("spawn")
-    q, stop = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=_receiver, args=(kind, block, q, stop))
-    proc.start()
-    tx = make_transport(kind)
-    tx.add_route("rx", q.get(timeout=60))  # type: ignore[attr-defined]
-    payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
-    items = [
-        TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload) for i in range(batch)
-    ]
-    tx.submit("rx", items).wait(30)  # warm-up (connections, first-touch)
-    n = max(total // (block * batch), 1)
-    t0 = time.perf_counter()
-    handles = [tx.submit("rx", items) for _ in range(n)]
-    for h in handles:
-        h.wait(120)
-    dt = time.perf_counter() - t0
-    tx.close()
-    stop.set()
-    proc.join(30)
-    return n * batch * block / dt
+    q, out, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    rx = ctx.Process(target=_receiver, args=(kind, block, q, stop))
+    rx.start()
+    try:
+        tx = ctx.Process(target=_sender, args=(kind, q.get(timeout=60), total, block, batch, out))
+        tx.start()
+        got = out.get(timeout=600)
+        tx.join(30)
+    finally:
+        stop.set()
+        rx.join(30)
+    if isinstance(got, str):
+        raise RuntimeError(f"transport {kind}: {got}")
+    return got
 
 
 def _tcp_sink(port_q: mp.Queue, total: int, block: int) -> None:  # type: ignore[type-arg]
@@ -122,38 +155,71 @@ def bench_memcpy(total: int, block: int) -> float:
     return n * block / (time.perf_counter() - t0)
 
 
+def available(kinds: Sequence[str], explicit: bool) -> tuple[list[str], dict[str, str]]:
+    """The kinds whose engine imports here, and why each other one does not (named: exit 2)."""
+    from dualpath.runtime.transfer.factory import missing
+
+    run, skipped = [], {}
+    for kind in kinds:
+        if kind not in RAW_PATH:
+            sys.exit(f"unknown transport {kind!r}; choices: {', '.join(TRANSPORTS)}")
+        why = missing(_factory_name(kind))
+        if why is None:
+            run.append(kind)
+        elif explicit:
+            sys.exit(f"transport {kind}: {why}")
+        else:
+            skipped[kind] = why
+    return run, skipped
+
+
+def measure(kinds: Sequence[str], total: int, block: int, batch: int, repeat: int) -> dict[str, list[float]]:
+    """Bytes/s of every baseline and transport, ``repeat`` interleaved runs each."""
+    runs: dict[str, list[float]] = {"memcpy": [], "tcp": [], **{k: [] for k in kinds}}
+    for r in range(repeat):
+        runs["memcpy"].append(bench_memcpy(total, block))
+        runs["tcp"].append(bench_tcp(total, block))
+        for kind in kinds:
+            runs[kind].append(bench_transport(kind, total, block, batch))
+        print(f"run {r + 1}/{repeat} done", file=sys.stderr, flush=True)
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--total-mb", type=float, default=512)
     ap.add_argument("--block-kb", type=float, default=96, help="SmolLM2 fp32 Layer Block = 96 KiB")
     ap.add_argument("--batch", type=int, default=8, help="Layer Blocks per submit")
-    ap.add_argument("--transports", default="zmq,shm")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs of everything (medians)")
+    ap.add_argument(
+        "--transports",
+        default="",
+        help=f"comma-separated (default: those of {', '.join(TRANSPORTS)} that import)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     total, block = int(args.total_mb * 2**20), int(args.block_kb * 1024)
-    res = {"memcpy": bench_memcpy(total, block), "tcp_loopback": bench_tcp(total, block)}
-    for kind in args.transports.split(","):
-        res[kind] = bench_transport(kind, total, block, args.batch)
-    ratios = {f"{k}_over_tcp": res[k] / res["tcp_loopback"] for k in args.transports.split(",")}
-    ratios |= {f"{k}_over_memcpy": res[k] / res["memcpy"] for k in args.transports.split(",")}
+    names = [k.strip() for k in args.transports.split(",") if k.strip()] or list(TRANSPORTS)
+    kinds, skipped = available(names, explicit=bool(args.transports))
+    runs = measure(kinds, total, block, args.batch, args.repeat)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    ratios = {f"{k}_over_{RAW_PATH[k]}": med[k] / med[RAW_PATH[k]] for k in kinds}
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "gb_per_s": {k: v / 1e9 for k, v in res.items()},
-                    "ratios": ratios,
-                    "block_bytes": block,
-                    "batch": args.batch,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps({"gb_per_s": {k: v / 1e9 for k, v in med.items()},
+                          "runs_gb_per_s": {k: [x / 1e9 for x in v] for k, v in runs.items()},
+                          "ratios": ratios, "raw_path": {k: RAW_PATH[k] for k in kinds}, "skipped": skipped,
+                          "block_bytes": block, "batch": args.batch, "repeat": args.repeat}, indent=2))  # fmt: skip
         return
-    print(f"block {block} B, {args.batch} blocks per submit, {args.total_mb} MiB per run")
-    for k, v in res.items():
-        print(f"  {k:13s} {v / 1e9:7.3f} GB/s")
-    for k, v in ratios.items():
-        print(f"  {k:20s} {v:6.2f}")
+    print(
+        f"block {block} B, {args.batch} blocks per submit, {args.total_mb} MiB per run, median of {args.repeat}"
+    )
+    for k, v in med.items():
+        print(
+            f"  {k:10s} {v / 1e9:7.3f} GB/s"
+            + (f"   {ratios[f'{k}_over_{RAW_PATH[k]}']:.2f}x {RAW_PATH[k]}" if k in RAW_PATH else "")
+        )
+    for k, why in skipped.items():
+        print(f"  {k:10s} not run: {why}")
 
 
 if __name__ == "__main__":

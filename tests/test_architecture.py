@@ -40,6 +40,8 @@ ALLOWED = {
     "sim": {"core", "spec", "policy", "cost"},
     "sim.harness": {"core", "spec", "policy", "cost", "workload", "sim"},
     "planner": {"core", "spec", "cost", "sim", "workload"},
+    # the benchmark a `plan latency` row measured: engines stepped on the sim event kernel
+    "latency": {"core", "spec", "cost", "sim"},
     "runtime": {"core", "spec", "policy"},
     "bench": {"core", "spec", "workload"},
     # engine integrations (vLLM connector) reuse the runtime's store; only they may import vllm
@@ -59,10 +61,14 @@ IMPURE = {
     "signal",
     "subprocess",
 }
-NO_STDLIB = {"policy": IMPURE | {"os"}, "sim": {"time", "datetime", "asyncio", "threading", "socket"}}
+NO_STDLIB = {
+    "policy": IMPURE | {"os"},
+    "sim": {"time", "datetime", "asyncio", "threading", "socket"},
+    "latency": {"time", "datetime", "asyncio", "threading", "socket"},  # the kernel is its clock
+}
 # sim model modules that may import the driver (the policy adapter's back-pointer: ledger work)
 SIM_DRIVER_IMPORTERS = {"adapter.py", "driver.py"}
-LIGHT = {"core", "spec", "policy", "cost", "analysis", "workload", "sim", "planner"}
+LIGHT = {"core", "spec", "policy", "cost", "analysis", "workload", "sim", "planner", "latency"}
 # pyproject's serve extra, by import name (pyzmq -> zmq, prometheus-client -> prometheus_client)
 SERVE_EXTRA = {
     "torch",

@@ -136,24 +136,43 @@ def test_csv_round_trip_with_a_bad_row(tmp_path: Path) -> None:
             decode_tp_size=2,
         ),
         _row(isl="12.5"),
+        _row(  # the layout's disagg rows may leave batch sizes and worker counts empty
+            mode="disagg",
+            tp_size="",
+            batch_size="",
+            silicon_data_source="db-dump; silicon_concurrency=8; measured=2026",
+            prefill_tp_size=2,
+            decode_tp_size=2,
+        ),
     ]
     with open(src, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, "note"])
+        writer = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, "silicon_data_source", "note"])
         writer.writeheader()
         writer.writerows([{**r, "note": f"row{i}"} for i, r in enumerate(rows)])
     result = runner.invoke(app, ["plan", "latency", "--csv", str(src), "--out", str(dst), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"rows": 4, "errors": 2, "out": str(dst)}
+    assert json.loads(result.stdout) == {"rows": 5, "errors": 2, "out": str(dst)}
     with open(dst, newline="") as fh:
         reader = csv.DictReader(fh)
         out = list(reader)
-        assert reader.fieldnames == [*CSV_COLUMNS, "note", "pred_ttft_ms", "pred_tpot_ms", "error"]
-    assert [r["note"] for r in out] == ["row0", "row1", "row2", "row3"]
+        assert reader.fieldnames == [
+            *CSV_COLUMNS,
+            "silicon_data_source",
+            "note",
+            "pred_ttft_ms",
+            "pred_tpot_ms",
+            "assumed",
+            "error",
+        ]
+    assert [r["note"] for r in out] == ["row0", "row1", "row2", "row3", "row4"]
     assert out[0]["error"] == "" and float(out[0]["pred_ttft_ms"]) > 0
     assert float(out[0]["pred_tpot_ms"]) > 0
     assert "acme/NoSuchModel" in out[1]["error"] and out[1]["pred_ttft_ms"] == ""
     assert out[2]["error"] == "" and float(out[2]["pred_tpot_ms"]) > 0
     assert "isl" in out[3]["error"]
+    assert out[4]["error"] == "" and float(out[4]["pred_ttft_ms"]) > 0
+    assert "concurrency 8 from silicon_data_source" in out[4]["assumed"]
+    assert "1 prefill worker" in out[4]["assumed"] and out[0]["assumed"] == ""
     for key in CSV_COLUMNS:  # the input columns come back unchanged
         assert out[0][key] == str(rows[0][key])
 

@@ -28,7 +28,7 @@ from dualpath.planner.parallel import (
     af_layer_s,
     weight_bytes_per_device,
 )
-from dualpath.planner.pools import PoolPlan, PoolTimer, UnitTimer
+from dualpath.planner.pools import AF_PREFILL_RULES, PoolPlan, PoolTimer, UnitTimer
 from dualpath.spec.models import get_model
 
 DEV = next(d for d in npu_catalog() if d.name == "npu-2500tf-hbm-190gb")
@@ -79,22 +79,52 @@ def _plan(model, name, stages, tp=1, pp=1, dp=1, ep=None, bits=16, dev=DEV) -> P
     )
 
 
+@pytest.mark.parametrize("af_prefill", AF_PREFILL_RULES)
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_unit_time_reduces_to_max_and_sum_with_free_links(phase: str) -> None:
+def test_unit_time_reduces_to_max_and_sum_with_free_links(phase: str, af_prefill: str) -> None:
     model = get_model("gpt-oss-120b")
     spec = mode_spec("pdaf")
     plans = {n: _plan(model, n, (n,), tp=2) for n in ("pa", "pf", "da", "df")}
     timers = {n: PoolTimer(model, p, IDEAL_EFFICIENCY) for n, p in plans.items()}
     unit = spec.units[0 if phase == "prefill" else 1]
     free = {"n2n_gbs": 1e30}
-    u2 = UnitTimer(model, unit, timers, microbatches=2, **free)
-    u1 = UnitTimer(model, unit, timers, microbatches=1, **free)
+    u2 = UnitTimer(model, unit, timers, microbatches=2, af_prefill=af_prefill, **free)
+    u1 = UnitTimer(model, unit, timers, microbatches=1, af_prefill=af_prefill, **free)
     it2 = u2.prefill([[3000, 2000]]) if phase == "prefill" else u2.decode(64, 5000.0)
     it1 = u1.prefill([[3000, 2000]]) if phase == "prefill" else u1.decode(64, 5000.0)
     assert it2.a_busy_s > 0 and it2.f_busy_s > 0
     assert it2.time_s == pytest.approx(max(it2.a_busy_s, it2.f_busy_s), rel=1e-9)
     assert it1.time_s == pytest.approx(it1.a_busy_s + it1.f_busy_s, rel=1e-9)
-    assert it2.fwd_bytes == model.num_layers * (5000 if phase == "prefill" else 64) * model.hidden_size * 2
+    crossings = model.num_layers
+    if phase == "prefill":
+        crossings = {"round-trip-per-layer": model.num_layers, "once-per-prompt": 1, "free": 0}[af_prefill]
+    assert it2.fwd_bytes == crossings * (5000 if phase == "prefill" else 64) * model.hidden_size * 2
+
+
+def test_free_af_prefill_charges_no_prefill_n2n_time() -> None:
+    """--af-prefill free: a split prefill iteration is af_layer_s(t_A, t_F, 0, m), with no bytes;
+    once-per-prompt and round-trip-per-layer charge 1 and L crossings' time (a slow link shows it)."""
+    model = get_model("gpt-oss-120b")
+    spec = mode_spec("pdaf")
+    plans = {n: _plan(model, n, (n,), tp=2) for n in ("pa", "pf", "da", "df")}
+    timers = {n: PoolTimer(model, p, IDEAL_EFFICIENCY) for n, p in plans.items()}
+    its = {
+        rule: UnitTimer(model, spec.units[0], timers, microbatches=2, af_prefill=rule, n2n_gbs=0.05).prefill(
+            [[3000, 2000]]
+        )
+        for rule in AF_PREFILL_RULES
+    }
+    free = its["free"]
+    assert free.fwd_bytes == free.bwd_bytes == 0.0
+    assert free.time_s == pytest.approx(af_layer_s(free.a_busy_s, free.f_busy_s, 0.0, 2), rel=1e-12)
+    t_x = {r: 5000 * model.hidden_size * 2 / (2 * 0.05e9) for r in AF_PREFILL_RULES}  # one crossing
+    once = its["once-per-prompt"]
+    assert once.time_s == pytest.approx(af_layer_s(once.a_busy_s, once.f_busy_s, t_x["free"], 2), rel=1e-9)
+    per_layer = its["round-trip-per-layer"]
+    assert per_layer.time_s == pytest.approx(
+        af_layer_s(per_layer.a_busy_s, per_layer.f_busy_s, model.num_layers * t_x["free"], 2), rel=1e-9
+    )
+    assert free.time_s < once.time_s < per_layer.time_s
 
 
 def test_merged_stages_add_their_times() -> None:

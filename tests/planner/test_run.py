@@ -12,8 +12,9 @@ from dualpath.cost.stages import hidden_act_bytes_per_token, kv_cache_bytes
 from dualpath.planner.catalog import npu_catalog
 from dualpath.planner.modes import MODES, mode_spec
 from dualpath.planner.parallel import Layout
-from dualpath.planner.pools import Allocation, PoolPlan
+from dualpath.planner.pools import AF_PREFILL_RULES, Allocation, PoolPlan
 from dualpath.planner.run import RunConfig, _Run, simulate
+from dualpath.planner.schedule import ND_SCHEDULES
 from dualpath.planner.workloads import make_requests
 from dualpath.sim.kernel import SimulationError
 from dualpath.spec.models import get_model
@@ -44,16 +45,22 @@ def _reqs(n: int = 30, io: float = 3.0, out: int = 40, **kw):
     return make_requests(num_requests=n, io_ratio=io, output_len=out, rate_rps=125.0, **kw)
 
 
+@pytest.mark.parametrize("schedule", ND_SCHEDULES)
+@pytest.mark.parametrize("af_prefill", AF_PREFILL_RULES)
 @pytest.mark.parametrize("mode", MODES)
-def test_every_request_finishes_and_n2n_bytes_are_exact(mode: str) -> None:
+def test_every_request_finishes_and_n2n_bytes_are_exact(mode: str, af_prefill: str, schedule: str) -> None:
+    """Decode crosses the A/F boundary once per layer; prefill per --af-prefill: every layer,
+    once, or never (``free``: no prefill N2N bytes at all); under both ND schedules."""
     reqs = _reqs()
     alloc = make_alloc(mode)
-    res = simulate(MODEL, mode_spec(mode), alloc, reqs, RunConfig(), IDEAL_EFFICIENCY)
+    cfg = RunConfig(af_prefill=af_prefill, nd_schedule=schedule)
+    res = simulate(MODEL, mode_spec(mode), alloc, reqs, cfg, IDEAL_EFFICIENCY)
     assert res.num_finished == len(reqs)
     act = hidden_act_bytes_per_token(MODEL, 16)
     assert act == MODEL.hidden_size * 2
     kv = sum(kv_cache_bytes(MODEL, i, 16) for i in reqs.input_len)
-    af = 2 * MODEL.num_layers * (sum(reqs.input_len) + sum(reqs.output_len)) * act
+    crossings = {"round-trip-per-layer": MODEL.num_layers, "once-per-prompt": 1, "free": 0}[af_prefill]
+    af = 2 * (crossings * sum(reqs.input_len) + MODEL.num_layers * sum(reqs.output_len)) * act
     expected = {"nd": 0.0, "pd": kv, "af": af, "pdaf": kv + af}[mode]
     assert res.n2n_bytes == pytest.approx(expected, rel=1e-12, abs=0.0)
     assert res.tokens_per_s == pytest.approx(reqs.total_tokens / res.makespan_s)
@@ -142,7 +149,7 @@ def test_decode_context_grid_matches_step_by_step_contexts(name: str, monkeypatc
     """CSA compression and sliding windows are not linear in context; the 128-token grid the
     segments sum over stays within 1e-4 of reading every step's context exactly (grid 1)."""
     import dualpath.planner.parallel as parallel
-    import dualpath.planner.run as run_mod
+    import dualpath.planner.run_decode as run_mod
 
     model = get_model(name)
     dev = next(d for d in npu_catalog() if d.name == "npu-2500tf-hbm-190gb")

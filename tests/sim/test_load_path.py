@@ -25,7 +25,7 @@ def test_each_system_gets_its_strategy() -> None:
 
 
 def test_unknown_load_path_names_the_choices() -> None:
-    with pytest.raises(ConfigError, match="free-io, layerwise, whole-prompt"):
+    with pytest.raises(ConfigError, match="free-io, layerwise, read-free, whole-prompt"):
         SystemSpec(name="x", policy="dualpath", load_path="streaming")
     with pytest.raises(ConfigError, match="streaming"):
         load_path_class("streaming")

@@ -51,6 +51,11 @@ KV_PER_LAYER = {
     "gpt-oss-20b": 2 * 8 * 64 * 1,
     "deepseek-v4-pro": 448 + 64 * 2,  # one compressed entry
     "deepseek-v4-flash": 576,
+    "minimax-m2.5": 2 * 8 * 128 * 1,
+    "qwen3.5-397b-a17b": 2 * 2 * 256 * 1,  # its 15 full-attention layers
+    "kimi-k2.5": 656,
+    "kimi-k2": 656,
+    "glm-5": 656,
 }
 LAYERS = {
     "deepseek-v3.2": 61,
@@ -74,6 +79,11 @@ LAYERS = {
     "qwen3-8b": 36,
     "qwen3-30b-a3b": 48,
     "gpt-oss-20b": 24,
+    "minimax-m2.5": 62,
+    "qwen3.5-397b-a17b": 60,
+    "kimi-k2.5": 61,
+    "kimi-k2": 61,
+    "glm-5": 78,
 }
 
 
@@ -89,7 +99,8 @@ def test_kv_bytes_per_token(name: str) -> None:
     assert m.num_layers == LAYERS[name]
     if m.attention_kind != "csa":
         assert m.kv_bytes_per_token == KV_PER_LAYER[name] * LAYERS[name]
-        assert m.kv_bytes(1000) == 1000 * m.kv_bytes_per_token or m.window_len is not None
+        windowed = m.window_len is not None or m.num_linear_layers
+        assert m.kv_bytes(1000) == 1000 * m.kv_bytes_per_token or windowed
 
 
 def test_paper_kv_figures() -> None:
@@ -105,7 +116,32 @@ def test_shape_params_match_published(name: str) -> None:
     active = shape_active_params(m)
     if name in ("gpt-oss-120b", "gpt-oss-20b"):
         active -= m.vocab_size * m.hidden_size
+    if name == "minimax-m2.5":  # its 10B active excludes both embeddings
+        active -= 2 * m.vocab_size * m.hidden_size
     assert active == pytest.approx(m.active_params, rel=0.06)
+
+
+def test_qwen35_linear_attention_layers() -> None:
+    # layer_types in Qwen/Qwen3.5-397B-A17B config.json: every 4th layer full attention
+    m = get_model("Qwen/Qwen3.5-397B-A17B")
+    assert m.num_linear_layers == 45 and not m.is_linear_layer(3) and m.is_linear_layer(0)
+    assert m.kv_bytes(1000) == 15 * 1000 * 2 * 2 * 256
+    # FP32 state 64 x 128 x 128 and a BF16 convolution window of 3 over 2 x 16 x 128 + 64 x 128 channels
+    assert m.linear_state_bytes == 64 * 128 * 128 * 4 + (2 * 16 * 128 + 64 * 128) * 3 * 2
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("MiniMaxAI/MiniMax-M2.5", "minimax-m2.5"),
+        ("Qwen/Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"),
+        ("moonshotai/Kimi-K2.5", "kimi-k2.5"),
+        ("zhipuai/GLM-5", "glm-5"),
+        ("zai-org/GLM-5-FP8", "glm-5"),
+    ],
+)
+def test_2026_models_resolve_by_their_ids(alias: str, name: str) -> None:
+    assert get_model(alias).name == name
 
 
 def test_smollm2_params_exact() -> None:

@@ -15,19 +15,24 @@ import typer
 from dualpath.cli._common import print_json
 from dualpath.cli.plan_disagg_opts import (
     AccOpt,
+    AfPrefillOpt,
+    AnchorOpt,
     CatalogOpt,
     EffOpt,
     JsonOpt,
     N2nOpt,
+    NdScheduleOpt,
     OutLenOpt,
     OutOpt,
     PrecOpt,
     PricesOpt,
     RateOpt,
+    RefIoOpt,
     ReqOpt,
     ScaleOpt,
     SeedOpt,
     SetOpt,
+    ShortlistOpt,
     SigmaOpt,
     TopKOpt,
     WorkOpt,
@@ -35,6 +40,7 @@ from dualpath.cli.plan_disagg_opts import (
     config_from,
     emit,
     modes_of,
+    parse_ref_io,
     parse_sets,
 )
 from dualpath.cli.plan_disagg_show import (
@@ -91,6 +97,11 @@ def disagg(
     ] = None,
     sigma: SigmaOpt = None,
     n2n_gbs: N2nOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -127,6 +138,11 @@ def disagg(
         af_microbatches=af_microbatches,
         sigma=sigma,
         n2n_gbs=n2n_gbs,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     from dualpath.planner.api import plan_disagg
 
@@ -156,10 +172,15 @@ def sweep_cmd(
     prices: PricesOpt = None,
     sigma: SigmaOpt = None,
     n2n_gbs: N2nOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
-    """Every model x I/O ratio: x ND per mode, model means, counts, allocations."""
+    """Every model x I/O ratio: x ND per mode, model means and medians, counts, allocations."""
     from dualpath.planner.report import parse_floats, parse_models, sweep
 
     names, ratios = parse_models(models), parse_floats("io", io)
@@ -179,6 +200,11 @@ def sweep_cmd(
         prices=prices,
         sigma=sigma,
         n2n_gbs=n2n_gbs,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     with progress_lines(f"sweep {base.catalog}", total=len(names) * len(ratios)) as step:
         result = sweep(base, names, ratios, progress=step)
@@ -206,6 +232,11 @@ def ablate_cmd(
     requests: ReqOpt = None,
     seed: SeedOpt = None,
     sigma: SigmaOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    budget_ref_io: RefIoOpt = None,
+    shortlist: ShortlistOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -229,6 +260,11 @@ def ablate_cmd(
         num_requests=requests,
         seed=seed,
         sigma=sigma,
+        af_prefill=af_prefill,
+        nd_schedule=nd_schedule,
+        budget_anchor=budget_anchor,
+        budget_ref_io=parse_ref_io(budget_ref_io),
+        shortlist=shortlist,
     )
     with progress_lines(f"ablate {factor}", total=len(names) * len(points)) as step:
         result = ablate(base, factor, points, names, io_ratio=io, progress=step)
@@ -281,16 +317,33 @@ def figures_cmd(
         bool, typer.Option("--quick", help="Small grid (3 models, 4 ratios, 100 requests) for tests.")
     ] = False,
     sigma: SigmaOpt = None,
+    af_prefill: AfPrefillOpt = None,
+    nd_schedule: NdScheduleOpt = None,
+    budget_anchor: AnchorOpt = None,
+    no_flags: Annotated[
+        bool, typer.Option("--no-flags", help="Skip the findings under each rule flag (findings_flags.md).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Every planner plot (Figs. 5-7, Table 5, ablations, rooflines, power fit, workloads)."""
+    """Every planner table and plot of docs/planner.md (Figs. 5-7, Table 5, ablations, rooflines,
+    power fit, workloads, the findings under the defaults and under each rule flag)."""
     import dataclasses
 
     from dualpath.planner.figures import FULL_GRID, QUICK_GRID, make_figures
 
     grid = QUICK_GRID if quick else FULL_GRID
-    if sigma is not None:
-        grid = dataclasses.replace(grid, sigma=sigma)
+    given = {
+        "sigma": sigma,
+        "af_prefill": af_prefill,
+        "nd_schedule": nd_schedule,
+        "budget_anchor": budget_anchor,
+    }
+    rules = {k: v for k, v in given.items() if v is not None}
+    if rules:
+        config_from(model="glm-4.6", catalog="npu", io_ratio=1.0, **rules)  # validates the values
+        grid = dataclasses.replace(grid, rules=rules)
+    if no_flags:
+        grid = dataclasses.replace(grid, variants=())
     with progress_lines("figures", total=None) as step:
         index = make_figures(out, quick=quick, grid=grid, progress=step)
     if json_out:

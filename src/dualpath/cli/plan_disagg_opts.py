@@ -32,10 +32,15 @@ ScaleOpt = Annotated[
     typer.Option(
         "--budget-scale",
         help="Budget = scale x cost of the cheapest ND deployment holding the "
-        "16-bit weights (default: the fitted PlanConfig.budget_scale).",
+        "16-bit weights, or of the demand anchor (default: the fitted BUDGET_SCALE; demand: 0.5).",
     ),
 ]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Allocations simulated end to end (default 8).")]
+TopKOpt = Annotated[
+    int | None, typer.Option("--top-k", help="Allocations simulated end to end per mode (default 64).")
+]
+ShortlistOpt = Annotated[
+    int | None, typer.Option("--shortlist", help="(device, precision) groups kept per pool (default 16).")
+]
 PrecOpt = Annotated[
     str | None,
     typer.Option(
@@ -71,8 +76,39 @@ SigmaOpt = Annotated[
     str | None,
     typer.Option(
         "--sigma",
-        help="Phase-1 score: largest-batch (the issue's rule, default) or batch-aware (a decode "
-        "replica rated at the batch the run's requests give it).",
+        help="Capacity score: partner-batch (default: each stage rated at the batch its partner gives "
+        "it) or largest-batch (every replica at the largest batch it holds, d x sigma1).",
+    ),
+]
+AfPrefillOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--af-prefill",
+        help="What a split prefill unit sends over N2N: once-per-prompt (default: one hidden state per "
+        "token each way), round-trip-per-layer (every layer, as decode) or free (nothing).",
+    ),
+]
+NdScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nd-schedule",
+        help="Pools running both phases (ND, AF): prefill-first (default: decode waits) or "
+        "token-budget (decode and prefill chunks share each iteration's token budget).",
+    ),
+]
+AnchorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget-anchor",
+        help="Default budget = scale x weight (cheapest ND holding the weights, default) or demand "
+        "(cheapest ND reaching sigma = 1 at --budget-ref-io).",
+    ),
+]
+RefIoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget-ref-io",
+        help="Reference I/O ratio of the demand anchor (default 10), or 'plan' for each plan's own ratio.",
     ),
 ]
 
@@ -101,6 +137,18 @@ def parse_sets(items: list[str] | None) -> dict[str, float]:
         except ValueError:
             raise ConfigError(f"set {name.strip()}", text, "expected a number") from None
     return overrides
+
+
+def parse_ref_io(text: str | None) -> float | str | None:
+    """``--budget-ref-io``: a positive number or ``plan``; ConfigError naming a bad value."""
+    if text is None or text.strip() == "plan":
+        return None if text is None else "plan"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError("budget_ref_io", text, "a positive I/O ratio or 'plan'") from None
+    require(value > 0, "budget_ref_io", text, "a positive I/O ratio or 'plan'")
+    return value
 
 
 def modes_of(text: str | None) -> tuple[str, ...] | None:

@@ -42,6 +42,10 @@ def progress_lines(label: str, total: int | None) -> Iterator[Callable[[str], No
         yield step
 
 
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _gb(value: float | None) -> float | None:
     return None if value is None else value / _G
 
@@ -80,7 +84,7 @@ def show_plan(res: dict) -> None:
         f"{res['model']} on {res['catalog']}, I/O={res['io_ratio']:g} "
         f"({wl['num_requests']} requests at {wl['rate_rps']:g}/s, mean input "
         f"{wl['input_len']:.0f}, output {wl['output_len']:.0f} tokens); budget {budget['value']:.4g} {unit} "
-        f"(scale {budget['scale']:.3g}); * = best",
+        f"(scale {_g(budget['scale'])}); * = best",
         [
             "mode",
             "x ND",
@@ -93,6 +97,31 @@ def show_plan(res: dict) -> None:
             "pools (devices, t p d e, bits)",
         ],
         rows,
+    )
+    ctx = res["context"]
+    print_table(
+        "regime: can ND keep up? (sigma >= 1: yes; ceiling = ND makespan / arrival window, the most "
+        "any split can gain while the run is arrival-bound)",
+        [
+            "ND sigma",
+            "arrival window s",
+            "ceiling x ND",
+            "budget anchor",
+            "window tokens",
+            "longest context",
+            "over window",
+        ],
+        [
+            [
+                res["nd_sigma"],
+                res["arrival_window_s"],
+                res["arrival_bound_ceiling"],
+                budget.get("anchor") or "explicit",
+                ctx["window_tokens"],
+                ctx["max_context_len"],
+                f"{ctx['share_over_window']:.0%}" if ctx["exceeds_window"] else "none",
+            ]
+        ],
     )
     s = res["search"]
     print_table(

@@ -1,9 +1,11 @@
-"""``dualpath plan latency``: steady-state TTFT / TPOT of a deployment (cost/deployment.py).
+"""``dualpath plan latency``: TTFT / TPOT of a deployment's benchmark (dualpath.latency), or its
+steady state in closed form (``--method closed-form``, cost/deployment.py).
 
 One deployment from options (``--json`` or a table of the breakdown), or many from a CSV with
-AIConfigurator's silicon-measurement columns (``--csv rows.csv --out predictions.csv``): every row
-is written back with ``pred_ttft_ms``, ``pred_tpot_ms`` and ``error`` (empty, or why the row could
-not be predicted; the run goes on).
+AIConfigurator's silicon-measurement columns (``--csv rows.csv --out predictions.csv``, read by
+latency/rows.py): every row is written back with ``pred_ttft_ms``, ``pred_tpot_ms``, ``assumed``
+(what the row left empty and was derived) and ``error`` (empty, or one line naming the field that
+stopped it; the run goes on).
 """
 
 from __future__ import annotations
@@ -48,27 +50,23 @@ CSV_COLUMNS = (
     "decode_moe_tp_size",
     "decode_moe_ep_size",
 )
-PRED_COLUMNS = ("pred_ttft_ms", "pred_tpot_ms", "error")
+PRED_COLUMNS = ("pred_ttft_ms", "pred_tpot_ms", "assumed", "error")
 
 Int = Annotated[int | None, typer.Option()]
+METHODS = ("simulation", "closed-form")
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
-    raw = (row.get(key) or "").strip()
-    if raw == "" or raw.lower() in ("nan", "none", "null"):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(key, raw, "must be a whole number") from None
-    if value != int(value):
-        raise ConfigError(key, raw, "must be a whole number")
-    return int(value)
+def _predictor(method: str):  # type: ignore[no-untyped-def]
+    """``predict(dep, data_dir)`` of ``method``: the benchmark simulated, or the closed form."""
+    if method not in METHODS:
+        raise ConfigError("method", method, f"choices: {', '.join(METHODS)}")
+    if method == "closed-form":
+        from dualpath.cost.deployment import predict
 
+        return predict
+    from dualpath.latency.predict import simulate
 
-def _text(row: dict[str, str], key: str) -> str | None:
-    raw = (row.get(key) or "").strip()
-    return None if raw == "" or raw.lower() in ("nan", "none", "null") else raw
+    return simulate
 
 
 def _mode(raw: str) -> str:
@@ -76,50 +74,36 @@ def _mode(raw: str) -> str:
     return "disagg" if word.startswith("disag") else "agg" if word.startswith("ag") else word
 
 
-def deployment_from_row(row: dict[str, str]):  # type: ignore[no-untyped-def]
-    """A :class:`Deployment` from one CSV row (ConfigError naming the bad column)."""
-    from dualpath.cost.deployment import Deployment, Layout
+def _predict_row(row: dict[str, str], predict, data_dir: str | None) -> bool:  # type: ignore[no-untyped-def]
+    """Fill ``row``'s prediction columns; False when it could not be predicted (the reason in
+    ``error``, one line naming the field)."""
+    from dualpath.latency.rows import deployment_from_row
 
-    def layout(prefix: str) -> Layout:
-        return Layout(
-            tp=_int(row, f"{prefix}tp_size"),
-            pp=_int(row, f"{prefix}pp_size"),
-            attention_dp=_int(row, f"{prefix}attention_dp_size"),
-            moe_tp=_int(row, f"{prefix}moe_tp_size"),
-            moe_ep=_int(row, f"{prefix}moe_ep_size"),
+    try:
+        dep = deployment_from_row(row)
+        p = predict(dep, data_dir)
+        row.update(
+            pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}",
+            pred_tpot_ms=f"{p.tpot_s * 1e3:.4f}",
+            assumed="; ".join(dep.assumed),
+            error="",
         )
-
-    for key in ("model_path", "system", "isl", "osl", "batch_size"):
-        if not (row.get(key) or "").strip():
-            raise ConfigError(key, row.get(key), "missing")
-    keys = ("precision", "gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode")
-    text = {k: _text(row, k) for k in keys}
-    return Deployment(
-        model=row["model_path"].strip(),
-        system=row["system"].strip(),
-        backend=(row.get("backend") or "trtllm").strip().lower(),
-        mode=_mode(row.get("mode") or "agg"),
-        precision=text["precision"],
-        gemm_quant_mode=text["gemm_quant_mode"],
-        moe_quant_mode=text["moe_quant_mode"],
-        kv_dtype=text["kvcache_quant_mode"],
-        isl=_int(row, "isl") or 0,
-        osl=_int(row, "osl") or 0,
-        batch_size=_int(row, "batch_size") or 0,
-        layout=layout(""),
-        prefill_batch=_int(row, "prefill_batch_size") or 1,
-        prefill_workers=_int(row, "prefill_num_workers") or 1,
-        prefill=layout("prefill_"),
-        decode_batch=_int(row, "decode_batch_size"),
-        decode_workers=_int(row, "decode_num_workers") or 1,
-        decode=layout("decode_"),
-    )
+        return True
+    except DualpathError as exc:
+        reason = str(exc)
+    except Exception as exc:  # noqa: BLE001 - one bad row must not stop the run
+        reason = f"{type(exc).__name__}: {exc}"
+    row.update(pred_ttft_ms="", pred_tpot_ms="", assumed="", error=reason.replace("\n", " "))
+    return False
 
 
-def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int, int]:
+def predict_csv(
+    src: Path, dst: Path, data_dir: str | None = None, method: str = "simulation"
+) -> tuple[int, int]:
     """Predict every row of ``src`` into ``dst``; ``(rows, rows with an error)``."""
     from dualpath.cli.progress import Progress
-    from dualpath.cost.deployment import predict
+
+    predict = _predictor(method)
 
     if not src.is_file():
         raise ConfigError("csv", str(src), "no such file")
@@ -127,26 +111,14 @@ def predict_csv(src: Path, dst: Path, data_dir: str | None = None) -> tuple[int,
         reader = csv.DictReader(fh)
         fields = list(reader.fieldnames or [])
         rows = list(reader)
-    missing = [c for c in ("model_path", "system", "isl", "osl", "batch_size") if c not in fields]
+    missing = [c for c in ("model_path", "system", "isl", "osl") if c not in fields]
     if missing:
         raise ConfigError("csv", str(src), f"missing columns: {', '.join(missing)}")
     out_fields = [f for f in fields if f not in PRED_COLUMNS] + list(PRED_COLUMNS)
     errors = 0
     with Progress("predicting rows", total=len(rows)) as bar:
         for row in rows:
-            try:
-                p = predict(deployment_from_row(row), data_dir)
-                row.update(
-                    pred_ttft_ms=f"{p.ttft_s * 1e3:.4f}", pred_tpot_ms=f"{p.tpot_s * 1e3:.4f}", error=""
-                )
-            except DualpathError as exc:
-                errors += 1
-                row.update(pred_ttft_ms="", pred_tpot_ms="", error=str(exc).replace("\n", " "))
-            except Exception as exc:  # noqa: BLE001 - one bad row must not stop the run
-                errors += 1
-                row.update(
-                    pred_ttft_ms="", pred_tpot_ms="", error=f"{type(exc).__name__}: {exc}".replace("\n", " ")
-                )
+            errors += not _predict_row(row, predict, data_dir)
             bar.advance()
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open(dst, "w", newline="", encoding="utf-8") as fh:
@@ -164,10 +136,20 @@ def latency_cmd(
     backend: Annotated[
         str,
         typer.Option(
-            help="trtllm, vllm or sglang (sets the per-iteration "
-            "host overhead; kernels come from the system's tables)."
+            help="trtllm, vllm or sglang (its scheduler rules; kernels come from the system's tables)."
         ),
     ] = "trtllm",
+    backend_version: Annotated[
+        str | None,
+        typer.Option(help="The backend's version: selects its scheduler defaults (default: the newest)."),
+    ] = None,
+    method: Annotated[
+        str,
+        typer.Option(
+            help="simulation (the benchmark run: closed-loop clients, the backend's scheduler) or "
+            "closed-form (the steady state, a fast path)."
+        ),
+    ] = "simulation",
     precision: Annotated[
         str | None, typer.Option(help="bf16, fp8, fp8_block, nvfp4 (default: the checkpoint's).")
     ] = None,
@@ -193,7 +175,9 @@ def latency_cmd(
     prefill_moe_tp: Int = None,
     prefill_moe_ep: Int = None,
     prefill_workers: Annotated[int, typer.Option()] = 1,
-    prefill_batch: Annotated[int, typer.Option(help="Prompts per prefill batch.")] = 1,
+    prefill_batch: Annotated[
+        int | None, typer.Option(help="Prompts per prefill batch (default: the backend's own limit).")
+    ] = None,
     decode_tp: Int = None,
     decode_pp: Int = None,
     decode_attention_dp: Int = None,
@@ -211,14 +195,15 @@ def latency_cmd(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
-    """Steady-state TTFT / TPOT of a deployment from measured kernel tables (roofline where a
-    table has no point; the source of every op is reported)."""
-    from dualpath.cost.deployment import Deployment, Layout, predict
+    """TTFT / TPOT of a deployment's benchmark (closed-loop clients, the backend's scheduler, on
+    measured kernel tables; roofline where a table has no point; every op's source reported)."""
+    from dualpath.cost.deployment import Deployment, Layout
 
+    predict = _predictor(method)
     if csv_in is not None:
         if out is None:
             raise ConfigError("out", None, "--csv needs --out (the predictions CSV)")
-        rows, errors = predict_csv(csv_in, out)
+        rows, errors = predict_csv(csv_in, out, method=method)
         summary = {"rows": rows, "errors": errors, "out": str(out)}
         if json_out:
             print_json(summary)
@@ -231,6 +216,7 @@ def latency_cmd(
         model=model,
         system=system,
         backend=backend.lower(),
+        backend_version=backend_version,
         precision=precision,
         gemm_quant_mode=gemm_quant_mode,
         moe_quant_mode=moe_quant_mode,

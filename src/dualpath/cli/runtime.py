@@ -8,8 +8,15 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from dualpath.cli._common import choices_help, default_of, print_json, print_table, require_serve_extra
-from dualpath.runtime.check_config import MESSAGES, PATHS, CheckConfig
+from dualpath.cli._common import (
+    check_choice,
+    choices_help,
+    default_of,
+    print_json,
+    print_table,
+    require_serve_extra,
+)
+from dualpath.runtime.check_config import CHECK_TRANSPORTS, MESSAGES, PATHS, CheckConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -31,12 +38,20 @@ def check(
     gen_len: int = _option("gen_len", "Tokens generated per turn (greedy)."),
     tolerance: float = _option("tolerance", "Max allowed |logit difference| (fp32)."),
     device: str = typer.Option("", help="cpu or cuda (default: cuda when present)."),
+    transport: str = _option(
+        "transport",
+        choices_help(
+            "How KV moves between the engines (inproc: a call; else each engine's own transport)",
+            CHECK_TRANSPORTS,
+        ),
+    ),  # fmt: skip
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run multi-turn chats through the engines and compare tokens and logits with transformers.
 
     Exits 1 when tokens differ or a logit differs by more than the tolerance."""
     require_serve_extra("check")
+    check_choice("transport", transport, CHECK_TRANSPORTS)
 
     from dualpath.cli.progress import Progress
     from dualpath.runtime.engine.check import run_check
@@ -44,9 +59,9 @@ def check(
 
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
-                      device=device or default_device())  # fmt: skip
+                      device=device or default_device(), transport=transport)  # fmt: skip
     with Progress(
-        f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}",
+        f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}, transport {cfg.transport}",
         total=len(cfg.paths) * cfg.turns,
         console=_stderr(),
     ) as bar:
@@ -57,7 +72,7 @@ def check(
         rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
                  r["max_abs_logit_diff"], r["tokens_equal"]) for r in report["per_turn"]]  # fmt: skip
         print_table(
-            f"dualpath check: {report['model']} ({report['device']}, fp32)",
+            f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']})",
             [
                 "path",
                 "conversation",

@@ -131,6 +131,7 @@ def serve(
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
     from dualpath.runtime.cluster.local import LocalCluster
+    from dualpath.runtime.cluster.sched_guard import key_sha256
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
     cfg = ClusterConfig(
@@ -144,6 +145,7 @@ def serve(
         scheduler_port=scheduler_port,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
+        api_key_sha256=key_sha256(api_key) if api_key else "",
         engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         supervisor=SupervisorConfig(
@@ -226,7 +228,8 @@ def engine(
     ),
     host: str = _cluster_option("host", "Address peers reach this engine's transport at."),
     transport: str = _cluster_option(
-        "transport", choices_help("KV transport (zmq across hosts, shm on one host)", TRANSPORT_NAMES)
+        "transport",
+        choices_help("KV transport (zmq, mooncake, nixl across hosts; shm on one host)", TRANSPORT_NAMES),
     ),
     policy: str = _cluster_option(
         "policy", choices_help("Policy for this PE's batch planning", POLICY_NAMES)

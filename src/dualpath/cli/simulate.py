@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _DEFAULT = get_cluster(DEFAULT_SIM_CLUSTER)
 _WORKLOAD = WorkloadSpec()  # the offline workload's defaults
 _DEFAULT_SYSTEMS = "basic,dualpath,oracle"
+_DEFAULT_PD = f"{_DEFAULT.num_prefill_nodes}p{_DEFAULT.num_decode_nodes}d"
 SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
 
@@ -36,8 +37,25 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         model: str = typer.Option(_DEFAULT.model, help="Model name (see `dualpath models`)."),
         pd: str = typer.Option(
-            f"{_DEFAULT.num_prefill_nodes}p{_DEFAULT.num_decode_nodes}d",
-            help="Prefill/decode nodes, e.g. 2p4d, 48p96d.",
+            None,
+            help=f"Prefill/decode nodes, e.g. 2p4d, 48p96d (default {_DEFAULT_PD}; the local "
+            "cluster: engines, default 1p2d).",
+        ),
+        cluster: str = typer.Option(
+            None,
+            help="local: our own `dualpath serve` cluster on this machine (sim/local.py; needs "
+            "--device profile:FILE). Default: the paper's cluster of --model / --pd / --node.",
+        ),
+        device: str = typer.Option(
+            None,
+            help="profile:FILE: the engines' step times from a measured engine profile "
+            "(`dualpath simulate profile --out FILE`); needs --cluster local.",
+        ),
+        cnic_gbps: float = typer.Option(
+            None, help="Local cluster: each engine's compute-NIC cap (default none)."
+        ),
+        max_turns: int = typer.Option(
+            None, help="Local cluster: at most this many turns per agent (default: the demo's 6)."
         ),
         node: str = typer.Option(_DEFAULT.node, help=choices_help("Node preset (spec.hardware)", NODES)),
         snic_gbps: float = typer.Option(
@@ -83,7 +101,10 @@ def register(app: typer.Typer) -> None:
         maxlen: str = typer.Option(
             f"{_WORKLOAD.maxlen // 1024}k", help="Trajectory MaxLen bucket: 32k, 48k or 64k."
         ),
-        agents: int = typer.Option(_WORKLOAD.num_agents, help="Number of agents (offline)."),
+        agents: int = typer.Option(
+            None,
+            help=f"Number of agents (offline; default {_WORKLOAD.num_agents}, the local cluster: the demo's 6).",
+        ),
         system: str = typer.Option(_DEFAULT_SYSTEMS, help=choices_help("Comma list of systems", SYSTEMS)),
         online: bool = typer.Option(False, help="Online: Poisson agent arrivals, capacity sweep."),
         aps: str = typer.Option(DEFAULT_APS, help="Online rates lo:hi:step or a comma list."),
@@ -111,12 +132,29 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         from dualpath.sim.calibration import DEFAULT_CALIBRATION
+        from dualpath.sim.local import parse_local
+
+        if cluster is not None or device is not None:
+            from dualpath.cli.sim_local import run_local_cli
+
+            if cluster is None or not parse_local(cluster):
+                from dualpath.core.errors import ConfigError
+
+                raise ConfigError("cluster", cluster or "none", "choices: local (with --device profile:FILE)")
+            run_local_cli(
+                pd=pd, snic_gbps=snic_gbps, cnic_gbps=cnic_gbps,
+                snic_directions=snic_directions if snic_directions != default_of(SimConfig, "snic_directions") else None,
+                device=device, agents=agents, max_turns=max_turns,
+                scale=append_scale if append_scale != _WORKLOAD.append_scale else None,
+                max_len=None, system=system, seed=seed, out=out, json_out=json_out, calibrate=calibrate,
+            )  # fmt: skip
+            return
 
         run_cli(
             model=model,
-            pd=pd,
+            pd=pd or _DEFAULT_PD,
             maxlen=maxlen,
-            agents=agents,
+            agents=agents if agents is not None else _WORKLOAD.num_agents,
             system=system,
             online=online,
             aps=aps,
@@ -138,6 +176,18 @@ def register(app: typer.Typer) -> None:
             pe_tie=pe_tie,
             pe_fetch=pe_fetch,
         )
+
+    @sim.command("profile")
+    def profile(
+        out: str = typer.Option(..., help="Profile file to write (JSON)."),
+        model: str = typer.Option("smollm2-135m", help="The engines' model (a name, a path, or tiny)."),
+        quick: bool = typer.Option(False, help="A coarse grid (a smoke check, ~10 s with tiny)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Measure the real engine's step times (serve extra) for --device profile:FILE."""
+        from dualpath.cli.sim_local import run_profile_cli
+
+        run_profile_cli(out=out, model=model, quick=quick, json_out=json_out)
 
     @sim.command("figures")
     def figures(

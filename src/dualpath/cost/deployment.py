@@ -70,6 +70,7 @@ class Deployment:
     model: str
     system: str
     backend: str = "trtllm"
+    backend_version: str | None = None  # selects the scheduler defaults (dualpath.latency)
     precision: str | None = None
     gemm_quant_mode: str | None = None
     moe_quant_mode: str | None = None
@@ -79,12 +80,13 @@ class Deployment:
     osl: int = 128
     batch_size: float = 1
     layout: Layout = Layout()
-    prefill_batch: int = 1
+    prefill_batch: int | None = None  # None: 1 in closed form; the backend's own limit simulated
     prefill_workers: int = 1
     prefill: Layout = Layout()
     decode_batch: int | None = None
     decode_workers: int = 1
     decode: Layout = Layout()
+    assumed: tuple[str, ...] = ()  # what a CSV row left empty and was derived (cli/plan_latency.py)
 
     def __post_init__(self) -> None:
         require(self.mode in MODES, "mode", self.mode, f"choices: {', '.join(MODES)}")
@@ -111,8 +113,8 @@ def kernels_for(system: str, data_dir: str | Path | None = None) -> KernelTables
     return _KERNELS[key]
 
 
-def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
-    """TTFT / TPOT of ``dep``; ConfigError naming the value that does not fit."""
+def forward_for(dep: Deployment, data_dir: str | Path | None = None):  # type: ignore[no-untyped-def]
+    """``(kernels, forward(layout, prefix) -> Forward)`` for ``dep``'s model, system and precision."""
     model = get_model(dep.model)
     kernels = kernels_for(dep.system, data_dir)
     precision = dep.precision
@@ -127,6 +129,13 @@ def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
             kernels=kernels, model=model, par=layout.resolve(prefix), prec=prec, backend=dep.backend
         )
 
+    return kernels, forward
+
+
+def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
+    """TTFT / TPOT of ``dep`` in closed form (the steady state); ConfigError naming the value
+    that does not fit. dualpath.latency simulates the benchmark instead."""
+    kernels, forward = forward_for(dep, data_dir)
     if dep.mode == "agg":
         pred = predict_agg(forward(dep.layout, ""), isl=dep.isl, osl=dep.osl, concurrency=dep.batch_size)
         return replace(pred, tables=kernels.describe())
@@ -134,7 +143,7 @@ def predict(dep: Deployment, data_dir: str | Path | None = None) -> Prediction:
         raise ConfigError("prefill_tp", None, "disagg mode needs --prefill-tp and --decode-tp")
     decode_batch = dep.decode_batch or max(1, round(dep.batch_size / dep.decode_workers))
     pred = predict_disagg(
-        Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch, workers=dep.prefill_workers),
+        Pool(fw=forward(dep.prefill, "prefill_"), batch=dep.prefill_batch or 1, workers=dep.prefill_workers),
         Pool(fw=forward(dep.decode, "decode_"), batch=decode_batch, workers=dep.decode_workers),
         isl=dep.isl,
         osl=dep.osl,

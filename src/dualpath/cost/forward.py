@@ -36,6 +36,7 @@ from dualpath.cost.latency_terms import (
 from dualpath.spec.model_spec import ModelSpec
 
 V3_MLA_SHAPE = (7168, 128, 1536)  # hidden, heads, q_lora of the DeepSeek-V3 MLA module tables
+GDN_CHUNK = 64  # the chunk length of the chunked delta-rule kernels (flash-linear-attention)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +105,8 @@ class Forward:
             tokens = padded_decode_batch(self.backend, step.gen_requests)
         for window, count in self._attention_layers():
             self._attention(out, step, tokens, window, count)
+        if m.num_linear_layers:
+            self._linear_attention(out, step, tokens, m.num_linear_layers)
         num_moe = m.num_moe_layers
         self._mlp(out, tokens, m.num_layers - num_moe)
         if num_moe:
@@ -123,7 +126,7 @@ class Forward:
     def _attention_layers(self) -> list[tuple[int, int]]:
         m = self.model
         if m.window_len is None:
-            return [(0, m.num_layers)]
+            return [(0, m.num_layers - m.num_linear_layers)]
         windowed = m.num_window_layers
         return [(m.window_len, windowed), (0, m.num_layers - windowed)]
 
@@ -136,7 +139,8 @@ class Forward:
             return
         heads = m.num_heads // tp
         kv_heads = max(1, m.num_kv_heads // tp)
-        qkv_n = (heads + 2 * kv_heads) * m.head_dim
+        q_heads = heads * (2 if m.attention_output_gate else 1)  # the gate rides on the Q projection
+        qkv_n = (q_heads + 2 * kv_heads) * m.head_dim
         out.add("attn_qkv_gemm", k.gemm(tokens, qkv_n, m.hidden_size, self.prec.gemm), layers)
         out.add("attn_out_gemm", k.gemm(tokens, m.hidden_size, heads * m.head_dim, self.prec.gemm), layers)
         kv = self.prec.kv
@@ -238,6 +242,34 @@ class Forward:
             ),
             layers,
         )
+
+    def _linear_attention(self, out: StepTime, step: Step, tokens: float, layers: int) -> None:
+        """Gated DeltaNet layers (Qwen3.5): the input projections (Q, K, V, output gate, beta /
+        alpha) and the output projection from the GEMM tables; the recurrence by roofline (no
+        table measures it): per new token and value head a state update and a readout of
+        ``key dim x value dim`` multiply-adds each, plus, for chunked prefill (chunks of
+        ``GDN_CHUNK``), the intra-chunk products over the key and value dims; every request reads
+        and writes its FP32 state once per iteration; then the TP all-reduce."""
+        m, k, tp = self.model, self.kernels, self.par.tp
+        kd, vd = m.linear_key_head_dim, m.linear_value_head_dim
+        qk, v = m.linear_num_key_heads * kd, m.linear_num_value_heads * vd
+        n_in = -(-(2 * qk + 2 * v + 2 * m.linear_num_value_heads) // tp)
+        out.add("linear_attn_proj_gemm", k.gemm(tokens, n_in, m.hidden_size, self.prec.gemm), layers)
+        out.add("linear_attn_proj_gemm", k.gemm(tokens, m.hidden_size, -(-v // tp), self.prec.gemm), layers)
+        heads = max(1, m.linear_num_value_heads // tp)
+        new_tokens = step.ctx_requests * step.isl + step.gen_requests
+        per_token = 4.0 * kd * vd + (2.0 * GDN_CHUNK * (kd + vd) if step.ctx_requests else 0.0)
+        flops = new_tokens * heads * per_token
+        requests = step.ctx_requests + step.gen_requests
+        num_bytes = requests * 2 * heads * kd * vd * 4 + new_tokens * heads * (2 * kd + 2 * vd) * 2
+        eff = k.efficiency
+        time_s = k.roofline(flops, num_bytes, 16, eff.attention_compute, eff.attention_memory)
+        out.add(
+            "linear_attention",
+            OpTime(max(time_s, k.launch_floor_s), "roofline: Gated DeltaNet recurrence (no table)"),
+            layers,
+        )
+        self._allreduce(out, tokens, layers)
 
     # ---- MLP / MoE --------------------------------------------------------------------------
     def _mlp(self, out: StepTime, tokens: float, layers: int) -> None:

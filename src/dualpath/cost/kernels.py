@@ -341,6 +341,26 @@ class KernelTables(MoeKernels):
             ),
         )
 
+    def _hierarchical(
+        self, op: str, elements: float, num_gpus: int, dtype_bytes: float, backend: str
+    ) -> OpTime:
+        """``op`` over ``nodes`` NVLink domains, as NCCL runs it hierarchically: the collective
+        inside each domain (its table), and between the domains each GPU exchanges its
+        ``1 / domain`` share of the buffer with its peers over the network (a ring of ``nodes``:
+        ``2 (nodes - 1) / nodes`` of that share for an all-reduce, ``(nodes - 1) / nodes`` for the
+        others), plus one point-to-point latency per hop between domains."""
+        domain = self.system.nvlink_domain_gpus
+        nodes = num_gpus // domain
+        inside = self.collective(
+            op, elements=elements, num_gpus=domain, dtype_bytes=dtype_bytes, backend=backend
+        )
+        share = (2.0 if op == "all_reduce" else 1.0) * (nodes - 1) / nodes
+        wire_s = share * elements / domain * dtype_bytes / (self.system.inter_node_gbs * 1e9)
+        between_s = wire_s + (nodes - 1) * self.system.p2p_latency_s
+        return OpTime(
+            inside.time_s + between_s, f"{inside.source} within each node + ring of {nodes} nodes between"
+        )
+
     def collective(
         self, op: str, *, elements: float, num_gpus: int, dtype_bytes: float = 2.0, backend: str = "trtllm"
     ) -> OpTime:
@@ -364,6 +384,9 @@ class KernelTables(MoeKernels):
         )
         if grid is not None:
             return self._from(grid, f"nccl_perf {op} {num_gpus} GPUs", elements)
+        domain = self.system.nvlink_domain_gpus
+        if num_gpus > domain and num_gpus % domain == 0 and domain > 1:
+            return self._hierarchical(op, elements, num_gpus, dtype_bytes, backend)
         # ring: all-reduce moves 2 (n-1)/n of the buffer per GPU, the others (n-1)/n
         share = (2.0 if op == "all_reduce" else 1.0) * (num_gpus - 1) / num_gpus
         wire_s = share * elements * dtype_bytes / self.system.link_bytes_per_s(num_gpus)

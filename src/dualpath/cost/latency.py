@@ -36,6 +36,7 @@ class Prediction:
     source: dict[str, str]
     notes: tuple[str, ...] = ()
     tables: dict[str, str] | None = None  # op folder -> framework and version of its tables
+    details: dict[str, object] | None = None  # how it was predicted (method, scheduler defaults, run)
 
     @property
     def fallback_ops(self) -> tuple[str, ...]:
@@ -51,6 +52,7 @@ class Prediction:
             "fallback_ops": list(self.fallback_ops),
             "notes": list(self.notes),
             "tables": self.tables or {},
+            **(self.details or {}),
         }
 
 

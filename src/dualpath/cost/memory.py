@@ -53,7 +53,8 @@ def kv_bytes_per_token_gpu(model: ModelSpec, par: Parallel, prec: Precision, con
     tokens = full * context_len
     if model.window_len is not None:
         tokens += model.num_window_layers * min(context_len, model.window_len)
-    return per_layer * tokens / context_len / par.pp
+    state = model.num_linear_layers * model.linear_state_bytes / par.tp  # heads split by TP
+    return (per_layer * tokens + state) / context_len / par.pp
 
 
 def kv_pool_bytes_per_gpu(

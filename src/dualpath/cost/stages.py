@@ -138,13 +138,20 @@ def touched_experts(model: ModelSpec, num_tokens: float) -> float:
     return c.num_routed * (1.0 - math.exp(num_tokens * math.log(miss)) if miss > 0 else 1.0)
 
 
-def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int, bits: int = 16) -> StageWork:
+def stage_work(
+    model: ModelSpec, stage: Stage, *, batch: int, context_len: int, bits: int = 16, cached_len: int = 0
+) -> StageWork:
     """Work of one iteration of ``stage``. Prefill (pa, pf): ``batch`` prompts of ``context_len``
-    new tokens each (causal, empty cache). Decode (da, df): ``batch`` sequences, each with
-    ``context_len`` cached tokens and one new token."""
+    new tokens each, causal, after ``cached_len`` tokens already prefilled (0: an empty cache; > 0:
+    a later chunk of a chunked prefill, which reads the prefix's retained KV once and writes only
+    its own tokens' KV). Decode (da, df): ``batch`` sequences, each with ``context_len`` cached
+    tokens and one new token."""
     _check_stage(stage)
     require(batch >= 0, "batch", batch, "must be >= 0")
     require(context_len >= 0, "context_len", context_len, "must be >= 0")
+    require(cached_len >= 0, "cached_len", cached_len, "must be >= 0")
+    if cached_len and stage == "pa":
+        return _chunk_work(model, batch, context_len, bits, cached_len)
     c = _coefficients(model)
     eb = element_bytes(model, bits)
     kv_eb = element_bytes(model, bits, kv=True)
@@ -183,6 +190,45 @@ def stage_work(model: ModelSpec, stage: Stage, *, batch: int, context_len: int, 
         stage=stage,
         routed_flops=tokens * c.routed_flops_per_token,
         routed_weight_bytes=routed,
+    )
+
+
+def _chunk_work(model: ModelSpec, batch: int, new_len: int, bits: int, cached_len: int) -> StageWork:
+    """Prefill attention of ``new_len`` tokens after ``cached_len`` (``batch`` such chunks)."""
+    c = _coefficients(model)
+    eb, kv_eb = element_bytes(model, bits), element_bytes(model, bits, kv=True)
+    tokens = batch * new_len
+    old, old_keys = _kv_entries(c, cached_len, read=False)
+    new, new_keys = _kv_entries(c, cached_len + new_len, read=False)
+    core = batch * _attention_flops(model, cached_len, new_len)
+    per_entry = c.kv_elements, c.index_elements
+    return StageWork(
+        flops=tokens * c.a_linear_flops_per_token + core,
+        weight_bytes=c.a_weight_elements * eb,
+        kv_read_bytes=batch * (old * per_entry[0] + old_keys * per_entry[1]) * kv_eb,
+        kv_write_bytes=batch * ((new - old) * per_entry[0] + (new_keys - old_keys) * per_entry[1]) * kv_eb,
+        act_bytes=2.0 * tokens * c.hidden * c.num_layers * eb,
+        num_layers=c.num_layers,
+        stage="pa",
+        attention_flops=core,
+    )
+
+
+def merge_works(works: list[StageWork]) -> StageWork:
+    """One iteration doing several works of the same A stage (prefill chunks and a decode step
+    mixed in one batch): FLOPs, KV and activation bytes add; the weights stream once."""
+    first = works[0]
+    return StageWork(
+        flops=sum(w.flops for w in works),
+        weight_bytes=max(w.weight_bytes for w in works),
+        kv_read_bytes=sum(w.kv_read_bytes for w in works),
+        kv_write_bytes=sum(w.kv_write_bytes for w in works),
+        act_bytes=sum(w.act_bytes for w in works),
+        num_layers=first.num_layers,
+        stage=first.stage,
+        attention_flops=sum(w.attention_flops for w in works),
+        routed_flops=sum(w.routed_flops for w in works),
+        routed_weight_bytes=max(w.routed_weight_bytes for w in works),
     )
 
 

@@ -40,11 +40,23 @@ class Budget:
     kind: str  # "power_w" | "usd_per_hr"
     value: float
     scale: float | None  # None when set explicitly
-    reference_cost: float | None  # the cheapest weight-holding ND deployment (default budgets)
-    reference: str | None  # "<device> x t x p"
+    reference_cost: float | None  # the anchor deployment's cost (default budgets)
+    reference: str | None  # "<device> x t x p x d"
+    anchor: str | None = None  # "weight" | "demand" (None: explicit)
+    reference_io: float | None = None  # demand anchor: the I/O ratio it was read at
+    anchor_sigma: float | None = None  # demand anchor: the anchor deployment's sigma (1 if reached)
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "value": self.value, "scale": self.scale}
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "scale": self.scale,
+            "anchor": self.anchor,
+            "reference_cost": self.reference_cost,
+            "reference": self.reference,
+            "reference_io": self.reference_io,
+            "anchor_sigma": self.anchor_sigma,
+        }
 
 
 def budget_kind(catalog_name: str) -> str:
@@ -84,9 +96,11 @@ def resolve_budget(
     budget_w: float | None,
     budget_usd_hr: float | None,
     budget_scale: float,
+    demand: tuple[float, str, float, float] | None = None,
 ) -> Budget:
     """The run's budget: explicit (``budget_w`` for NPUs, ``budget_usd_hr`` for GPUs) or
-    ``budget_scale x cheapest_nd``. ``model`` must be the unmodified model."""
+    ``budget_scale x`` an anchor: ``cheapest_nd`` (weight), or ``demand`` = (cost, description,
+    reference I/O, sigma) of budget_demand.demand_anchor. ``model`` must be the unmodified model."""
     kind = budget_kind(catalog_name)
     if budget_w is not None and budget_usd_hr is not None:
         raise ConfigError("budget", (budget_w, budget_usd_hr), "give --budget-w or --budget-usd-hr")
@@ -99,7 +113,24 @@ def resolve_budget(
         require(explicit > 0, "budget", explicit, "must be > 0")
         return Budget(kind=kind, value=float(explicit), scale=None, reference_cost=None, reference=None)
     require(budget_scale > 0, "budget_scale", budget_scale, "must be > 0")
+    if demand is not None:
+        cost, desc, ref_io, sigma = demand
+        return Budget(
+            kind=kind,
+            value=budget_scale * cost,
+            scale=budget_scale,
+            reference_cost=cost,
+            reference=desc,
+            anchor="demand",
+            reference_io=ref_io,
+            anchor_sigma=sigma,
+        )
     cost, desc = cheapest_nd(model, devices, kind)
     return Budget(
-        kind=kind, value=budget_scale * cost, scale=budget_scale, reference_cost=cost, reference=desc
+        kind=kind,
+        value=budget_scale * cost,
+        scale=budget_scale,
+        reference_cost=cost,
+        reference=desc,
+        anchor="weight",
     )

@@ -1,5 +1,12 @@
 """The one fitted constant, ``budget_scale`` (issue 11, section 11), and what it is fitted to.
 
+**Admissible scales**: a scale takes part in the fit only if ND cannot keep up (sigma < 1) at I/O
+10 for every model: the paper compares at "the same power budget and request rate", which only
+means something where ND cannot keep up. ND reaches sigma = 1 at I/O 10 at the demand anchor's
+cost ``D_m`` (budget_demand.demand_anchor, the cheapest ND deployment doing so), and the weight
+anchor buys ``scale x W_m``, so the admissible scales are those below ``min_m D_m / W_m``
+(:func:`admissible_limit`; a model whose ND never reaches 1 sets no limit).
+
 Target: the paper's NPU model-mean PDAF x ND curve (its Fig. 5) and nothing else: 0.48x at I/O = 1,
 2.10x at 10, a plateau of 1.5-1.8x over 50-500, and 1.27x at 1000. The loss is the sum of squared
 log errors at the three point targets plus, at each plateau ratio, the squared log distance to the
@@ -70,12 +77,53 @@ def scan(
                 "pd_mean": res["model_mean_x_nd"].get("pd", {}),
                 "af_mean": res["model_mean_x_nd"].get("af", {}),
                 "counts": res["counts"],
+                "regime": res["regime"],
                 "rows": res["rows"],
             }
         )
     return points
 
 
+def admissible_limits(
+    models: Sequence[str] = PAPER_MODELS, *, catalog: str = "npu", ref_io: float = 10.0, **config: Any
+) -> dict[str, dict]:
+    """Per model: the weight anchor W (cheapest ND holding the weights), the demand anchor D at
+    ``ref_io`` and ``D / W``, the weight-anchored scale at which ND starts keeping up there (None:
+    ND never reaches sigma = 1)."""
+    from dualpath.cost.efficiency import get_efficiency
+    from dualpath.planner.api import _anchor, demand_of, requests_of
+    from dualpath.planner.budget import budget_kind, cheapest_nd
+    from dualpath.planner.catalog import catalog as load_catalog
+    from dualpath.planner.config import PlanConfig
+    from dualpath.spec.models import get_model
+
+    out = {}
+    for name in models:
+        cfg = PlanConfig(model=name, catalog=catalog, io_ratio=ref_io, **config)  # type: ignore[arg-type]
+        devices = load_catalog(cfg.catalog, cfg.prices)
+        base = get_model(name)
+        w, w_desc = cheapest_nd(base, devices, budget_kind(catalog))
+        demand = demand_of(requests_of(cfg, ref_io), cfg.rate_rps)
+        d = _anchor(cfg, base, devices, demand, get_efficiency(cfg.efficiency))
+        out[name] = {
+            "weight_anchor": w,
+            "weight_reference": w_desc,
+            "demand_anchor": d.cost,
+            "demand_reference": d.reference,
+            "reached": d.reached,
+            "limit_scale": d.cost / w if d.reached else None,
+        }
+    return out
+
+
+def admissible_limit(limits: Mapping[str, Mapping]) -> float:
+    """The largest admissible weight-anchored scale: below every model's D / W."""
+    vals = [v["limit_scale"] for v in limits.values() if v["limit_scale"] is not None]
+    return min(vals) if vals else math.inf
+
+
 def best_point(points: Sequence[Mapping]) -> Mapping:
-    """The scanned scale with the lowest loss (ties: the smaller scale)."""
-    return min(points, key=lambda p: (p["loss"], p["budget_scale"]))
+    """The scanned scale with the lowest loss among the admissible ones (those marked
+    ``admissible`` False take no part; ties: the smaller scale)."""
+    ok = [p for p in points if p.get("admissible", True)]
+    return min(ok or points, key=lambda p: (p["loss"], p["budget_scale"]))

@@ -12,9 +12,12 @@ from dualpath.core.errors import ConfigError, require
 from dualpath.cost.efficiency import get_efficiency
 from dualpath.cost.stages import STAGES
 from dualpath.planner.budget import BUDGET_SCALE
+from dualpath.planner.budget_demand import BUDGET_ANCHORS, DEMAND_BUDGET_SCALE, DEMAND_REF_IO
 from dualpath.planner.links import N2N_GBS
 from dualpath.planner.modes import MODES, parse_modes
-from dualpath.planner.sigma_batch import SIGMA_RULES
+from dualpath.planner.pools import AF_PREFILL_DEFAULT, AF_PREFILL_RULES
+from dualpath.planner.schedule import ND_SCHEDULE_DEFAULT, ND_SCHEDULES
+from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES
 from dualpath.planner.workloads import WORKLOADS
 from dualpath.spec.device import BITS
 
@@ -29,8 +32,10 @@ class PlanConfig:
     modes: tuple[str, ...] = MODES
     budget_w: float | None = None
     budget_usd_hr: float | None = None
-    budget_scale: float = BUDGET_SCALE
-    top_k: int = 8
+    budget_scale: float | None = None  # None: BUDGET_SCALE (weight anchor) or DEMAND_BUDGET_SCALE
+    budget_anchor: str = "weight"  # budget_demand.BUDGET_ANCHORS
+    budget_ref_io: float | str = DEMAND_REF_IO  # demand anchor's I/O ratio, or "plan" (the plan's own)
+    top_k: int = 64  # allocations simulated per mode (the paper does not give K)
     precision: str = "16"
     accuracy_table: Path | None = None
     overrides: Mapping[str, float] = field(default_factory=dict)
@@ -46,11 +51,13 @@ class PlanConfig:
     link_latency_us: float = 0.0
     af_microbatches: int = 2
     grid: int = 8
-    shortlist: int = 4
+    shortlist: int = 16  # (device, precision) groups kept per pool after phase 1
     prefill_token_budget: int = 16384
     max_decode_batch: int = 512
-    sigma: str = "largest-batch"  # the issue's phase-1 rule; "batch-aware": sigma_batch.py
+    sigma: str = SIGMA_DEFAULT  # sigma_partner.SIGMA_RULES
     n2n_gbs: float = N2N_GBS  # per device and direction across a pool boundary (the paper's 50)
+    af_prefill: str = AF_PREFILL_DEFAULT  # pools.AF_PREFILL_RULES: what a split prefill unit sends
+    nd_schedule: str = ND_SCHEDULE_DEFAULT  # schedule.ND_SCHEDULES: pools running both phases
 
     def __post_init__(self) -> None:
         require(self.catalog in ("npu", "gpu"), "catalog", self.catalog, "choices: npu, gpu")
@@ -76,7 +83,44 @@ class PlanConfig:
         get_efficiency(self.efficiency)
         require(self.n2n_gbs > 0, "n2n_gbs", self.n2n_gbs, "must be > 0")
         require(self.sigma in SIGMA_RULES, "sigma", self.sigma, f"choices: {', '.join(SIGMA_RULES)}")
+        require(
+            self.af_prefill in AF_PREFILL_RULES,
+            "af_prefill",
+            self.af_prefill,
+            f"choices: {', '.join(AF_PREFILL_RULES)}",
+        )
+        require(
+            self.nd_schedule in ND_SCHEDULES,
+            "nd_schedule",
+            self.nd_schedule,
+            f"choices: {', '.join(ND_SCHEDULES)}",
+        )
+        require(
+            self.budget_anchor in BUDGET_ANCHORS,
+            "budget_anchor",
+            self.budget_anchor,
+            f"choices: {', '.join(BUDGET_ANCHORS)}",
+        )
+        if self.budget_ref_io != "plan":
+            ref = self.budget_ref_io
+            ok = isinstance(ref, (int, float)) and not isinstance(ref, bool) and ref > 0
+            require(ok, "budget_ref_io", ref, "a positive I/O ratio or 'plan'")
+            object.__setattr__(self, "budget_ref_io", float(ref))  # type: ignore[arg-type]
+        if self.budget_scale is not None:
+            require(self.budget_scale > 0, "budget_scale", self.budget_scale, "must be > 0")
         allowed_precision(self)  # validates precision / accuracy_table
+
+    @property
+    def scale(self) -> float:
+        """The budget scale in force: ``budget_scale``, else the anchor's default."""
+        if self.budget_scale is not None:
+            return float(self.budget_scale)
+        return BUDGET_SCALE if self.budget_anchor == "weight" else DEMAND_BUDGET_SCALE
+
+    @property
+    def reference_io(self) -> float:
+        """The demand anchor's I/O ratio (``plan``: the plan's own)."""
+        return self.io_ratio if self.budget_ref_io == "plan" else float(self.budget_ref_io)
 
 
 def allowed_precision(config: PlanConfig) -> dict[str, tuple[int, ...]]:

@@ -21,6 +21,14 @@ from typing import Any
 from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
 from dualpath.planner import figures_roofline as fr
+from dualpath.planner.figures_flags import (
+    FLAG_VARIANTS,
+    Variant,
+    flag_markdown,
+    flag_table,
+    prewarm,
+    run_variants,
+)
 from dualpath.planner.report import (
     ABLATION_MODELS,
     ABLATION_VALUES,
@@ -58,8 +66,10 @@ class FigureGrid:
     gpu_ratios: tuple[float, ...] | None = None  # None: the NPU ratios
     num_requests: int | None = None
     top_k: int | None = None
+    shortlist: int | None = None
     budget_scale: float | None = None
-    sigma: str | None = None
+    rules: Mapping[str, Any] = field(default_factory=dict)  # PlanConfig fields for every plan
+    variants: tuple[Variant, ...] = FLAG_VARIANTS  # the findings rechecked under each flag
 
     def base(self, catalog: str, model: str, io_ratio: float):  # -> PlanConfig
         from dualpath.planner.config import PlanConfig
@@ -67,8 +77,9 @@ class FigureGrid:
         given: dict[str, Any] = {
             "num_requests": self.num_requests,
             "top_k": self.top_k,
+            "shortlist": self.shortlist,
             "budget_scale": self.budget_scale,
-            "sigma": self.sigma,
+            **self.rules,
         }
         return PlanConfig(
             model=model,
@@ -93,6 +104,7 @@ QUICK_GRID = FigureGrid(
     workload_models=("gpt-oss-120b",),
     num_requests=100,
     top_k=2,
+    shortlist=4,
 )
 
 
@@ -139,6 +151,13 @@ def make_figures(
             files.append(_dump(outdir / f"sweep_{catalog}.json", sweeps[catalog]))
         return sweeps[catalog]
 
+    if grid.variants and "fig5_crossover" in names:  # every variant of a point back to back
+        sets = [("npu", ratios, {}), ("gpu", gpu_ratios, {})]
+        keep = grid.ratios if quick else None
+        for v in grid.variants:
+            for cat, rs in (("npu", v.npu_ratios), ("gpu", v.gpu_ratios)):
+                sets.append((cat, [r for r in rs if keep is None or r in keep], v.overrides))
+        prewarm(sets, grid.base, grid.models, cache, note)
     ablations: dict[str, dict] = {}
     if "fig5_crossover" in names:
         files += fm.fig5_crossover(outdir, get_sweep("npu"))
@@ -180,6 +199,8 @@ def make_figures(
         files += _workloads(outdir, grid, cache, note, skipped)
     findings_files = _findings(outdir, sweeps, ablations, grid)
     files += findings_files
+    if grid.variants and "fig5_crossover" in names:
+        files += _flags(outdir, grid, sweeps, ablations, cache, note, quick)
     index = {
         "figures": [n for n in names if n not in skipped],
         "skipped": skipped,
@@ -193,8 +214,10 @@ def make_figures(
             "ablation_values": {k: list(v) for k, v in grid.ablation_values.items()},
             "num_requests": grid.num_requests,
             "top_k": grid.top_k,
+            "shortlist": grid.shortlist,
             "budget_scale": grid.budget_scale,
-            "sigma": grid.sigma,
+            "rules": {k: str(v) for k, v in grid.rules.items()},
+            "variants": [v.flag for v in grid.variants],
         },
         "plans_run": cache.calls,
         "plan_wall_s": cache.wall_s,
@@ -233,6 +256,29 @@ def _workloads(
                 return []
             note(f"workload {kind} {model}")
     return fm.fig_workloads(out, results)
+
+
+def _flags(
+    out: Path,
+    grid: FigureGrid,
+    sweeps: dict[str, dict],
+    ablations: dict[str, dict],
+    cache: PlanCache,
+    note: Callable[[str], None],
+    quick: bool,
+) -> list[Path]:
+    """The findings under each flag variant, next to the default's (figures_flags.py)."""
+    from dualpath.planner.findings import findings
+
+    default = findings(sweeps.get("npu"), sweeps.get("gpu"), ablations)
+    limit = grid.ratios if quick else None
+    by_flag = run_variants(out, grid.variants, grid.base, grid.models, cache, note, limit)
+    rows = flag_table(default, by_flag)
+    flags = [v.flag for v in grid.variants]
+    md = out / "findings_flags.md"
+    md.write_text(flag_markdown(rows, flags), encoding="utf-8")
+    files = [md, _dump(out / "findings_flags.json", {"flags": flags, "rows": rows})]
+    return files + sorted((out / "flags").glob("*.json"))
 
 
 def _findings(out: Path, sweeps: dict[str, dict], ablations: dict[str, dict], grid: FigureGrid) -> list[Path]:

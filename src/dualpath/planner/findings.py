@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from dualpath.planner.findings_ablation import ablation_rows
+from dualpath.planner.findings_ablation import row as _row
 from dualpath.planner.report import ratio_key
 
 TIE_TOL = 0.02  # "PD ties or beats PDAF": PD >= PDAF x (1 - 2%)
@@ -47,19 +48,6 @@ def _f(value: float | None) -> str:
 
 def _rng(values: Sequence[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x" if values else "n/a"
-
-
-def _row(
-    fid: str, text: str, published: str, ours: str, ok: bool | None, fitted: bool = False
-) -> dict[str, Any]:
-    return {
-        "id": fid,
-        "finding": text,
-        "published": published,
-        "ours": ours,
-        "came_out": ok,
-        "fitted": fitted,
-    }
 
 
 def _npu_rows(s: Mapping) -> list[dict]:
@@ -175,6 +163,70 @@ def _alloc_npu(s: Mapping) -> dict:
     )
 
 
+def _regime_rows(s: Mapping) -> list[dict]:
+    """Can ND keep up at I/O 10 (the admissibility rule of the budget fit), and the I/O-1000 point
+    per model, mean and median, with contexts over the model's window marked."""
+    rows = []
+    n = len(s["models"])
+    regime = s.get("regime", {})
+    at10 = regime.get(ratio_key(10.0), {})
+    if at10:
+        sig = {m: r["nd_sigma"] for m, r in at10.items() if r.get("nd_sigma") is not None}
+        ceil = [r["arrival_bound_ceiling"] for r in at10.values() if r.get("arrival_bound_ceiling")]
+        slow = sum(1 for v in sig.values() if v < 1.0)
+        rows.append(
+            _row(
+                f"{s['catalog']}_nd_keeps_up_10",
+                f"{s['catalog'].upper()} I/O=10: ND cannot keep up (sigma < 1), so a split can gain",
+                "the paper compares at the same budget and rate (ND sigma not published)",
+                f"ND sigma < 1 for {slow}/{n} ({_rng(list(sig.values())).rstrip('x')}); "
+                f"arrival-bound ceiling {_rng(ceil)}",
+                None,
+            )
+        )
+    at1000 = regime.get(ratio_key(1000.0), {})
+    if at1000 and s["catalog"] == "npu":
+        pdaf = _x(s, 1000.0, "pdaf")
+        over = {m for m, r in at1000.items() if r.get("exceeds_window")}
+        per = ", ".join(f"{m}{'*' if m in over else ''} {v:.2f}" for m, v in pdaf.items())
+        vals = sorted(pdaf.values())
+        med = (vals[len(vals) // 2] + vals[(len(vals) - 1) // 2]) / 2 if vals else None
+        mean = sum(vals) / len(vals) if vals else None
+        rows.append(
+            _row(
+                "npu_pdaf_1000",
+                "NPU I/O=1000: PDAF x ND per model, mean and median (* = requests over the window)",
+                "model mean 1.27x",
+                f"mean {_f(mean)}, median {_f(med)}; {per}",
+                None,
+            )
+        )
+    return rows
+
+
+def _h100_share(s: Mapping) -> dict:
+    pools = [
+        p["device"]["name"]
+        for modes in s["allocations"].get(ratio_key(100.0), {}).values()
+        for mode, ps in modes.items()
+        if mode != "nd"
+        for p in ps
+    ]
+    pdaf = [
+        p["device"]["name"]
+        for modes in s["allocations"].get(ratio_key(100.0), {}).values()
+        for p in modes.get("pdaf", [])
+    ]
+    share = sum(1 for d in pools if d == "h100") / len(pools) if pools else 0.0
+    return _row(
+        "gpu_h100_share_100",
+        "GPU I/O=100: H100 share of the split modes' stage pools (price sensitivity)",
+        "31/32 PDAF pools on H100 (the paper's price list: not published)",
+        f"{share:.0%} of {len(pools)} pools; PDAF {sum(1 for d in pdaf if d == 'h100')}/{len(pdaf)}",
+        None,
+    )
+
+
 def _gpu_rows(s: Mapping) -> list[dict]:
     rows = []
     n = len(s["models"])
@@ -210,6 +262,7 @@ def _gpu_rows(s: Mapping) -> list[dict]:
         ]
         common = Counter(names).most_common(1)
         same = common[0][1] if common else 0
+        rows.append(_h100_share(s))
         rows.append(
             _row(
                 "gpu_same_device_100",
@@ -245,99 +298,12 @@ def _af_row(npu: Mapping | None, gpu: Mapping | None) -> list[dict]:
     ]
 
 
-def _change(abl: Mapping, model: str, frm: float, to: float) -> float | None:
-    pts = {r["value"]: r["x_nd"].get("pdaf") for r in abl["rows"] if r["model"] == model}
-    a, b = pts.get(frm), pts.get(to)
-    return None if not a or b is None else b / a - 1.0
-
-
-def _ablation_rows(abl: Mapping[str, Mapping]) -> list[dict]:
-    rows = []
-    if "kv_width" in abl:
-        a = abl["kv_width"]
-        lo, hi = min(a["values"]), max(a["values"])
-        ch, mono = {}, True
-        for m in a["models"]:
-            ch[m] = _change(a, m, lo, hi)
-            seq = [
-                r["x_nd"].get("pdaf")
-                for r in sorted((r for r in a["rows"] if r["model"] == m), key=lambda r: r["value"])
-            ]
-            mono = mono and None not in seq and all(y >= x for x, y in zip(seq, seq[1:], strict=False))
-        rows.append(
-            _row(
-                "abl_kv_width",
-                f"kv_width {lo:g} -> {hi:g} raises the PDAF gain monotonically",
-                "+67% to +147%",
-                _pct(ch) + f"; monotone: {mono}",
-                mono and all(v is not None and v > 0 for v in ch.values()),
-            )
-        )
-    if "total_experts_x" in abl:
-        a = abl["total_experts_x"]
-        ch = {m: _change(a, m, min(a["values"]), max(a["values"])) for m in a["models"]}
-        rows.append(
-            _row(
-                "abl_total_experts",
-                "More total experts changes almost nothing",
-                "<= 3%",
-                _pct(ch),
-                all(v is not None and abs(v) <= 0.05 for v in ch.values()),
-            )
-        )
-    for factor, fid in (("active_experts_x", "abl_active_experts"), ("ffn_expansion", "abl_ffn_expansion")):
-        if factor in abl:
-            a = abl[factor]
-            to = 4.0 if 4.0 in a["values"] else max(a["values"])
-            ch = {m: _change(a, m, min(a["values"]), to) for m in a["models"]}
-            flash = ch.get("deepseek-v4-flash")
-            if factor == "active_experts_x":
-                rows.append(
-                    _row(
-                        fid,
-                        f"More active experts collapses the gain (x{to:g})",
-                        "-69% at 4x for DS-V4-Flash",
-                        _pct(ch),
-                        flash is not None and flash < -0.3,
-                    )
-                )
-            else:
-                rows.append(
-                    _row(
-                        fid,
-                        f"ffn_expansion x{to:g}, next to active experts (same expert-compute proxy)",
-                        "same ordering, much smaller effect",
-                        _pct(ch),
-                        None,
-                    )
-                )
-    if "dtype_bytes" in abl:
-        a = abl["dtype_bytes"]
-        ch = {m: _change(a, m, 2.0, min(a["values"])) for m in a["models"]}
-        gpt = ch.get("gpt-oss-120b")
-        others = [v for m, v in ch.items() if m != "gpt-oss-120b" and v is not None]
-        rows.append(
-            _row(
-                "abl_dtype_bytes",
-                f"dtype_bytes 2 -> {min(a['values']):g} helps GPT-OSS and hurts the others",
-                "GPT-OSS +57%; others -41%, -42%",
-                _pct(ch),
-                gpt is not None and gpt > 0 and bool(others) and all(v < 0 for v in others),
-            )
-        )
-    return rows
-
-
-def _pct(changes: Mapping[str, float | None]) -> str:
-    return ", ".join(f"{m}: {'n/a' if v is None else f'{v:+.0%}'}" for m, v in changes.items())
-
-
 def findings(npu: Mapping | None, gpu: Mapping | None, ablations: Mapping[str, Mapping]) -> list[dict]:
     """Every finding the given reports can check (see the module docstring)."""
     rows = _af_row(npu, gpu)
-    rows += _npu_rows(npu) if npu is not None else []
-    rows += _gpu_rows(gpu) if gpu is not None else []
-    return rows + _ablation_rows(ablations)
+    rows += _npu_rows(npu) + _regime_rows(npu) if npu is not None else []
+    rows += _gpu_rows(gpu) + _regime_rows(gpu) if gpu is not None else []
+    return rows + ablation_rows(ablations)
 
 
 def findings_markdown(rows: Sequence[Mapping]) -> str:

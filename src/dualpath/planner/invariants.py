@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dualpath.planner.links import D2D_GBS, N2N_GBS, link_bytes
+from dualpath.planner.pools import AF_PREFILL_DEFAULT, af_crossings
 from dualpath.sim.kernel import SimulationError
 from dualpath.sim.links import check_utilisation
 
@@ -26,6 +27,8 @@ class RunConfig:
     d2d_gbs: float = D2D_GBS
     budget: float = math.inf
     budget_kind: str = "power_w"
+    af_prefill: str = AF_PREFILL_DEFAULT  # pools.AF_PREFILL_RULES
+    nd_schedule: str = "prefill-first"  # schedule.ND_SCHEDULES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +50,9 @@ def check_invariants(run: _Run) -> RunResult:
     """The section-5 invariants of a finished run (raise ``SimulationError`` when one breaks):
     every request finished, the budget holds, every pool holds its weights, the KV admitted never
     exceeded the capacity, the N2N bytes equal the KV hand-off bytes plus
-    ``layers x tokens x (act_A + act_F)`` of every A/F boundary (computed from the request list,
-    not from the run), and no link was busier than the run was long."""
+    ``crossings x tokens x (act_A + act_F)`` of every A/F boundary (decode: one crossing per layer;
+    prefill: ``pools.af_crossings`` of the run's ``af_prefill`` rule; computed from the request
+    list, not from the run), and no link was busier than the run was long."""
     reqs, model, alloc, k = run.reqs, run.model, run.alloc, run.k
     now = k.now_s
 
@@ -64,20 +68,21 @@ def check_invariants(run: _Run) -> RunResult:
             raise fail(f"pool {pool.name} cannot hold its weights")
     if run.max_kv > run.kv_cap * (1 + 1e-12):
         raise fail(f"KV admitted {run.max_kv} exceeds capacity {run.kv_cap}")
-    kv_expected = sum(run._handoff_bytes(r) for r in range(len(reqs))) if run.kv_links else 0.0
+    kv_expected = sum(run._handoff_bytes(r) for r in range(len(reqs))) if run.has_kv_boundary else 0.0
     af_expected = 0.0
-    layers = model.num_layers
+    crossings = {"prefill": af_crossings(run.cfg.af_prefill, model.num_layers), "decode": model.num_layers}
     for u in run.units.values():
         if u.unit.is_split:
             for phase in u.unit.phases:
                 tokens = sum(reqs.input_len if phase == "prefill" else reqs.output_len)
-                af_expected += layers * tokens * (u.act_a[phase] + u.act_f[phase])
-    moved = link_bytes(run.links)
+                af_expected += crossings[phase] * tokens * (u.act_a[phase] + u.act_f[phase])
+    links = run.all_links()
+    moved = link_bytes(links)
     expected = kv_expected + af_expected
     if abs(moved - expected) > 1e-9 * max(expected, 1.0):
         raise fail(f"N2N bytes {moved} != KV hand-off {kv_expected} + AF {af_expected}")
     makespan = max(run.done_s)
-    check_utilisation(run.links, makespan)
+    check_utilisation(links, makespan)
     out_tokens = sum(reqs.output_len)
     return RunResult(
         makespan_s=makespan,

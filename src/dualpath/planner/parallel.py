@@ -175,14 +175,17 @@ def sum_prefill(works: Sequence[StageWork]) -> StageWork:
 
 
 @lru_cache(maxsize=200_000)
-def cached_work(model: ModelSpec, stage: str, batch: int, context_len: int, bits: int) -> StageWork:
+def cached_work(
+    model: ModelSpec, stage: str, batch: int, context_len: int, bits: int, cached_len: int = 0
+) -> StageWork:
     """:func:`stage_work`, memoised (the run asks for the same shapes many times)."""
     return stage_work(
         model,
-        stage,
+        stage,  # type: ignore[arg-type]
         batch=batch,
-        context_len=context_len,  # type: ignore[arg-type]
+        context_len=context_len,
         bits=bits,
+        cached_len=cached_len,
     )
 
 

@@ -5,9 +5,13 @@ A :class:`UnitTimer` turns a unit (modes.py: an attention side and an FFN side, 
 into the two numbers the run needs: the time of one prefill iteration and of one decode step.
 
 - Merged sides (one pool): the stages run back to back on each lane, their times add.
-- Split sides (two pools): per layer A -> F -> A over N2N with ``tokens x hidden x act_bytes``
-  each way, combined by :func:`parallel.af_layer_s` with m micro-batches; the A side's lanes set
-  the batches, the F side serves all their tokens spread over its own lanes.
+- Split sides (two pools): the A side's lanes set the batches, the F side serves all their tokens
+  spread over its own lanes, and each token's hidden state crosses N2N (``hidden x act_bytes`` each
+  way per crossing), combined by :func:`parallel.af_layer_s` with m micro-batches. Decode crosses
+  once per layer (the paper's DA<->DF round trip per layer). Prefill crosses by ``af_prefill``:
+  ``round-trip-per-layer`` (every layer, as decode), ``once-per-prompt`` (one hidden state per token
+  each way, the default) or ``free`` (nothing crosses, no N2N time): the paper names only a PA -> PF
+  hand-over, unsized (docs/planner.md, "Rules").
 """
 
 from __future__ import annotations
@@ -15,12 +19,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from dualpath.core.errors import require
 from dualpath.cost.stages import hidden_act_bytes_per_token
 from dualpath.planner.links import D2D_GBS, N2N_GBS, n2n_bytes_per_s
 from dualpath.planner.modes import DECODE_STAGES, PREFILL_STAGES, UnitSpec
 from dualpath.planner.parallel import Layout, StageTimer, af_layer_s, weight_bytes_per_device
+
+AF_PREFILL_RULES: Final = ("once-per-prompt", "round-trip-per-layer", "free")
+AF_PREFILL_DEFAULT: Final = "once-per-prompt"
+
+
+def af_crossings(rule: str, num_layers: int) -> int:
+    """Times a prefill token's hidden state crosses a split unit's A/F boundary, each way, under
+    ``rule`` (one of :data:`AF_PREFILL_RULES`): ``num_layers``, 1 or 0."""
+    require(rule in AF_PREFILL_RULES, "af_prefill", rule, f"choices: {', '.join(AF_PREFILL_RULES)}")
+    return {"round-trip-per-layer": num_layers, "once-per-prompt": 1, "free": 0}[rule]
+
 
 if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
@@ -158,6 +174,7 @@ class UnitTimer:
         "a",
         "f",
         "layers",
+        "crossings",
         "m",
         "act_a",
         "act_f",
@@ -178,11 +195,14 @@ class UnitTimer:
         microbatches: int,
         n2n_gbs: float = N2N_GBS,
         latency_s: float = 0.0,
+        af_prefill: str = AF_PREFILL_DEFAULT,
     ) -> None:
         self.unit = unit
         self.a = timers[unit.a_pool]
         self.f = timers[unit.f_pool]
         self.layers = model.num_layers
+        # boundary crossings per token, each way, of a split unit (decode: one per layer)
+        self.crossings = {"prefill": af_crossings(af_prefill, model.num_layers), "decode": model.num_layers}
         self.m = microbatches
         self.latency_s = latency_s
         a_bits, f_bits = self.a.plan.bits_map, self.f.plan.bits_map
@@ -208,9 +228,10 @@ class UnitTimer:
     def _combine(self, t_a: float, t_f: float, tokens: float, phase: str) -> IterTime:
         if not self.unit.is_split:
             return IterTime(time_s=t_a + t_f, a_busy_s=t_a + t_f, f_busy_s=0.0, fwd_bytes=0.0, bwd_bytes=0.0)
-        fwd = self.layers * tokens * self.act_a[phase]
-        bwd = self.layers * tokens * self.act_f[phase]
-        t_x = max(fwd, bwd) / self.bw + self.layers * self.latency_s
+        crossings = self.crossings[phase]
+        fwd = crossings * tokens * self.act_a[phase]
+        bwd = crossings * tokens * self.act_f[phase]
+        t_x = max(fwd, bwd) / self.bw + crossings * self.latency_s
         return IterTime(
             time_s=af_layer_s(t_a, t_f, t_x, self.m), a_busy_s=t_a, f_busy_s=t_f, fwd_bytes=fwd, bwd_bytes=bwd
         )

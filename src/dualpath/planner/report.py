@@ -121,13 +121,46 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _median(values: Iterable[float | None]) -> float | None:
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
 def _nothing_fits(modes: Sequence[str], reason: str) -> dict:
     """What a plan whose budget holds no ND deployment reports: every mode infeasible."""
     return {
         "best_mode": None,
         "reason": reason,
+        "nd_sigma": None,
+        "arrival_bound_ceiling": None,
+        "context": None,
+        "budget": None,
         "modes": {m: {"x_nd": None, "tokens_per_s": None, "pools": [], "feasible": False} for m in modes},
     }
+
+
+RULE_FIELDS: tuple[str, ...] = (
+    "sigma",
+    "af_prefill",
+    "nd_schedule",
+    "budget_anchor",
+    "budget_ref_io",
+    "shortlist",
+    "top_k",
+    "num_requests",
+    "n2n_gbs",
+)
+
+
+def rules_of(config: PlanConfig) -> dict[str, object]:
+    """The rule choices of a report's base config (docs/planner.md, "Rules"), by field name."""
+    out: dict[str, object] = {k: getattr(config, k) for k in RULE_FIELDS}
+    out["budget_scale"] = config.scale
+    out["prices"] = None if config.prices is None else str(config.prices)
+    return out
 
 
 def sweep(
@@ -148,10 +181,12 @@ def sweep(
     means: dict[str, dict[str, list[float | None]]] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
     allocations: dict[str, dict[str, dict[str, list]]] = {}
+    regime: dict[str, dict[str, dict]] = {}
     for ratio in ratios:
         key = ratio_key(ratio)
         counts[key] = {m: {"beats_nd": 0, "best": 0, "infeasible": 0} for m in base.modes}
         allocations[key] = {}
+        regime[key] = {}
         for model in models:
             try:
                 res = cache(dataclasses.replace(base, model=model, io_ratio=float(ratio)))
@@ -160,6 +195,14 @@ def sweep(
                     raise
                 res = _nothing_fits(base.modes, str(exc))
             allocations[key][model] = {}
+            ctx = res.get("context") or {}
+            regime[key][model] = {
+                "nd_sigma": res.get("nd_sigma"),
+                "arrival_bound_ceiling": res.get("arrival_bound_ceiling"),
+                "budget": (res.get("budget") or {}).get("value"),
+                "exceeds_window": ctx.get("exceeds_window"),
+                "share_over_window": ctx.get("share_over_window"),
+            }
             for mode, rec in res["modes"].items():
                 feasible = rec.get("feasible", True)
                 x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
@@ -187,9 +230,12 @@ def sweep(
         "catalog": base.catalog,
         "models": list(models),
         "io_ratios": [float(r) for r in ratios],
-        "budget_scale": base.budget_scale,
+        "budget_scale": base.scale,
+        "rules": rules_of(base),
         "rows": rows,
         "model_mean_x_nd": {m: {k: _mean(v) for k, v in by.items()} for m, by in means.items()},
+        "model_median_x_nd": {m: {k: _median(v) for k, v in by.items()} for m, by in means.items()},
+        "regime": regime,
         "counts": counts,
         "allocations": allocations,
         "wall_s": time.perf_counter() - started,

@@ -10,15 +10,12 @@ the current layer), decodes with continuous batching and completes.
 - **Prefill iteration**: each lane of the prefill unit takes waiting prompts FIFO up to
   ``prefill_token_budget`` tokens (a longer prompt runs alone; no chunked prefill); all lanes run
   at once and the iteration ends with the slowest.
-- **Decode step**: one step advances every admitted, handed-over sequence by one token. Its time is
-  the closed form of the unit (pools.UnitTimer: stage rooflines, TP/EP collectives, AF round
-  trips; no per-layer events). Steps between two changes of the batch (a join, a completion, a
-  prefill that preempts) are summed in closed form as one event (``_cum``: the work is linear in
-  the growing context between grid points ``parallel.DECODE_CTX_GRID`` tokens apart, so each grid
-  cell sums as a trapezoid); an event that changes the batch cuts the segment at the end of the
-  step in progress.
-- A unit hosting both phases (ND, AF) runs prefill first, one iteration at a time; decode waits.
-  PD and PDAF run their prefill and decode units concurrently.
+- **Decode step**: one step advances every admitted, handed-over sequence by one token, summed in
+  closed form between changes of the batch (run_decode.py).
+- A unit hosting both phases (ND, AF) runs prefill first, one iteration at a time, decode waiting
+  (``nd_schedule`` ``prefill-first``), or mixes decode tokens and prefill chunks in each iteration
+  under the token budget (``token-budget``, run_mixed.py). PD and PDAF run their prefill and decode
+  units concurrently.
 
 Throughput is (input + output tokens) / makespan of the whole run. The invariants of section 5 are
 checked at the end of every run (invariants.check_invariants); a broken one raises
@@ -27,19 +24,18 @@ checked at the end of every run (invariants.check_invariants); a broken one rais
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dualpath.cost.stages import kv_cache_bytes
 from dualpath.planner.invariants import RunConfig, RunResult, check_invariants
 from dualpath.planner.links import n2n_bytes_per_s, n2n_link, n2n_transfer
-from dualpath.planner.parallel import DECODE_CTX_GRID
 from dualpath.planner.pools import Allocation, IterTime, PoolTimer, UnitTimer
-from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Handle, Kernel
+from dualpath.planner.run_decode import DecodeSegments, Segment
+from dualpath.planner.run_mixed import MixedIterations
+from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, Kernel
 from dualpath.sim.links import Link
 
 if TYPE_CHECKING:
@@ -49,19 +45,7 @@ if TYPE_CHECKING:
     from dualpath.spec.models import ModelSpec
 
 
-@dataclass(slots=True)
-class _Segment:
-    start_s: float
-    step0: int
-    steps: int
-    batch: int
-    ctx_sum: float
-    handle: Handle
-    sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    memo: dict[int, IterTime] = field(default_factory=dict)
-
-
-class _Run:
+class _Run(DecodeSegments, MixedIterations):
     def __init__(
         self,
         model: ModelSpec,
@@ -82,6 +66,7 @@ class _Run:
                 microbatches=cfg.af_microbatches,
                 n2n_gbs=cfg.n2n_gbs,
                 latency_s=cfg.link_latency_s,
+                af_prefill=cfg.af_prefill,
             )
             for u in mode.units
         }
@@ -102,15 +87,14 @@ class _Run:
         total = [i + o for i, o in zip(reqs.input_len, reqs.output_len, strict=True)]
         self.kv_req = [kv_cache_bytes(model, c, self.kv_bits) for c in total]
         self.busy = {p.name: 0.0 for p in alloc.pools}
-        self.links: list[Link] = []
-        self.kv_links: list[Link] = []
+        self.links: list[Link] = []  # the A/F links; the KV links are made as replicas use them
+        self.kv_links: dict[int, Link] = {}  # prefill replica -> its hand-off link
+        self.has_kv_boundary = mode.kv_boundary is not None
         self.kv_bw = 0.0
         if mode.kv_boundary is not None:
             src, dst = (alloc.pool(x) for x in mode.kv_boundary)
-            a, b = src.layout.replica_devices, dst.layout.replica_devices
-            self.kv_links = [n2n_link(f"kv{r}", a, b, cfg.n2n_gbs) for r in range(src.layout.dp)]
-            self.kv_bw = n2n_bytes_per_s(a, b, cfg.n2n_gbs)
-            self.links += self.kv_links
+            self.kv_devices = (src.layout.replica_devices, dst.layout.replica_devices)
+            self.kv_bw = n2n_bytes_per_s(*self.kv_devices, cfg.n2n_gbs)
         self.af_links: dict[str, tuple[Link, Link]] = {}
         for name, u in self.units.items():
             if u.unit.is_split:
@@ -130,15 +114,19 @@ class _Run:
         self.finish: list[tuple[int, int]] = []
         self.join_step = [0] * n
         self.pending: list[int] = []
-        self.seg: _Segment | None = None
+        self.seg: Segment | None = None
+        self.mixed = cfg.nd_schedule == "token-budget" and self.pre is self.dec
+        self.prefilled: dict[int, int] = {}  # token-budget: prompt tokens prefilled so far
         self.done_s = [math.nan] * n
         self.num_done = 0
 
     # ---- admission and prefill ---------------------------------------------------------------
-    def run(self) -> RunResult:
+    def run(self, until_s: float = math.inf) -> RunResult | None:
         for t in self.reqs.arrival_s:
             self.k.call_at(t, self._arrive, PRIO_ARRIVAL)
-        self.k.run()
+        self.k.run(until_s)
+        if self.num_done < len(self.reqs) and self.k.pending:
+            return None  # stopped at until_s with requests left: it cannot finish by then
         return self._check()
 
     def _arrive(self) -> None:
@@ -173,7 +161,10 @@ class _Run:
     def _next(self, unit: UnitTimer) -> None:
         self.busy_unit[unit.unit.name] = False
         if unit is self.pre and self.prefill_q:
-            self._start_prefill()
+            if self.mixed:
+                self._start_mixed()
+            else:
+                self._start_prefill()
         elif unit is self.dec and (self.batch or self.pending):
             self._start_decode()
 
@@ -193,12 +184,12 @@ class _Run:
         end = now + it.time_s
         self._account(unit, it, now, 1)
         self.busy_unit[unit.unit.name] = True
-        if self.kv_links:
+        if self.has_kv_boundary:
             layers = self.model.num_layers
             p = unit.a.plan.layout.pp
             for i, lane in enumerate(lanes):
                 nbytes = sum(self._handoff_bytes(r) for r in lane)
-                link = self.kv_links[i // p]
+                link = self._kv_link(i // p)
                 arrive = n2n_transfer(link, nbytes, now + it.time_s / layers, self.cfg.link_latency_s)
                 done = max(arrive, end + nbytes / layers / self.kv_bw)
                 self.k.call_at(done, _bind(self._join, lane), PRIO_COMPLETE)
@@ -206,6 +197,19 @@ class _Run:
         else:
             flat = [r for lane in lanes for r in lane]
             self.k.call_at(end, _bind(self._prefill_done_local, flat), PRIO_COMPLETE)
+
+    def _kv_link(self, replica: int) -> Link:
+        """The hand-off link of prefill replica ``replica`` (made on first use: a pool of
+        thousands of replicas touches few of them in one run)."""
+        link = self.kv_links.get(replica)
+        if link is None:
+            a, b = self.kv_devices
+            link = self.kv_links[replica] = n2n_link(f"kv{replica}", a, b, self.cfg.n2n_gbs)
+        return link
+
+    def all_links(self) -> list[Link]:
+        """Every N2N link the run used: the A/F links and the KV links made so far."""
+        return self.links + list(self.kv_links.values())
 
     def _handoff_bytes(self, rid: int) -> float:
         return kv_cache_bytes(self.model, self.reqs.input_len[rid], self.kv_bits)
@@ -222,101 +226,6 @@ class _Run:
     def _join(self, rids: list[int]) -> None:
         self.pending.extend(rids)
         self._wake(self.dec)
-
-    # ---- decode segments -----------------------------------------------------------------------
-    def _start_decode(self) -> None:
-        for rid in self.pending:
-            self.join_step[rid] = self.step
-            self.batch += 1
-            self.ctx_sum += self.reqs.input_len[rid] - self.step
-            heapq.heappush(self.finish, (self.step + self.reqs.output_len[rid], rid))
-        self.pending.clear()
-        steps = self.finish[0][0] - self.step
-        seg = _Segment(
-            start_s=self.k.now_s,
-            step0=self.step,
-            steps=steps,
-            batch=self.batch,
-            ctx_sum=self.ctx_sum,
-            handle=None,
-        )  # type: ignore[arg-type]
-        seg.sums = self._cum(seg, steps)
-        seg.handle = self.k.at(seg.start_s + seg.sums[0], self._end_decode, PRIO_COMPLETE)
-        self.seg = seg
-        self.busy_unit[self.dec.unit.name] = True
-
-    def _step_time(self, seg: _Segment, j: int) -> IterTime:
-        it = seg.memo.get(j)
-        if it is None:
-            ctx = seg.ctx_sum / seg.batch + seg.step0 + j
-            it = seg.memo[j] = self.dec.decode(seg.batch, ctx)
-        return it
-
-    def _cum(self, seg: _Segment, n: int) -> tuple[float, float, float]:
-        """Sums over the segment's first ``n`` steps, piece by piece between the context grid
-        points where the step time's slope may change."""
-        f: Callable[[int], IterTime] = lambda j: self._step_time(seg, j)  # noqa: E731
-        m = seg.ctx_sum / seg.batch + seg.step0  # mean context at the segment's step 0
-        g = DECODE_CTX_GRID
-        out = (0.0, 0.0, 0.0)
-        a = 0
-        while a < n:
-            nxt = (math.floor((m + a) / g) + 1) * g  # next grid point above the context at a
-            b = min(n, max(a + 1, math.ceil(nxt - m - 1e-9)))
-            x = _series(f, a, b - a)
-            out = (out[0] + x[0], out[1] + x[1], out[2] + x[2])
-            a = b
-        return out
-
-    def _cut(self) -> None:
-        """End the running segment after the step in progress (a join or a prefill waits)."""
-        seg = self.seg
-        assert seg is not None
-        elapsed = self.k.now_s - seg.start_s
-        f: Callable[[int], IterTime] = lambda j: self._step_time(seg, j)  # noqa: E731
-        # the smallest n whose n steps end at or after now (steps only grow: n <= the guess)
-        lo, hi = 1, min(seg.steps, int(elapsed / f(0).time_s) + 1)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._cum(seg, mid)[0] >= elapsed - 1e-12:
-                hi = mid
-            else:
-                lo = mid + 1
-        n = lo
-        if n >= seg.steps:
-            return
-        seg.handle.cancel()
-        sums = self._cum(seg, n)
-        seg.steps, seg.sums = n, sums
-        seg.handle = self.k.at(seg.start_s + sums[0], self._end_decode, PRIO_COMPLETE)
-
-    def _end_decode(self) -> None:
-        seg = self.seg
-        assert seg is not None
-        self.seg = None
-        it = IterTime(
-            time_s=seg.sums[0], a_busy_s=seg.sums[1], f_busy_s=seg.sums[2], fwd_bytes=0.0, bwd_bytes=0.0
-        )
-        self._account(self.dec, it, seg.start_s, seg.steps, decode_tokens=seg.batch)
-        self.step += seg.steps
-        now = self.k.now_s
-        freed = False
-        while self.finish and self.finish[0][0] <= self.step:
-            _, rid = heapq.heappop(self.finish)
-            self.batch -= 1
-            self.ctx_sum -= self.reqs.input_len[rid] - self.join_step[rid]
-            self.kv_used -= self.kv_req[rid]
-            self.num_admitted -= 1
-            self.done_s[rid] = now
-            self.num_done += 1
-            freed = True
-        if self.batch == 0:
-            self.ctx_sum = 0.0
-        self.busy_unit[self.dec.unit.name] = False
-        if freed:
-            self._admit()
-        if not self.busy_unit[self.dec.unit.name]:
-            self._next(self.dec)
 
     # ---- accounting and invariants -------------------------------------------------------------
     def _account(
@@ -346,23 +255,6 @@ def _bind(fn: Callable[[list[int]], None], arg: list[int]) -> Callable[[], None]
     return lambda: fn(arg)
 
 
-def _series(f: Callable[[int], IterTime], a: int, n: int) -> tuple[float, float, float]:
-    """(sum of time, A busy, F busy) of ``f(a) .. f(a + n - 1)`` over one grid cell, where the
-    work is linear in the step: the trapezoid of the two ends (exact when the step time is linear;
-    a compute/memory crossover inside the cell is smoothed)."""
-    if n <= 0:
-        return (0.0, 0.0, 0.0)
-    first = f(a)
-    if n == 1:
-        return (first.time_s, first.a_busy_s, first.f_busy_s)
-    last = f(a + n - 1)
-    return (
-        n * (first.time_s + last.time_s) / 2,
-        n * (first.a_busy_s + last.a_busy_s) / 2,
-        n * (first.f_busy_s + last.f_busy_s) / 2,
-    )
-
-
 def simulate(
     model: ModelSpec,
     mode: ModeSpec,
@@ -370,6 +262,11 @@ def simulate(
     reqs: Requests,
     cfg: RunConfig,
     efficiency: Efficiency,
-) -> RunResult:
-    """Run ``alloc`` (a deployment of ``mode``) on ``reqs``; invariants checked at the end."""
-    return _Run(model, mode, alloc, reqs, cfg, efficiency).run()
+    *,
+    until_s: float = math.inf,
+) -> RunResult | None:
+    """Run ``alloc`` (a deployment of ``mode``) on ``reqs``; invariants checked at the end. With
+    ``until_s`` the run stops at that simulated time and returns None when requests are left (its
+    makespan would exceed ``until_s``: the search passes the mode's best makespan so far, which a
+    stopped run cannot beat, since every allocation serves the same tokens)."""
+    return _Run(model, mode, alloc, reqs, cfg, efficiency).run(until_s)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
     from dualpath.planner.catalog import CatalogDevice
     from dualpath.planner.modes import PoolSpec
-    from dualpath.planner.sigma_batch import DecodeCurve
+    from dualpath.planner.sigma_partner import Rater
     from dualpath.spec.models import ModelSpec
 
 
@@ -52,6 +52,7 @@ class Counts:
     pruned_residency: int = 0
     allocations_ranked: int = 0
     simulated: int = 0
+    stopped: int = 0  # simulations stopped once they could no longer beat the mode's best
     events: int = 0
 
     def to_json(self, top_k: int) -> dict[str, int]:
@@ -62,6 +63,7 @@ class Counts:
             "pruned_residency": self.pruned_residency,
             "allocations_ranked": self.allocations_ranked,
             "simulated": self.simulated,
+            "stopped_early": self.stopped,
             "events": self.events,
         }
 
@@ -80,14 +82,12 @@ class Candidate:
     sigma_sum: float = 0.0  # sum of the phases' sigma1 (tie-break: the non-binding phase counts)
     min_dp: int = 1  # fewest replicas that hold the weights (experts spread over t p d devices)
     order: int = field(default=0)  # position in the enumeration (tie-break)
-    curve: DecodeCurve | None = None  # set under --sigma batch-aware for pools with a decode stage
-    decode_f: bool = False  # the pool runs decode FFN (batch-aware coupling to the KV pool)
-    prefill_s: float = 0.0  # batch-aware: one prefill iteration on a lane (hosting PA), else 0
+    rater: Rater | None = None  # set under --sigma partner-batch (sigma_partner.py)
 
     def sigma_at(self, dp: int) -> float:
-        """The pool's sigma with ``dp`` replicas: ``dp x sigma1`` (the issue's rule), or the
-        batch-aware score when a curve is set (sigma_batch.py)."""
-        return dp * self.sigma1 if self.curve is None else self.curve.sigma(dp)
+        """The pool's standalone sigma with ``dp`` replicas: ``dp x sigma1`` (largest-batch), or
+        the partner-batch score when a rater is set (sigma_partner.py)."""
+        return dp * self.sigma1 if self.rater is None else self.rater.sigma(dp)
 
     def plan(self, pool: PoolSpec, dp: int) -> PoolPlan:
         return PoolPlan(
@@ -100,6 +100,13 @@ class Candidate:
         )
 
 
+def prefill_lane_tokens(demand: Demand, prefill_token_budget: int) -> int:
+    """Tokens one prefill lane takes per iteration: the mean prompts that fit the budget (one
+    prompt when it is longer)."""
+    length = max(1, round(demand.input_len))
+    return max(1, prefill_token_budget // length) * length
+
+
 def replica_sigma(
     model: ModelSpec,
     plan: PoolPlan,
@@ -108,23 +115,24 @@ def replica_sigma(
     efficiency: Efficiency,
     prefill_token_budget: int,
     max_decode_batch: int,
+    timer: PoolTimer | None = None,
 ) -> list[float] | None:
     """sigma1 of each phase of one replica of ``plan`` (its dp is ignored; the pool's sigma1 is
     the min); None when it cannot hold one of the longest requests' KV (hosting decode
     attention)."""
-    timer = PoolTimer(model, plan, efficiency)
+    timer = timer or PoolTimer(model, plan, efficiency)
     t, p = plan.layout.tp, plan.layout.pp
     stages = plan.stages
     sigmas: list[float] = []
     length = max(1, round(demand.input_len))
+    k = max(1, prefill_token_budget // length)
     if "pa" in stages:  # the lane's batch: the prompts that fit the token budget
-        k = max(1, prefill_token_budget // length)
         time_s = sum(timer.timers[s].prefill_uniform_s(k, length) for s in stages if s in ("pa", "pf"))
         sigmas.append(p * k * length / time_s / demand.prefill_tokens_per_s)
-    elif "pf" in stages:  # a split F side batches every A lane's tokens: as many as it holds
+    elif "pf" in stages:  # a split F side: each lane takes one A lane's tokens (the matched partner)
         free = max(plan.device.device.capacity_bytes - plan.weights_per_device(model), 0.0)
         per_token = 2.0 * hidden_act_bytes_per_token(model, plan.bits_map["pf"])
-        tokens = int(min(free * t / per_token, demand.num_requests * length))
+        tokens = int(min(free * t / per_token, k * length))  # one layer's activations must fit
         if tokens < 1:
             return None
         time_s = timer.timers["pf"].prefill_uniform_s(1, tokens)

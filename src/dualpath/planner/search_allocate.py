@@ -3,7 +3,9 @@
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
 pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)
 (never fewer than its ``min_dp`` replicas); the unspent budget then goes one replica at a time to
-the lowest-sigma pool that still fits. ``sigma_joint = min`` over pools. Besides that rule's pick,
+the lowest-sigma pool that still fits (``partner-batch``: the allocation is rated at its partners'
+batches and the leftover goes to the side that binds, search_fill.py). ``sigma_joint = min`` over
+pools. Besides that rule's pick,
 each split also yields the variants where one pool takes another of its short-listed candidates (so
 a one-pool mode, ND, ranks its whole short list too). Allocations are ranked by sigma_joint (ties:
 lower cost), duplicates dropped. Deterministic: every order has a total tie-break.
@@ -17,14 +19,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dualpath.planner import sigma_batch
-from dualpath.planner.links import N2N_GBS, n2n_bytes_per_s
+from dualpath.planner import search_fill, sigma_partner
 from dualpath.planner.pools import Allocation
 from dualpath.planner.search import pick_rule
 
 if TYPE_CHECKING:
     from dualpath.planner.modes import ModeSpec
     from dualpath.planner.search import Candidate, Counts
+    from dualpath.planner.search_fill import Coupling
 
 
 def _pick(cands: Sequence[Candidate], slice_budget: float) -> tuple[Candidate, int] | None:
@@ -93,28 +95,34 @@ def phase2(
     budget: float,
     grid: int,
     counts: Counts,
-    sigma_rule: str = "largest-batch",
-    n2n_gbs: float = N2N_GBS,
+    coupling: Coupling | None = None,
 ) -> list[Allocation]:
-    """Ranked, de-duplicated allocations of ``mode`` (best first)."""
-    batch_aware = sigma_rule == "batch-aware"
-    pick = sigma_batch.pick if batch_aware else _pick
-    fill = sigma_batch.fill if batch_aware else _fill
+    """Ranked, de-duplicated allocations of ``mode`` (best first). ``coupling`` (partner-batch):
+    rate each allocation at its partners' batches; None: the largest-batch rule."""
+    rule = sigma_partner.pick if coupling is not None else _pick
+    memo: dict[tuple[int, int, int], tuple[Candidate, int] | None] = {}
+
+    def pick(pool: int, group: int, cands: Sequence[Candidate], k: int) -> tuple[Candidate, int] | None:
+        """The rule's pick in a slice of k/grid of the budget (the same slices recur across splits)."""
+        key = (pool, group, k)
+        if key not in memo:
+            memo[key] = rule(cands, budget * k / grid)
+        return memo[key]
+
     pools = mode.pools
     seen: dict[tuple[object, ...], Allocation] = {}
     started: set[tuple[tuple[int, int], ...]] = set()  # many splits start alike
+    flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
     for split in _splits(len(pools), grid):
-        slices = [budget * k / grid for k in split]
-        flat = [[c for g in shortlists[p.name] for c in g] for p in pools]
-        base = [pick(f, s) for f, s in zip(flat, slices, strict=True)]
+        base = [pick(i, -1, f, k) for i, (f, k) in enumerate(zip(flat, split, strict=True))]
         if any(b is None for b in base):
             continue
         variants: list[list[tuple[Candidate, int]]] = [base]  # type: ignore[list-item]
-        for i, (p, s) in enumerate(zip(pools, slices, strict=True)):
-            for group in shortlists[p.name]:
+        for i, (p, k) in enumerate(zip(pools, split, strict=True)):
+            for g, group in enumerate(shortlists[p.name]):
                 if base[i][0] in group:  # type: ignore[index]
                     continue
-                other = pick(group, s)
+                other = pick(i, g, group, k)
                 if other is not None:
                     variants.append([*base[:i], other, *base[i + 1 :]])  # type: ignore[list-item]
         for var in variants:
@@ -126,24 +134,18 @@ def phase2(
             if start in started:  # so an allocation seen once is already ranked
                 continue
             started.add(start)
-            fill(chosen, budget - spent)
-            plans = tuple(
-                c.plan(p, d)  # type: ignore[attr-defined]
-                for (c, d), p in zip(chosen, pools, strict=True)
-            )
-            if batch_aware:
-                names = [p.name for p in pools]
-                kvb = mode.kv_boundary
-                coupled = sigma_batch.coupled_sigmas(
-                    names.index(mode.kv_pool.name),
-                    chosen,  # type: ignore[arg-type]
-                    kv_boundary=None if kvb is None else (names.index(kvb[0]), names.index(kvb[1])),
-                    n2n_bps=n2n_bytes_per_s(1, 1, n2n_gbs),
+            if coupling is None:
+                _fill(chosen, budget - spent)
+                plans = tuple(
+                    c.plan(p, d)  # type: ignore[attr-defined]
+                    for (c, d), p in zip(chosen, pools, strict=True)
                 )
-                if coupled is not None:
-                    plans = tuple(
-                        dataclasses.replace(p, sigma=x) for p, x in zip(plans, coupled, strict=True)
-                    )
+            else:
+                coupled = search_fill.fill(coupling, chosen, budget - spent)
+                plans = tuple(
+                    dataclasses.replace(c.plan(p, d), sigma=x)  # type: ignore[attr-defined]
+                    for (c, d), p, x in zip(chosen, pools, coupled, strict=True)
+                )
             cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
             alloc = Allocation(
                 mode=mode.name, pools=plans, cost=cost, sigma_joint=min(p.sigma for p in plans)

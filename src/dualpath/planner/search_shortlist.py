@@ -1,35 +1,34 @@
 """Phase 1 of the search (issue 11 section 6): the short list of each pool.
 
 **Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
-gets ``sigma1 = tput / demand`` for one replica; a pool of d replicas has ``sigma = d x sigma1``.
-Demand is ``lambda x I`` tokens/s for prefill and ``lambda x O`` for decode; ``tput`` is one
-replica's tokens/s at the largest batch it holds (prefill: the prompts that fit the token budget; a
-split PF side: every token its free memory holds one layer's activations of, since it batches all A
-lanes' tokens; decode: ``max_decode_batch`` or fewer when its KV capacity holds fewer), from the
-same lane times the run uses. A merged pool adds its stages' times; its sigma is the smaller of its
-phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over all ``t
-p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention cannot hold
-the longest request's KV) and is scored at that size; candidates whose ``min_dp`` replicas exceed
-the budget, or whose non-expert share alone does not fit, are pruned. The short list keeps the
-``shortlist`` best (device, precision) groups by sigma1 per unit cost, plus the group of the
-cheapest replica.
+gets ``sigma1 = tput / demand`` for one replica (demand ``lambda x I`` tokens/s for prefill,
+``lambda x O`` for decode), from the same lane times the run uses. Prefill is read at one lane's
+batch (the prompts that fit the token budget; a split PF side: each of its lanes takes one A lane's
+tokens, the matched partner). Decode, under ``largest-batch``, at the largest batch a replica holds
+(``max_decode_batch``, or fewer when its KV capacity holds fewer) with ``sigma = d x sigma1``;
+under ``partner-batch`` (default) the pool's score is sigma_partner.Rater's (``min(C, d b_hold)``
+sequences over its ``p d`` lanes). A merged pool adds its stages' times; its sigma is the smaller
+of its phases'. A candidate needs ``min_dp`` replicas to hold its weights (MoE experts spread over
+all ``t p d`` devices, parallel.min_replicas; doubled while a replica hosting decode attention
+cannot hold the longest request's KV) and is scored at that size; candidates whose ``min_dp``
+replicas exceed the budget, or whose non-expert share alone does not fit, are pruned. The short
+list keeps the ``shortlist`` best (device, precision) groups by sigma per unit cost, plus the
+group of the cheapest replica.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dualpath.core.errors import require
-from dualpath.cost.stages import kv_cache_bytes
-from dualpath.planner import sigma_batch
+from dualpath.planner import sigma_partner
 from dualpath.planner.parallel import PP_DEGREES, TP_DEGREES, Layout, default_ep, min_replicas
 from dualpath.planner.pools import PoolPlan, PoolTimer
-from dualpath.planner.search import Candidate, Counts, Demand, decode_hold, decode_step_s, replica_sigma
-from dualpath.planner.sigma_batch import SIGMA_RULES, DecodeCurve
+from dualpath.planner.search import Candidate, Counts, Demand, replica_sigma
+from dualpath.planner.sigma_partner import SIGMA_DEFAULT, SIGMA_RULES
 
 if TYPE_CHECKING:
     from dualpath.cost.efficiency import Efficiency
@@ -58,136 +57,189 @@ def phase1(
     max_decode_batch: int,
     shortlist: int,
     counts: Counts,
-    sigma_rule: str = "largest-batch",
+    sigma_rule: str = SIGMA_DEFAULT,
 ) -> list[list[Candidate]]:
     """The short list of one pool: the ``shortlist`` best (device, precision) groups by their
     best sigma1 per unit cost, each with all its surviving (t, p) layouts (``sigma_rule``
-    ``batch-aware``: scores and ranking of sigma_batch.py)."""
-    require(sigma_rule in SIGMA_RULES, "sigma", sigma_rule, f"choices: {', '.join(SIGMA_RULES)}")
-    kept: list[Candidate] = []
-    order = 0
-    for dev in devices:
-        unit = dev.cost(budget_kind)  # type: ignore[arg-type]
-        cap = dev.device.capacity_bytes
-        for bits in bits_options(pool, allowed):
-            for tp in TP_DEGREES:
-                for pp in PP_DEGREES:
-                    counts.candidates += 1
-                    order += 1
-                    cost = tp * pp * unit
-                    if cost > budget:
-                        counts.pruned_budget += 1
-                        continue
-                    dmin = min_replicas(model, dict(bits), tp, pp, cap)
-                    if dmin is None:
-                        counts.pruned_residency += 1
-                        continue
-                    sigmas = None
-                    while dmin * cost <= budget:
-                        ep = default_ep(model, pool.stages, tp, pp, dmin)
-                        plan = PoolPlan(
-                            name=pool.name,
-                            stages=pool.stages,
-                            device=dev,
-                            layout=Layout(tp=tp, pp=pp, dp=dmin, ep=ep),
-                            bits=bits,
-                        )
-                        sigmas = replica_sigma(
-                            model,
-                            plan,
-                            demand,
-                            efficiency=efficiency,
-                            prefill_token_budget=prefill_token_budget,
-                            max_decode_batch=max_decode_batch,
-                        )
-                        if sigmas is not None or ep == 1:
-                            break
-                        dmin *= 2  # more replicas spread the experts thinner: room for KV
-                    if dmin * cost > budget:
-                        counts.pruned_budget += 1
-                        continue
-                    if sigmas is None:
-                        counts.pruned_residency += 1
-                        continue
-                    curve, pre_s = None, 0.0
-                    if sigma_rule == "batch-aware":
-                        if any(s in ("da", "df") for s in pool.stages):
-                            curve = _curve(model, plan, demand, efficiency, sigmas, max_decode_batch)
-                        if "pa" in pool.stages:
-                            pre_s = _prefill_iter_s(model, plan, demand, efficiency, prefill_token_budget)
-                    kept.append(
-                        Candidate(
-                            device=dev,
-                            tp=tp,
-                            pp=pp,
-                            ep=default_ep(model, pool.stages, tp, pp),
-                            bits=bits,
-                            replica_cost=cost,
-                            sigma1=min(sigmas),
-                            sigma_sum=sum(sigmas),
-                            order=order,
-                            min_dp=dmin,
-                            curve=curve,
-                            decode_f="df" in pool.stages,
-                            prefill_s=pre_s,
-                        )
-                    )
-    if sigma_rule == "batch-aware":
-        return shortlist_of(kept, shortlist, key=lambda c: sigma_batch.rank_key(c, budget))
+    ``partner-batch``: scores and ranking of sigma_partner.py)."""
+    kept = candidates(
+        model,
+        pool,
+        devices,
+        demand,
+        allowed,
+        budget=budget,
+        budget_kind=budget_kind,
+        efficiency=efficiency,
+        prefill_token_budget=prefill_token_budget,
+        max_decode_batch=max_decode_batch,
+        counts=counts,
+        sigma_rule=sigma_rule,
+    )
+    if sigma_rule == "partner-batch":
+        return shortlist_of(kept, shortlist, key=lambda c: sigma_partner.rank_key(c, budget))
     return shortlist_of(kept, shortlist)
 
 
-def _curve(
+_MEMO_SIZE = 48  # phase-1 candidate lists kept per process (plans differing only in later rules)
+_MEMO: OrderedDict[tuple, tuple[list[Candidate], tuple[int, int, int]]] = OrderedDict()
+
+
+def candidates(
     model: ModelSpec,
-    plan: PoolPlan,
+    pool: PoolSpec,
+    devices: Sequence[CatalogDevice],
     demand: Demand,
+    allowed: Mapping[str, Sequence[int]],
+    *,
+    budget: float,
+    budget_kind: str,
     efficiency: Efficiency,
-    sigmas: Sequence[float],
+    prefill_token_budget: int,
     max_decode_batch: int,
-) -> DecodeCurve:
-    """The batch-aware decode score of ``plan``'s candidate: step times at (batch, pool size);
-    the pool size matters only where the experts are spread over the whole pool (e = t p d)."""
-    hold = decode_hold(model, plan, demand, max_decode_batch)
-    assert hold is not None  # replica_sigma accepted the plan
-    lay = plan.layout
-    pooled = default_ep(model, plan.stages, lay.tp, lay.pp) > 1
-    timers: dict[int, PoolTimer] = {}
-
-    def step_s(batch: int, dp: int) -> float:
-        size = dp if pooled else lay.dp
-        timer = timers.get(size)
-        if timer is None:
-            ep = default_ep(model, plan.stages, lay.tp, lay.pp, size)
-            sized = dataclasses.replace(plan, layout=Layout(tp=lay.tp, pp=lay.pp, dp=size, ep=ep))
-            timer = timers[size] = PoolTimer(model, sized, efficiency)
-        return decode_step_s(timer, batch, demand)
-
-    has_prefill = any(s in ("pa", "pf") for s in plan.stages)
-    kv_req = (
-        kv_cache_bytes(model, max(1, round(demand.input_len)), plan.bits_map["da"])
-        if "da" in plan.stages
-        else 0.0
+    counts: Counts,
+    sigma_rule: str = SIGMA_DEFAULT,
+) -> list[Candidate]:
+    """Every surviving candidate replica of one pool, scored (phase 1 before the short list).
+    Memoised per process on every input (plans that differ only in phase-2 or run rules, such as
+    the A/F prefill rule, the ND schedule or K, share it); ``counts`` is updated either way."""
+    require(sigma_rule in SIGMA_RULES, "sigma", sigma_rule, f"choices: {', '.join(SIGMA_RULES)}")
+    key = (
+        model,
+        pool.stages,
+        tuple(devices),
+        demand,
+        tuple(sorted((k, tuple(v)) for k, v in allowed.items())),
+        budget,
+        budget_kind,
+        id(efficiency),
+        prefill_token_budget,
+        max_decode_batch,
+        sigma_rule,
     )
-    return DecodeCurve(
-        output_len=demand.output_len,
-        kv_request_bytes=kv_req,
-        hold=hold,
-        concurrency=demand.num_requests,
-        prefill_sigma1=sigmas[0] if has_prefill else math.inf,
-        step_s=step_s,
-        demand_tps=demand.decode_tokens_per_s,
-        pooled=pooled,
+    hit = _MEMO.get(key)
+    if hit is None:
+        local = Counts()
+        kept = [
+            c
+            for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
+            if (
+                c := _candidate(
+                    model,
+                    pool,
+                    dev,
+                    bits,
+                    tp,
+                    pp,
+                    order,
+                    demand,
+                    budget=budget,
+                    budget_kind=budget_kind,
+                    efficiency=efficiency,
+                    prefill_token_budget=prefill_token_budget,
+                    max_decode_batch=max_decode_batch,
+                    counts=local,
+                    sigma_rule=sigma_rule,
+                )
+            )
+            is not None
+        ]
+        hit = _MEMO[key] = (kept, (local.candidates, local.pruned_budget, local.pruned_residency))
+        if len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    else:
+        _MEMO.move_to_end(key)
+    kept, (n, budget_pruned, residency_pruned) = hit
+    counts.candidates += n
+    counts.pruned_budget += budget_pruned
+    counts.pruned_residency += residency_pruned
+    return kept
+
+
+def _layouts(
+    pool: PoolSpec, devices: Sequence[CatalogDevice], allowed: Mapping[str, Sequence[int]]
+) -> Iterator[tuple[CatalogDevice, tuple[tuple[str, int], ...], int, int]]:
+    """Every (device, precision, t, p) of a pool, in enumeration order."""
+    for dev in devices:
+        for bits in bits_options(pool, allowed):
+            for tp in TP_DEGREES:
+                for pp in PP_DEGREES:
+                    yield dev, bits, tp, pp
+
+
+def _candidate(
+    model: ModelSpec,
+    pool: PoolSpec,
+    dev: CatalogDevice,
+    bits: tuple[tuple[str, int], ...],
+    tp: int,
+    pp: int,
+    order: int,
+    demand: Demand,
+    *,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    counts: Counts,
+    sigma_rule: str,
+) -> Candidate | None:
+    """One (device, precision, t, p) scored at its fewest replicas, or None (pruned, counted)."""
+    counts.candidates += 1
+    cost = tp * pp * dev.cost(budget_kind)  # type: ignore[arg-type]
+    dmin = min_replicas(model, dict(bits), tp, pp, dev.device.capacity_bytes) if cost <= budget else None
+    if cost > budget or dmin is None:
+        counts.pruned_budget += int(cost > budget)
+        counts.pruned_residency += int(cost <= budget)
+        return None
+    sigmas = None
+    while dmin * cost <= budget:
+        ep = default_ep(model, pool.stages, tp, pp, dmin)
+        layout = Layout(tp=tp, pp=pp, dp=dmin, ep=ep)
+        plan = PoolPlan(name=pool.name, stages=pool.stages, device=dev, layout=layout, bits=bits)
+        timer = PoolTimer(model, plan, efficiency)
+        sigmas = replica_sigma(
+            model,
+            plan,
+            demand,
+            efficiency=efficiency,
+            prefill_token_budget=prefill_token_budget,
+            max_decode_batch=max_decode_batch,
+            timer=timer,
+        )
+        if sigmas is not None or ep == 1:
+            break
+        dmin *= 2  # more replicas spread the experts thinner: room for KV
+    if dmin * cost > budget or sigmas is None:
+        counts.pruned_budget += int(dmin * cost > budget)
+        counts.pruned_residency += int(dmin * cost <= budget)
+        return None
+    rater = None
+    if sigma_rule == "partner-batch":
+        rater = sigma_partner.make_rater(
+            model,
+            plan,
+            demand,
+            efficiency,
+            sigmas,
+            max_decode_batch=max_decode_batch,
+            prefill_token_budget=prefill_token_budget,
+            timer=timer,
+        )
+    return Candidate(
+        device=dev,
+        tp=tp,
+        pp=pp,
+        ep=default_ep(model, pool.stages, tp, pp),
+        bits=bits,
+        replica_cost=cost,
+        sigma1=min(sigmas),
+        sigma_sum=sum(sigmas),
+        order=order,
+        min_dp=dmin,
+        rater=rater,
     )
-
-
-def _prefill_iter_s(
-    model: ModelSpec, plan: PoolPlan, demand: Demand, efficiency: Efficiency, prefill_token_budget: int
-) -> float:
-    """One lane's prefill iteration of mean prompts (the prefill part of a request's residence)."""
-    timer = PoolTimer(model, plan, efficiency)
-    length = max(1, round(demand.input_len))
-    k = max(1, prefill_token_budget // length)
-    return sum(timer.timers[s].prefill_uniform_s(k, length) for s in plan.stages if s in ("pa", "pf"))
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
@@ -208,7 +260,11 @@ def shortlist_of(
     replica that a small budget slice cannot buy, which would leave the slice empty). A group keeps
     every (t, p): phase 2 picks the layout that suits its budget slice (the most efficient layout
     is often the largest replica, which a small slice cannot buy)."""
-    rank = key or _rank_key
+    keys = {id(c): (key or _rank_key)(c) for c in kept}  # each key once (a bisection under partner-batch)
+
+    def rank(c: Candidate) -> tuple:
+        return keys[id(c)]
+
     groups: dict[tuple[str, tuple[tuple[str, int], ...]], list[Candidate]] = {}
     for c in sorted(kept, key=rank):
         groups.setdefault((c.device.name, c.bits), []).append(c)

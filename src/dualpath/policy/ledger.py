@@ -224,10 +224,13 @@ class Ledger(LedgerViews):
         entry.pe_done = True
         self._release_pe(entry)
 
-    def on_finished(self, request_id: str, requeue: bool = False) -> Entry | None:
+    def on_finished(
+        self, request_id: str, requeue: bool = False, info: RequestInfo | None = None
+    ) -> Entry | None:
         """Forget a request wherever it is (finished, failed, aborted): release every load it
-        holds. ``requeue``: it starts again at the head of the global queue. Returns the old entry
-        (None if unknown)."""
+        holds. ``requeue``: it starts again at the head of the global queue, as ``info`` if given
+        (a request resuming after an engine's death: ``policy.recovery.resumed_request``). Returns
+        the old entry (None if unknown)."""
         entry = self.requests.pop(request_id, None)
         if entry is None:
             return None
@@ -254,7 +257,9 @@ class Ledger(LedgerViews):
             self.read_q[node] = max(self.read_q[node] - n, 0)
         entry.reads.clear()
         if requeue:
-            fresh = _entry(entry.info)
+            if info is not None and info.request_id != request_id:
+                raise DualpathError(f"requeue of {request_id!r} as {info.request_id!r}")
+            fresh = _entry(entry.info if info is None else info)
             fresh.driver = entry.driver
             self.requests[request_id] = fresh
             self.global_queue.appendleft(fresh)

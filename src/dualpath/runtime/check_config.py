@@ -3,6 +3,8 @@
 Paths: ``pe``, ``de`` and ``split`` (one conversation on that read path; split divides the hits
 between PE and DE), ``mixed`` (two conversations batched together, on opposite paths that swap
 every turn). Each turn sends the next of ``MESSAGES`` (``OTHER_MESSAGES`` for mixed's second).
+``transport``: how KV moves between the engines (``CHECK_TRANSPORTS``: "inproc", a call; or a
+cross-process transport, one per engine, so the check covers its wire).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dualpath.core.errors import require
+from dualpath.runtime.choices import TRANSPORT_NAMES
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 PATHS = ("pe", "de", "split", "mixed")  # the choices
+CHECK_TRANSPORTS = ("inproc", *TRANSPORT_NAMES)  # = runtime.engine.local.LOCAL_TRANSPORTS
 DEFAULT_PATHS = ("pe", "de", "mixed")  # what `dualpath check` runs unless told (split: ask for it)
 MESSAGES = (
     "What is the capital of France? Answer in one sentence.",
@@ -39,8 +43,11 @@ class CheckConfig:
     gen_len: int = 8
     tolerance: float = 1e-4
     device: str = "cpu"
+    transport: str = "inproc"
 
     def __post_init__(self) -> None:
         require(1 <= self.turns <= len(MESSAGES), "turns", self.turns, f"must be in [1, {len(MESSAGES)}]")
         for p in self.paths:
             require(p in PATHS, "paths", p, f"choices: {', '.join(PATHS)}")
+        require(self.transport in CHECK_TRANSPORTS, "transport", self.transport,
+                f"choices: {', '.join(CHECK_TRANSPORTS)}")  # fmt: skip

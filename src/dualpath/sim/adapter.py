@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
-from dualpath.policy.batch import BatchLimits, batch_candidates
+from dualpath.policy.batch import NO_LIMITS, BatchLimits, batch_candidates
 from dualpath.policy.fetch import SIM_ORDER, Fetcher, FetchOrder
 from dualpath.policy.ledger import DECODE, PREFILL, Entry, Ledger, ViewBounds
 from dualpath.policy.views import (
@@ -67,6 +67,7 @@ class PolicyAdapter:
         pe_hbm_tokens: int | None = None,
         order: FetchOrder = SIM_ORDER,
         bounds: ViewBounds = ViewBounds(),
+        batch_limits: BatchLimits | None = None,
     ) -> None:
         self.sim = sim
         self.scheduler = scheduler
@@ -80,7 +81,11 @@ class PolicyAdapter:
         for node, rate in read_rates.items():
             ledger.set_read_rate(rate, node)
         self.fetcher = Fetcher(ledger, scheduler, order, self, beta_tokens=scheduler.config.beta_tokens)
-        self.batch_limits = BatchLimits(hbm_tokens=pe_hbm_tokens, max_items=BATCH_VIEW_LIMIT)
+        # the batch offer's cut and the room the PE reports to its planner: by default Basic's
+        # whole prompts in PE HBM and at most BATCH_VIEW_LIMIT requests; ``batch_limits`` instead
+        # (the local cluster: every ready request offered, the staging slot's room)
+        self.batch_limits = batch_limits or BatchLimits(hbm_tokens=pe_hbm_tokens, max_items=BATCH_VIEW_LIMIT)
+        self.plan_limits = NO_LIMITS if batch_limits is None else batch_limits
 
     @property
     def fetches(self) -> int:
@@ -130,7 +135,7 @@ class PolicyAdapter:
         ready, claimed, view = self.batch_view(st)
         if view is None:
             return []
-        return self.apply_batch(ready, claimed, self.scheduler.plan_prefill_batch(view))
+        return self.apply_batch(ready, claimed, self.scheduler.plan_prefill_batch(view, self.plan_limits))
 
     def batch_view(self, st: PeState) -> tuple[list[Req], list[Req], BatchView | None]:
         """``(offered, claimed, BatchView | None)``: the PE's requests the policy's batch offer

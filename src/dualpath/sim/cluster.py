@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dualpath.sim.links import Link
+from dualpath.sim.local import BLOCK_SIZE, LocalClusterSpec
 
 if TYPE_CHECKING:
     from dualpath.sim.calibration import Calibration
@@ -37,6 +38,7 @@ class Node:
         "gpus",
         "snic_read_bytes",
         "snic_write_bytes",
+        "persist_end_s",
     )
 
     def __init__(
@@ -64,6 +66,7 @@ class Node:
         self.gpus: list[int] = []
         self.snic_read_bytes = 0.0
         self.snic_write_bytes = 0.0
+        self.persist_end_s = 0.0  # when this node's persists booked so far are done
 
 
 class Gpu:
@@ -115,13 +118,21 @@ def engine_gpu_spec(gpu, tp: int):
 
 class Cluster:
     """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP).
-    ``cal`` gives the storage efficiency, usable HBM and EP group sizes."""
+    ``cal`` gives the storage efficiency, usable HBM and EP group sizes. ``preset`` a
+    ``spec.clusters.ClusterPreset``, or the local cluster (``sim.local.LocalClusterSpec``: one
+    engine per node, ``block_bytes`` sizing its buffers; see :meth:`_build_local`)."""
 
-    def __init__(self, preset, cal: Calibration, snic_directions: str = "shared") -> None:
+    def __init__(
+        self, preset, cal: Calibration, snic_directions: str = "shared", block_bytes: int = 0
+    ) -> None:
         # preset: spec.clusters.ClusterPreset; snic_directions: dualpath.core.links.SNIC_DIRECTIONS
+        if isinstance(preset, LocalClusterSpec):
+            self._build_local(preset, cal, block_bytes)
+            return
         node_spec = preset.node_spec
         self.preset = preset
         self.model = preset.model_spec
+        self.kv_bytes_per_token: int = self.model.kv_bytes_per_token
         self.node_spec = node_spec
         is_ep = preset.parallelism == "ep_dp" and self.model.is_moe
         self.tp_size = 1 if is_ep else tp_degree(self.model, node_spec.gpu_spec, node_spec.num_gpus, cal)
@@ -147,6 +158,38 @@ class Cluster:
         self.de_nodes = self.nodes[self.num_prefill_nodes :]
         self.prefill_units = self._units(self.pe_nodes, cal.prefill_ep_nodes if is_ep else 0)
         self.decode_units = self._units(self.de_nodes, cal.decode_ep_nodes if is_ep else 0)
+
+    def _build_local(self, spec: LocalClusterSpec, cal: Calibration, block_bytes: int) -> None:
+        """The local cluster: one engine (a "GPU" here) per node, PE nodes first; SNICs at the cap
+        (times the calibration's efficiency, 1 for the local cluster), persists on their other
+        direction when ``spec.snic_directions`` says so; no DRAM link (host copies are inside the
+        measured engine steps), CNICs at ``spec.cnic_gbps`` (uncapped: infinite); the PE and DE
+        buffers as the runtime's workers size them; every engine its own unit."""
+        self.preset = spec
+        self.model = None
+        self.kv_bytes_per_token = block_bytes // BLOCK_SIZE
+        self.node_spec = None
+        self.gpu_spec = None
+        self.tp_size = 1
+        self.num_gpus_per_node = 1
+        self.num_prefill_nodes = spec.num_prefill_engines
+        self.num_decode_nodes = spec.num_decode_engines
+        snic = spec.snic_bytes_per_s * cal.storage_efficiency
+        inf = float("inf")
+        self.nodes = []
+        self.gpus = []
+        for node_id in range(self.num_prefill_nodes + self.num_decode_nodes):
+            pe = node_id < self.num_prefill_nodes
+            buffer = spec.pe_buffer_bytes(block_bytes) if pe else spec.de_buffer_bytes(block_bytes)
+            node = Node(node_id, "pe" if pe else "de", snic, inf, float(buffer), spec.snic_directions)
+            gpu = Gpu(node_id, node_id, node.role, spec.cnic_bytes_per_s)
+            node.gpus.append(gpu.gpu_id)
+            self.nodes.append(node)
+            self.gpus.append(gpu)
+        self.pe_nodes = self.nodes[: self.num_prefill_nodes]
+        self.de_nodes = self.nodes[self.num_prefill_nodes :]
+        self.prefill_units = self._units(self.pe_nodes, 0)
+        self.decode_units = self._units(self.de_nodes, 0)
 
     def _units(self, nodes: list[Node], ep_nodes: int) -> list[list[int]]:
         """Lockstep GPU sets: EP groups of ``ep_nodes`` nodes, or one GPU each (``ep_nodes`` 0)."""

@@ -22,7 +22,9 @@ SIM_COST_MODELS = ("auto", *COST_MODEL_NAMES)
 PE_FETCHES = ("tick", "boundary")  # SimConfig.pe_fetch
 
 if TYPE_CHECKING:
+    from dualpath.sim.local import LocalClusterSpec
     from dualpath.spec.clusters import ClusterPreset
+    from dualpath.spec.engine_profile import EngineProfile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +67,9 @@ class SimConfig:
     """One simulated run of one system.
 
     ``cluster``: a ``dualpath.spec.clusters.ClusterPreset`` (model, node, P, D, DRAM buffer,
-    parallelism). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
+    parallelism), or the local cluster (``sim.local.LocalClusterSpec``), whose engines' step
+    times are ``profile``'s (a measured ``spec.engine_profile.EngineProfile``; it needs the local
+    cluster and the local cluster needs it; its constants: ``sim.local.LOCAL_CALIBRATION``). ``trajectories`` are already expanded to the agents to run. ``aps``: None for
     offline (every agent starts at 0), else Poisson agent arrivals per second (online).
     ``horizon_s``: online arrival window. ``out_dir``: where per-request records are streamed
     (None: not written). ``cost_model``: a ``dualpath.cost`` name, or ``auto`` (the default):
@@ -86,7 +90,7 @@ class SimConfig:
     """
 
     system: SystemSpec
-    cluster: ClusterPreset
+    cluster: ClusterPreset | LocalClusterSpec
     seed: int = 0
     aps: float | None = None
     horizon_s: float = 600.0
@@ -101,8 +105,20 @@ class SimConfig:
     read_tie: str = "pe"
     pe_tie: str = "group"
     pe_fetch: str = "boundary"
+    profile: EngineProfile | None = None
 
     def __post_init__(self) -> None:
+        from dualpath.sim.local import LocalClusterSpec
+
+        local = isinstance(self.cluster, LocalClusterSpec)
+        require(
+            local == (self.profile is not None),
+            "profile" if local else "cluster",
+            "none" if local else self.cluster.name,
+            "the local cluster runs on a measured engine profile (--device profile:FILE)"
+            if local
+            else "an engine profile is the local CPU engine's: it needs the local cluster (--cluster local)",
+        )
         require(self.aps is None or self.aps > 0, "aps", self.aps, "must be > 0")
         require(self.horizon_s > 0, "horizon_s", self.horizon_s, "must be > 0")
         require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1")

@@ -305,3 +305,81 @@ def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration) -> flo
     if ep_size > num_gpus_per_node:
         return cal.ep_layer_latency_rdma_s
     return cal.ep_layer_latency_nvlink_s
+
+
+class ProfileCosts(CostCache):
+    """The cost cache of a measured engine profile (``spec/engine_profile.py``, read by ``cost/profile.py``; ``--device profile:FILE``):
+    a PE iteration is the profile's prefill step of its batch, a DE step the profile's decode step
+    of its batch and mean context, a join the profile's measured admission of a prefilled prompt;
+    the fixed costs are the calibration's (zero for the local cluster, whose engine loops are
+    inside the measured steps). The quota batcher's attention line is the one the profiled engine
+    measured, so the simulated PE batches as the real one does. A unit of one engine computes
+    ``iteration_s(attention_layer_s + other_layer_s)``, i.e. ``zero(sum n) + sum cached(c, n)``
+    (``ProfileTimes.prefill_s``), split per layer as the units read it."""
+
+    def __init__(self, profile: Any, cal: Calibration) -> None:
+        from dualpath.cost.profile import ProfileTimes
+        from dualpath.policy import AttentionFlops, LinearAttentionPredictor
+
+        self.model = None
+        self.cal = cal
+        self.times = times = ProfileTimes(profile)
+        self.num_layers = profile.num_layers
+        self.pd_handoff_s = cal.pd_handoff_s
+        self.layer_handoff_s = cal.pd_layer_handoff_s * profile.num_layers
+        self._join_s = cal.decode_join_s
+        self.source = f"profile ({profile.model}, {profile.dtype}, {profile.host or 'unknown host'})"
+        flops = AttentionFlops(
+            num_heads=profile.num_heads, qk_head_dim=profile.head_dim, v_head_dim=profile.head_dim
+        )
+        line = LinearAttentionPredictor(
+            flops_model=flops,
+            seconds_per_flop=profile.attention_s_per_gflop / 1e9,
+            intercept_s=profile.attention_intercept_s / profile.num_layers,
+        )
+        self.predictor = MemoAttentionPredictor(line)
+        self._prefill_fixed_s = cal.prefill_iter_overhead_s
+        self._decode_fixed_s = cal.decode_step_overhead_s
+        self._decode_a2a_s_per_token = 0.0
+        self._traffic_pe = 0.0
+        self._traffic_de = 0.0
+        self._other = {}
+        self._decode = {}
+        self._layers_f = float(profile.num_layers)
+        self._zero = times.prefill_zero_s
+        self._cached = times.prefill_cached_s
+
+    def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
+        """What the entries' cached prefixes add to the step, per layer."""
+        cached = self._cached
+        total = 0.0
+        for c, n in entries:
+            total += cached(c, n)
+        return total / self._layers_f
+
+    def other_layer_s(self, num_tokens: int) -> float:
+        """The zero-cache step of ``num_tokens`` new tokens, per layer."""
+        return self._zero(num_tokens) / self._layers_f if num_tokens > 0 else 0.0
+
+    def iteration_s(self, layer_s: float) -> float:
+        return layer_s * self._layers_f + self._prefill_fixed_s
+
+    def decode_step_s(self, batch_size: int, ctx_sum: float) -> float:
+        if batch_size <= 0:
+            return 0.0
+        return self.times.decode_step_s(batch_size, ctx_sum / batch_size) + self._decode_fixed_s
+
+    def join_stall_s(self, copied_tokens: int) -> float:
+        """The profile's admission of a prefilled prompt of ``copied_tokens`` tokens."""
+        return self._join_s + self.times.join_s(copied_tokens)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "prefill_fixed_s": self._prefill_fixed_s,
+            "decode_fixed_s": self._decode_fixed_s,
+        }
+
+    def decode_terms_s(self, batch_size: int, context_len: int) -> dict[str, float]:
+        step = self.times.decode_step_s(batch_size, context_len)
+        return {"measured": step, "overhead": self._decode_fixed_s}

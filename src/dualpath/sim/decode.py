@@ -91,9 +91,12 @@ class DecodeUnit:
         gpus: list[Gpu],
         model_bytes_per_token: float,
         on_done: Callable[[Req, DeState], None],
+        first_token_at_step_end: bool = False,
     ) -> None:
         """``gpus``: the engines of ``states``, in order; ``on_done(req, st)``: ``req`` produced
-        its last token on ``st``."""
+        its last token on ``st``. ``first_token_at_step_end``: a joining request's first token
+        counts (``req.t_first``) at the end of its first step, when an engine that sends a step's
+        tokens after the step hands it out (the local cluster's DE, sim/local.py)."""
         self.kernel = kernel
         self.costs = costs
         self.on_done = on_done
@@ -114,6 +117,7 @@ class DecodeUnit:
         # EP all-to-all bytes per token per step; none for DP models and for Oracle (no link costs)
         self.model_bytes_per_token = model_bytes_per_token
         self.gpus = gpus
+        self.first_token_at_step_end = first_token_at_step_end
 
     def _advance(self) -> None:
         now = self.kernel.now_s
@@ -196,6 +200,8 @@ class DecodeUnit:
         self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
         self._restep()
         req.t_join = self.kernel.now_s + (start - self.counter) * self.step_s
+        if self.first_token_at_step_end:
+            req.t_first = req.t_join + self.step_s
 
     def _on_finish(self) -> None:
         self.handle = None

@@ -17,58 +17,51 @@ import random
 from functools import partial
 
 from dualpath.policy import ForwardAttentionPredictor, SchedulerConfig, make_scheduler
-from dualpath.policy.fetch import SIM_ORDER
+from dualpath.policy.batch import BatchLimits
+from dualpath.policy.fetch import RUNTIME_ORDER, SIM_ORDER
 from dualpath.policy.views import PrefillAssignment
 from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster
 from dualpath.sim.config import SimConfig
-from dualpath.sim.costs import CostCache
+from dualpath.sim.costs import CostCache, ProfileCosts
 from dualpath.sim.decode import DecodeUnit, DeState
-from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_FETCH, Handle, Kernel
+from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Handle, Kernel
 from dualpath.sim.load_path import LoadPath, load_path_class
+from dualpath.sim.local import BLOCK_SIZE as LOCAL_BLOCK_SIZE
+from dualpath.sim.local import MAX_BATCH_TOKENS as LOCAL_MAX_BATCH_TOKENS
+from dualpath.sim.local import STAGING_TOKENS
 from dualpath.sim.metrics import Metrics
 from dualpath.sim.prefill import PeState, PrefillUnit
 from dualpath.sim.request import Agent, Req
 from dualpath.sim.storage import Storage
 
+# The local cluster runs the runtime's one layerwise engine for every policy; its Oracle is
+# ``TrafficConfig.read_free`` (reads and PD transfers free, persists paid)
+LOCAL_LOAD_PATHS = {"layerwise": "layerwise", "whole-prompt": "layerwise", "free-io": "read-free"}
+# what a local PE reports to its batch planner (prefill_worker: one staging slot per layer's batch)
+LOCAL_BATCH_LIMITS = BatchLimits(staging_tokens=STAGING_TOKENS, block_size=LOCAL_BLOCK_SIZE)
+
 
 class Simulation:
+    cluster: Cluster
+    bpt: int
+    costs: CostCache
+    de_kv_tokens: int
+    pe_kv_tokens: int
+    beta_rate: float
+
     def __init__(self, config: SimConfig, agents: list[Agent]) -> None:
         self.config = config
         self.system = config.system
         cal = config.calibration
         self.kernel = Kernel()
-        self.cluster = cluster = Cluster(config.cluster, cal, config.snic_directions)
-        model = cluster.model
-        self.bpt: int = model.kv_bytes_per_token
+        self.local = local = config.profile is not None  # the local cluster (sim/local.py)
+        if local:
+            self._local_hardware(config)
+        else:
+            self._paper_hardware(config)
+        cluster = self.cluster
         self.block_len: int = config.block_len
-        gpn = cluster.num_gpus_per_node
-        pe_ep = len(cluster.prefill_units[0]) if cluster.prefill_units[0] else 1
-        de_ep = len(cluster.decode_units[0]) if cluster.decode_units[0] else 1
-        self.costs = CostCache(
-            model,
-            cluster.gpu_spec,
-            name=config.cost_model,
-            pe_ep_size=pe_ep,
-            de_ep_size=de_ep,
-            num_gpus_per_node=gpn,
-            cal=cal,
-            tp_size=cluster.tp_size,
-            cnic_gbps=cluster.node_spec.cnic_gbps,
-        )
-        from dualpath.cost import weight_bytes_per_gpu
-
-        hbm = cluster.gpu_spec.hbm_gb * 1e9 * cal.hbm_usable_fraction
-        de_kv = int((hbm - weight_bytes_per_gpu(model, ep_size=de_ep)) / self.bpt)
-        self.pe_kv_tokens = max(0, int((hbm - weight_bytes_per_gpu(model, ep_size=pe_ep)) / self.bpt))
-        if de_kv <= 0 or hbm < weight_bytes_per_gpu(model, ep_size=pe_ep):
-            from dualpath.core.errors import ConfigError
-
-            raise ConfigError(
-                "cluster",
-                config.cluster.name,
-                "weights do not fit in PE or DE HBM (use more nodes per EP group)",
-            )
         self.storage = Storage(
             self.kernel,
             cluster.nodes,
@@ -76,6 +69,7 @@ class Simulation:
             read_latency_s=cal.storage_read_latency_s,
             alloc_s=cal.buffer_alloc_s,
         )
+        de_kv = self.de_kv_tokens
         self.max_de_tokens = de_kv
         self.pe_states = {g.gpu_id: PeState(g.gpu_id, g.node_id) for g in cluster.gpus if g.role == "pe"}
         self.de_states = {
@@ -83,7 +77,8 @@ class Simulation:
         }
         # PE units that skipped a request for lack of DE buffer (the load path kicks them)
         self.starved_units: set[PrefillUnit] = set()
-        self.load: LoadPath = load_path_class(self.system.load_path)(
+        load_name = LOCAL_LOAD_PATHS[self.system.load_path] if local else self.system.load_path
+        self.load: LoadPath = load_path_class(load_name)(
             kernel=self.kernel,
             cluster=cluster,
             storage=self.storage,
@@ -94,19 +89,23 @@ class Simulation:
             read_done=self._read_done,
             starved=self.starved_units,
         )
-        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=model.num_layers)
+        forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=self.costs.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s,
             kv_bytes_per_token=self.bpt,
-            prefill_tokens_per_s=self._prefill_tokens_per_s(),
+            prefill_tokens_per_s=self.beta_rate,
             attention_predictor=forward,
             block_size=self.block_len,
             compute_quota_s=cal.compute_quota_per_forward_s,
             pe_scope=config.pe_scope,
             read_tie=config.read_tie,
             pe_tie=config.pe_tie,
+            **({"max_batch_tokens": LOCAL_MAX_BATCH_TOKENS} if local else {}),
         )
-        boundary = config.pe_fetch == "boundary"  # PE groups fetch between their iterations
+        # PE groups fetch between their iterations (the local cluster: the runtime's order, every
+        # group on its tick; its engines take their tasks between their steps, see assign_pe)
+        boundary = config.pe_fetch == "boundary" and not local
+        order = RUNTIME_ORDER if local else SIM_ORDER
         self.adapter = PolicyAdapter(
             self,
             make_scheduler(self.system.policy, sched_cfg),
@@ -114,9 +113,8 @@ class Simulation:
             read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
             de_hbm_tokens=de_kv,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
-            order=dataclasses.replace(
-                SIM_ORDER, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=boundary
-            ),
+            order=dataclasses.replace(order, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=boundary),
+            batch_limits=LOCAL_BATCH_LIMITS if local else None,
         )
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.prefill_units = [
@@ -146,6 +144,7 @@ class Simulation:
                 gpus=[cluster.gpus[g] for g in u],
                 model_bytes_per_token=self.load.de_model_bytes_per_token,
                 on_done=self.decode_done,
+                first_token_at_step_end=local,
             )
             for u in cluster.decode_units
         ]
@@ -160,6 +159,58 @@ class Simulation:
         self.agents_left = len(agents)
         self.rng = random.Random(config.seed)
         self._tick: Handle | None = None
+
+    def _paper_hardware(self, config: SimConfig) -> None:
+        """A paper cluster (``spec.clusters.ClusterPreset``): GPUs, the cost model, HBM room."""
+        cal = config.calibration
+        self.cluster = cluster = Cluster(config.cluster, cal, config.snic_directions)
+        model = cluster.model
+        self.bpt = model.kv_bytes_per_token
+        gpn = cluster.num_gpus_per_node
+        pe_ep = len(cluster.prefill_units[0]) if cluster.prefill_units[0] else 1
+        de_ep = len(cluster.decode_units[0]) if cluster.decode_units[0] else 1
+        self.costs = CostCache(
+            model,
+            cluster.gpu_spec,
+            name=config.cost_model,
+            pe_ep_size=pe_ep,
+            de_ep_size=de_ep,
+            num_gpus_per_node=gpn,
+            cal=cal,
+            tp_size=cluster.tp_size,
+            cnic_gbps=cluster.node_spec.cnic_gbps,
+        )
+        from dualpath.cost import weight_bytes_per_gpu
+
+        hbm = cluster.gpu_spec.hbm_gb * 1e9 * cal.hbm_usable_fraction
+        de_kv = int((hbm - weight_bytes_per_gpu(model, ep_size=de_ep)) / self.bpt)
+        self.pe_kv_tokens = max(0, int((hbm - weight_bytes_per_gpu(model, ep_size=pe_ep)) / self.bpt))
+        if de_kv <= 0 or hbm < weight_bytes_per_gpu(model, ep_size=pe_ep):
+            from dualpath.core.errors import ConfigError
+
+            raise ConfigError(
+                "cluster",
+                config.cluster.name,
+                "weights do not fit in PE or DE HBM (use more nodes per EP group)",
+            )
+        self.de_kv_tokens = de_kv
+        self.beta_rate = self._prefill_tokens_per_s()
+
+    def _local_hardware(self, config: SimConfig) -> None:
+        """The local cluster (``sim/local.py``): one engine per node, the profile's step times,
+        the runtime's DE room (what its scheduler books) and beta rate."""
+        from dualpath.sim import local
+
+        profile = config.profile
+        block_bytes = profile.kv_bytes_per_token * profile.block_size
+        self.cluster = Cluster(
+            config.cluster, config.calibration, config.cluster.snic_directions, block_bytes
+        )
+        self.bpt = profile.kv_bytes_per_token
+        self.costs = ProfileCosts(profile, config.calibration)
+        self.de_kv_tokens = local.DE_HBM_TOKENS
+        self.pe_kv_tokens = 0
+        self.beta_rate = local.PREFILL_TOKENS_PER_S
 
     def _prefill_tokens_per_s(self) -> float:
         """Prompt tokens/s one PE handles at the paper's workload shape (beta = 5 s of it)."""
@@ -240,7 +291,14 @@ class Simulation:
         req.pe_read_len, req.de_read_len, req.read_side = pe_read_len, de_read_len, a.read_side
         st.queue.append(req)
         self.metrics.hit_tokens += req.hit_len
-        self.load.start_reads(req, st.node_id)
+        if self.local:  # each engine takes its task between its steps (sim/local.py)
+            now = self.kernel.now_s
+            de_unit = self.de_states[req.de_gpu].unit
+            self.load.start_reads_at(
+                req, st.node_id, st.unit.next_boundary_s(now), de_unit.next_boundary_s(now)
+            )
+        else:
+            self.load.start_reads(req, st.node_id)
 
     def _read_done(self, req: Req, node_id: int | None) -> None:
         """One side's hit read of ``req`` is in DRAM (``node_id`` None: free I/O, no read)."""
@@ -274,9 +332,18 @@ class Simulation:
         req.t_done = now
         if math.isnan(req.t_join):
             req.t_join = now
+        persisted = self.load.persist_decode(req, de)
+        step_s = de.unit.current_step_s()
+        if self.local and persisted > now:  # the last token waits for the DE's persists
+            self.kernel.call_at(persisted, partial(self._complete, req, step_s), PRIO_COMPLETE)
+            return
+        self._complete(req, step_s)
+
+    def _complete(self, req: Req, step_s: float) -> None:
+        """``req``'s last token reached its client: it is done, its agent's next turn arrives."""
+        req.t_done = self.kernel.now_s
         self.adapter.finished(req)
-        self.load.persist_decode(req, de)
-        self.metrics.request_done(req, de.unit.current_step_s())
+        self.metrics.request_done(req, step_s)
         self._request_tick()  # its DE group may fetch again
         self._issue(req.agent)  # zero tool latency: the next turn arrives now
 

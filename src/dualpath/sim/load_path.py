@@ -14,6 +14,8 @@ differ in besides their policy:
   buffer after it.
 - :class:`FreeIO` (Oracle): reads, host-device copies and PD transfers cost nothing and put no byte
   on any link (asserted at the end of the run); compute is the same.
+- :class:`ReadFreeLoad` (the local cluster's Oracle, ``sim/local.py``): reads and PD transfers
+  free, persists paid, the DE's step-boundary wait and admission kept (the runtime's ``read_free``).
 
 After prefill the KV goes DE buffer -> DE HBM, and decode persists the new full blocks to storage
 (except under FreeIO). Every path calls the driver's ``ready(req)`` when a request's reads are in
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 from dualpath.core.registry import lookup
@@ -44,10 +47,12 @@ Batches = list[tuple["PeState", list[tuple["Req", int, int]]]]
 class LoadPath:
     """The KV movement shared by the real paths: storage reads into DRAM buffers, the DE-buffer
     room for prefill output, DE buffer -> DE HBM, decode persistence. Subclasses give the
-    iteration timing. ``moves_kv``: False only for FreeIO; ``whole_prompt_in_hbm``: Basic's
+    iteration timing. ``moves_kv``: False for FreeIO and ReadFreeLoad (no storage reads, no PD
+    transfers); ``pays_persists``: False only for FreeIO; ``whole_prompt_in_hbm``: Basic's
     batch-view cut (read by the adapter)."""
 
     moves_kv: ClassVar[bool] = True
+    pays_persists: ClassVar[bool] = True
     whole_prompt_in_hbm: ClassVar[bool] = False
 
     def __init__(
@@ -68,7 +73,7 @@ class LoadPath:
         self.gpus = cluster.gpus
         self.storage = storage
         self.costs = costs
-        self.bpt: int = cluster.model.kv_bytes_per_token
+        self.bpt: int = cluster.kv_bytes_per_token
         self.block_len = block_len
         self.de_read_limit = 1.0 - de_output_reserve  # DE-side reads leave the output's share
         self.ready = ready
@@ -103,6 +108,38 @@ class LoadPath:
             self.storage.claim(
                 self.nodes[pe_node_id], req, pe_read_len * bpt, pe_read_len, self._pe_read_done
             )
+
+    def start_reads_at(self, req: Req, pe_node_id: int, pe_at: float, de_at: float) -> None:
+        """The local cluster's order (``sim/local.py``): each engine takes its task between its
+        steps, the PE at ``pe_at``, the DE at ``de_at``, and starts its side's reads then; the
+        request is ready once the PE has taken it and every read is in DRAM."""
+        req.claims_left = 1 + (req.de_read_len > 0)  # the PE's taking (with its reads), the DE's reads
+        kernel = self.kernel
+        if req.de_read_len > 0:
+            kernel.call_at(de_at, partial(self._local_de_claim, req), PRIO_COMPLETE)
+        kernel.call_at(pe_at, partial(self._local_pe_claim, req, pe_node_id), PRIO_COMPLETE)
+
+    def _local_pe_claim(self, req: Req, pe_node_id: int) -> None:
+        if req.pe_read_len > 0:
+            self.storage.claim(
+                self.nodes[pe_node_id], req, req.pe_read_len * self.bpt, req.pe_read_len, self._pe_read_done
+            )
+            return
+        if req.de_read_len == 0:
+            req.t_alloc = self.kernel.now_s
+        self._claim_done(req)
+
+    def _local_de_claim(self, req: Req) -> None:
+        de_node = self.nodes[self.gpus[req.de_gpu].node_id]
+        bpt = self.bpt
+        self.storage.claim(
+            de_node,
+            req,
+            req.de_read_len * bpt,
+            req.de_read_len,
+            self._de_read_done,
+            limit_frac=self.de_read_limit,
+        )
 
     def _de_read_done(self, req: Req) -> None:
         self.read_done(req, self.gpus[req.de_gpu].node_id)
@@ -197,11 +234,12 @@ class LoadPath:
         self.storage.write(node, new_blocks * self.block_len * self.bpt)
         de.unit.join(req, de, req.prompt_len)
 
-    def persist_decode(self, req: Req, de: DeState) -> None:
-        """Decode finished: write the full blocks it completed (DRAM -> SNIC -> storage)."""
+    def persist_decode(self, req: Req, de: DeState) -> float:
+        """Decode finished: write the full blocks it completed (DRAM -> SNIC -> storage); returns
+        when every persist its DE node booked so far is done."""
         block_len = self.block_len
         blocks = (req.decode_len // block_len) - (req.prompt_len // block_len)
-        self.storage.write(self.nodes[de.node_id], blocks * block_len * self.bpt)
+        return self.storage.write(self.nodes[de.node_id], blocks * block_len * self.bpt)
 
 
 class LayerwiseLoad(LoadPath):
@@ -236,6 +274,7 @@ class FreeIO(LoadPath):
     """Oracle: no reads, copies or transfers (nor EP model traffic on links); compute only."""
 
     moves_kv: ClassVar[bool] = False
+    pays_persists: ClassVar[bool] = False
 
     def start_reads(self, req: Req, pe_node_id: int) -> None:
         req.t_alloc = req.t_read = self.kernel.now_s
@@ -255,14 +294,62 @@ class FreeIO(LoadPath):
     def deliver(self, req: Req, pe_node_id: int, de: DeState, kv_at: float) -> None:
         de.unit.join(req, de)
 
-    def persist_decode(self, req: Req, de: DeState) -> None:
+    def persist_decode(self, req: Req, de: DeState) -> float:
+        return self.kernel.now_s
+
+
+class ReadFreeLoad(LoadPath):
+    """The local cluster's Oracle (the runtime's ``TrafficConfig.read_free``): storage reads and
+    PD transfers cost nothing and book no link, the DE still takes a finished prefill at its
+    next step boundary (and pays its measured admission), and persists are paid as usual."""
+
+    moves_kv: ClassVar[bool] = False
+
+    def start_reads(self, req: Req, pe_node_id: int) -> None:
+        req.t_alloc = req.t_read = self.kernel.now_s
+        self.read_done(req, None)
+        self.ready(req)
+
+    def start_reads_at(self, req: Req, pe_node_id: int, pe_at: float, de_at: float) -> None:
+        req.claims_left = 1 + (req.de_read_len > 0)
+        if req.de_read_len > 0:
+            self.kernel.call_at(de_at, partial(self._free_read, req), PRIO_COMPLETE)
+        self.kernel.call_at(pe_at, partial(self._free_read, req), PRIO_COMPLETE)
+
+    def _free_read(self, req: Req) -> None:
+        if req.claims_left == 1 + (req.de_read_len > 0):
+            req.t_alloc = self.kernel.now_s
+        if req.claims_left == 1:
+            self.read_done(req, None)  # free reads: done once both engines took the request
+        self._claim_done(req)
+
+    def claim_output(self, req: Req) -> bool:
+        return True
+
+    def unclaim_output(self, req: Req) -> None:
         pass
+
+    def iteration_end(self, batches: Batches, now: float, compute_s: float) -> tuple[float, float]:
+        end = now + compute_s
+        return end, end
+
+    def deliver(self, req: Req, pe_node_id: int, de: DeState, kv_at: float) -> None:
+        start = kv_at + self.costs.pd_handoff_s
+        end = de.unit.next_boundary_s(start)
+        self.kernel.call_at(end, lambda: self._free_to_hbm(req, de), PRIO_COMPLETE)
+
+    def _free_to_hbm(self, req: Req, de: DeState) -> None:
+        node = self.nodes[de.node_id]
+        new_blocks = req.prompt_len // self.block_len - req.hit_len // self.block_len
+        self.storage.write(node, new_blocks * self.block_len * self.bpt)
+        de.unit.join(req, de, req.prompt_len)
 
 
 LOAD_PATHS: dict[str, type[LoadPath]] = {
     "layerwise": LayerwiseLoad,
     "whole-prompt": WholePromptLoad,
     "free-io": FreeIO,
+    "read-free": ReadFreeLoad,
 }
 
 

@@ -211,6 +211,12 @@ class Metrics:
             "sim_time_s": sim.kernel.now_s,
             "stopped": self.stopped_reason or None,
             "cost_model": sim.costs.source,
+            # the local cluster: per node (PE nodes first), as the runtime's /metrics counts them
+            **(
+                {"snic_read_bytes_by_node": [node.snic_read_bytes for node in cluster.nodes]}
+                if sim.config.profile is not None
+                else {}
+            ),
             **(
                 {
                     "latency": {
@@ -236,8 +242,13 @@ def check_invariants(sim: RunState, metrics: Metrics) -> None:
     read = sim.storage.bytes_read
     if abs(read - expected) > 1e-6 * max(expected, 1.0):
         raise AssertionError(f"bytes read {read:.6g} != hit tokens x KV bytes {expected:.6g}")
-    if not moves_kv:
-        busy = sum(link.kv_bytes for link in sim.cluster.links())
+    if not moves_kv:  # persists only where the load path pays them (the local cluster's Oracle)
+        cluster = sim.cluster
+        persists = sum(node.snic_write_bytes for node in cluster.nodes)
+        busy = sum(g.tx.kv_bytes + g.rx.kv_bytes for g in cluster.gpus) + read
+        busy += sum(n.snic.kv_bytes for n in cluster.nodes if n.snic_tx is not n.snic)
+        if not sim.load.pays_persists:
+            busy += persists
         if busy > 0:
             raise AssertionError(f"oracle moved {busy:.3g} KV bytes over links")
     if sim.config.aps is None and not metrics.stopped_reason and sim.agents_left:

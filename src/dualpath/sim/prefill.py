@@ -75,6 +75,7 @@ class PrefillUnit:
         for st in states:
             st.unit = self
         self.busy = False
+        self.iter_end = 0.0  # when the running iteration ends (while ``busy``)
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
         # for multi-GPU units, every iteration's start time and per-GPU attention layer time (0.0
@@ -83,6 +84,10 @@ class PrefillUnit:
         # requests had their first token), as per-GPU totals and as per-iteration max/avg
         self.iter_t = array("d")
         self.attn_gpu = array("d")
+
+    def next_boundary_s(self, t: float) -> float:
+        """When this unit next sits between iterations at or after ``t`` (``t`` if idle)."""
+        return self.iter_end if self.busy and self.iter_end > t else t
 
     def kick(self) -> None:
         """A request became ready on one of this unit's GPUs: start iterating if idle."""
@@ -122,6 +127,7 @@ class PrefillUnit:
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
         end, kv_at = self.load.iteration_end(batches, now, compute_s)
+        self.iter_end = end
         self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
 
     def _finish(self, batches: list[tuple[PeState, Entries]], kv_at: float) -> None:

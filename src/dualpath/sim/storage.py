@@ -134,9 +134,12 @@ class Storage:
         """Hit tokens of claims still waiting for buffer room (not read yet)."""
         return sum(c.read_tokens for gate in self.gates for c in gate)
 
-    def write(self, node: Node, nbytes: float) -> None:
-        """Persist ``nbytes`` of full blocks from this node (DRAM -> SNIC -> storage)."""
-        if nbytes <= 0:
-            return
-        transfer2(node.dram, node.snic_tx, nbytes, self.kernel.now_s)
-        node.snic_write_bytes += nbytes
+    def write(self, node: Node, nbytes: float) -> float:
+        """Persist ``nbytes`` of full blocks from this node (DRAM -> SNIC -> storage); returns
+        when every persist of this node booked so far is done (``node.persist_end_s``)."""
+        if nbytes > 0:
+            end = transfer2(node.dram, node.snic_tx, nbytes, self.kernel.now_s)
+            node.snic_write_bytes += nbytes
+            if end > node.persist_end_s:
+                node.persist_end_s = end
+        return node.persist_end_s

@@ -50,6 +50,21 @@ HF_ALIASES: dict[str, str] = {
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "zai-org/GLM-4.6": "glm-4.6",
     "HuggingFaceTB/SmolLM2-135M": "smollm2-135m",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+    "MiniMaxAI/MiniMax-M2.1": "minimax-m2.5",  # the same shape (config.json)
+    "MiniMaxAI/MiniMax-M2": "minimax-m2.5",
+    "nvidia/MiniMax-M2.5-NVFP4": "minimax-m2.5",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
+    "Qwen/Qwen3.5-397B-A17B-FP8": "qwen3.5-397b-a17b",
+    "nvidia/Qwen3.5-397B-A17B-NVFP4": "qwen3.5-397b-a17b",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    "nvidia/Kimi-K2.5-NVFP4": "kimi-k2.5",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2",
+    "zai-org/GLM-5": "glm-5",
+    "zai-org/GLM-5-FP8": "glm-5",
+    "zhipuai/GLM-5": "glm-5",
+    "nvidia/GLM-5-NVFP4": "glm-5",
 }
 _QUANT_SUFFIXES = ("-fp8-dynamic", "-fp8", "-fp4", "-nvfp4", "-v2", "-awq", "-gptq")
 _BY_LOWER = {k.lower(): v for k, v in HF_ALIASES.items()}

@@ -77,6 +77,15 @@ class ModelSpec:
     # windowed layers: layer i has full attention iff (i + 1) % full_attention_every == 0
     window_len: int | None = None
     full_attention_every: int = 1
+    # linear-attention (Gated DeltaNet) layers instead of windowed ones, on the same pattern: a
+    # fixed recurrent state per request (value heads x key dim x value dim, FP32) and a short
+    # causal convolution, no KV that grows (Qwen3.5)
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    attention_output_gate: bool = False  # full layers gate their output: Q projects 2 x heads x head_dim
     # DeepSeek-V4 ("csa"): per-layer compression ratio (0 = window only), grouped low-rank output
     compress_ratios: tuple[int, ...] = ()
     o_groups: int = 0
@@ -177,7 +186,14 @@ class ModelSpec:
                 self.attention_kind,
                 "csa needs window_len, kv_bytes_per_token_layer_override and o_groups",
             )
-        elif self.window_len is not None:
+        if self.linear_num_value_heads:
+            require(
+                self.window_len is None and self.full_attention_every > 1,
+                "linear_num_value_heads",
+                self.linear_num_value_heads,
+                "linear-attention layers need full_attention_every > 1 and no window",
+            )
+        elif self.window_len is not None and self.attention_kind != "csa":
             require(
                 self.window_len > 0 and self.full_attention_every > 1,
                 "window_len",
@@ -199,6 +215,8 @@ class ModelSpec:
         require(0 <= layer < self.num_layers, "layer", layer, f"must be in 0..{self.num_layers - 1}")
         if self.attention_kind == "csa":
             return self.window_len if self.compress_ratios[layer] == 0 else None
+        if self.is_linear_layer(layer):
+            return 0  # no keys: a linear-attention layer keeps a fixed state (linear_state_bytes)
         if self.window_len is None or (layer + 1) % self.full_attention_every == 0:
             return None
         return self.window_len
@@ -206,6 +224,24 @@ class ModelSpec:
     @property
     def num_window_layers(self) -> int:
         return sum(self.layer_window(i) is not None for i in range(self.num_layers))
+
+    def is_linear_layer(self, layer: int) -> bool:
+        """Layer ``layer`` is a linear-attention layer (no KV; a fixed state)."""
+        return bool(self.linear_num_value_heads) and (layer + 1) % self.full_attention_every != 0
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(self.is_linear_layer(i) for i in range(self.num_layers))
+
+    @property
+    def linear_state_bytes(self) -> int:
+        """One request's state in one linear-attention layer: the FP32 recurrent state
+        (value heads x key dim x value dim) and the BF16 convolution window over Q, K and V."""
+        if not self.linear_num_value_heads:
+            return 0
+        vh, kd, vd = self.linear_num_value_heads, self.linear_key_head_dim, self.linear_value_head_dim
+        conv_channels = 2 * self.linear_num_key_heads * kd + vh * vd
+        return vh * kd * vd * 4 + conv_channels * max(self.linear_conv_kernel - 1, 0) * 2
 
     # ---- KV term ---------------------------------------------------------------------------
     @property
@@ -313,7 +349,7 @@ class ModelSpec:
 
     def attention_flops(self, cached_len: int, new_len: int) -> float:
         """Attention FLOPs over all layers."""
-        if self.window_len is None and self.attention_kind != "csa":
+        if self.window_len is None and self.attention_kind != "csa" and not self.linear_num_value_heads:
             return self.num_layers * self.attention_flops_layer(cached_len, new_len)
         return sum(self.attention_flops_layer(cached_len, new_len, i) for i in range(self.num_layers))
 

@@ -7,6 +7,7 @@ otherwise (Qwen2.5-32B: FP16). Weight bytes are the released checkpoint's dtype.
 from __future__ import annotations
 
 from dualpath.spec.model_spec import ModelSpec
+from dualpath.spec.model_table_recent import RECENT_MODELS
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 
@@ -462,4 +463,4 @@ _V4 = (
     ),
 )
 
-MODELS: dict[str, ModelSpec] = {m.name: m for m in (*_ENTRIES, *_V4)}
+MODELS: dict[str, ModelSpec] = {m.name: m for m in (*_ENTRIES, *_V4, *RECENT_MODELS)}

@@ -17,6 +17,8 @@ def attention_params_layer(m: ModelSpec, layer: int = 0) -> int:
         from dualpath.spec import compressed
 
         return compressed.attention_params_layer(m, layer)
+    if m.is_linear_layer(layer):
+        return _linear_attention_params(m)
     if m.attention_kind == "mla":
         q_dim = h * m.head_dim
         q = d * q_dim if m.q_lora_rank is None else d * m.q_lora_rank + m.q_lora_rank * q_dim
@@ -26,12 +28,23 @@ def attention_params_layer(m: ModelSpec, layer: int = 0) -> int:
         out = h * m.v_head_dim * d
         params = q + kv_a + kv_b + out
     else:
-        params = d * h * m.head_dim + 2 * d * m.num_kv_heads * m.head_dim + h * m.head_dim * d
+        q = d * h * m.head_dim * (2 if m.attention_output_gate else 1)
+        params = q + 2 * d * m.num_kv_heads * m.head_dim + h * m.head_dim * d
     if m.index_num_heads:
         q_in = m.q_lora_rank if m.q_lora_rank is not None else d
         params += q_in * m.index_num_heads * m.index_head_dim + d * m.index_head_dim
         params += d * m.index_num_heads
     return params
+
+
+def _linear_attention_params(m: ModelSpec) -> int:
+    """A Gated DeltaNet layer: Q, K, V and the output gate Z projected from the hidden state, the
+    two per-value-head gates (beta, alpha), the depthwise convolution over Q, K, V, the output."""
+    d = m.hidden_size
+    qk = m.linear_num_key_heads * m.linear_key_head_dim
+    v = m.linear_num_value_heads * m.linear_value_head_dim
+    proj = d * (2 * qk + 2 * v) + d * 2 * m.linear_num_value_heads
+    return proj + (2 * qk + v) * m.linear_conv_kernel + v * d
 
 
 def _mlp(m: ModelSpec, inner: int) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
+import time
 
 import pytest
 import torch
@@ -28,6 +30,56 @@ def _reference(c: LocalCluster, prompt: list[int], n: int) -> list[int]:
             out.append(tok)
             ids.append(tok)
     return out
+
+
+def _transformers_greedy(c: LocalCluster, prompt: list[int], n: int) -> list[int]:
+    """Greedy tokens of the transformers model holding the same weights (the oracle), one full
+    forward per token (``generate`` with ``min_new_tokens`` would suppress EOS, which
+    ``ignore_eos`` does not)."""
+    from dualpath.runtime.model import build_hf_model, load_checkpoint
+
+    torch.set_num_threads(1)
+    hf = build_hf_model(load_checkpoint(str(tiny_dir(c))))
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def test_the_first_token_streams_from_the_prefill_engine(cluster: LocalCluster) -> None:
+    """Issue 31: the first token reaches the client when the PE samples it, while the KV goes to
+    the DE, so the second comes a hand-off plus a decode step later (before: both in one message
+    from the DE, TTST - TTFT = 0). One request at a time; the decode step is the median gap
+    between later tokens of the same stream, as the client sees them. Tokens equal transformers."""
+    rng = random.Random(3)
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+
+    async def one(client: ClusterClient, prompt: list[int]) -> tuple[list[int], list[float], object]:
+        times, toks, stats = [], [], None
+        async for ev in client.generate(prompt, params):
+            times.append(time.perf_counter())
+            toks.append(ev.token_id)
+            stats = ev.stats
+        return toks, times, stats
+
+    async def main() -> list[tuple[list[int], list[float], object]]:
+        async with ClusterClient(cluster.address) as client:
+            return [await one(client, p) for p in prompts]
+
+    prompts = [[rng.randrange(3, 512) for _ in range(90 + 7 * i)] for i in range(5)]
+    runs = asyncio.run(asyncio.wait_for(main(), 120))
+    second, step, gap = [], [], []
+    for prompt, (toks, times, stats) in zip(prompts, runs, strict=True):
+        assert toks == _transformers_greedy(cluster, prompt, 24)
+        assert stats is not None and stats.ttst_s is not None  # type: ignore[attr-defined]
+        gap.append(stats.ttst_s - stats.ttft_s)  # type: ignore[attr-defined]
+        second.append(times[1] - times[0])
+        step.append(statistics.median(b - a for a, b in zip(times[1:], times[2:], strict=False)))
+    # before: 0 in every request (the DE sent both in one message); medians, as one request can
+    # race (its DE's second token reaching the scheduler before the PE's report)
+    assert statistics.median(gap) > 0.0, gap
+    assert statistics.median(second) >= statistics.median(step), (second, step)
 
 
 def test_multi_turn_agents_match_single_process_and_hit_the_store(cluster: LocalCluster) -> None:

@@ -147,20 +147,17 @@ def test_a_dead_prefill_engine_fails_no_request_decoding_elsewhere(rig: Rig) -> 
     assert rig.metric("dualpath_process_restarts_total", role="prefill") == before.get("prefill", 0) + 1
 
 
-def test_a_dead_decode_engine_fails_only_its_streams_and_comes_back(rig: Rig) -> None:
+def test_a_dead_decode_engine_loses_no_stream_and_comes_back(rig: Rig) -> None:
+    """Its streams resume on the other DE (issue 31; before: they ended with an error event;
+    tests/runtime/faults/test_resume.py checks the tokens)."""
     before = dict(rig.cluster.restarts)
     events, at_kill = asyncio.run(_streams(rig, 6, f"engine{DE_A}"))
-    survived = 0
-    for evs, n in zip(events, at_kill, strict=True):
+    for evs in events:
         last = evs[-1]
-        if last.finish_reason == "error":  # it streamed from the dead DE: a clean error event
-            assert f"engine {DE_A}" in (last.error or ""), last
-        else:
-            assert last.finish_reason == "length" and last.stats is not None, last
-            assert last.stats.decode_engine == DE_B
-            survived += n < LONG.max_tokens
-    assert survived >= 1  # a request streaming from the healthy DE went on past the kill
-    assert sum(e[-1].finish_reason == "error" for e in events) >= 1
+        assert last.finish_reason == "length" and last.stats is not None, last
+        assert last.stats.decode_engine == DE_B
+        assert [e.index for e in evs] == list(range(LONG.max_tokens))
+    assert any(n < LONG.max_tokens for n in at_kill), at_kill  # (they streamed past the kill)
     rig.wait_serving(before | {"decode": before.get("decode", 0) + 1})
 
 

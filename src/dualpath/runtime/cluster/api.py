@@ -53,13 +53,24 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
         for t in self.stop_token_ids:
             require(0 <= t <= INT64_MAX, "stop_token_ids", t, "must be token ids (>= 0)")
 
+    def ends_with(self, token_id: int, index: int, eos_token_id: int | None) -> bool:
+        """Does generated token ``index`` (0-based), ``token_id``, end the request? At
+        ``max_tokens`` tokens, on a stop token, or on EOS unless ``ignore_eos`` (the rule the
+        decode engine stops by; the scheduler uses it to tell a final first token)."""
+        if index + 1 >= self.max_tokens or token_id in self.stop_token_ids:
+            return True
+        return not self.ignore_eos and eos_token_id is not None and token_id == eos_token_id
+
 
 class RequestStats(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request accounting, attached to the last TokenEvent.
 
     Times are seconds since the scheduler received the request (``ttft_s``: first token left the
-    decode engine; ``ttst_s``: second token, or None). ``hit_len``: prompt tokens whose KV came from
-    the store; ``read_side``: "pe", "de", "split" or "none" (no hits); engine ids are cluster-wide.
+    prefill engine, streamed while its KV goes to the decode engine; ``ttst_s``: second token, or
+    None). ``hit_len``: prompt tokens whose KV came from the store (of a request that resumed after
+    an engine's death, of its last attempt's prompt: the prompt plus the tokens generated before);
+    ``read_side``: "pe", "de", "split" or "none" (no hits); engine ids (of the last attempt) are
+    cluster-wide.
     """
 
     prompt_len: int
@@ -203,7 +214,8 @@ class MetricsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     messages_dropped: dict[str, int] = msgspec.field(default_factory=dict)  # "plane/cause" -> n
     engine_request_failures: int = 0  # requests an engine failed alone (others served on)
     process_restarts: dict[str, int] = msgspec.field(default_factory=dict)  # role -> restarts (supervisor)
-    requests_retried: int = 0  # requests re-dispatched once after their engine was lost
+    requests_retried: int = 0  # requests re-dispatched (resumed) after their engine was lost
+    num_cancelled: int = 0  # requests whose client went away before they finished
 
 
 class ClusterError(DualpathError):

@@ -65,12 +65,15 @@ class ClusterClient:
         query_timeout_s: float = 5.0,
         liveness_s: float = 10.0,
         keys: ClusterKeys | None = None,
+        api_key: str | None = None,
     ) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
         ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
-        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``)."""
+        the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``). ``api_key``:
+        sent with every request, abort and settings change (a cluster with an API key needs it)."""
         self.address = address
+        self.api_key = api_key or ""
         self.keys = keys
         self.query_timeout_s = query_timeout_s
         self.liveness_s = liveness_s
@@ -201,7 +204,14 @@ class ClusterClient:
         self._streams[rid] = queue
         finished = False
         try:
-            await self._send(Submit(request_id=rid, prompt_token_ids=list(prompt_token_ids), params=params))
+            await self._send(
+                Submit(
+                    request_id=rid,
+                    prompt_token_ids=list(prompt_token_ids),
+                    params=params,
+                    api_key=self.api_key,
+                )
+            )
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), self.liveness_s)
@@ -220,7 +230,7 @@ class ClusterClient:
             self._streams.pop(rid, None)
             if not finished and self._sock is not None:
                 try:
-                    await self._send(Abort(request_id=rid))
+                    await self._send(Abort(request_id=rid, api_key=self.api_key))
                 except Exception:
                     pass
 
@@ -276,6 +286,7 @@ class ClusterClient:
                 read_free=read_free,
                 snic_gbps=snic_gbps,
                 reset=tuple(reset),  # type: ignore[arg-type]
+                api_key=self.api_key,
             ),
         )
         if reply.error:

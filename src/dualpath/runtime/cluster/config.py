@@ -186,7 +186,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
     free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
-    the directory). ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
+    the directory). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
+    settings only with that key (``sched_guard.py``; ``dualpath serve --api-key`` sets it).
+    ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
     """
 
     kv_dir: str
@@ -201,6 +203,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
+    api_key_sha256: str = ""  # sha256 hex of the API key: Submit / Abort / Configure must carry it
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     traffic: TrafficConfig = msgspec.field(default_factory=TrafficConfig)

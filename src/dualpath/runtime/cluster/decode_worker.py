@@ -6,7 +6,8 @@ hit KV (its ``ReadPlan``) into them through this node's SNIC and announces it (`
 then, read side "de": serves it to the PE layer by layer, each layer when the PE asks for it
 (``PullLayer``); "split": pushes every layer of it into the PE buffer. It hands the PE's Layer
 Blocks to the buffer, starts decoding on the PE's ``PrefillDone`` (the first token) and turns the
-engine's outputs into ``Tokens`` events. Control messages are ``runtime/transfer/control.py``'s.
+engine's outputs into ``Tokens`` events (indexed from the task's ``num_generated``: a resumed
+request continues its client's stream). Control messages are ``runtime/transfer/control.py``'s.
 
 ``deliver`` / ``control`` run on the transport's receive thread, reads complete on the I/O thread;
 both touch request state under ``_lock``. ``step`` (and every engine call but buffer delivery) runs on the
@@ -72,7 +73,7 @@ class DecodeWorker(WorkerBase):
         self.vocab_size: int = decoder.config.vocab_size
 
     def _task_tokens(self, task: DecodeTask) -> int:
-        return len(task.prompt_token_ids) + task.params.max_tokens
+        return len(task.prompt_token_ids) + task.params.max_tokens - task.num_generated
 
     def _admit_one(self, task: DecodeTask) -> bool:
         """DE buffer slots for the prompt, then the KV that came early, then this side's hit reads."""
@@ -205,7 +206,8 @@ class DecodeWorker(WorkerBase):
                         f"first token {tok} from the prefill engine is not in [0, {self.vocab_size})"
                     )
                 params = self._sampling(task.params)
-                if not self.engine.add_request(rid, task.prompt_token_ids, tok, params):
+                k = task.num_generated
+                if not self.engine.add_request(rid, task.prompt_token_ids, tok, params, num_generated=k):
                     self._blocked.append((rid, tok))
                     continue
             except Exception as exc:  # noqa: BLE001 - this request only
@@ -213,7 +215,7 @@ class DecodeWorker(WorkerBase):
                 continue
             with self._lock:
                 self._reserved.discard(rid)
-            done = params.max_tokens == 1 or tok in params.stop_token_ids
+            done = params.ends_with(tok, k, None)  # (EOS is among the stop tokens here)
             self._emit(rid, tok, done, events)
         outs = self._decode_step()
         for out in outs:
@@ -253,8 +255,11 @@ class DecodeWorker(WorkerBase):
         return msgspec.structs.replace(p, stop_token_ids=tuple(p.stop_token_ids) + (self.eos,))
 
     def _emit(self, rid: str, tok: int, finished: bool, events: list[TokenEvent]) -> None:
-        """Record generated token ``tok``; the last one is sent after the request's persists."""
-        index = self._generated.get(rid, 0)
+        """Record generated token ``tok``; the last one is sent after the request's persists.
+        Events are indexed from the task's ``num_generated`` (a resumed request goes on from the
+        tokens its client has). The first (the PE's token) is sent too, though the scheduler
+        streamed it from the PE already: it drops the duplicate, and has it if the PE's is lost."""
+        index = self._generated.get(rid, self._tasks[rid].num_generated)
         self._generated[rid] = index + 1
         if not finished:
             events.append(TokenEvent(request_id=rid, index=index, token_id=tok))

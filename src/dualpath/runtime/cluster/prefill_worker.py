@@ -4,7 +4,9 @@ The engine prefills layer by layer with one layer's cached KV staged at a time, 
 load overlapped on its loader thread, and streams every layer's new KV (and PE-path hit KV) to the
 request's DE. This worker admits ``PrefillTask`` s, plans batches with the policy
 (``plan_prefill_batch`` over the engine's ready requests), sends the first token to the DE
-(``PrefillDone``) and reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
+(``PrefillDone``) and, as soon as the step returns, to the scheduler (``Progress``
+"prefill_done" with ``first_token``: streamed to the client while the DE starts decoding), and
+reports progress. The task's ``ReadPlan`` (the policy's read side) goes to the
 engine as it is. Control messages to and from the DE are ``runtime/transfer/control.py``'s. Read
 paths:
 
@@ -112,6 +114,7 @@ class PrefillWorker(WorkerBase):
             hit_hashes=hashes,
             sampling=task.params,
             split_block=read.pe_read_len // bs if read.side == "split" else 0,
+            first_step=task.num_generated,
         )
         if not self.engine.add_request(req):
             return False
@@ -246,12 +249,13 @@ class PrefillWorker(WorkerBase):
                 continue
             done = PrefillDone(key=out.request_id, first_token=out.first_token)
             self.transport.notify(f"e{task.decode_engine}", [done], source=f"e{self.engine_id}")
-            self.outbox.put(
+            self.outbox.put(  # sent as soon as this step returns: the first token goes to the client
                 Progress(
                     request_id=out.request_id,
                     engine_id=self.engine_id,
                     event="prefill_done",
                     hit_len=out.hit_tokens,
+                    first_token=out.first_token,
                 )
             )
         self._admit_waiting()

@@ -35,10 +35,12 @@ from dualpath.runtime.cluster.messages import (
 )
 from dualpath.runtime.cluster.read_rate import StorageReadRate
 from dualpath.runtime.cluster.sched_engines import EngineLiveness
+from dualpath.runtime.cluster.sched_guard import SpeakerGuard
 from dualpath.runtime.cluster.sched_info import Reporter
 from dualpath.runtime.cluster.sched_persist import StateFile, restore, snapshot
 from dualpath.runtime.cluster.sched_registry import EngineRegistry
 from dualpath.runtime.cluster.sched_requests import RequestLifecycle
+from dualpath.runtime.cluster.sched_stream import Streams
 from dualpath.runtime.cluster.state import ClusterState
 from dualpath.runtime.cluster.supervisor_view import SupervisionView
 from dualpath.runtime.kvstore import BlockStore
@@ -67,10 +69,12 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
         self.keys: dict[str, str] = {}  # engine-facing key -> client request id
         self.current: dict[str, str] = {}  # client request id -> its current key
         self.attempts: dict[str, int] = {}
+        self.streams = Streams()  # what each client has been sent (sched_stream.py)
         self.running = True
         self._last_check_s = float("inf")  # no stall before the first tick
         self.drops = DropCounter("scheduler")
         self._read_rate = StorageReadRate()
+        self.guard = SpeakerGuard(self)
         self.persist = StateFile(args.state_file)  # settings and counters across restarts
         restore(self, self.persist.load())
 
@@ -95,6 +99,9 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
             self.drops.drop("control", cause, str(exc))
             return
         now = time.monotonic() if now is None else now
+        msg = self.guard.check(ident, msg)  # engines speak only for themselves (sched_guard.py)
+        if msg is None:
+            return
         try:
             self.dispatch_msg(ident, msg, now)
         except Exception as exc:  # noqa: BLE001 - a handler bug must not end the scheduler
@@ -114,7 +121,7 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
         elif isinstance(msg, Progress):
             self._progress(msg, now)
         elif isinstance(msg, Abort):
-            self._drop(msg.request_id, cancel=True)
+            self._abort(msg, now)
         elif isinstance(msg, Query):
             self._to_client(ident, self.report.answer(msg))
         elif isinstance(msg, EngineHello):
@@ -145,16 +152,19 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
         req = self.state.requests[rid]
         a = req.assignment
         assert a is not None  # (placed by this tick's fetch)
-        ids, params = self.prompts[rid]
+        prompt, params = self.prompts[rid]
+        done = self.streams.tokens(rid)  # (a resumed request: what its client has already)
+        ids, k = prompt + done, len(done)
         self.report.dispatched(rid, now)
         key = self.current[rid]
-        assert req.assignment is not None
-        read = ReadPlan.of(req.assignment)
+        read = ReadPlan.of(a)
         self._send(
             self.state.engines[req.de].identity,
-            DecodeTask(request_id=key, prompt_token_ids=ids, read=read, params=params, prefill_engine=req.pe),
-        )
+            DecodeTask(request_id=key, prompt_token_ids=ids, read=read, params=params,
+                       prefill_engine=req.pe, num_generated=k),
+        )  # fmt: skip
         self._send(
             self.state.engines[req.pe].identity,
-            PrefillTask(request_id=key, prompt_token_ids=ids, read=read, params=params, decode_engine=req.de),
-        )
+            PrefillTask(request_id=key, prompt_token_ids=ids, read=read, params=params,
+                        decode_engine=req.de, num_generated=k),
+        )  # fmt: skip

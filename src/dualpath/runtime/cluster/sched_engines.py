@@ -8,21 +8,27 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from dualpath.policy.recovery import after_engine_loss
+from dualpath.policy.recovery import after_engine_loss, resumed_request
 from dualpath.runtime.cluster.messages import Cancel, Peers, Reset
+from dualpath.runtime.kvstore import loadable_hit_blocks
 
 if TYPE_CHECKING:
+    from dualpath.policy.views import RequestInfo
+    from dualpath.runtime.cluster.api import SamplingParams
     from dualpath.runtime.cluster.config import SchedulerArgs
     from dualpath.runtime.cluster.sched_info import Reporter
+    from dualpath.runtime.cluster.sched_stream import Streams
     from dualpath.runtime.cluster.state import ClusterState
     from dualpath.runtime.cluster.supervisor_view import SupervisionView
+    from dualpath.runtime.kvstore import BlockStore
 
 STALL_GRACE_S = 0.25  # a gap between two ticks beyond this counts as the scheduler's own stall
 
 
 class EngineLiveness:
-    """Needs the service's ``state``, ``report``, ``supervision``, ``args``, request keys
-    (``attempts``, ``current``, ``keys``), ``_send`` and ``_fail``."""
+    """Needs the service's ``state``, ``report``, ``supervision``, ``args``, ``store``, request
+    keys and records (``attempts``, ``current``, ``keys``, ``prompts``, ``streams``), ``_send``
+    and ``_fail``."""
 
     args: SchedulerArgs
     state: ClusterState
@@ -31,6 +37,9 @@ class EngineLiveness:
     attempts: dict[str, int]
     current: dict[str, str]
     keys: dict[str, str]
+    prompts: dict[str, tuple[list[int], SamplingParams]]
+    streams: Streams
+    store: BlockStore | None
     _last_check_s: float
 
     if TYPE_CHECKING:
@@ -83,9 +92,9 @@ class EngineLiveness:
         self._broadcast_peers()
 
     def engine_died(self, eid: int, reason: str) -> None:
-        """Mark ``eid`` dead. Its requests that streamed nothing yet go back to the queue once
-        (a second loss fails them); one streaming from it fails; one streaming from a healthy DE
-        after a dead PE's prefill is not touched (its state lives on that DE)."""
+        """Mark ``eid`` dead. Its requests resume (``policy/recovery.py``) from the tokens their
+        clients have, on other engines, once (a second loss fails them); one its DE decodes
+        already after a dead PE's prefill is not touched (its state lives on that DE)."""
         e = self.state.engines[eid]
         e.alive = False
         self.report.down.append(reason)
@@ -95,29 +104,45 @@ class EngineLiveness:
         for rid in self.state.ledger.requests_on(eid):
             what = after_engine_loss(
                 lost_is_de=eid == self.state.requests[rid].de,
-                streamed=self.report.num_tokens(rid) > 0,
+                decoding=self.streams.de_started(rid),
                 attempts=self.attempts.get(rid, 0),
             )
             if what == "keep":
                 keep.add(rid)
-            elif what == "fail_streamed":
-                self._fail(rid, f"{reason}; request lost after it started streaming")
-            elif what == "fail_retried":
-                self._fail(rid, f"{reason}; request lost again after a retry")
+            elif what == "fail":
+                self._fail(rid, f"{reason}; request lost again after it resumed once")
             else:
                 self.supervision.retried += 1
-                self._requeue(rid)
+                self._resume(rid)
         self.state.engine_lost(eid, frozenset(keep))  # (an emptied DE group gives its queue back)
         self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
         self._broadcast_peers()
 
-    def _requeue(self, rid: str) -> None:
+    def _resume(self, rid: str) -> None:
+        """Cancel the request's attempt on its engine that lives and queue it again, at the head,
+        under a new attempt key, extended by the tokens its client has (their KV, up to the last
+        block persisted, read from the store; the rest recomputed)."""
         req = self.state.requests[rid]
         for other in (req.pe, req.de):
             if other >= 0 and self.state.engines[other].alive:
                 self._send(self.state.engines[other].identity, Cancel(request_id=self.current[rid]))
-        self.state.requeue(rid)
+        done = self.streams.tokens(rid)
+        self.streams.new_attempt(rid)
+        info = self._resumed_info(rid, done) if done else None
+        if info is not None:
+            self.report.resumed(rid, info.cached_len)
+        self.state.requeue(rid, info)
         self.keys.pop(self.current.get(rid, ""), None)
         self.attempts[rid] = self.attempts.get(rid, 0) + 1
         self.current[rid] = key = f"{rid}#{self.attempts[rid]}"
         self.keys[key] = rid
+
+    def _resumed_info(self, rid: str, done: list[int]) -> RequestInfo:
+        prompt, params = self.prompts[rid]
+        ids, hit = prompt + done, 0
+        if self.store is not None:
+            bs = self.store.layout.block_size
+            hit = min(len(self.store.match_prefix(ids)), loadable_hit_blocks(len(ids), bs)) * bs
+        return resumed_request(
+            rid, prompt_len=len(prompt), max_tokens=params.max_tokens, generated=len(done), hit_len=hit
+        )

@@ -49,6 +49,7 @@ class Reporter:
             num_requests=0,
             num_finished=0,
             num_failed=0,
+            num_cancelled=0,
             hit_tokens=0,
             prompt_tokens=0,
             generated_tokens=0,
@@ -115,6 +116,13 @@ class Reporter:
             svc.store.forget(chain_hashes(prompt[0][: t.hit_len], bs)[hit_len // bs : hit_len // bs + 1])
         t.hit_len = hit_len
 
+    def resumed(self, rid: str, hit_len: int) -> None:
+        """The request resumes (an engine died) with ``hit_len`` tokens of its extended prompt
+        (prompt + the tokens its client has) in the store: what its stats and hits count now."""
+        t = self.timing.get(rid)
+        if t is not None:
+            t.hit_len = hit_len
+
     def dispatched(self, rid: str, now: float) -> None:
         t = self.timing.get(rid)
         if t is not None and t.dispatch_s is None:
@@ -134,8 +142,11 @@ class Reporter:
         t = self.timing.get(rid)
         return 0 if t is None else t.num_tokens
 
-    def stats(self, rid: str, req: Entry, now: float) -> RequestStats:
-        self.token(rid, now)
+    def stats(self, rid: str, req: Entry, now: float, count_token: bool = True) -> RequestStats:
+        """The request finished at ``now`` (its last token, unless ``count_token`` is False: its
+        client ended it with what it had): counted, its times sampled."""
+        if count_token:
+            self.token(rid, now)
         t = self.timing[rid]
         first = t.first_s if t.first_s is not None else now
         ttft, e2e = first - t.submit_s, now - t.submit_s
@@ -166,6 +177,11 @@ class Reporter:
     def failed(self, rid: str) -> None:
         if rid in self.timing:
             self.counts["num_failed"] += 1
+
+    def cancelled(self, rid: str) -> None:
+        """Its client went away before it finished."""
+        if rid in self.timing:
+            self.counts["num_cancelled"] += 1
 
     def forget(self, rid: str) -> None:
         self.timing.pop(rid, None)
@@ -253,6 +269,7 @@ class Reporter:
             num_requests=c["num_requests"],
             num_finished=c["num_finished"],
             num_failed=c["num_failed"],
+            num_cancelled=c["num_cancelled"],
             hit_tokens=c["hit_tokens"],
             prompt_tokens=c["prompt_tokens"],
             generated_tokens=c["generated_tokens"],

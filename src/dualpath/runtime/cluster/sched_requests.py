@@ -1,7 +1,10 @@
 """The scheduler core's side of requests: a Submit checked and admitted into the queue (its
 prefix hit looked up in the store), progress and token events of the engines routed to the request's
-client (RequestStats on the last token), and a failure or finish dropping the request's state.
-``SchedulerCore`` (``sched_core.py``) inherits it.
+client (RequestStats on the last token), and a failure, cancellation or finish dropping the
+request's state. The first token of each attempt comes from its PE (``Progress`` "prefill_done"
+with ``first_token``) and is streamed at once unless it ends the request (then the DE's last event,
+sent after its persists, carries it); ``sched_stream.Streams`` puts the tokens of both engines in
+order, once. ``SchedulerCore`` (``sched_core.py``) inherits it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import msgspec
 
 from dualpath.policy import views as pv
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
-from dualpath.runtime.cluster.messages import Cancel, Progress, Rejected, Submit, Tokens
+from dualpath.runtime.cluster.messages import Abort, Cancel, Progress, Rejected, Submit, Tokens
+from dualpath.runtime.cluster.sched_stream import Streams
 from dualpath.runtime.kvstore import BlockStore, loadable_hit_blocks
 
 if TYPE_CHECKING:
@@ -49,6 +53,7 @@ class RequestLifecycle:
     keys: dict[str, str]
     current: dict[str, str]
     attempts: dict[str, int]
+    streams: Streams
 
     if TYPE_CHECKING:
 
@@ -77,6 +82,7 @@ class RequestLifecycle:
         self.clients[rid] = ident
         self.current[rid] = self.keys[rid] = rid
         self.prompts[rid] = (prompt, _seeded(params))
+        self.streams.open(rid)
         self.report.submitted(rid, len(prompt), hit_len, now)
         self.state.submit(
             pv.RequestInfo(
@@ -108,30 +114,69 @@ class RequestLifecycle:
             self.state.prefill_done(rid)
             if msg.hit_len is not None:
                 self.report.loaded(rid, msg.hit_len)
+            if msg.first_token is not None and msg.engine_id == req.pe:
+                self._first_token(rid, msg.first_token, now)
         elif msg.event == "failed":
             self._fail(rid, msg.error or "engine failure")
+
+    def _first_token(self, rid: str, token: int, now: float) -> None:
+        """The PE's token of this attempt (its index: the tokens the client had when the attempt
+        began; the DE may have streamed it and more already): streamed now unless it ends the
+        request (the DE's last event brings it, after the persists)."""
+        params, index = self.prompts[rid][1], self.streams.base(rid)
+        assert self.hello is not None
+        if params.ends_with(token, index, self.hello.eos_token_id):
+            return
+        self._stream(rid, [TokenEvent(request_id=rid, index=index, token_id=token)], now)
 
     def _tokens(self, sender: bytes, msg: Tokens, now: float) -> None:
         de = self._engine_of(sender)
         if de is None or de.role != "decode":
             self.drops.drop("control", "unknown_engine", "token events not from a decode engine")
             return
+        by_rid: dict[str, list[TokenEvent]] = {}
         for ev in msg.events:
             rid = self._rid(ev.request_id)
-            ident = self.clients.get(rid) if rid is not None else None
             req = self.state.requests.get(rid) if rid is not None else None
-            if rid is None or ident is None or req is None:
+            if rid is None or req is None or rid not in self.clients:
                 continue
             if req.de != de.engine_id:
                 self.drops.drop("control", "not_assigned", f"tokens of {rid!r} from engine {de.engine_id}")
                 continue
-            ev = msgspec.structs.replace(ev, request_id=rid)
+            self.streams.mark_de_started(rid)
+            by_rid.setdefault(rid, []).append(msgspec.structs.replace(ev, request_id=rid))
+        for rid, evs in by_rid.items():
+            self._stream(rid, evs, now)
+
+    def _stream(self, rid: str, events: list[TokenEvent], now: float) -> None:
+        """Forward what ``events`` make due to the client (in order, once); the last one with
+        RequestStats, after which the request is done."""
+        out: list[TokenEvent] = []
+        for ev in events:
+            out.extend(self.streams.accept(rid, ev))
+        if not out:
+            return
+        ident, req = self.clients[rid], self.state.requests[rid]
+        for i, ev in enumerate(out):
             if ev.is_last:
-                ev = msgspec.structs.replace(ev, stats=self.report.stats(rid, req, now))
-                self._drop(rid, cancel=False)
-            else:
-                self.report.token(rid, now)
-            self._to_client(ident, Tokens(events=[ev]))
+                out[i] = msgspec.structs.replace(ev, stats=self.report.stats(rid, req, now))
+                del out[i + 1 :]
+                break
+            self.report.token(rid, now)
+        self._to_client(ident, Tokens(events=out))
+        if out[-1].is_last:
+            self._drop(rid, cancel=False)
+
+    def _abort(self, msg: Abort, now: float) -> None:
+        """The client went away ("cancelled": counted so) or has what it wanted ("stop", a stop
+        string: counted finished, with its times): cancel it on its engines, unless it ended."""
+        rid = msg.request_id
+        req = self.state.requests.get(rid) if rid in self.clients else None
+        if req is not None and msg.reason == "stop":
+            self.report.stats(rid, req, now, count_token=False)
+        elif req is not None:
+            self.report.cancelled(rid)
+        self._drop(rid, cancel=True)
 
     def _fail(self, rid: str, error: str) -> None:
         error = error[:MAX_ERROR_CHARS]
@@ -164,4 +209,5 @@ class RequestLifecycle:
         self.attempts.pop(rid, None)
         self.clients.pop(rid, None)
         self.prompts.pop(rid, None)
+        self.streams.close(rid)
         self.report.forget(rid)

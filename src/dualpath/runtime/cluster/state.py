@@ -120,9 +120,10 @@ class ClusterState:
         """Forget a request wherever it is (done, failed or aborted); release its loads."""
         return self.ledger.on_finished(rid)
 
-    def requeue(self, rid: str) -> None:
-        """Release the request and put it back at the head of the global queue."""
-        self.ledger.on_finished(rid, requeue=True)
+    def requeue(self, rid: str, info: pv.RequestInfo | None = None) -> None:
+        """Release the request and put it back at the head of the global queue (as ``info``: a
+        resumed request)."""
+        self.ledger.on_finished(rid, requeue=True, info=info)
 
 
 def read_side(entry: Entry) -> str:

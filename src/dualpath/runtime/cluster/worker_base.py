@@ -17,16 +17,27 @@ from dualpath.runtime.transfer.control import Control
 log = logging.getLogger(__name__)
 
 ORPHAN_TTL_S = 60.0  # items of a request whose task never comes (cancelled meanwhile) are dropped
+# Bytes of early KV an engine holds for tasks it has not seen. Legit early KV is what a PE sends
+# before the DE's main loop took the DecodeTask (sent first) off its socket: at most a decode
+# step's worth of layers (SmolLM2: 12.6 MB per layer of an 8k-token prompt). A peer that sends KV
+# for tasks that never come cannot grow an engine past this.
+ORPHAN_MAX_BYTES = 256 << 20
 
 
 class Orphans:
     """Copies of transfer items (and the control messages) that beat their task here, per request
-    key, in arrival order. Keys older than ORPHAN_TTL_S are purged whenever a new key arrives. Not
-    locked: callers hold the worker lock."""
+    key, in arrival order. Keys older than ORPHAN_TTL_S are purged whenever a new key arrives; the
+    items' bytes are capped at ``max_bytes`` (the oldest keys' items go first; an item that still
+    does not fit is dropped; each drop counted as ``data/orphan_cap`` on the owner's transport
+    drop counter). Not locked: callers hold the worker lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object = None, max_bytes: int = ORPHAN_MAX_BYTES) -> None:
         self._items: dict[str, list[TransferItem | Control]] = {}
         self._first_s: dict[str, float] = {}  # first arrival of each key
+        self._bytes: dict[str, int] = {}  # transfer-item bytes held per key
+        self.total_bytes = 0
+        self.max_bytes = max_bytes
+        self._owner = owner
 
     def hold(self, it: TransferItem | Control) -> None:
         now = time.monotonic()
@@ -34,16 +45,47 @@ class Orphans:
             for key in [k for k, t in self._first_s.items() if now - t > ORPHAN_TTL_S]:
                 self.discard(key)
             self._first_s[it.key] = now
-        self._items.setdefault(it.key, []).append(_copy(it) if isinstance(it, TransferItem) else it)
+            self._items[it.key] = []
+        if isinstance(it, TransferItem):
+            nbytes = _nbytes(it)
+            if not self._make_room(nbytes, it.key):
+                self._dropped(f"{it.key}: {nbytes} bytes of early KV over the {self.max_bytes}-byte cap")
+                return
+            self._bytes[it.key] = self._bytes.get(it.key, 0) + nbytes
+            self.total_bytes += nbytes
+            it = _copy(it)
+        self._items[it.key].append(it)
+
+    def _make_room(self, nbytes: int, keep: str) -> bool:
+        """Drop the oldest other keys' items until ``nbytes`` more fit; False if they cannot."""
+        for key in list(self._first_s):
+            if self.total_bytes + nbytes <= self.max_bytes:
+                break
+            if key != keep and self._bytes.get(key):
+                self._dropped(f"{key}: its early KV ({self._bytes[key]} bytes) made room for newer")
+                self.discard(key)
+        return self.total_bytes + nbytes <= self.max_bytes
+
+    def _dropped(self, detail: str) -> None:
+        drops = getattr(getattr(self._owner, "transport", None), "drops", None)
+        if drops is not None:
+            drops.drop("data", "orphan_cap", detail)
 
     def take(self, key: str) -> list[TransferItem | Control]:
         """The items held for ``key`` (now its task is here), forgetting them."""
         self._first_s.pop(key, None)
+        self.total_bytes -= self._bytes.pop(key, 0)
         return self._items.pop(key, [])
 
     def discard(self, key: str) -> None:
         self._first_s.pop(key, None)
+        self.total_bytes -= self._bytes.pop(key, 0)
         self._items.pop(key, None)
+
+
+def _nbytes(it: TransferItem) -> int:
+    p = it.payload
+    return int(p.numel() * p.element_size()) if isinstance(p, torch.Tensor) else memoryview(p).nbytes
 
 
 def _copy(it: TransferItem) -> TransferItem:
@@ -75,7 +117,7 @@ class WorkerBase:
         self._tasks: dict[str, Any] = {}
         self._waiting: list[str] = []  # tasks not yet admitted (waiting for buffer room), in order
         self._last_load = (0, 0)
-        self._orphans = Orphans()
+        self._orphans = Orphans(self)
         self.num_failed_requests = 0  # requests this engine failed alone (isolation)
 
     def _task_tokens(self, task: Any) -> int:

@@ -4,7 +4,8 @@ A multi-turn chat (the model's chat template; random tokens if it has no tokeniz
 ``LocalPipeline`` on each requested path with a fresh store; every turn's greedy tokens and logits are
 compared with one full transformers forward over the same weights. Paths: ``pe``, ``de`` and
 ``split`` (one conversation on that read path; split divides the hits between PE and DE), ``mixed`` (two conversations batched together, on opposite paths that
-swap every turn, each on its own DE, with chunked prefill).
+swap every turn, each on its own DE, with chunked prefill). ``CheckConfig.transport`` picks how KV
+moves between the engines (in-process, or each engine on its own cross-process transport).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def run_check(cfg: CheckConfig, on_turn: Callable[[], None] | None = None) -> di
     equal = all(r["tokens_equal"] for r in rows)
     return {
         "model": cfg.model, "dtype": "float32", "device": cfg.device, "block_size": cfg.block_size,
+        "transport": cfg.transport,
         "turns": cfg.turns, "paths": list(cfg.paths), "max_abs_logit_diff": max_diff,
         "tolerance": cfg.tolerance, "tokens_equal": equal,
         "ok": equal and max_diff <= cfg.tolerance,
@@ -101,7 +103,8 @@ def _run_path(
         local = LocalConfig(kv_dir=kv_dir, block_size=cfg.block_size, num_decode_engines=len(convs),
                             buffer_bytes=geo.full_block_bytes * geo.num_blocks(2048),
                             num_cache_blocks=2 * geo.num_blocks(2048),
-                            max_batch_tokens=48, batching="tokens" if path == "mixed" else None)  # fmt: skip
+                            max_batch_tokens=48, batching="tokens" if path == "mixed" else None,
+                            transport=cfg.transport)  # fmt: skip
         with LocalPipeline(dec, local) as pipe:
             for turn in range(cfg.turns):
                 reqs = [GenRequest(request_id=f"{k}{turn}", token_ids=tuple(ctx[k]),

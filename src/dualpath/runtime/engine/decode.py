@@ -157,12 +157,20 @@ class DecodeEngine:
 
     # ----- decode ------------------------------------------------------------------------------
     def add_request(
-        self, request_id: str, prompt: Sequence[int], first_token: int, sampling: SamplingParams
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        first_token: int,
+        sampling: SamplingParams,
+        num_generated: int = 0,
     ) -> bool:
         """Move the (complete) prompt KV from the DE buffer into the paged cache and start decoding.
+        ``num_generated``: the prompt ends with that many tokens an earlier attempt generated (a
+        resumed request), so ``first_token`` is generated token ``num_generated`` and sampling
+        goes on from step ``num_generated + 1``.
 
         Returns False (nothing changed) if the cache lacks blocks for prompt + generation."""
-        ids = self.cache.allocate(len(prompt) + sampling.max_tokens)
+        ids = self.cache.allocate(len(prompt) + sampling.max_tokens - num_generated)
         if ids is None:
             return False
         blocks = self.buffer.blocks(request_id)
@@ -171,8 +179,9 @@ class DecodeEngine:
         self.buffer.free(request_id)
         self._reads.pop(request_id, None)
         st = _Running(request_id, [*prompt, first_token], ids, sampling)
+        st.num_generated += num_generated
         self._persist_full_blocks(st)
-        if sampling.max_tokens == 1 or first_token in sampling.stop_token_ids:
+        if st.num_generated >= sampling.max_tokens or first_token in sampling.stop_token_ids:
             self._release(st)
         else:
             self._running[request_id] = st

@@ -1,11 +1,14 @@
-"""The whole data path in one process: store + I/O engine, one PE, DEs, an in-process transport.
+"""The whole data path in one process: store + I/O engine, one PE, DEs, and a transport between them.
 
 ``LocalPipeline.generate(requests)`` runs a set of requests end to end: hits from the store's prefix
 match, DE buffer reservation (and DE-side reads on the DE path), layerwise prefill in batches planned
 by ``dualpath.policy`` (the policy's batching: dualpath's compute quota over a measured attention
 predictor, see ``profile.py``, or a token budget; both chunk), then batched decoding with block
 persistence. It is what the correctness tests, ``dualpath check`` and the benchmarks drive; the
-multi-process cluster drives the same engine classes step by step.
+multi-process cluster drives the same engine classes step by step. ``LocalConfig.transport``
+"inproc" (default) hands KV over by a call; a cross-process transport's name (``zmq``, ``shm``,
+``mooncake``, ``nixl``: ``runtime.transfer.factory``) gives each engine one of its own, routed to
+the others, so every Layer Block and control message crosses that transport's wire.
 """
 
 from __future__ import annotations
@@ -18,18 +21,22 @@ from pathlib import Path
 import torch
 
 from dualpath.core.errors import ConfigError, require
+from dualpath.core.registry import lookup
 from dualpath.core.units import MiB
 from dualpath.policy import AttentionTimePredictor, BatchView, SchedulerConfig, make_scheduler
 from dualpath.policy.config import COMPUTE_QUOTA_S
 from dualpath.policy.prefill import choose_read
 from dualpath.policy.views import ReadSide
+from dualpath.runtime.choices import TRANSPORT_NAMES
 from dualpath.runtime.engine.decode import DecodeConfig, DecodeEngine
 from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
 from dualpath.runtime.engine.types import KVGeometry, PrefillOutput, PrefillRequest, SamplingParams
 from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
 from dualpath.runtime.model import Decoder
-from dualpath.runtime.transfer import InProcFabric
+from dualpath.runtime.transfer import InProcFabric, Transport
+
+LOCAL_TRANSPORTS = ("inproc", *TRANSPORT_NAMES)  # LocalConfig.transport's choices
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +60,7 @@ class LocalConfig:
     io_queue_depth: int = 4
     store_capacity_bytes: int | None = None
     async_transfer: bool = False  # in-process transport with a progress thread
+    transport: str = "inproc"  # or a cross-process transport: one per engine (module docstring)
     policy: str = "dualpath"
     batching: str | None = None  # None: the policy's default mode
     compute_quota_s: float = COMPUTE_QUOTA_S
@@ -61,6 +69,7 @@ class LocalConfig:
     def __post_init__(self) -> None:
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, ">= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", self.max_batch_tokens, ">= 1")
+        lookup(dict.fromkeys(LOCAL_TRANSPORTS), self.transport, "transport")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,15 +107,15 @@ class LocalPipeline:
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
         self.store = BlockStore(cfg.kv_dir, self.geometry.layout, cfg.store_capacity_bytes)
         self.io = IOEngine(self.store, IOEngineConfig(queue_depth=cfg.io_queue_depth))
-        fabric = InProcFabric()
-        self.transport = fabric.transport(asynchronous=cfg.async_transfer)
+        self.transports = _transports(cfg, 1 + cfg.num_decode_engines)
+        self.transport = self.transports[0]
         self.prefill = PrefillEngine(decoder, self.transport, self.io, PrefillConfig(
             name="pe0", block_size=cfg.block_size, buffer_bytes=cfg.buffer_bytes,
             max_cached_tokens=cfg.max_cached_tokens, overlap=cfg.overlap))  # fmt: skip
         self.decode = [
             DecodeEngine(
                 decoder,
-                self.transport,
+                self.transports[1 + i],
                 self.io,
                 DecodeConfig(
                     name=f"de{i}",
@@ -119,6 +128,7 @@ class LocalPipeline:
         ]
         for de in self.decode:
             self.prefill.connect(de.config.name, de)
+        _route(self.transports, [["pe0", "pe0.buffer"], *([de.config.name] for de in self.decode)])
         sched_cfg = SchedulerConfig(
             batching=cfg.batching, compute_quota_s=cfg.compute_quota_s,
             attention_predictor=cfg.attention_predictor, max_batch_tokens=cfg.max_batch_tokens,
@@ -145,7 +155,8 @@ class LocalPipeline:
     def close(self) -> None:
         self.prefill.close()
         self.io.close()
-        self.transport.close()
+        for t in dict.fromkeys(self.transports):
+            t.close()
 
     def generate(self, requests: Sequence[GenRequest]) -> dict[str, Generation]:
         """Prefill all ``requests`` (batched, chunked), then decode them together."""
@@ -213,3 +224,30 @@ class LocalPipeline:
                 done[out.request_id] = out
                 hits[out.request_id] = out.hit_tokens
         return done
+
+
+def _transports(cfg: LocalConfig, n: int) -> list[Transport]:
+    """One in-process transport for every engine, or ``n`` of ``cfg.transport`` (PE first)."""
+    if cfg.transport == "inproc":
+        return [InProcFabric().transport(asynchronous=cfg.async_transfer)] * n
+    from dualpath.runtime.transfer.factory import make_transport
+
+    made: list[Transport] = []
+    try:
+        for _ in range(n):
+            made.append(make_transport(cfg.transport))
+    except BaseException:
+        for t in made:
+            t.close()
+        raise
+    return made
+
+
+def _route(transports: list[Transport], endpoints: list[list[str]]) -> None:
+    """Tell each cross-process transport where the others' endpoints live."""
+    if len(set(map(id, transports))) == 1:
+        return
+    for i, t in enumerate(transports):
+        for j, names in enumerate(endpoints):
+            for name in names if j != i else ():
+                t.add_route(name, transports[j].address)  # type: ignore[attr-defined]

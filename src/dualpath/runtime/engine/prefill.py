@@ -270,7 +270,7 @@ class PrefillEngine:
             logits = self.decoder.final(hidden[row : row + 1])[0]
             row += 1
             rid = st.req.request_id
-            outs.append(PrefillOutput(request_id=rid, first_token=sample_token(logits, st.req.sampling, 0),
+            outs.append(PrefillOutput(request_id=rid, first_token=sample_token(logits, st.req.sampling, st.req.first_step),
                                       logits=logits, hit_tokens=st.hit_len or 0,
                                       computed_tokens=len(st.req.token_ids) - (st.hit_len or 0)))  # fmt: skip
             del self._reqs[rid]

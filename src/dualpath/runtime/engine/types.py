@@ -77,7 +77,8 @@ class PrefillRequest:
     by the DE named ``decode_endpoint`` into its buffer ("de"), or "split": the first
     ``split_block`` blocks by the PE, the rest by the DE, which pushes them into the PE buffer. The
     miss KV (and, on the PE and split paths, the hit KV) of every layer is sent to
-    ``decode_endpoint``."""
+    ``decode_endpoint``. ``first_step``: the sampling step of the token this prefill samples (0;
+    ``k`` for a request resuming after ``k`` generated tokens, which are the end of ``token_ids``)."""
 
     request_id: str
     token_ids: tuple[int, ...]
@@ -86,9 +87,11 @@ class PrefillRequest:
     hit_hashes: tuple[str, ...] = ()
     split_block: int = 0
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    first_step: int = 0
 
     def __post_init__(self) -> None:
         require(len(self.token_ids) >= 1, "token_ids", len(self.token_ids), "prompt must not be empty")
+        require(self.first_step >= 0, "first_step", self.first_step, "must be >= 0")
         require(
             self.read_side in READ_SIDES, "read_side", self.read_side, f"choices: {', '.join(READ_SIDES)}"
         )

@@ -71,6 +71,7 @@ def _factory(cluster: str | Callable[[], Any], config: ServerConfig) -> Callable
             cluster,
             query_timeout_s=config.cluster_query_timeout_s,
             keys=load_keys(config.cluster_key_file or ""),
+            api_key=config.api_key,
         )
 
     return make

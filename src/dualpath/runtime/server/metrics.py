@@ -83,6 +83,11 @@ class _SnapshotCollector:
             ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
             ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
             ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
+            (
+                "dualpath_cluster_cancelled",
+                getattr(snap, "num_cancelled", 0),
+                "Requests whose client went away before they finished",
+            ),
             ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
             (
                 "dualpath_engine_revivals",
@@ -97,7 +102,7 @@ class _SnapshotCollector:
             (
                 "dualpath_requests_retried",
                 getattr(snap, "requests_retried", 0),
-                "Requests re-dispatched once after their engine was lost before they streamed",
+                "Requests re-dispatched after their engine was lost (resumed from the tokens they had)",
             ),
         ):
             fam = CounterMetricFamily(name, doc)

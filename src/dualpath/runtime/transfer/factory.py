@@ -1,33 +1,31 @@
 """Pick a cross-process transport by name: "zmq" (default), "shm", "mooncake", "nixl".
 
-Mooncake's transfer engine and NIXL are optional RDMA-capable engines; they are selected only when
-their Python packages import, otherwise the error says what to install. Their adapters are not
-implemented in this tree yet: when installed they fail with a clear message rather than silently
-falling back.
+``zmq`` sends payloads as ZeroMQ frames (``tcp://``, across hosts); ``shm`` through shared-memory
+rings (one host); ``mooncake`` and ``nixl`` by a one-sided transfer engine (Mooncake's transfer
+engine, NIXL with UCX: ``onesided.py``), with the same ZeroMQ channel for headers, control
+messages and acks. The engines are optional packages (extras ``dualpath[mooncake]``,
+``dualpath[nixl]``); without them the error names what to install.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from dualpath.core.errors import ConfigError, UnknownNameError
+from dualpath.core.errors import UnknownNameError
 from dualpath.runtime.choices import TRANSPORT_NAMES
 from dualpath.runtime.transfer.base import Transport
 
 __all__ = ["TRANSPORT_NAMES", "make_transport"]
-_OPTIONAL = {
-    "mooncake": ("mooncake", "pip install mooncake-transfer-engine"),
-    "nixl": ("nixl", "pip install nixl"),
-}
 
 
 def make_transport(
     name: str, *, host: str = "127.0.0.1", limiter: Callable[[int], object] | None = None, keys: Any = None
 ) -> Transport:
     """A new transport; ``limiter(nbytes)`` (the engine's CNIC) is called before each batch;
-    ``keys`` (``auth.ClusterKeys``): CURVE-authenticated sockets (None: plain)."""
+    ``keys`` (``auth.ClusterKeys``): CURVE-authenticated ZeroMQ sockets (None: plain). ``host``:
+    where peers reach it (the ZeroMQ socket; Mooncake's engine too). A missing engine package
+    raises ConfigError naming it."""
     if name == "zmq":
         from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 
@@ -36,11 +34,30 @@ def make_transport(
         from dualpath.runtime.transfer.shm_transport import ShmTransport
 
         return ShmTransport(limiter=limiter, keys=keys)
-    if name in _OPTIONAL:
-        module, install = _OPTIONAL[name]
-        if importlib.util.find_spec(module) is None:
-            raise ConfigError("transport", name, f"module {module!r} is not installed ({install})")
-        raise ConfigError(
-            "transport", name, f"{module} is installed but dualpath has no adapter for it yet; use zmq or shm"
-        )
+    if name == "mooncake":
+        from dualpath.runtime.transfer.mooncake import mooncake_transport
+
+        return mooncake_transport(host=host, limiter=limiter, keys=keys)
+    if name == "nixl":
+        from dualpath.runtime.transfer.nixl import nixl_transport
+
+        return nixl_transport(host=host, limiter=limiter, keys=keys)
     raise UnknownNameError("transport", name, TRANSPORT_NAMES)
+
+
+def missing(name: str) -> str | None:
+    """Why transport ``name`` cannot be made here (its engine package does not import); None: it can."""
+    from dualpath.core.errors import ConfigError
+
+    try:
+        if name == "mooncake":
+            from dualpath.runtime.transfer.mooncake import import_engine
+
+            import_engine()
+        elif name == "nixl":
+            from dualpath.runtime.transfer.nixl import import_api
+
+            import_api()
+    except ConfigError as exc:
+        return str(exc)
+    return None

@@ -13,9 +13,7 @@ import mmap
 import os
 import re
 import tempfile
-import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import zmq
 
 from dualpath.core.errors import require
 from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.ring import RingAllocator
 from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 from dualpath.runtime.transfer.zmq_wire import DataMsg, ItemMeta, payload_view
 
@@ -32,11 +31,11 @@ def _shm_dir() -> Path:
     return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
-class _Ring:
-    """FIFO byte ring: ``alloc`` blocks until ``n`` contiguous bytes are free; ``free`` releases an
-    allocation (any order; space is reclaimed from the oldest)."""
+class _Ring(RingAllocator):
+    """A ``RingAllocator`` over a file in the shm directory (``buf``: its mapping)."""
 
     def __init__(self, capacity_bytes: int) -> None:
+        super().__init__(capacity_bytes)
         self.path = _shm_dir() / f"dualpath-shm-{uuid.uuid4().hex[:16]}"
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -44,43 +43,6 @@ class _Ring:
             self.buf = mmap.mmap(fd, capacity_bytes)
         finally:
             os.close(fd)
-        self.capacity = capacity_bytes
-        self._live: deque[list[int]] = deque()  # [start, end, freed]
-        self._head = 0
-        self._cond = threading.Condition()
-
-    def _fits(self, n: int) -> int | None:
-        if not self._live:
-            return 0
-        tail = self._live[0][0]
-        if self._head >= tail:
-            if self._head + n <= self.capacity:
-                return self._head
-            return 0 if n < tail else None
-        return self._head if self._head + n < tail else None
-
-    def alloc(self, n: int, timeout_s: float = 30.0) -> int:
-        with self._cond:
-            start = self._fits(n)
-            while start is None:
-                if not self._cond.wait(timeout_s):
-                    raise TimeoutError(f"shared-memory ring full for {timeout_s} s")
-                start = self._fits(n)
-            self._live.append([start, start + n, 0])
-            self._head = start + n
-            return start
-
-    def free(self, start: int) -> None:
-        with self._cond:
-            for rec in self._live:
-                if rec[0] == start and not rec[2]:
-                    rec[2] = 1
-                    break
-            while self._live and self._live[0][2]:
-                self._live.popleft()
-            if not self._live:
-                self._head = 0
-            self._cond.notify_all()
 
     def close(self) -> None:
         try:

@@ -47,6 +47,7 @@ class ZmqTransport(ZmqReceiver, Transport):
     """See the module docstring. ``scheme`` "tcp" binds ``tcp://host:*``, "ipc" a socket file."""
 
     kind = "zmq"
+    _peer_info = b""  # sent with each message whose slots name a segment (``DataMsg.peer``)
 
     def __init__(
         self,
@@ -226,7 +227,8 @@ class ZmqTransport(ZmqReceiver, Transport):
                         if self.limiter is not None:
                             self.limiter(sum(i.nbytes for i in what))
                         metas, frames, segment = self._pack(addr, what, resources)
-                        head = ENCODER.encode(DataMsg(seq, self.address, dest, source, metas, segment))
+                        peer = self._peer_info if segment else b""
+                        head = ENCODER.encode(DataMsg(seq, self.address, dest, source, metas, segment, peer))
                     sock = socks.get(addr)
                     if sock is None:
                         sock = socks[addr] = self._push(addr)

@@ -1,7 +1,7 @@
 """The ZeroMQ transport's wire format: the msgspec headers of a data submit (``DataMsg`` naming
 its ``ItemMeta`` items, one payload frame each), of control messages (``CtlMsg``) and of acks
 (``AckMsg``), every field bounded so that a forged header fails validation, and ``payload_view``,
-the raw bytes a payload is sent as. ``zmq_transport.py`` and ``shm_transport.py`` speak it.
+the raw bytes a payload is sent as. ``zmq_transport.py``, ``shm_transport.py`` and ``onesided.py`` speak it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class DataMsg(msgspec.Struct, array_like=True, frozen=True, tag="d"):
     dest: _Name
     source: _Name
     items: Annotated[list[ItemMeta], _Meta(max_length=1 << 16)]
-    segment: Annotated[str, _Meta(max_length=1024)] = ""
+    segment: Annotated[str, _Meta(max_length=1024)] = ""  # where the slots are (shm file, engine peer)
+    peer: Annotated[bytes, _Meta(max_length=1 << 16)] = b""  # what reaching ``segment`` needs (NIXL)
 
 
 class CtlMsg(msgspec.Struct, array_like=True, frozen=True, tag="c"):

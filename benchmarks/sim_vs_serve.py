@@ -1,0 +1,281 @@
+"""The simulator against our own cluster: measured vs simulated on a real local 1P2D ``dualpath serve``.
+
+In one run: (1) profile the engine (``dualpath simulate profile``, in a child process so its memory
+is gone before the cluster starts; or ``--profile FILE``); (2) start one local cluster of that
+model behind the HTTP API (``runtime.cluster.demo.ServedCluster``, as ``dualpath demo``), its PEs'
+compute-quota line fixed to the profile's (so both batch with the same predictor), and for each
+storage-NIC cap in ``--caps`` run ``dualpath demo``'s agents under Basic, DualPath and Oracle
+(each one ``dualpath bench`` run, fresh tokens per run so nobody hits another run's blocks);
+(3) simulate the same agents on the local cluster (``sim/local.py``) with the profile as the
+engines' step times. Nothing is fitted to the measurements: only the profile and the caps go in.
+
+Printed per cap and system: JCT, mean TTFT, mean TPOT, KV bytes per path and the storage-NIC read
+balance (max / mean over nodes), measured and simulated and their ratio, and the Basic / DualPath
+and DualPath / Oracle JCT ratios. The issue's goal: simulated JCT within 15% of measured, both
+ratios within 10%. A run with a failed request is reported and the command exits 1 (its numbers
+are not a result). Every real-cluster run holds the machine's memory lock:
+
+    flock /tmp/dualpath-mem.lock python benchmarks/sim_vs_serve.py [--tiny] [--caps 0.1,0.2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from dualpath.bench.config import BenchConfig
+from dualpath.bench.systems import measure_system
+from dualpath.cli.sim_local import local_trajectories, simulate_local
+from dualpath.sim import local
+from dualpath.spec.engine_profile import EngineProfile
+
+SYSTEMS = ("basic", "dualpath", "oracle")
+PATHS = ("pe-read", "de-read", "pd-transfer", "persist")
+GOAL_JCT, GOAL_RATIO = 0.15, 0.10
+DEFAULT_CAPS = {"smollm2-135m": "0.1,0.2", "tiny": "0.01,0.02"}  # Gbit/s per node (demo: 0.1 / 0.01)
+
+
+def say(msg: str, t0: float = time.monotonic()) -> None:
+    print(f"[{time.monotonic() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def get_profile(args: argparse.Namespace, work: str) -> tuple[EngineProfile, str]:
+    if args.profile:
+        return EngineProfile.load(args.profile), args.profile
+    path = os.path.join(work, "profile.json")
+    say(f"profiling the {args.model} engine (a child process)")
+    cmd = [sys.executable, "-m", "dualpath.cli", "simulate", "profile", "--model", args.model, "--out", path]
+    subprocess.run(cmd, check=True)
+    return EngineProfile.load(path), path
+
+
+def bench_config(args: argparse.Namespace, url: str, token_seed: int) -> BenchConfig:
+    return BenchConfig(
+        url=url, dataset_name="agents", num_agents=args.agents, maxlen=args.max_len, max_turns=args.turns,
+        length_scale=args.scale, seed=0, token_seed=token_seed, request_timeout_s=900.0, duration_s=3600.0,
+    )  # fmt: skip
+
+
+def measure(args: argparse.Namespace, profile: EngineProfile, caps: list[float]) -> dict[float, dict]:
+    """Every (cap, system) on one served cluster; {cap: {system: measured row}}."""
+    from dualpath.runtime.cluster.config import (
+        ClusterConfig,
+        EngineConfig,
+        SchedulerServiceConfig,
+        TrafficConfig,
+    )
+    from dualpath.runtime.cluster.demo import ServedCluster
+    from dualpath.runtime.server.config import ServerConfig
+
+    kv_dir = tempfile.mkdtemp(prefix="dualpath-simvserve-kv-")
+    cfg = ClusterConfig(
+        kv_dir=kv_dir, model=args.model, num_prefill_engines=1, num_decode_engines=2,
+        traffic=TrafficConfig(snic_gbps=caps[0]), scheduler=SchedulerServiceConfig(engine_timeout_s=30.0),
+        engine=EngineConfig(attention_s_per_gflop=profile.attention_s_per_gflop,
+                            attention_intercept_s=profile.attention_intercept_s),
+    )  # fmt: skip
+    server = ServerConfig(token_timeout_s=900.0, cluster_query_timeout_s=30.0)
+    out: dict[float, dict] = {}
+    say("starting the 1P2D cluster")
+    with ServedCluster(cfg, server) as served:
+        for k, cap in enumerate(caps):
+            out[cap] = {}
+            for i, name in enumerate(SYSTEMS):
+                say(f"measuring {name} at {cap:g} Gbit/s per SNIC")
+                served.configure(name, snic_gbps=cap)
+                run, row = asyncio.run(measure_system(bench_config(args, served.url, 10 * k + i + 1)))
+                out[cap][name] = measured_row(run, row)
+    return out
+
+
+def measured_row(run: Any, row: dict) -> dict:
+    ok = [r for r in run.results if r.ok]
+    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+    nodes = [row["snic_read_bytes"].get(f"node{i}", 0) for i in range(3)]
+    return {
+        "jct_s": row["jct_s"],
+        "ttft_s": row["ttft_mean_s"],
+        "tpot_s": sum(tpot) / len(tpot) if tpot else None,
+        "requests": row["num_requests"],
+        "errors": row["errors"],
+        "bytes": {p: row["bytes_by_path"].get(p, 0) for p in PATHS},
+        "snic_read_bytes_by_node": nodes,
+        "snic_read_max_over_avg": _max_over_avg(nodes),
+    }
+
+
+def simulate(args: argparse.Namespace, profile: EngineProfile, caps: list[float]) -> dict[float, dict]:
+    trajs = local_trajectories(
+        agents=args.agents, max_turns=args.turns, scale=args.scale, max_len=args.max_len, seed=0
+    )
+    prompt_tokens = sum(_prompt_tokens(t) for t in trajs)
+    out: dict[float, dict] = {}
+    for cap in caps:
+        runs = simulate_local(list(SYSTEMS), local.LocalClusterSpec(snic_gbps=cap), profile, trajs)
+        out[cap] = {
+            name: simulated_row(r, prompt_tokens * profile.kv_bytes_per_token) for name, r in runs.items()
+        }
+    return out
+
+
+def _prompt_tokens(traj: Any) -> int:
+    total, context = 0, 0
+    for turn in traj.turns:
+        prompt = context + turn.append_len
+        total += prompt
+        context = prompt + turn.gen_len
+    return total
+
+
+def simulated_row(r: dict, prompt_bytes: float) -> dict:
+    b = r["bytes"]
+    # PD transfers: PE -> DE sends plus DE-path loads = the DE CNICs' KV bytes less the DE buffer ->
+    # HBM copies (each prompt once on tx and rx), which the runtime does not send (Oracle: none)
+    pd = b.get("de_cnic_tx", 0.0) + b.get("de_cnic_rx", 0.0)
+    pd = max(0.0, pd - 2 * prompt_bytes) if pd else 0.0
+    nodes = r["snic_read_bytes_by_node"]
+    return {
+        "jct_s": r["jct_s"],
+        "ttft_s": r["mean_ttft_s"],
+        "tpot_s": r["mean_tpot_s"],
+        "requests": r["num_requests"],
+        "bytes": {
+            "pe-read": b.get("pe_snic_read", 0.0),
+            "de-read": b.get("de_snic_read", 0.0),
+            "pd-transfer": pd,
+            "persist": b.get("de_snic_write", 0.0),
+        },
+        "snic_read_bytes_by_node": nodes,
+        "snic_read_max_over_avg": _max_over_avg(nodes),
+    }
+
+
+def _max_over_avg(values: list[float]) -> float | None:
+    avg = sum(values) / len(values) if values else 0.0
+    return max(values) / avg if avg > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def compare(measured: dict[float, dict], simulated: dict[float, dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for cap, rows in measured.items():
+        sims = simulated[cap]
+        entry: dict[str, Any] = {n: {"measured": rows[n], "simulated": sims[n]} for n in SYSTEMS}
+        ratios = {}
+        for key, (a, b) in {
+            "basic/dualpath": ("basic", "dualpath"),
+            "dualpath/oracle": ("dualpath", "oracle"),
+        }.items():
+            m = _ratio(rows[a]["jct_s"], rows[b]["jct_s"])
+            s = _ratio(sims[a]["jct_s"], sims[b]["jct_s"])
+            ratios[key] = {"measured": m, "simulated": s, "sim_over_measured": _ratio(s, m)}
+        entry["ratios"] = ratios
+        out[f"{cap:g}"] = entry
+    return out
+
+
+def goals(result: dict[str, Any]) -> dict[str, bool]:
+    ok_jct = all(
+        abs(_ratio(e[n]["simulated"]["jct_s"], e[n]["measured"]["jct_s"]) - 1) <= GOAL_JCT
+        for e in result.values()
+        for n in SYSTEMS
+    )
+    ok_ratio = all(
+        abs(r["sim_over_measured"] - 1) <= GOAL_RATIO for e in result.values() for r in e["ratios"].values()
+    )
+    return {"jct_within_15pct": ok_jct, "ratios_within_10pct": ok_ratio}
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    cols = ("JCT s", "TTFT s", "TPOT ms", "pe-read MB", "de-read MB", "pd MB", "persist MB", "SNIC max/avg")
+    for cap, e in result.items():
+        print(f"\nSNIC cap {cap} Gbit/s per node: measured / simulated (sim / measured)")
+        print(f"{'system':10s}" + "".join(f"{c:>24s}" for c in cols))
+        for n in SYSTEMS:
+            m, s = e[n]["measured"], e[n]["simulated"]
+            cells = [_cell(m["jct_s"], s["jct_s"]), _cell(m["ttft_s"], s["ttft_s"]),
+                     _cell(m["tpot_s"], s["tpot_s"], 1e3)]  # fmt: skip
+            cells += [_cell(m["bytes"][p], s["bytes"][p], 1e-6) for p in PATHS]
+            cells.append(_cell(m["snic_read_max_over_avg"], s["snic_read_max_over_avg"]))
+            print(f"{n:10s}" + "".join(f"{c:>24s}" for c in cells))
+        for key, r in e["ratios"].items():
+            print(
+                f"  {key} JCT: measured {r['measured']:.3f}, simulated {r['simulated']:.3f} (x{r['sim_over_measured']:.3f})"
+            )
+
+
+def _cell(m: float | None, s: float | None, scale: float = 1.0) -> str:
+    if m is None or s is None:
+        return f"{'-' if m is None else f'{m * scale:.3g}'} / {'-' if s is None else f'{s * scale:.3g}'}"
+    r = f"x{s / m:.2f}" if m else "-"
+    return f"{m * scale:.3g} / {s * scale:.3g} ({r})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="the tiny random model (a quick check)")
+    ap.add_argument("--caps", default=None, help="storage-NIC caps, Gbit/s per node (comma list)")
+    ap.add_argument("--agents", type=int, default=local.DEMO_AGENTS)
+    ap.add_argument("--turns", type=int, default=local.DEMO_TURNS)
+    ap.add_argument("--scale", type=float, default=local.DEMO_SCALE)
+    ap.add_argument("--max-len", type=int, default=local.DEMO_MAX_LEN)
+    ap.add_argument("--profile", default=None, help="use this engine profile instead of measuring one")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    args.model = "tiny" if args.tiny else "smollm2-135m"
+    caps = [float(c) for c in (args.caps or DEFAULT_CAPS[args.model]).split(",")]
+    started, load0 = time.monotonic(), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="dualpath-simvserve-") as work:
+        profile, profile_path = get_profile(args, work)
+        measured = measure(args, profile, caps)
+        say("simulating the same agents on the profile")
+        result = compare(measured, simulate(args, profile, caps))
+    errors = {
+        f"{cap:g}/{n}": rows[n]["errors"]
+        for cap, rows in measured.items()
+        for n in SYSTEMS
+        if rows[n]["errors"]
+    }
+    out = {
+        "model": args.model,
+        "workload": {
+            "agents": args.agents,
+            "turns": args.turns,
+            "scale": args.scale,
+            "max_len": args.max_len,
+        },
+        "profile": {
+            "path": profile_path if args.profile else None,
+            "host": profile.host,
+            "created": profile.created,
+        },
+        "caps": result,
+        "goals": goals(result),
+        "errors": errors,
+        "wall_s": time.monotonic() - started,
+        "load_average": {"start": load0, "end": os.getloadavg()},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print_tables(result)
+        print(
+            f"\ngoals: {out['goals']}; wall {out['wall_s']:.0f} s; load average {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+        )
+    if errors:
+        print(f"failed requests, the numbers above are not a result: {errors}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""A transport whose payload bytes move by a one-sided transfer engine (Mooncake, NIXL).
+
+Same protocol and guarantees as :class:`ZmqTransport` (its subclass): the ZeroMQ messages (CURVE
+when keyed) carry the headers, control messages and acks, in one FIFO per destination. Only the
+payload bytes take the engine. Each transport registers two buffers with its engine once, at start:
+a send ring and a landing buffer, ``ring_bytes`` each. A submit copies its batch into the send ring
+(one copy, as into the shm transport's ring) and sends a header naming the ring slots and this
+engine's peer name (``DataMsg.segment``, plus ``DataMsg.peer`` when the engine needs more to reach
+it: NIXL's agent metadata). The receive thread reads the slots into its landing buffer with one
+engine READ per message (adjacent slots coalesced), hands the items to the sink (which copies, as
+the contract says) and acks; the ack frees the sender's slots. A batch larger than the ring falls
+back to ordinary ZeroMQ frames.
+
+The engine is an ``Engine`` (this module): ``register`` a buffer, name itself (``segment``,
+``peer_info``), ``check_peer`` a received name, ``read`` ranges from a peer, ``close``. Reads run
+on the receive thread; the engine bounds how long one may take (a dead peer fails the message,
+its sender's handle gets the error), so one peer cannot hold the thread for ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+import zmq
+
+from dualpath.core.errors import require
+from dualpath.core.units import MiB
+from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.ring import RingAllocator
+from dualpath.runtime.transfer.zmq_transport import ZmqTransport
+from dualpath.runtime.transfer.zmq_wire import DataMsg, ItemMeta, payload_view
+
+RING_BYTES = 64 * MiB  # per buffer, as the shm transport's ring (a batch above it goes as frames)
+Span = tuple[int, int, int]  # local address, remote address, bytes
+
+
+class Engine(Protocol):
+    """A one-sided transfer engine as ``OneSidedTransport`` drives it."""
+
+    kind: str
+    segment: str  # this engine's peer name (DataMsg.segment)
+    peer_info: bytes  # what a peer needs besides the name (b"" when nothing)
+
+    def register(self, addr: int, nbytes: int) -> None: ...
+
+    def check_peer(self, segment: str, peer: bytes) -> str | None:
+        """Why a received peer name is not one this engine reads from (None: it is)."""
+        ...
+
+    def read(self, segment: str, peer: bytes, spans: Sequence[Span]) -> None:
+        """Copy each span's remote bytes into local memory; raise on failure or timeout."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def coalesce(spans: Sequence[Span]) -> list[Span]:
+    """Merge spans adjacent on both sides (one engine request instead of several)."""
+    out: list[Span] = []
+    for local, remote, n in spans:
+        if n == 0:
+            continue
+        if out and out[-1][0] + out[-1][2] == local and out[-1][1] + out[-1][2] == remote:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + n)
+        else:
+            out.append((local, remote, n))
+    return out
+
+
+class OneSidedTransport(ZmqTransport):
+    """See the module docstring; ``engine`` is made by the caller (``mooncake.py``, ``nixl.py``)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        host: str = "127.0.0.1",
+        ring_bytes: int = RING_BYTES,
+        limiter: Callable[[int], object] | None = None,
+        keys: Any = None,
+    ) -> None:
+        require(ring_bytes >= 4096, "ring_bytes", ring_bytes, "must be >= 4096")
+        self.engine = engine
+        self.kind = engine.kind
+        self.ring_bytes = ring_bytes
+        self._send_buf = torch.empty(ring_bytes, dtype=torch.uint8)
+        self._land_buf = torch.empty(ring_bytes, dtype=torch.uint8)
+        self._send_mv = memoryview(self._send_buf.numpy()).cast("B")  # type: ignore[arg-type]
+        self._land_mv = memoryview(self._land_buf.numpy()).cast("B")  # type: ignore[arg-type]
+        self._send_addr = self._send_buf.data_ptr()
+        self._land_addr = self._land_buf.data_ptr()
+        engine.register(self._send_addr, ring_bytes)
+        engine.register(self._land_addr, ring_bytes)
+        self._ring = RingAllocator(ring_bytes)
+        self._peer_info = engine.peer_info
+        super().__init__(host=host, scheme="tcp", limiter=limiter, keys=keys)
+
+    def _pack(
+        self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
+    ) -> tuple[list[ItemMeta], list[memoryview], str]:
+        views = [payload_view(it.payload) for it in items]
+        total = sum(v.nbytes for v in views)
+        if total == 0 or total > self.ring_bytes:
+            return super()._pack(dest_addr, items, resources)
+        start = self._ring.alloc(total)
+        resources.append(start)
+        metas, off = [], start
+        for it, v in zip(items, views):
+            self._send_mv[off : off + v.nbytes] = v
+            addr = self._send_addr + off
+            metas.append(
+                ItemMeta(it.key, it.block_index, it.layer, it.num_tokens, it.token_offset, v.nbytes, addr)
+            )
+            off += v.nbytes
+        return metas, [], self.engine.segment
+
+    def _release(self, resources: list[Any]) -> None:
+        for start in resources:
+            self._ring.free(start)
+
+    def _check_frames(self, msg: DataMsg, frames: list[zmq.Frame]) -> str | None:
+        """A slot message names a peer of this engine, carries no frames and fits the landing
+        buffer; the engine checks the slots themselves against the peer's registrations."""
+        if not msg.segment:
+            return super()._check_frames(msg, frames)
+        bad = self.engine.check_peer(msg.segment, msg.peer)
+        if bad is not None:
+            return bad
+        if len(frames) != 1:
+            return f"a slot message carries {len(frames) - 1} payload frames"
+        total = sum(m.nbytes for m in msg.items)
+        if total > self.ring_bytes:
+            return f"{total} bytes in one message exceed the {self.ring_bytes}-byte landing buffer"
+        if any(m.slot < 0 for m in msg.items):
+            return "a slot message with an item outside the sender's ring (slot -1)"
+        return None
+
+    def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
+        if not msg.segment:
+            return super()._unpack(msg, frames)
+        spans, off = [], 0
+        for m in msg.items:
+            spans.append((self._land_addr + off, m.slot, m.nbytes))
+            off += m.nbytes
+        self.engine.read(msg.segment, msg.peer, coalesce(spans))
+        items, off = [], 0
+        for m in msg.items:
+            items.append(
+                TransferItem(
+                    key=m.key,
+                    block_index=m.block_index,
+                    layer=m.layer,
+                    num_tokens=m.num_tokens,
+                    token_offset=m.token_offset,
+                    payload=self._land_mv[off : off + m.nbytes],
+                )
+            )
+            off += m.nbytes
+        return items
+
+    def close(self) -> None:
+        with self._lock:
+            closed = self._closed
+        super().close()  # stops the threads first: no read lands after this
+        if not closed:
+            self.engine.close()
