@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
 def configure(
     scheduler: str = typer.Option(..., help="Scheduler HOST:PORT (dualpath serve --json prints it)."),
     key_file: str = typer.Option("", help="The cluster's CURVE key file (dualpath serve prints it)."),
+    api_key: str = typer.Option("", help="The cluster's API key, where serve has one (--api-key)."),
     policy: str | None = typer.Option(None, help=choices_help("Scheduling policy", POLICY_NAMES)),
     read_free: bool | None = typer.Option(
         None, "--read-free/--no-read-free", help="Storage reads and PD transfers cost no time (the Oracle)."
@@ -51,7 +52,9 @@ def configure(
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
 
     async def main() -> object:
-        async with ClusterClient(addr, keys=load_keys(key_file), query_timeout_s=30.0) as client:
+        async with ClusterClient(
+            addr, keys=load_keys(key_file), query_timeout_s=30.0, api_key=api_key
+        ) as client:
             return await client.configure(policy, read_free=read_free, snic_gbps=snic_gbps, reset=names)
 
     try:

@@ -66,7 +66,9 @@ def test_requests_sent_when_health_first_says_ok_are_served(tmp_path: Path) -> N
                 async def one(i: int) -> str | None:
                     params = SamplingParams(max_tokens=4, ignore_eos=True)
                     events = [ev async for ev in client.generate([100 + i] * 40, params)]
-                    return events[-1].finish_reason if events[-1].finish_reason != "error" else events[-1].error
+                    return (
+                        events[-1].finish_reason if events[-1].finish_reason != "error" else events[-1].error
+                    )
 
                 return list(await asyncio.gather(*(one(i) for i in range(6))))
 

@@ -75,9 +75,12 @@ class SupervisionView:
                 self.svc.engine_died(
                     eid, f"{engine_name(e.role, eid)} exited (pid {pid}); the supervisor restarts it"
                 )
+        from dualpath.runtime.cluster.sched_guard import process_runs
+
         for eid, pids in msg.exited.items():
             for pid in pids:
-                self.count_death(eid, pid)
+                if not process_runs(pid):  # (a report naming a live process is no death)
+                    self.count_death(eid, pid)
 
     def count_death(self, eid: int, pid: int) -> bool:
         """Count the death of process ``pid`` of engine ``eid`` once; True if it was new."""
