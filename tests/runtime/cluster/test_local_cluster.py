@@ -209,11 +209,14 @@ def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> No
             assert "engine 2" in (last.error or "")
         else:
             assert len(events) == 40
-    h = cluster.health()
-    assert h is not None and any("engine 2" in d for d in h.down)
-    # the cluster keeps serving on the surviving decode engine
+    h = cluster.health()  # engine 2 down, or already restarted by the supervisor (a new generation)
+    assert h is not None
+    assert any("engine 2" in d for d in h.down) or any(
+        e.engine_id == 2 and e.generation >= 1 for e in h.engines
+    )
+    # the cluster keeps serving (on the surviving decode engine while engine 2 restarts)
     again = generate(cluster.address, [[9] * 80], SamplingParams(max_tokens=3, ignore_eos=True))
-    assert again[0][-1].finish_reason == "length" and again[0][-1].stats.decode_engine == 1, again[0][-1]
+    assert again[0][-1].finish_reason == "length", again[0][-1]
     # the store stays consistent: every block file in the shared directory reads back intact
     from dualpath.runtime.kvstore import BlockStore
 

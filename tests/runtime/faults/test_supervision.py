@@ -140,9 +140,17 @@ def test_settings_survive_a_scheduler_restart_and_reach_restarted_engines(rig: R
     h = rig.configure(policy="basic", snic_gbps=40.0)
     assert h.policy == "basic"
     before = dict(rig.cluster.restarts)
+    assert rig.chat().status_code == 200
+    time.sleep(1.0)  # (the scheduler writes its counters at most every 0.5 s)
+    counts = {k: rig.metric(f"dualpath_cluster_{k}_total") for k in ("requests", "finished")}
+    deaths = rig.metric("dualpath_engine_deaths_total")
+    assert counts["requests"] >= 1
     rig.cluster.signal("scheduler", signal.SIGKILL)
     h = rig.wait("scheduler back", lambda h: h.ok and sum(e.alive for e in h.engines) == 3)
     assert h.policy == "basic"  # before: the restarted scheduler came back as "dualpath"
+    for k, n in counts.items():  # before: zeroed (123 requests vanished in the trial)
+        assert rig.metric(f"dualpath_cluster_{k}_total") >= n, k
+    assert rig.metric("dualpath_engine_deaths_total") == deaths
     assert rig.cluster.restarts == before | {"scheduler": before.get("scheduler", 0) + 1}
     rig.cluster.kill_engine(DE_A)
     rig.wait(
