@@ -219,6 +219,30 @@ def test_an_engine_that_leaves_is_removed_after_the_grace_period(rig: Rig) -> No
     assert httpx.get(rig.url + "/health", timeout=30).json()["status"] == "ok"
 
 
+def test_a_killed_supervisor_is_started_again_with_the_cluster(rig: Rig) -> None:
+    """kill -9 of the supervisor process (a process kind of its own since it left the serve
+    process): its children die with it; the process that started the cluster starts it again on
+    the same scheduler address, the scheduler restores its counters, the restart counts go on."""
+    before = dict(rig.cluster.restarts)
+    old = rig.cluster.pids()
+    requests = rig.metric("dualpath_cluster_requests_total")
+    rig.cluster.signal("supervisor", signal.SIGKILL)
+    deadline = time.monotonic() + 180
+    while (
+        rig.cluster.pids().get("supervisor") == old["supervisor"]
+        or rig.cluster.status().get("state") != "ready"
+    ):
+        assert time.monotonic() < deadline, rig.cluster.status()
+        time.sleep(0.5)
+    h = rig.serving()
+    new = rig.cluster.pids()
+    assert all(new[n] != old[n] for n in old)  # every process is a new one
+    assert rig.cluster.restarts == before | {"supervisor": before.get("supervisor", 0) + 1}
+    assert h.restarts == rig.cluster.restarts
+    assert rig.metric("dualpath_cluster_requests_total") >= requests  # (restored, not zeroed)
+    assert rig.metric("dualpath_process_restarts_total", role="supervisor") == 1
+
+
 def test_a_restart_budget_used_up_makes_the_cluster_unhealthy_with_the_reason(rig: Rig) -> None:
     """Runs last (it leaves decode engine 2 down for good)."""
     for k in range(BURST):

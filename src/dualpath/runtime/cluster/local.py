@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -84,6 +85,9 @@ def fixed_budget(cfg: ClusterConfig) -> ClusterConfig:
     return msgspec.structs.replace(cfg, engine=msgspec.structs.replace(cfg.engine, kv_cache_memory=budget))
 
 
+SUPERVISOR_CHECK_S = 0.5  # how often the starting process checks that the supervisor lives
+
+
 class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
@@ -114,6 +118,7 @@ class LocalCluster:
         self.address = ""
         self.supervise = supervise
         self.supervisor_proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -126,27 +131,59 @@ class LocalCluster:
         engine_cfg = fixed_budget(cfg)  # a fraction of the free memory, measured once for all
         if cfg.model == "tiny":
             engine_cfg = msgspec.structs.replace(engine_cfg, model=str(tiny_model_dir(self.run_dir)))
-        args = SupervisorArgs(cluster=cfg, engine_cluster=engine_cfg, run_dir=str(self.run_dir),
-                              cluster_id=self.cluster_id, key_file=str(self.key_file or ""),
-                              kv_capacity_bytes=cap, supervise=self.supervise,
-                              startup_timeout_s=self.startup_timeout_s)  # fmt: skip
+        self._args = SupervisorArgs(cluster=cfg, engine_cluster=engine_cfg, run_dir=str(self.run_dir),
+                                    cluster_id=self.cluster_id, key_file=str(self.key_file or ""),
+                                    kv_capacity_bytes=cap, supervise=self.supervise,
+                                    startup_timeout_s=self.startup_timeout_s)  # fmt: skip
+        self._spawn_supervisor()
+        LocalCluster._running.add(self)
+        self.address = self._wait_status()["address"]
+        if self.supervise:
+            threading.Thread(target=self._watch, daemon=True, name="dualpath-supervisor-watch").start()
+        return self
+
+    def _spawn_supervisor(self) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         with open(self.run_dir / "supervisor.log", "ab") as out:
             self.supervisor_proc = subprocess.Popen(
-                [sys.executable, "-m", "dualpath.runtime.cluster.supervisor_main", msgspec.json.encode(args).decode()],
+                [sys.executable, "-m", "dualpath.runtime.cluster.supervisor_main",
+                 msgspec.json.encode(self._args).decode()],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             )  # fmt: skip
-        LocalCluster._running.add(self)
-        self.address = self._wait_status()["address"]
-        return self
+
+    def _watch(self) -> None:
+        """The supervisor process died (its children die with it): start it again, on the same
+        scheduler address, carrying its restart counts (the scheduler restores its own)."""
+        while not self._stopping.wait(SUPERVISOR_CHECK_S):
+            p = self.supervisor_proc
+            if p is None or p.poll() is None:
+                continue
+            st = self.status()
+            restarts = {k: int(v) for k, v in st.get("restarts", {}).items()}
+            restarts["supervisor"] = restarts.get("supervisor", 0) + 1
+            port = int(self.address.rsplit(":", 1)[1])
+            cfg = msgspec.structs.replace(self._args.cluster, scheduler_port=port)
+            self._args = msgspec.structs.replace(
+                self._args, cluster=cfg, restarts=restarts,
+                engine_restarts={int(k): int(v) for k, v in st.get("engine_restarts", {}).items()},
+            )  # fmt: skip
+            (self.run_dir / "status.json").unlink(missing_ok=True)  # (its pids are gone)
+            print(f"local cluster: the supervisor (pid {p.pid}) exited with code {p.returncode}; "
+                  "starting it (and the cluster) again", file=sys.stderr, flush=True)  # fmt: skip
+            try:
+                self._spawn_supervisor()
+                self._wait_status()
+            except (OSError, DualpathError) as exc:
+                print(f"local cluster: restarting the supervisor failed: {exc}", file=sys.stderr, flush=True)
 
     def _wait_status(self) -> dict[str, Any]:
         deadline = time.monotonic() + self.startup_timeout_s + 30
         while True:
             st = self.status()
-            if st.get("state") == "ready":
+            mine = self.supervisor_proc is not None and st.get("supervisor_pid") == self.supervisor_proc.pid
+            if mine and st.get("state") == "ready":
                 return st
-            if st.get("state") == "error":
+            if mine and st.get("state") == "error":
                 raise DualpathError(str(st.get("error")))
             assert self.supervisor_proc is not None
             if self.supervisor_proc.poll() is not None:
@@ -216,6 +253,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         LocalCluster._running.discard(self)
+        self._stopping.set()
         p = self.supervisor_proc
         if p is not None and p.poll() is None:
             p.terminate()  # (it stops its children first)

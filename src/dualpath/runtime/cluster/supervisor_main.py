@@ -35,6 +35,8 @@ class SupervisorArgs(msgspec.Struct, frozen=True, kw_only=True):
     kv_capacity_bytes: int = 0
     supervise: bool = True
     startup_timeout_s: float = 180.0
+    restarts: dict[str, int] = msgspec.field(default_factory=dict)  # counts carried from a predecessor
+    engine_restarts: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 class StatusFile:
@@ -42,7 +44,9 @@ class StatusFile:
     events; rewritten (atomically) only when it changed."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.data, self._last = path, {"state": "starting"}, ""
+        self.path, self._last = path, ""
+        self.data: dict[str, Any] = {"state": "starting", "supervisor_pid": os.getpid()}
+        self.update()
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
@@ -108,6 +112,8 @@ def main() -> None:
     try:
         procs.start(args.startup_timeout_s)
         sup = Supervisor(procs, args.cluster.supervisor, status)
+        sup.restarts.update(args.restarts)  # (a restarted supervisor goes on counting)
+        sup.engine_restarts.update(args.engine_restarts)
         status.update(state="ready", address=procs.address, pids=procs.pids())
         sup.run(supervise=args.supervise)
         status.update(state="stopped")
