@@ -111,8 +111,8 @@ def _limit_minus_usage(limit: Path, usage: Path) -> int | None:
 
 def check_fits(spec: str, num_engines: int) -> None:
     """ConfigError when ``num_engines`` budgets of ``spec`` exceed the memory available now: an
-    engine would be killed for memory at start. (``auto`` is not checked: what it takes depends on
-    the model, at most ``AUTO_POOL_BYTES``, and the engines' own allocation fails first.)"""
+    engine would be killed for memory at start. (``auto`` is not checked: at most
+    ``AUTO_POOL_BYTES``, much less for a small model, its size is known only once the model is.)"""
     size, fraction = parse_memory(spec)
     if fraction:
         size = int(fraction * available_memory_bytes())
