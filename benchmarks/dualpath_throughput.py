@@ -14,7 +14,8 @@ agent's end (at most ``--window-s`` long: every agent still running, no start-up
    prefill node, so it gets about 1/k of it). This is the paper's setting: storage bandwidth binds
    for Basic, and pooling every node's SNIC removes the bottleneck.
 3. Basic and DualPath run under that cap.
-Prints DualPath/Basic (ideal 3x at 1P2D, goal >= 2.5x) and DualPath/Oracle (goal within 15%).
+Prints DualPath/Basic (ideal 3x at 1P2D, goal >= 2.5x) and DualPath/Oracle (goal within 15%), but
+only when the three runs did the same work (``bench.compare``: otherwise it says why and exits 1).
 
     .venv/bin/python benchmarks/dualpath_throughput.py [--tiny] [--agents 16] [--turns 8] [--json]
 """
@@ -25,9 +26,11 @@ import argparse
 import asyncio
 import json
 import shutil
+import sys
 import tempfile
 import time
 
+from dualpath.bench.compare import compare
 from dualpath.bench.config import BenchConfig
 from dualpath.bench.runner import BenchRun
 from dualpath.bench.systems import measure_system
@@ -64,6 +67,7 @@ def _system(
     row["jct_tokens_per_s"] = row["generated_tokens"] / row["jct_s"]
     row["steady_tokens_per_s"] = steady_tokens_per_s(run, args.warmup_s, args.window_s)
     row["tokens_per_s"] = row[f"{args.mode}_tokens_per_s"] or row["jct_tokens_per_s"]
+    row["_run"] = run
     return row
 
 
@@ -74,7 +78,8 @@ def _run(served: ServedCluster, args: argparse.Namespace) -> dict:
     snic_gbps = read_rate / args.balance * 8 / 1e9
     for i, name in enumerate(("basic", "dualpath")):
         rows[name] = _system(served, args, name, 2 + i, snic_gbps)
-    return {"snic_gbps": snic_gbps, "rows": rows}
+    runs = {k: r.pop("_run") for k, r in rows.items()}
+    return {"snic_gbps": snic_gbps, "rows": rows, "comparison": compare(runs, rows)}
 
 
 def main() -> None:
@@ -120,13 +125,18 @@ def main() -> None:
         "steady_window_empty": [k for k, r in rows.items() if r["steady_tokens_per_s"] is None],
         "errors": {k: len(r["errors"]) for k, r in rows.items()},
         "snic_read_bytes": {k: r["snic_read_bytes"] for k, r in rows.items()},
-        "dualpath_over_basic": tput["dualpath"] / tput["basic"],
-        "dualpath_over_oracle": tput["dualpath"] / tput["oracle"],
+        "comparison": out["comparison"].as_dict(),  # (bench/compare.py: no ratio over different work)
+        "dualpath_over_basic": tput["dualpath"] / tput["basic"] if out["comparison"].same_work else None,
+        "dualpath_over_oracle": tput["dualpath"] / tput["oracle"] if out["comparison"].same_work else None,
         "wall_s": time.monotonic() - t0,
     }
     if args.json:
         print(json.dumps(result, indent=2))
-        return
+        sys.exit(0 if out["comparison"].same_work else 1)
+    for line in out["comparison"].problems:
+        print(f"NOT COMPARABLE: {line}")
+    for line in out["comparison"].noise:
+        print(f"NOISE: {line}")
     print(
         f"model {model}, 1P2D, {args.agents} agents x <= {args.turns} turns, "
         f"storage NIC cap {out['snic_gbps']:.4f} Gbps/node (B = oracle read rate / {args.balance}), "
@@ -137,6 +147,9 @@ def main() -> None:
             f"  {k:9s} throughput {tput[k]:8.1f} tok/s  SNIC reads MB "
             f"{ ({n: round(v / 1e6, 1) for n, v in rows[k]['snic_read_bytes'].items()}) }"
         )
+    if not out["comparison"].same_work:
+        print("No throughput ratio: the systems did different work (above).")
+        sys.exit(1)
     print(f"DualPath / Basic throughput: {result['dualpath_over_basic']:.2f}x (ideal 3x, goal >= 2.5x)")
     print(f"DualPath / Oracle throughput: {result['dualpath_over_oracle']:.2f} (goal >= 0.85)")
 

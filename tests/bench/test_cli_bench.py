@@ -172,6 +172,7 @@ def test_failed_requests_exit_nonzero_with_reasons(fake_server) -> None:
     assert "Failed requests:                         2" in result.stdout
     assert "     2 x request timeout: no complete answer within 0.05 s" in result.stdout
     assert "error: 2 of 2 requests failed" in result.stderr
+    assert result.output.index("error: 2 of 2 requests failed") < result.output.index("Failed requests")
     allowed = CliRunner().invoke(_app(), [*args, "--allow-failures"])
     assert allowed.exit_code == 0, allowed.output
 

@@ -161,6 +161,16 @@ def test_demo_says_what_each_system_is_and_what_to_expect() -> None:
     assert expected_range("no-such-model", "basic", "dualpath") is None
 
 
+def test_the_readme_states_the_demos_own_ranges() -> None:
+    """One range, in one place (``MEASURED_JCT_S``): the README's sentence is the report's."""
+    from pathlib import Path
+
+    from dualpath.cli.demo_tables import readme_expectation
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert readme_expectation() in readme, readme_expectation()
+
+
 # -- width ------------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from dualpath.bench.config import BenchConfig
 from dualpath.bench.datasets import PromptBuilder, RequestSpec, mooncake_requests, random_requests
 from dualpath.bench.server_metrics import CacheHits, cache_hits, scrape
 from dualpath.core.errors import ConfigError
+from dualpath.workload import TurnRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +72,7 @@ async def discover(http: httpx.AsyncClient, cfg: BenchConfig) -> Endpoint:
     return Endpoint(model=model, max_context_len=int(ctx), vocab_size=int(vocab))
 
 
-class _Sender:
+class Sender:
     """Sends one request under the concurrency cap; records cancellation as the failure reason."""
 
     def __init__(
@@ -108,7 +109,7 @@ async def _sleep_until(t0: float, at_s: float) -> None:
     await asyncio.sleep(max(0.0, at_s - (time.perf_counter() - t0)))
 
 
-async def _run_agent(sender: _Sender, agent: Agent) -> None:
+async def _run_agent(sender: Sender, agent: Agent) -> None:
     run = sender.run
     await _sleep_until(sender.t0, agent.start_s)
     started = time.perf_counter()
@@ -116,23 +117,34 @@ async def _run_agent(sender: _Sender, agent: Agent) -> None:
     context: list[int] = []
     run.jct_s[agent.index] = None
     for turn in agent.turns:
-        context.extend(tokens.take(turn.append_len))
-        res = TurnResult(
-            agent_index=agent.index, turn_index=turn.turn_index, prompt_len=len(context), gen_len=turn.gen_len
-        )
-        run.results.append(res)
-        await sender.send(res, list(context))
-        if res.error is not None:
+        if not await agent_turn(sender, agent, turn, tokens, context):
             return
-        if res.token_ids is not None and len(res.token_ids) == turn.gen_len:
-            context.extend(res.token_ids)
-        else:  # text-only server (or a short answer): filler ids keep the lengths right
-            run.exact_token_ids = False
-            context.extend(tokens.take(turn.gen_len))
     run.jct_s[agent.index] = time.perf_counter() - started
 
 
-async def _run_request(sender: _Sender, spec: RequestSpec, res: TurnResult, prompts: PromptBuilder) -> None:
+async def agent_turn(
+    sender: Sender, agent: Agent, turn: TurnRequest, tokens: TokenSource, context: list[int]
+) -> bool:
+    """Send one turn of ``agent`` (its appended ids join ``context``, then its answer's); False
+    if it failed (the agent stops)."""
+    run = sender.run
+    context.extend(tokens.take(turn.append_len))
+    res = TurnResult(
+        agent_index=agent.index, turn_index=turn.turn_index, prompt_len=len(context), gen_len=turn.gen_len
+    )
+    run.results.append(res)
+    await sender.send(res, list(context))
+    if res.error is not None:
+        return False
+    if res.token_ids is not None and len(res.token_ids) == turn.gen_len:
+        context.extend(res.token_ids)
+    else:  # text-only server (or a short answer): filler ids keep the lengths right
+        run.exact_token_ids = False
+        context.extend(tokens.take(turn.gen_len))
+    return True
+
+
+async def _run_request(sender: Sender, spec: RequestSpec, res: TurnResult, prompts: PromptBuilder) -> None:
     try:
         await _sleep_until(sender.t0, spec.arrival_s)
     except asyncio.CancelledError:
@@ -177,7 +189,7 @@ async def run_bench(
             on_start(run)
         before = await scrape(http, cfg.url)
         t0 = time.perf_counter()
-        sender = _Sender(run, http, t0, on_turn)
+        sender = Sender(run, http, t0, on_turn)
         if run.agents:
             coros: list[Any] = [_run_agent(sender, a) for a in run.agents]
         else:

@@ -11,7 +11,7 @@ ones ``dualpath demo --json`` prints.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -45,13 +45,31 @@ async def _series(url: str, tries: int = 5) -> Series:
     return series
 
 
-def counter_deltas(before: Series, after: Series) -> dict[str, dict[str, int]]:
-    """Per row key of ``COUNTERS``: label value -> counter increase between the scrapes."""
+def counter_deltas(
+    before: Series, after: Series, resets: list[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Per row key of ``COUNTERS``: label value -> counter increase between the scrapes. A counter
+    lower in ``after`` was reset (the server restarted): its increase is its new value, as
+    Prometheus' ``increase()`` takes it, and its name is appended to ``resets``."""
     out = {}
     for key, (name, label) in COUNTERS.items():
         a, b = by_label(before, name, label), by_label(after, name, label)
-        out[key] = {k: int(round(b.get(k, 0.0) - a.get(k, 0.0))) for k in sorted(set(a) | set(b))}
+        row = {}
+        for k in sorted(set(a) | set(b)):
+            was, now = a.get(k, 0.0), b.get(k, 0.0)
+            if now < was and resets is not None:
+                resets.append(f"{name}{{{label}={k!r}}}")
+            row[k] = int(round(now - was if now >= was else now))
+        out[key] = row
     return out
+
+
+def add_deltas(total: dict[str, dict[str, int]], more: dict[str, dict[str, int]]) -> None:
+    """``total`` += ``more`` (rows of ``counter_deltas``), in place."""
+    for key, row in more.items():
+        acc = total.setdefault(key, {})
+        for k, v in row.items():
+            acc[k] = acc.get(k, 0) + v
 
 
 def system_row(run: BenchRun, counters: dict[str, dict[str, int]]) -> dict[str, Any]:
@@ -85,6 +103,53 @@ async def measure_system(
     run = await run_bench(cfg, on_turn=on_turn)
     await asyncio.sleep(settle_s)
     return run, system_row(run, counter_deltas(before, await _series(cfg.url)))
+
+
+async def measure_interleaved(
+    cfgs: dict[str, BenchConfig], switch: Callable[[str], Awaitable[None]], *, settle_s: float = 0.5
+) -> dict[str, tuple[BenchRun, dict[str, Any]]]:
+    """Run the systems of ``cfgs`` (agents datasets, one server) round by round (``rounds.py``):
+    in round ``k`` each system, after ``await switch(name)`` reconfigured the server for it, runs
+    turn ``k`` of its agents; the order rotates by one system per round so none always goes first.
+    Counters are scraped around each system's round (``settle_s`` after it) and summed per system.
+    {name: (its run, its row of ``system_row``, with ``counter_resets``)}."""
+    from dualpath.bench.rounds import RoundRun
+    from dualpath.bench.server_metrics import CacheHits, cache_hits, scrape
+
+    names = list(cfgs)
+    url = cfgs[names[0]].url
+    runs = {n: RoundRun(c) for n, c in cfgs.items()}
+    counters: dict[str, dict[str, dict[str, int]]] = {n: {} for n in names}
+    resets: dict[str, list[str]] = {n: [] for n in names}
+    hits: dict[str, list[CacheHits]] = {n: [] for n in names}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0)) as http:
+        for r in runs.values():
+            await r.open(http)
+        await asyncio.sleep(settle_s)
+        series, plain = await _series(url), await scrape(http, url)
+        for k in range(max(r.num_rounds for r in runs.values())):
+            for name in names[k % len(names) :] + names[: k % len(names)]:
+                if k >= runs[name].num_rounds:
+                    continue
+                await switch(name)
+                await runs[name].round(k, http)
+                await asyncio.sleep(settle_s)
+                after, after_plain = await _series(url), await scrape(http, url)
+                add_deltas(counters[name], counter_deltas(series, after, resets[name]))
+                if (h := cache_hits(plain, after_plain)) is not None:
+                    hits[name].append(h)
+                series, plain = after, after_plain
+    out = {}
+    for name, r in runs.items():
+        run = r.run
+        assert run is not None
+        if hits[name]:
+            h0 = hits[name][0]
+            run.cache = CacheHits(source=h0.source, hit_tokens=sum(h.hit_tokens for h in hits[name]),
+                                  query_tokens=sum(h.query_tokens for h in hits[name]))  # fmt: skip
+        full = {key: counters[name].get(key, {}) for key in COUNTERS}
+        out[name] = (run, system_row(run, full) | {"counter_resets": sorted(set(resets[name]))})
+    return out
 
 
 def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -205,6 +205,15 @@ def register(app: typer.Typer) -> None:
             result.update(detailed(run))
         if save_result:
             files = _save(run, result, result_path(result, result_dir, result_filename))
+        if result["failed"]:  # said first: the numbers below are over the requests that finished
+            where = "failure_reasons" if json_out else "Failures below"
+            typer.echo(
+                f"{'error' if not allow_failures else 'warning'}: {result['failed']} of "
+                f"{result['num_prompts']} requests failed (reasons: {where}); every rate and "
+                "latency below is over the requests that finished"
+                + ("" if allow_failures else "; --allow-failures exits 0 anyway"),
+                err=True,
+            )
         if json_out:
             print_json(result)
         else:
@@ -212,10 +221,4 @@ def register(app: typer.Typer) -> None:
         if save_result:
             typer.echo(f"wrote {', '.join(files)}", err=json_out)
         if result["failed"] and not allow_failures:
-            where = "failure_reasons" if json_out else "Failures above"
-            typer.echo(
-                f"error: {result['failed']} of {result['num_prompts']} requests failed "
-                f"(reasons: {where}); --allow-failures exits 0 anyway",
-                err=True,
-            )
             raise typer.Exit(1)

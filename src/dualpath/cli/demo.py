@@ -2,10 +2,13 @@
 ``dualpath bench`` over HTTP.
 
 The cluster starts once (model loading dominates start-up on small machines) behind the HTTP API
-on a loopback port (``runtime.cluster.demo.ServedCluster``); for each system it is reconfigured
-while idle, then ``bench.systems.measure_system`` replays the same agents (``BenchConfig``: the
-synthetic 32K trajectories scaled by ``scale``, cut at ``max_turns`` turns and ``max_len``
-tokens) with a fresh token seed per system, so no system hits another's KV blocks. What each
+on a loopback port (``runtime.cluster.demo.ServedCluster``). Every system replays the same agents
+(``BenchConfig``: the synthetic 32K trajectories scaled by ``scale``, cut at ``max_turns`` turns
+and ``max_len`` tokens) with a fresh token seed per system, so no system hits another's KV blocks;
+the systems' rounds are interleaved (``bench.systems.measure_interleaved``: turn ``k`` of every
+agent under each system in turn, the cluster reconfigured while idle before each), so a load change
+during the demo falls on all of them alike. ``bench.compare`` then says whether they did the same
+work before any ratio. What each
 system measures is what ``dualpath bench`` with ``bench_args`` measures against ``dualpath serve
 --policy <policy>`` (whose server gives up on a request after 120 s without a token; the demo's
 waits ``REQUEST_TIMEOUT_S``, as a slow CPU needs).
@@ -19,8 +22,9 @@ from typing import Any
 
 import msgspec
 
+from dualpath.bench.compare import compare
 from dualpath.bench.config import BenchConfig
-from dualpath.bench.systems import measure_system, ratios
+from dualpath.bench.systems import measure_interleaved
 from dualpath.runtime.cluster.config import DemoConfig
 
 REQUEST_TIMEOUT_S = 900.0  # one request (a Basic turn waits behind the one storage NIC)
@@ -56,25 +60,32 @@ def bench_args(bench: BenchConfig) -> str:
 
 
 def run_demo(cfg: DemoConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Start the cluster, measure every system of ``cfg``; {"config", "systems": {name: row of
-    ``bench.systems.system_row`` + "bench_args"}, "ratios"}. ``progress`` hears "starting ..."
-    once, then "running <system> ..." per system."""
+    """Start the cluster, measure every system of ``cfg`` with their rounds interleaved
+    (``bench.systems.measure_interleaved``); {"config", "systems": {name: row of
+    ``bench.systems.system_row`` + "bench_args"}, "ratios", "comparison"} (``bench.compare``:
+    ``ratios`` is empty when the systems did different work). ``progress`` hears "starting ..."
+    once, then "round <k> of <n>: <system>" per system and round."""
     from dualpath.runtime.cluster.demo import served_demo_cluster
     from dualpath.runtime.server.config import ServerConfig
 
     say = progress or (lambda _msg: None)
-    rows: dict[str, dict[str, Any]] = {}
     say(f"starting {cfg.num_prefill_engines}P{cfg.num_decode_engines}D cluster ({cfg.model})")
     server = ServerConfig(token_timeout_s=REQUEST_TIMEOUT_S, cluster_query_timeout_s=SERVER_QUERY_TIMEOUT_S)
     with served_demo_cluster(cfg, server) as served:
-        for i, name in enumerate(cfg.systems):
-            bench = bench_config(cfg, served.url, i)
-            say(f"running {name}: {cfg.num_agents} agents, at most {cfg.max_turns} turns each")
-            served.configure(name)
-            _run, row = asyncio.run(measure_system(bench, settle_s=0.5))
-            rows[name] = row | {"bench_args": bench_args(bench)}
+        benches = {name: bench_config(cfg, served.url, i) for i, name in enumerate(cfg.systems)}
+        rounds = [0]
+
+        async def switch(name: str) -> None:
+            rounds[0] += 1
+            say(f"round {(rounds[0] - 1) // len(benches) + 1} of at most {cfg.max_turns}: {name}")
+            await served.configure_async(name)
+
+        measured = asyncio.run(measure_interleaved(benches, switch, settle_s=0.5))
+    rows = {name: row | {"bench_args": bench_args(benches[name])} for name, (_run, row) in measured.items()}
+    comparison = compare({name: run for name, (run, _row) in measured.items()}, rows)
     return {
         "config": msgspec.to_builtins(cfg) | {"snic_gbps": cfg.snic},
         "systems": rows,
-        "ratios": ratios(rows),
+        "ratios": comparison.ratios,
+        "comparison": comparison.as_dict(),
     }

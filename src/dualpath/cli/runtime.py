@@ -36,7 +36,9 @@ def check(
     ),
     block_size: int = _option("block_size", "KV block size in tokens."),
     gen_len: int = _option("gen_len", "Tokens generated per turn (greedy)."),
-    tolerance: float = _option("tolerance", "Max allowed |logit difference| (fp32)."),
+    tolerance: float = _option(
+        "tolerance", "Max allowed |logit difference| over the logits' scale (max |logit|; fp32)."
+    ),
     device: str = typer.Option("", help="cpu or cuda (default: cuda when present)."),
     transport: str = _option(
         "transport",
@@ -49,7 +51,8 @@ def check(
 ) -> None:
     """Run multi-turn chats through the engines and compare tokens and logits with transformers.
 
-    Exits 1 when tokens differ or a logit differs by more than the tolerance."""
+    Exits 1 when tokens differ or a logit differs by more than the tolerance times the logits'
+    scale (the largest |logit|); the absolute maximum is printed too."""
     require_serve_extra("check")
     check_choice("transport", transport, CHECK_TRANSPORTS)
 
@@ -70,7 +73,8 @@ def check(
         print_json(report)
     else:
         rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
-                 r["max_abs_logit_diff"], r["tokens_equal"]) for r in report["per_turn"]]  # fmt: skip
+                 r["max_abs_logit_diff"], r["rel_logit_diff"], r["tokens_equal"])
+                for r in report["per_turn"]]  # fmt: skip
         print_table(
             f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']})",
             [
@@ -81,6 +85,7 @@ def check(
                 "prompt (tokens)",
                 "store hits (tokens)",
                 "max |logit diff|",
+                "/ max |logit|",
                 "tokens equal",
             ],
             rows,
@@ -88,12 +93,15 @@ def check(
                 "path: pe / de = every turn reads its cached KV on the prefill / decode "
                 "engine; split = divided between them; mixed = two conversations batched, on opposite read sides "
                 "that swap every turn. max |logit diff|: largest absolute difference "
-                "from transformers' logits (fp32)."
+                "from transformers' logits (fp32); / max |logit|: that over the largest |logit| (the check's "
+                "tolerance is on this)."
             ],
         )
         verdict = "OK" if report["ok"] else "MISMATCH"
         typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
-                   f"tokens_equal={report['tokens_equal']} wall_s={report['wall_s']:.1f}")  # fmt: skip
+                   f"(logit scale {report['logit_scale']:.3g}; relative {report['max_rel_logit_diff']:.3g}, "
+                   f"tolerance {report['tolerance']:.3g}) tokens_equal={report['tokens_equal']} "
+                   f"wall_s={report['wall_s']:.1f}")  # fmt: skip
     if not report["ok"]:
         raise typer.Exit(1)
 

@@ -313,11 +313,16 @@ def demo(
     ),
     transport: str = _demo_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
     seed: int = _demo_option("seed", "Workload seed."),
+    allow_failures: bool = typer.Option(
+        False, "--allow-failures", help="Exit 0 even when the systems' runs did different work."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Start a local 1P2D cluster with capped storage NICs and run the same agents under each system.
 
-    About 2.5 min on a 2-core CPU (--tiny: under a minute); progress on stderr."""
+    The systems' rounds are interleaved; a run that did different work prints no JCT ratio and
+    exits 1. About 3-5 min on a 2-core CPU shared with other jobs (--tiny: 1-1.5 min); progress
+    on stderr."""
     require_serve_extra("demo")
     from dualpath.cli.demo import run_demo
     from dualpath.cli.demo_tables import print_demo
@@ -334,16 +339,25 @@ def demo(
         transport=transport,
         seed=seed,
     )
-    steps = [-1]  # run_demo says "starting ..." once, then "running <system> ..." per system
+    steps = [-1]  # run_demo says "starting ..." once, then "round <k> ...: <system>" per round
 
     def said(msg: str) -> None:
         steps[0] += 1
         bar.update(f"dualpath demo: {msg}", completed=steps[0])
 
-    with Progress("dualpath demo", total=len(cfg.systems) + 1) as bar:
+    total = len(cfg.systems) * cfg.max_turns + 1  # (at most: agents may have fewer turns)
+    with Progress("dualpath demo", total=total) as bar:
         result = run_demo(cfg, progress=said)
-        bar.update(completed=len(cfg.systems) + 1)
+        bar.update(completed=total)
     if json_out:
         print_json(result)
-        return
-    print_demo(result, cfg.model, cfg.snic, agents)
+    else:
+        print_demo(result, cfg.model, cfg.snic, agents)
+    if not result["comparison"]["same_work"] and not allow_failures:
+        typer.echo(
+            "error: the systems did different work ("
+            + "; ".join(result["comparison"]["problems"])
+            + "), so no JCT ratio is a result; --allow-failures exits 0 anyway",
+            err=True,
+        )
+        raise typer.Exit(1)

@@ -41,7 +41,7 @@ class CheckConfig:
     paths: tuple[str, ...] = DEFAULT_PATHS
     block_size: int = 16
     gen_len: int = 8
-    tolerance: float = 1e-4
+    tolerance: float = 1e-5  # of the logits' scale (max |logit|); why: runtime/engine/check.py
     device: str = "cpu"
     transport: str = "inproc"
 

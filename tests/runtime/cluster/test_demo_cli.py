@@ -26,3 +26,5 @@ def test_demo_tiny_json() -> None:
     assert basic["errors"] == [] and basic["bytes_by_path"]["de-read"] == 0
     assert basic["snic_read_bytes"]["node0"] > 0
     assert data["ratios"]["dualpath_speedup_over_basic"] > 0
+    assert data["comparison"]["same_work"] and data["comparison"]["problems"] == []
+    assert all(v >= 0 for r in data["systems"].values() for v in r["bytes_by_path"].values())

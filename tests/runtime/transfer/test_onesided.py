@@ -81,3 +81,40 @@ def test_forged_slot_headers_fail_alone(engine: str) -> None:
         ctx.term()
         a.close()
         b.close()
+
+
+EXIT_SCRIPT = """
+import sys
+from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.factory import make_transport
+
+class Sink:
+    def deliver(self, source, items):
+        pass
+
+a, b = make_transport(sys.argv[1]), make_transport(sys.argv[1])
+b.bind("d", Sink())
+a.add_route("d", b.address)
+a.submit("d", [TransferItem(key="k", block_index=0, layer=0, num_tokens=1, payload=b"x" * 4096)]).wait(20)
+a.close()
+b.close()
+"""
+
+
+@pytest.mark.parametrize("engine", ["mooncake", "nixl"])
+def test_a_process_that_used_the_engine_exits_cleanly(engine: str) -> None:
+    """(nixl-cu12 1.5.1 with UCX's ib modules loaded segfaults at exit, in its bundled libnl-route:
+    nixl.py keeps them out on a host without RDMA devices.)"""
+    import os
+    import subprocess
+    import sys
+
+    from dualpath.runtime.transfer.factory import missing
+
+    if (why := missing(engine)) is not None:
+        pytest.skip(f"transport {engine} not importable here: {why}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, engine], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])

@@ -82,13 +82,13 @@ class ServedCluster:
     def configure(self, system: str, snic_gbps: float | None = None) -> None:
         """Switch to ``system`` (a ``DEMO_SYSTEMS`` name: policy and free reads) and, when given,
         every node's storage-NIC cap; only while idle (the scheduler refuses otherwise)."""
+        asyncio.run(self.configure_async(system, snic_gbps))
+
+    async def configure_async(self, system: str, snic_gbps: float | None = None) -> None:
+        """``configure`` from inside a running event loop."""
         policy, free = lookup(DEMO_SYSTEMS, system, "system")
-
-        async def main() -> None:
-            async with ClusterClient(self.cluster.address, query_timeout_s=60.0) as client:
-                await client.configure(policy, read_free=free, snic_gbps=snic_gbps)
-
-        asyncio.run(main())
+        async with ClusterClient(self.cluster.address, query_timeout_s=60.0) as client:
+            await client.configure(policy, read_free=free, snic_gbps=snic_gbps)
 
 
 @contextmanager

@@ -99,7 +99,7 @@ class SchedulerCore(EngineRegistry, RequestLifecycle, EngineLiveness, ABC):
             self.drops.drop("control", cause, str(exc))
             return
         now = time.monotonic() if now is None else now
-        msg = self.guard.check(ident, msg)  # engines speak only for themselves (sched_guard.py)
+        msg = self.guard.check(ident, msg, now)  # engines speak only for themselves (sched_guard.py)
         if msg is None:
             return
         try:

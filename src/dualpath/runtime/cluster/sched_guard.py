@@ -16,9 +16,11 @@ engine after it registered, from a socket no other engine holds. Rules:
   process is gone (``impersonation``; the sender gets ``Shutdown``). For an engine on another
   host the scheduler cannot see its process, and a hello with its id and a new pid still counts
   as its restart.
-- ``Supervision`` comes from no engine socket (``impersonation``), and a ``lost`` entry naming a
-  pid that still runs on this host is dropped from it (``forged_lost``): the supervisor reports a
-  process only after it exited.
+- ``Supervision`` comes from no engine socket, and from one socket at a time: the first that
+  reports, until it has been silent for ``SUPERVISOR_SILENT_S`` (the supervisor reports every
+  second; a new one takes over after a restart) (``impersonation``). A ``lost`` or ``exited``
+  entry naming a pid that still runs on this host is dropped from it (``forged_lost``): the
+  supervisor reports a process only after it exited.
 - ``Submit`` / ``Abort`` / ``Configure`` come from no engine socket (``engine_as_client``) and,
   when the cluster has an API key (``ClusterConfig.api_key_sha256``), carry it (``unauthorized``;
   a Submit gets ``Rejected``).
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from dualpath.runtime.cluster.sched_core import SchedulerCore
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+SUPERVISOR_SILENT_S = 5.0  # supervisor_view.SUPERVISED_S: a report this old means none is supervising
 
 
 def key_sha256(api_key: str) -> str:
@@ -84,6 +87,7 @@ class SpeakerGuard:
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
         self.beats: dict[int, bytes] = {}  # engine id -> its heartbeat socket identity
+        self.supervisor: tuple[bytes, float] | None = None  # its socket, last report (monotonic)
         cluster = core.args.cluster
         self.local_hosts = LOOPBACK | {cluster.host}
         self.api_key_sha256 = getattr(cluster, "api_key_sha256", "")
@@ -131,7 +135,7 @@ class SpeakerGuard:
         return hmac.compare_digest(given, self.api_key_sha256)
 
     # ------------------------------------------------------------------ the check
-    def check(self, ident: bytes, msg: object) -> object | None:
+    def check(self, ident: bytes, msg: object, now: float) -> object | None:
         if isinstance(msg, Heartbeat | Progress):
             if self._speaks_for(ident, msg.engine_id):
                 return msg
@@ -141,7 +145,7 @@ class SpeakerGuard:
         if isinstance(msg, EngineHello):
             return self._hello(ident, msg)
         if isinstance(msg, Supervision):
-            return self._supervision(ident, msg)
+            return self._supervision(ident, msg, now)
         if isinstance(msg, Submit | Abort | Configure):
             return self._client(ident, msg)
         return msg
@@ -167,17 +171,27 @@ class SpeakerGuard:
         self.beats.pop(e.engine_id, None)
         return msg
 
-    def _supervision(self, ident: bytes, msg: Supervision) -> Supervision | None:
+    def _supervision(self, ident: bytes, msg: Supervision, now: float) -> Supervision | None:
         owner = self._owner(ident)
         if owner is not None:
             return self._refuse("impersonation", f"supervision report from engine {owner}'s socket")
-        lost = {}
-        for eid, pid in msg.lost.items():
-            if self._local_pid(eid) == pid and process_runs(pid):
-                self._refuse("forged_lost", f"engine {eid} reported lost while its pid {pid} runs")
-            else:
-                lost[eid] = pid
-        return msg if len(lost) == len(msg.lost) else msgspec.structs.replace(msg, lost=lost)
+        if self.supervisor is not None and self.supervisor[0] != ident:
+            if now - self.supervisor[1] < SUPERVISOR_SILENT_S:
+                return self._refuse("impersonation", "supervision report from a second socket")
+        self.supervisor = (ident, now)
+        lost = {eid: pid for eid, pid in msg.lost.items() if not self._runs(eid, pid)}
+        exited = {eid: [p for p in pids if not self._runs(eid, p)] for eid, pids in msg.exited.items()}
+        if len(lost) == len(msg.lost) and exited == msg.exited:
+            return msg
+        return msgspec.structs.replace(msg, lost=lost, exited=exited)
+
+    def _runs(self, eid: int, pid: int) -> bool:
+        """Engine ``eid``'s registered local process ``pid`` still runs (so a report of its exit
+        is forged; counted)."""
+        if self._local_pid(eid) == pid and process_runs(pid):
+            self._refuse("forged_lost", f"engine {eid} reported exited while its pid {pid} runs")
+            return True
+        return False
 
     def _client(self, ident: bytes, msg: Submit | Abort | Configure) -> object | None:
         owner = self._owner(ident)

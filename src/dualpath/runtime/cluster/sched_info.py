@@ -16,6 +16,7 @@ from dualpath.runtime.cluster.api import (
 )
 from dualpath.runtime.cluster.health_view import engine_entries
 from dualpath.runtime.cluster.messages import Heartbeat, Query, QueryReply, Submit
+from dualpath.runtime.cluster.sched_counters import EngineTotals
 from dualpath.runtime.cluster.state import read_side
 from dualpath.runtime.kvstore import chain_hashes
 from dualpath.runtime.transfer.drops import merge
@@ -42,6 +43,7 @@ class Reporter:
         self.svc = svc
         self.timing: dict[str, _Timing] = {}
         self.heartbeats: dict[int, Heartbeat] = {}
+        self.engine_totals = EngineTotals()  # what heartbeats add up to (never backwards)
         self.down: list[str] = []
         self.deaths = 0
         self.revivals = 0
@@ -195,6 +197,7 @@ class Reporter:
             self.svc.revive(hb.engine_id, now)
         e.last_seen_s, e.rss_bytes = now, hb.rss_bytes or e.rss_bytes
         self.heartbeats[hb.engine_id] = hb
+        self.engine_totals.add(hb, self.svc.supervision.pids.get(hb.engine_id, 0))
 
     # ------------------------------------------------------------------ queries
     def answer(self, q: Query) -> QueryReply:
@@ -248,13 +251,8 @@ class Reporter:
         )
 
     def metrics(self) -> MetricsSnapshot:
-        paths: dict[str, int] = {}
-        nics: dict[str, int] = {}
-        for hb in self.heartbeats.values():
-            for k, v in hb.bytes_by_path.items():
-                paths[k] = paths.get(k, 0) + v
-            for k, v in hb.bytes_by_nic.items():
-                nics[k] = nics.get(k, 0) + v
+        totals = self.engine_totals
+        paths, nics = totals.group("bytes_by_path"), totals.group("bytes_by_nic")
         st = self.svc.state.ledger
         depths = {
             "waiting": len(st.global_queue) + sum(len(q) for q in st.private.values()),
@@ -288,20 +286,19 @@ class Reporter:
             engine_revivals=self.revivals,
             store_counts=store | {"failed_hit_tokens": c["failed_hit_tokens"]},
             store_write_errors=write_errors,
-            messages_dropped=merge(
-                self.svc.drops.snapshot(), *(hb.dropped for hb in self.heartbeats.values())
-            ),
-            engine_request_failures=sum(hb.failed_requests for hb in self.heartbeats.values()),
+            messages_dropped=merge(self.svc.drops.snapshot(), totals.group("dropped")),
+            engine_request_failures=totals.failed_requests,
             process_restarts=self.svc.supervision.restarts(),
             requests_retried=self.svc.supervision.retried,
         )
 
     def _store_counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Store counters summed over the engines' last heartbeats and the scheduler's own store."""
+        """Store counters: the engines' totals (``EngineTotals``) plus the scheduler's own store."""
         counts: dict[str, int] = {}
         errors: dict[str, int] = {}
         own = self.svc.store.stats() if self.svc.store is not None else None
-        parts = [(hb.store_counts, hb.store_write_errors) for hb in self.heartbeats.values()]
+        totals = self.engine_totals
+        parts = [(totals.group("store_counts"), totals.group("store_write_errors"))]
         if own is not None:
             parts.append((own.health_counts(), own.write_errors))
         for cnt, err in parts:

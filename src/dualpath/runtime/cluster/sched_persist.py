@@ -63,6 +63,7 @@ def snapshot(core: Any) -> dict[str, Any]:
         "revivals": r.revivals,
         "retried": sv.retried,
         "counted": {str(k): sorted(v) for k, v in sv.counted.items()},
+        "engine_totals": r.engine_totals.state(),
     }
 
 
@@ -85,3 +86,4 @@ def restore(core: Any, data: dict[str, Any]) -> None:
     r.deaths, r.revivals = int(data.get("deaths", 0)), int(data.get("revivals", 0))
     sv.retried = int(data.get("retried", 0))
     sv.counted = {int(k): set(v) for k, v in data.get("counted", {}).items()}
+    r.engine_totals.load(data.get("engine_totals", {}))

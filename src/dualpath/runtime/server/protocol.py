@@ -14,7 +14,7 @@ from dualpath.core.errors import ConfigError
 from dualpath.runtime.cluster.api import ClusterInfo, SamplingParams
 from dualpath.runtime.server import limits
 from dualpath.runtime.server.errors import APIError, bad_param
-from dualpath.runtime.server.tokenizer import Tokenizer
+from dualpath.runtime.server.tokenizer import SpecialTokenInContent, Tokenizer
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # field -> value that means "not used"; anything else is refused as unsupported
@@ -178,7 +178,10 @@ def _chat_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
         if role not in _ROLES:
             raise bad_param(f"messages[{i}].role", role, f"must be one of {', '.join(_ROLES)}")
         clean.append({"role": _ROLES[role], "content": _content(msg, i)})
-    return tok.chat_ids(clean)
+    try:
+        return tok.chat_ids(clean)  # content is text: special-token strings in it stay text
+    except SpecialTokenInContent as err:
+        raise bad_param(f"messages[{err.index}].content", err.token, str(err)) from None
 
 
 def _sampling(body: dict[str, Any], max_tokens: int, info: ClusterInfo) -> SamplingParams:

@@ -3,6 +3,10 @@
 The routes parse raw JSON themselves (``protocol.py`` is the authority and names the field in each
 400); these schemas state the same types and ranges (``limits.py``) so OpenAPI tools and fuzzers
 (schemathesis and the like) can generate meaningful bodies. Extra fields are allowed, as in OpenAI's API.
+Cross-field rules the schema states: ``stream_options`` (not null) only with ``stream: true``. Rules
+it cannot state (JSON Schema does not compare two fields or know the served model): ``min_tokens``
+0 or equal to ``max_tokens``; prompt plus ``max_tokens`` within the context; token ids below the
+vocabulary size (all 400s naming the field).
 """
 
 from __future__ import annotations
@@ -45,14 +49,27 @@ _SAMPLING: dict[str, Any] = {
     },
     "n": {"type": "integer", "enum": [1]},
     "stream": {"type": "boolean"},
-    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "stream_options": {
+        "oneOf": [
+            {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+            {"type": "null"},
+        ],
+        "description": "only with stream=true (null: as if absent)",
+    },
     "ignore_eos": {"type": "boolean"},
     "min_tokens": {"type": "integer", "minimum": 0},
     "return_token_ids": {"type": "boolean"},
 }
 
+# stream_options (not null) only with stream=true: the server refuses it otherwise (400).
+_STREAM_OPTIONS_NEED_STREAM: dict[str, Any] = {
+    "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+    "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
+}
+
 COMPLETION_SCHEMA: dict[str, Any] = {
     "type": "object",
+    **_STREAM_OPTIONS_NEED_STREAM,
     "required": ["prompt"],
     "properties": {
         **_SAMPLING,
@@ -74,6 +91,7 @@ _PART = {
 }
 CHAT_SCHEMA: dict[str, Any] = {
     "type": "object",
+    **_STREAM_OPTIONS_NEED_STREAM,
     "required": ["messages"],
     "properties": {
         **_SAMPLING,

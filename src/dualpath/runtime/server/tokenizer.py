@@ -8,6 +8,8 @@ which ids a text becomes.
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -63,11 +65,37 @@ class CharTokenizer:
         return self.encode(text)
 
 
+class SpecialTokenInContent(ValueError):
+    """A message's content holds a special-token string and the chat template does not keep the
+    content intact, so it cannot be encoded as text (``index``: the message)."""
+
+    def __init__(self, index: int, token: str) -> None:
+        self.index, self.token = index, token
+        super().__init__(
+            f"contains the special token {token!r}, and this model's chat template does not keep "
+            "message content intact, so it cannot be sent as text"
+        )
+
+
 class HFTokenizer:
-    """Adapter over a transformers tokenizer (its own chat template)."""
+    """Adapter over a transformers tokenizer (its own chat template).
+
+    Chat content is text (``chat_ids``): a special-token string in a message (``<|im_end|>``,
+    ``<|im_start|>``, any added token marked special) is encoded as the characters it spells,
+    never as the control token, so a user cannot close their turn and open a system one. Only the
+    template's own markup yields control tokens. (transformers' ``apply_chat_template`` and vLLM's
+    chat endpoint parse them in content; a completion's prompt string is the client's whole prompt
+    and keeps them: ``encode``.)
+    """
 
     def __init__(self, tok: Any) -> None:
         self._tok = tok
+        self._specials = sorted(
+            {str(t.content) for t in getattr(tok, "added_tokens_decoder", {}).values() if t.special}
+            | set(getattr(tok, "all_special_tokens", [])),
+            key=len,
+            reverse=True,
+        )
 
     @property
     def eos_token_id(self) -> int | None:
@@ -81,10 +109,42 @@ class HFTokenizer:
         return str(self._tok.decode(list(token_ids), skip_special_tokens=True))
 
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The template's ids; content holding a special-token string is encoded as text (see
+        the class docstring and ``_content_as_text``)."""
+        held = {i: m["content"] for i, m in enumerate(messages) if self._special_in(m["content"])}
+        if held:
+            return self._content_as_text(messages, held)
         out = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(out, dict) or hasattr(out, "input_ids"):  # transformers 5: BatchEncoding
             out = out["input_ids"]
-        return [int(t) for t in out]
+        return [int(t) for t in out]  # (the common case: exactly transformers' ids)
+
+    def _content_as_text(self, messages: list[dict[str, str]], held: dict[int, str]) -> list[int]:
+        """Render the template with a private placeholder for each held content, tokenize the
+        markup around them as the template's (special tokens parsed) and each content with
+        special tokens split. ``SpecialTokenInContent`` if the template does not keep each
+        placeholder exactly once (it rewrote or dropped the content)."""
+        nonce = secrets.token_hex(8)
+        pattern = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
+        shown = [
+            {**m, "content": f"\ue000{nonce}:{i}\ue001"} if i in held else m for i, m in enumerate(messages)
+        ]
+        text = str(self._tok.apply_chat_template(shown, add_generation_prompt=True, tokenize=False))
+        found = [int(m.group(1)) for m in pattern.finditer(text)]
+        if sorted(found) != sorted(held):
+            i = min(set(held) - set(found) or held)
+            raise SpecialTokenInContent(i, next(t for t in self._specials if t in held[i]))
+        ids, pos = [], 0
+        for m in pattern.finditer(text):
+            ids += self._tok.encode(text[pos : m.start()], add_special_tokens=False)
+            ids += self._tok.encode(
+                held[int(m.group(1))], add_special_tokens=False, split_special_tokens=True
+            )
+            pos = m.end()
+        return [int(t) for t in ids + self._tok.encode(text[pos:], add_special_tokens=False)]
+
+    def _special_in(self, text: str) -> bool:
+        return any(t in text for t in self._specials)
 
 
 def load_tokenizer(model: str, vocab_size: int = 256) -> Tokenizer:

@@ -6,7 +6,8 @@ its ``mooncake/engine.so`` links ``libibverbs.so.1``, Debian's ``libibverbs1``, 
 Each transport starts one engine with P2P handshake metadata (no etcd: peers fetch each other's
 segment descriptors from the engine's own RPC port) and the protocol ``DUALPATH_MOONCAKE_PROTOCOL`` names
 (``tcp`` unless set; ``rdma`` on a fabric with RDMA NICs). Its peer name is the session id
-``host:rpc_port``. A receiver reads a message's slots with one ``batch_transfer_sync_read``; the
+``host:rpc_port``. A receiver reads a message's slots with one ``batch_transfer_async_read``
+(``get_batch_transfer_status`` waits for it: Mooncake's own timeouts bound it); the
 sender's engine serves only ranges inside buffers it registered (it refuses others: "not within
 any registered buffer") and authenticates nobody (docs/server.md). Mooncake's logging is set to
 ``MC_LOG_LEVEL=ERROR`` unless the environment says otherwise.
@@ -69,13 +70,19 @@ class MooncakeEngine:
             return f"segment {segment!r} is not a Mooncake session id (host:port)"
         return None
 
-    def read(self, segment: str, peer: bytes, spans: Sequence[Span]) -> None:
+    def post(self, segment: str, peer: bytes, spans: Sequence[Span]) -> tuple[int, str, int]:
         if not spans:
-            return
+            return (0, segment, 0)
         local, remote, lengths = ([s[i] for s in spans] for i in range(3))
-        rc = self._te.batch_transfer_sync_read(segment, local, remote, lengths)
-        if rc != 0:
-            raise TransferError(f"mooncake read of {sum(lengths)} bytes from {segment} failed ({rc})")
+        batch = self._te.batch_transfer_async_read(segment, local, remote, lengths)
+        if batch <= 0:
+            raise TransferError(f"mooncake read of {sum(lengths)} bytes from {segment} not started ({batch})")
+        return (batch, segment, sum(lengths))
+
+    def wait(self, token: tuple[int, str, int]) -> None:
+        batch, segment, nbytes = token
+        if batch and (rc := self._te.get_batch_transfer_status([batch])) != 0:
+            raise TransferError(f"mooncake read of {nbytes} bytes from {segment} failed ({rc})")
 
     def close(self) -> None:
         with self._lock:

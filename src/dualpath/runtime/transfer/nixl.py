@@ -10,20 +10,26 @@ is a loopback address and the variable is unset, so a local cluster listens on l
 its ZeroMQ sockets do; on other hosts, name the cluster's interface). The agent's metadata (its
 UCX worker address and registrations) is not published anywhere: it travels in each slot
 message's ``DataMsg.peer`` on the (CURVE-authenticated when keyed) ZeroMQ channel, and the
-receiver loads it once per peer
-(``add_remote_agent``; at most ``MAX_PEERS``, least recently used dropped). A receiver reads a
-message's slots with one READ request, polled to completion within ``READ_TIMEOUT_S``; NIXL
-refuses a read outside the peer's registered memory when it builds the request. NIXL's Python
-logging is set to ``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout).
+receiver loads it once per peer (``add_remote_agent``; at most ``MAX_PEERS``, least recently used
+dropped). A receiver reads a message's slots with one READ request (started on the receive
+thread, polled to completion on the delivery thread: calls into the agent hold one lock),
+(``POLL_SPIN_S``, ``POLL_MAX_S``) within ``READ_TIMEOUT_S``; NIXL refuses a read outside the
+peer's registered memory when it builds the request. NIXL's Python logging is set to
+``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout). On a host
+without RDMA devices UCX's ib and rdmacm modules are not loaded (``UCX_MODULES=^ib,rdmacm``
+unless set): with them, every process that made a UCX backend segfaults at exit, in the wheel's
+bundled ``libnl-route-3`` (``rtnl_tc_unregister`` from ``_dl_fini``; nixl-cu12 1.5.1).
 """
 
 from __future__ import annotations
 
 import importlib
 import ipaddress
+import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -38,13 +44,17 @@ INSTALL = "pip install --no-deps nixl-cu12==1.5.1 after torch (or 'dualpath[nixl
 MODULES = ("nixl._api", "nixl_cu12._api", "nixl_cu13._api")  # the meta package, then the builds
 MAX_PEERS = 256  # remote agents kept loaded (as the ZeroMQ receiver's ack sockets)
 READ_TIMEOUT_S = 30.0  # one message's READ (as the send ring's wait for space)
-POLL_MAX_S = 0.5e-3  # the completion poll backs off from 10 us to this
+POLL_SPIN_S = 2e-3  # the completion poll only yields the GIL this long (a 768 KiB read: ~0.2-1 ms)
+POLL_MAX_S = 0.5e-3  # then it backs off from 10 us to this between polls
 _NAME = re.compile(r"^dualpath-[0-9a-f]{16}$")
+log = logging.getLogger("dualpath.transfer.nixl")
 
 
 def import_api() -> Any:
     """NIXL's ``_api`` module; ConfigError naming what is missing otherwise."""
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    if not _rdma_devices():  # UCX's ib modules pull the wheel's libnl-route, which crashes at exit
+        os.environ.setdefault("UCX_MODULES", "^ib,rdmacm")
     errors = []
     for name in MODULES:
         try:
@@ -52,6 +62,14 @@ def import_api() -> Any:
         except ImportError as exc:
             errors.append(f"{name}: {exc}")
     raise ConfigError("transport", "nixl", f"cannot import NIXL ({'; '.join(errors)}); {INSTALL}")
+
+
+def _rdma_devices() -> bool:
+    """Whether the host has RDMA devices (``/sys/class/infiniband`` lists any)."""
+    try:
+        return any(os.scandir("/sys/class/infiniband"))
+    except OSError:
+        return False
 
 
 def _loopback(host: str) -> bool:
@@ -78,6 +96,7 @@ class NixlEngine:
             )
         self._regs: list[Any] = []
         self._peers: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()  # the agent runs with NIXL's thread sync off: one caller at a time
         self.peer_info = b""
 
     def register(self, addr: int, nbytes: int) -> None:
@@ -105,32 +124,47 @@ class NixlEngine:
         while len(self._peers) > MAX_PEERS:
             self._agent.remove_remote_agent(self._peers.popitem(last=False)[0])
 
-    def read(self, segment: str, peer: bytes, spans: Sequence[Span]) -> None:
+    def post(self, segment: str, peer: bytes, spans: Sequence[Span]) -> Any:
         if not spans:
-            return
+            return None
         try:
-            self._load(segment, peer)
-            local = self._agent.get_xfer_descs([(s[0], s[2], 0) for s in spans], "DRAM")
-            remote = self._agent.get_xfer_descs([(s[1], s[2], 0) for s in spans], "DRAM")
-            handle = self._agent.initialize_xfer("READ", local, remote, segment)
+            with self._lock:
+                self._load(segment, peer)
+                local = self._agent.get_xfer_descs([(s[0], s[2], 0) for s in spans], "DRAM")
+                remote = self._agent.get_xfer_descs([(s[1], s[2], 0) for s in spans], "DRAM")
+                handle = self._agent.initialize_xfer("READ", local, remote, segment)
         except TransferError:
             raise
         except Exception as exc:  # NIXL's errors (e.g. NIXL_ERR_NOT_FOUND: outside its registrations)
             raise TransferError(f"NIXL read from {segment} refused: {type(exc).__name__}: {exc}") from None
-        try:
-            self._complete(handle, segment)
-        finally:
-            self._agent.release_xfer_handle(handle)
+        with self._lock:
+            state = self._agent.transfer(handle)
+        return (handle, segment, state, time.monotonic())
 
-    def _complete(self, handle: Any, segment: str) -> None:
-        state = self._agent.transfer(handle)
-        deadline, wait = time.monotonic() + READ_TIMEOUT_S, min(10e-6, POLL_MAX_S)
+    def wait(self, token: Any) -> None:
+        if token is None:
+            return
+        handle, segment, state, start = token
+        try:
+            self._complete(handle, segment, state, start)
+        finally:
+            try:
+                with self._lock:  # cancels a read still in flight (a timeout)
+                    self._agent.release_xfer_handle(handle)
+            except Exception as exc:  # noqa: BLE001 - NIXL could not cancel it: say so, keep the first error
+                log.warning("NIXL could not release a read from %s: %s", segment, exc)
+
+    def _complete(self, handle: Any, segment: str, state: str, start: float) -> None:
+        wait = 0.0
         while state == "PROC":
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - start > READ_TIMEOUT_S:
                 raise TransferError(f"NIXL read from {segment} took over {READ_TIMEOUT_S} s")
-            time.sleep(wait)
-            wait = min(2 * wait, POLL_MAX_S)
-            state = self._agent.check_xfer_state(handle)
+            if now - start > POLL_SPIN_S:  # a long read: back off, up to POLL_MAX_S between polls
+                wait = min(max(2 * wait, 10e-6), POLL_MAX_S)
+            time.sleep(wait)  # (0: only yields the GIL)
+            with self._lock:
+                state = self._agent.check_xfer_state(handle)
         if state != "DONE":
             raise TransferError(f"NIXL read from {segment} failed ({state})")
 

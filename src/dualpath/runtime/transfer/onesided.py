@@ -6,19 +6,24 @@ payload bytes take the engine. Each transport registers two buffers with its eng
 a send ring and a landing buffer, ``ring_bytes`` each. A submit copies its batch into the send ring
 (one copy, as into the shm transport's ring) and sends a header naming the ring slots and this
 engine's peer name (``DataMsg.segment``, plus ``DataMsg.peer`` when the engine needs more to reach
-it: NIXL's agent metadata). The receive thread reads the slots into its landing buffer with one
-engine READ per message (adjacent slots coalesced), hands the items to the sink (which copies, as
-the contract says) and acks; the ack frees the sender's slots. A batch larger than the ring falls
-back to ordinary ZeroMQ frames.
+it: NIXL's agent metadata). The receive thread checks each message and starts one engine READ of
+its slots (adjacent slots coalesced) into a range of the landing buffer, up to ``READ_DEPTH``
+messages ahead; a delivery thread takes the messages in arrival order (so control messages stay
+behind the KV sent before them), waits for each read, hands the items to the sink (which copies,
+as the contract says), acks (the ack frees the sender's slots) and frees the landing range. A
+batch larger than the ring falls back to ordinary ZeroMQ frames.
 
 The engine is an ``Engine`` (this module): ``register`` a buffer, name itself (``segment``,
-``peer_info``), ``check_peer`` a received name, ``read`` ranges from a peer, ``close``. Reads run
-on the receive thread; the engine bounds how long one may take (a dead peer fails the message,
-its sender's handle gets the error), so one peer cannot hold the thread for ever.
+``peer_info``), ``check_peer`` a received name, ``post`` a read of ranges from a peer and ``wait``
+for it, ``close``. The engine bounds how long a read may take (a dead peer fails its message, and
+the sender's handle gets the error), so one peer cannot hold the delivery for ever.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -27,13 +32,31 @@ import zmq
 
 from dualpath.core.errors import require
 from dualpath.core.units import MiB
-from dualpath.runtime.transfer.base import TransferItem
+from dualpath.runtime.transfer.base import TransferError, TransferItem
 from dualpath.runtime.transfer.ring import RingAllocator
 from dualpath.runtime.transfer.zmq_transport import ZmqTransport
-from dualpath.runtime.transfer.zmq_wire import DataMsg, ItemMeta, payload_view
+from dualpath.runtime.transfer.zmq_wire import CtlMsg, DataMsg, ItemMeta, payload_view
 
 RING_BYTES = 64 * MiB  # per buffer, as the shm transport's ring (a batch above it goes as frames)
+READ_DEPTH = 16  # slot messages whose reads run ahead of the one being delivered (docs/cluster.md)
+LANDING_WAIT_S = 30.0  # the longest a read waits for landing room (as the send ring's wait)
 Span = tuple[int, int, int]  # local address, remote address, bytes
+
+
+class _Read:
+    """One slot message's read: the engine's token, its landing offset (-1: none), its error."""
+
+    __slots__ = ("error", "land", "slot", "token", "waited")
+
+    def __init__(self) -> None:
+        self.token: Any = None
+        self.land = -1
+        self.error: BaseException | None = None
+        self.slot = False  # holds one of the READ_DEPTH places
+        self.waited = False
+
+
+_Job = tuple[Any, list[zmq.Frame], "str | None", "_Read | None"]  # msg, frames, refusal, read
 
 
 class Engine(Protocol):
@@ -49,8 +72,12 @@ class Engine(Protocol):
         """Why a received peer name is not one this engine reads from (None: it is)."""
         ...
 
-    def read(self, segment: str, peer: bytes, spans: Sequence[Span]) -> None:
-        """Copy each span's remote bytes into local memory; raise on failure or timeout."""
+    def post(self, segment: str, peer: bytes, spans: Sequence[Span]) -> Any:
+        """Start copying each span's remote bytes into local memory; a token for ``wait``."""
+        ...
+
+    def wait(self, token: Any) -> None:
+        """Until the read of ``token`` is done; raise on failure or timeout."""
         ...
 
     def close(self) -> None: ...
@@ -94,8 +121,14 @@ class OneSidedTransport(ZmqTransport):
         engine.register(self._send_addr, ring_bytes)
         engine.register(self._land_addr, ring_bytes)
         self._ring = RingAllocator(ring_bytes)
+        self._landing = RingAllocator(ring_bytes)
+        self._depth = threading.Semaphore(READ_DEPTH)
+        self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._reading: _Read | None = None
         self._peer_info = engine.peer_info
         super().__init__(host=host, scheme="tcp", limiter=limiter, keys=keys)
+        self._delivery = threading.Thread(target=self._deliver_loop, name="onesided-deliver", daemon=True)
+        self._delivery.start()  # (what the receive thread queued before this waits in the inbox)
 
     def _pack(
         self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
@@ -137,15 +170,61 @@ class OneSidedTransport(ZmqTransport):
             return "a slot message with an item outside the sender's ring (slot -1)"
         return None
 
+    # ---- receive thread: check each message, start the reads of slot messages, queue it
+    def _handle(
+        self, msg: DataMsg | CtlMsg, frames: list[zmq.Frame], acks: OrderedDict[str, zmq.Socket]
+    ) -> None:
+        bad = self._refusal(msg, frames)
+        read = self._post(msg) if bad is None and isinstance(msg, DataMsg) and msg.segment else None
+        self._inbox.put((msg, frames, bad, read))
+
+    def _post(self, msg: DataMsg) -> _Read:
+        read = _Read()
+        try:
+            if not self._depth.acquire(timeout=LANDING_WAIT_S):
+                raise TransferError(f"{READ_DEPTH} reads in flight for {LANDING_WAIT_S} s")
+            read.slot = True
+            total = sum(m.nbytes for m in msg.items)
+            read.land = self._landing.alloc(total, LANDING_WAIT_S) if total else -1
+            spans, off = [], self._land_addr + max(read.land, 0)
+            for m in msg.items:
+                spans.append((off, m.slot, m.nbytes))
+                off += m.nbytes
+            read.token = self.engine.post(msg.segment, msg.peer, coalesce(spans))
+        except Exception as exc:  # the message fails alone, in order, on the delivery thread
+            read.error = exc
+        return read
+
+    # ---- delivery thread: in arrival order, wait for each read, deliver, ack, free its landing
+    def _deliver_loop(self) -> None:
+        acks: OrderedDict[str, zmq.Socket] = OrderedDict()
+        try:
+            while (job := self._inbox.get()) is not None:
+                msg, frames, bad, read = job
+                self._reading = read
+                try:
+                    error = f"refused: {bad}" if bad is not None else self._deliver(msg, frames)
+                    self._ack(msg, error, acks)
+                except Exception as exc:  # noqa: BLE001 - never kill the delivery thread
+                    self.drops.drop("data", "handler_error", f"{type(exc).__name__}: {exc}")
+                finally:
+                    self._reading = None
+                    if read is not None:
+                        self._retire(read)
+        finally:
+            for sock in acks.values():
+                sock.close(0)
+
     def _unpack(self, msg: DataMsg, frames: list[zmq.Frame]) -> list[TransferItem]:
         if not msg.segment:
             return super()._unpack(msg, frames)
-        spans, off = [], 0
-        for m in msg.items:
-            spans.append((self._land_addr + off, m.slot, m.nbytes))
-            off += m.nbytes
-        self.engine.read(msg.segment, msg.peer, coalesce(spans))
-        items, off = [], 0
+        read = self._reading
+        assert read is not None
+        if read.error is not None:
+            raise read.error
+        read.waited = True
+        self.engine.wait(read.token)
+        items, off = [], max(read.land, 0)
         for m in msg.items:
             items.append(
                 TransferItem(
@@ -159,6 +238,22 @@ class OneSidedTransport(ZmqTransport):
             )
             off += m.nbytes
         return items
+
+    def _retire(self, read: _Read) -> None:
+        """A read is over once the engine says so: only then its landing range is reused."""
+        if read.token is not None and not read.waited:
+            try:
+                self.engine.wait(read.token)
+            except Exception:  # noqa: BLE001 - its message already failed
+                pass
+        if read.land >= 0:
+            self._landing.free(read.land)
+        if read.slot:
+            self._depth.release()
+
+    def _drain(self) -> None:
+        self._inbox.put(None)
+        self._delivery.join(LANDING_WAIT_S)
 
     def close(self) -> None:
         with self._lock:

@@ -95,6 +95,17 @@ class ZmqReceiver:
         if isinstance(msg, AckMsg):
             self._finish(msg.seq, msg.error)
             return
+        self._handle(msg, frames, acks)
+
+    def _handle(
+        self, msg: DataMsg | CtlMsg, frames: list[zmq.Frame], acks: OrderedDict[str, zmq.Socket]
+    ) -> None:
+        """Check, deliver and ack one data or control message (on the receive thread)."""
+        bad = self._refusal(msg, frames)
+        self._ack(msg, f"refused: {bad}" if bad is not None else self._deliver(msg, frames), acks)
+
+    def _refusal(self, msg: DataMsg | CtlMsg, frames: list[zmq.Frame]) -> str | None:
+        """Why ``msg`` is refused (counted as a ``bad_frames`` drop); None: it is not."""
         bad = (
             self._check_frames(msg, frames)
             if isinstance(msg, DataMsg)
@@ -102,9 +113,9 @@ class ZmqReceiver:
         )
         if bad is not None:
             self.drops.drop("data", "bad_frames", bad)
-            error: str | None = f"refused: {bad}"
-        else:
-            error = self._deliver(msg, frames)
+        return bad
+
+    def _ack(self, msg: DataMsg | CtlMsg, error: str | None, acks: OrderedDict[str, zmq.Socket]) -> None:
         sock = self._ack_socket(msg.reply_to, acks)
         if sock is None:
             return
@@ -154,6 +165,10 @@ class ZmqReceiver:
             return f"{type(exc).__name__}: {exc}"
         return None
 
+    def _drain(self) -> None:
+        """Hook: after the receive thread stopped, before the sockets and context close (a
+        subclass stops its own threads that use them here)."""
+
     def _stop_recv(self) -> None:
         if self._recv_thread.is_alive():
             s = self.ctx.socket(zmq.PUSH)
@@ -161,6 +176,7 @@ class ZmqReceiver:
             s.send(b"stop")
             s.close(0)
             self._recv_thread.join(5)
+        self._drain()
         if self._gate is not None:
             self._gate.stop()
         self._pull.close(0)
