@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -212,6 +213,13 @@ class LocalCluster:
         return out
 
     @property
+    def engine_procs(self) -> dict[int, _Pid]:
+        """Engine id -> its current process (``.pid``), as the supervisor last wrote them."""
+        return {
+            int(n.removeprefix("engine")): _Pid(p) for n, p in self.pids().items() if n.startswith("engine")
+        }
+
+    @property
     def restarts(self) -> dict[str, int]:
         """Processes the supervisor restarted, per role ("scheduler", "prefill", "decode")."""
         return {k: int(v) for k, v in self.status().get("restarts", {}).items()}
@@ -275,6 +283,13 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class _Pid:
+    """A process of the cluster, known by its pid (the supervisor process owns it)."""
+
+    pid: int
 
 
 def _exists(pid: int) -> bool:
