@@ -1,6 +1,7 @@
 """Chaos: N agents talk to a supervised local cluster (tiny model, CURVE, the real HTTP API on
 127.0.0.1) for M minutes while a seeded schedule kills (SIGKILL) and stops (SIGSTOP, then SIGCONT)
-random processes: the prefill engine, a decode engine, the scheduler.
+random processes: the prefill engine, a decode engine, the scheduler, the supervisor process (whose
+children die with it: the starting process starts it and the cluster again).
 
 Each agent holds a multi-turn conversation (its prompt grows by the previous answer, so the store
 serves hits) of streaming chat requests. Every request ends as one of: completed (a final chunk and
@@ -29,7 +30,7 @@ from typing import Any
 
 import httpx
 
-ACTIONS = ("kill prefill", "kill decode", "stop decode", "kill scheduler")
+ACTIONS = ("kill prefill", "kill decode", "stop decode", "kill scheduler", "kill supervisor")
 
 
 @dataclass
@@ -123,6 +124,8 @@ def _target(cluster: Any, action: str, rng: random.Random) -> str:
         return f"engine{rng.randrange(cfg.num_prefill_engines)}"
     if action.endswith("decode"):
         return f"engine{cfg.num_prefill_engines + rng.randrange(cfg.num_decode_engines)}"
+    if action.endswith("supervisor"):  # (its own process: its children die with it, all restart)
+        return "supervisor"
     return "scheduler"
 
 

@@ -78,7 +78,7 @@ def _tree(root: int) -> list[int]:
 
 def _name(pid: int, root: int, engines: dict[int, dict[str, Any]]) -> str:
     if pid == root:
-        return "serve (HTTP + supervisor)"
+        return "serve (HTTP server)"
     if pid in engines:
         e = engines[pid]
         return f"{e['role']} engine {e['engine_id']}"
@@ -86,7 +86,7 @@ def _name(pid: int, root: int, engines: dict[int, dict[str, Any]]) -> str:
     text = b" ".join(cmd).decode(errors="replace")
     if "cluster.scheduler" in text:
         return "scheduler"
-    if "cluster.supervisor" in text:
+    if "supervisor_main" in text:
         return "supervisor"
     if "--standby" in text:
         return "standby"
@@ -136,6 +136,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
             health = _wait_ok(url, proc, args.startup_timeout_s)
+            deadline = time.monotonic() + args.startup_timeout_s
+            while not all(sb.get("warm") for sb in health.get("standby", [])):  # (measured loaded)
+                if time.monotonic() > deadline:
+                    raise SystemExit("the standby did not get warm")
+                time.sleep(1.0)
+                health = httpx.get(url + "/health", timeout=10).json()
             _chat(url, args.model, args.requests)
             time.sleep(args.settle_s)
             health = httpx.get(url + "/health", timeout=10).json()

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "dualpath.cli.simulate",
     "dualpath.cli.runtime",
     "dualpath.cli.serve",
+    "dualpath.cli.configure",
     "dualpath.cli.bench",
     "dualpath.cli.model",
     "dualpath.cli.vllm",

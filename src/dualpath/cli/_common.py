@@ -217,7 +217,7 @@ SERVE_MODULES = (
     "zmq",
     "prometheus_client",
 )
-SERVE_COMMANDS = ("serve", "engine", "demo", "check")
+SERVE_COMMANDS = ("serve", "engine", "demo", "check", "configure")
 
 
 class MissingExtraError(DualpathError):

@@ -26,6 +26,7 @@ from dualpath.runtime.cluster.config import (
     EngineArgs,
     EngineConfig,
     SchedulerServiceConfig,
+    SupervisorConfig,
     TrafficConfig,
 )
 from dualpath.runtime.server.config import ServerConfig
@@ -49,6 +50,7 @@ _KVMEM_HELP = (
     "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
 )
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
+_SERVE_STANDBY = 1  # serve keeps one warm spare: a restart in seconds, not a cold model load
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
 
@@ -115,6 +117,16 @@ def serve(
     max_connections: int = _server_option(
         "max_connections", "Open HTTP connections (the longest idle one is closed beyond it)."
     ),
+    standby: int = typer.Option(
+        _SERVE_STANDBY, help="Warm spare engine processes a restart uses (0: none; one model's memory each)."
+    ),
+    restart_burst: int = typer.Option(
+        default_of(SupervisorConfig, "restart_burst"),
+        help="Restarts of one process within --restart-interval-s before the cluster gives up on it (unhealthy).",
+    ),
+    restart_interval_s: float = typer.Option(
+        default_of(SupervisorConfig, "restart_interval_s"), help="The window of --restart-burst (seconds)."
+    ),
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
@@ -136,6 +148,9 @@ def serve(
         api_key_sha256=key_sha256(api_key) if api_key else "",
         engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
+        supervisor=SupervisorConfig(
+            standby=standby, restart_burst=restart_burst, restart_interval_s=restart_interval_s
+        ),
         scheduler=SchedulerServiceConfig(
             storage_read_gbps=storage_read_gbps,
             pe_scope=None if pe_scope is None else check_choice("pe scope", pe_scope, PE_SCOPES),
@@ -151,6 +166,9 @@ def serve(
         from dualpath.runtime.model.loader import resolve_model
 
         resolve_model(model)
+    from dualpath.runtime.cluster.local import check_kv_dir
+
+    check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,
@@ -158,7 +176,7 @@ def serve(
         "max_connections": max_connections,
     }
     tokenizer = preflight(host, port, model, api_key or None, **limits)
-    cluster = LocalCluster(cfg, auth=True, standby=True)  # CURVE planes; a warm spare engine
+    cluster = LocalCluster(cfg, auth=True)  # CURVE planes; --standby warm spare engines
     try:
         from dualpath.cli.progress import Progress
 

@@ -167,17 +167,17 @@ def test_whole_cluster_frozen_past_the_engine_timeout_declares_no_engine_dead(cl
     import signal
     import time
 
-    procs = [cluster.scheduler_proc, *cluster.engine_procs.values()]
+    pids = list(cluster.pids().values())  # the scheduler, every engine and the supervisor
     before = cluster.health()
     assert before is not None
     alive_before = {e.engine_id for e in before.engines if e.alive}
-    for p in procs:
-        os.kill(p.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(cluster.config.scheduler.engine_timeout_s + 1.0)
     finally:
-        for p in procs:
-            os.kill(p.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     out = generate(cluster.address, [[11] * 90], SamplingParams(max_tokens=3, ignore_eos=True))
     assert out[0][-1].finish_reason == "length", out[0][-1]
     h = cluster.health()
@@ -209,11 +209,14 @@ def test_engine_death_redispatches_or_fails_clearly(cluster: LocalCluster) -> No
             assert "engine 2" in (last.error or "")
         else:
             assert len(events) == 40
-    h = cluster.health()
-    assert h is not None and any("engine 2" in d for d in h.down)
-    # the cluster keeps serving on the surviving decode engine
+    h = cluster.health()  # engine 2 down, or already restarted by the supervisor (a new generation)
+    assert h is not None
+    assert any("engine 2" in d for d in h.down) or any(
+        e.engine_id == 2 and e.generation >= 1 for e in h.engines
+    )
+    # the cluster keeps serving (on the surviving decode engine while engine 2 restarts)
     again = generate(cluster.address, [[9] * 80], SamplingParams(max_tokens=3, ignore_eos=True))
-    assert again[0][-1].finish_reason == "length" and again[0][-1].stats.decode_engine == 1, again[0][-1]
+    assert again[0][-1].finish_reason == "length", again[0][-1]
     # the store stays consistent: every block file in the shared directory reads back intact
     from dualpath.runtime.kvstore import BlockStore
 

@@ -80,27 +80,29 @@ class _Rig:
                 return
             self.held.setdefault(id(sock), []).append(reply)
 
-    def engine(self, eid: int, role: str, node: int) -> zmq.Socket:
+    def engine(self, eid: int, role: str, node: int, **hello: object) -> zmq.Socket:
         s = self.dealer()
-        s.send(
-            encode(
-                EngineHello(
-                    engine_id=eid,
-                    role=role,
-                    node_id=node,
-                    data_addr=f"tcp://x:{eid}",
-                    pid=eid,
-                    hbm_tokens=100_000 if role == "decode" else 0,
-                    num_layers=2,
-                    kv_bytes_per_token_layer=64,
-                    block_size=16,
-                    vocab_size=100,
-                    max_context_len=4096,
-                )
-            )
-        )
-        assert isinstance(self.until_reply(s), Welcome)
+        s.send(encode(self.hello(eid, role, node, **hello)))
+        reply = self.until_reply(s)
+        assert isinstance(reply, Welcome), reply
         return s
+
+    @staticmethod
+    def hello(eid: int, role: str, node: int, **extra: object) -> EngineHello:
+        fields: dict[str, object] = dict(
+            engine_id=eid,
+            role=role,
+            node_id=node,
+            data_addr=f"tcp://x:{eid}",
+            pid=eid,
+            hbm_tokens=100_000 if role == "decode" else 0,
+            num_layers=2,
+            kv_bytes_per_token_layer=64,
+            block_size=16,
+            vocab_size=100,
+            max_context_len=4096,
+        )
+        return EngineHello(**(fields | extra))  # type: ignore[arg-type]
 
     def submit(self, client: zmq.Socket, rid: str, prompt_len: int, max_tokens: int) -> None:
         client.send_multipart(
@@ -282,3 +284,51 @@ def test_the_pe_scope_and_tie_breaks_reach_the_services_policy(tmp_path: Path) -
         assert (cfg.read_tie, cfg.pe_tie) == ("pe", "group") and not is_central(r.svc.sched)
     finally:
         r.close()
+
+
+def test_an_engine_is_routable_only_once_it_says_it_is_ready(rig: _Rig) -> None:
+    """Issue 30 item 3: an engine registers (not ready: it still builds its KV pools and worker),
+    then sends EngineReady; only then does /health say "ok" and does the policy route to it.
+    Before, registration made it routable at once (requests sent then were lost on SmolLM2)."""
+    from dualpath.runtime.cluster.messages import EngineReady, Rejected
+
+    pe = rig.engine(0, "prefill", 0)
+    de = rig.engine(1, "decode", 1, ready=False, max_prompt_tokens=50, max_context_tokens=80)
+    h = rig.health()
+    assert not h.ok and {e.engine_id: e.state for e in h.engines} == {0: "ready", 1: "starting"}
+    assert [d.state for d in h.unavailable] == ["starting"]
+    client = rig.dealer()
+    rig.submit(client, "early", 30, 2)
+    got = rig.held.pop(id(client), []) + _drain(client, 200)
+    assert any(isinstance(m, Rejected) and m.kind == "unavailable" for m in got), got
+    forged = rig.dealer()  # (another socket cannot say engine 1 is ready)
+    forged.send(encode(EngineReady(engine_id=1, pid=1)))
+    rig.synced(forged)
+    assert not rig.health().ok
+    de.send(encode(EngineReady(engine_id=1, pid=1, rss_bytes=123)))
+    rig.synced(de)
+    h = rig.health()
+    assert h.ok and all(e.state == "ready" for e in h.engines)
+    assert next(e for e in h.engines if e.engine_id == 1).rss_bytes == 123
+    rig.submit(client, "r1", 30, 2)
+    assert [m.request_id for m in _drain(de) if isinstance(m, DecodeTask)] == ["r1"]
+    assert [m.request_id for m in _drain(pe) if isinstance(m, PrefillTask)] == ["r1"]
+    # what the engine's KV pool holds bounds what is admitted, with the reason
+    assert rig.query("info").info.max_context_len == 80  # type: ignore[union-attr]
+    rig.submit(client, "long", 60, 2)
+    rej = [m for m in rig.held.pop(id(client), []) + _drain(client, 200) if isinstance(m, Rejected)]
+    assert rej and rej[0].kind == "too_long" and "raise --kv-cache-memory" in rej[0].reason, rej
+
+
+def test_a_stale_generation_is_refused(rig: _Rig) -> None:
+    """A process of an older incarnation of an engine id (one its successor replaced) cannot
+    register over the successor."""
+    from dualpath.runtime.cluster.messages import Shutdown
+
+    rig.engine(1, "decode", 1, generation=2)
+    old = rig.dealer()
+    old.send(encode(rig.hello(1, "decode", 1, generation=1, pid=99, data_addr="tcp://x:99")))
+    reply = rig.until_reply(old)
+    assert isinstance(reply, Shutdown) and "stale" in reply.reason, reply
+    h = rig.health()
+    assert [(e.engine_id, e.pid, e.generation) for e in h.engines] == [(1, 1, 2)]

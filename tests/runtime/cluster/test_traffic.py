@@ -95,3 +95,25 @@ def test_read_free_skips_the_wait() -> None:
     assert tm.storage_read(10**6, "pe-read") == 0.0
     assert tm.kv_send(10**6) == 0.0
     assert tm.snapshot()[0]["pe-read"] == 10**6
+
+
+@pytest.mark.parametrize("new_gbps", [None, 10.0])
+def test_a_storage_nic_cap_changed_re_times_the_transfers_waiting_under_it(tmp_path: Path, new_gbps) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30 item 7: a cap of 1e-4 Gbit/s stalled every storage read for 15+ minutes, and
+    removing it did not help the reads already booked. Now a changed cap re-times them: removed,
+    they end at once; raised, at the new rate."""
+    import threading
+
+    tm = TrafficManager(engine_id=0, node_id=0, snic_gbps=1e-4, cnic_gbps=None, shared_dir=tmp_path / "links")
+    end_s = tm.reserve_read(3 * 2**20, "pe-read")  # one SmolLM2 block: ~250 s at 1e-4 Gbit/s
+    assert end_s - time.monotonic() > 200
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (tm.wait_read(end_s), done.set()), daemon=True)
+    waiter.start()
+    assert not done.wait(0.3)
+    tm.set_snic_gbps(new_gbps)
+    assert done.wait(10.0), "the wait booked under the old cap did not end"
+    t0 = time.monotonic()
+    tm.wait_read(tm.reserve_read(1 << 20, "pe-read"))  # a new read is not queued behind the old backlog
+    assert time.monotonic() - t0 < 5.0
+    tm.close()

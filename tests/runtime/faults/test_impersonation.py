@@ -40,7 +40,7 @@ def _decode_engine(rig) -> tuple[int, int]:
     health = rig.cluster.health()
     assert health is not None
     eid = next(e.engine_id for e in health.engines if e.role == "decode" and e.alive)
-    return eid, rig.cluster.engine_procs[eid].pid
+    return eid, rig.cluster.pids()[f"engine{eid}"]
 
 
 def _send(rig, msg: object, *, client: bool = True) -> zmq.Socket:
@@ -227,9 +227,11 @@ def test_submit_needs_the_api_key_and_an_engine_socket_is_no_client(tmp_path: Pa
             assert s.poll(60_000), label
             got[label] = decode(s.recv_multipart()[-1])
             s.close(0)
-        de = next(e for e, p in cluster.engine_procs.items() if e != 0)
+        de = next(
+            int(n.removeprefix("engine")) for n in cluster.pids() if n.startswith("engine") and n != "engine0"
+        )
         rogue = _rogue_engine(cluster)
-        rogue.send(encode(Supervision(lost={de: cluster.engine_procs[de].pid})))
+        rogue.send(encode(Supervision(lost={de: cluster.pids()[f"engine{de}"]})))
         rogue.send(
             encode(
                 Submit(

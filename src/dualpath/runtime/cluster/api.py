@@ -108,7 +108,8 @@ class TokenEvent(msgspec.Struct, frozen=True, kw_only=True):
 class EngineHealth(msgspec.Struct, frozen=True, kw_only=True):
     """One engine, once, as it is now: ``state`` "ready" (routable), "starting" (registered,
     building its caches and worker), "loading" (its process loads the model), "dead" (declared
-    dead: exited or silent) or "restarting" (the supervisor starts it again); ``alive`` is
+    dead: exited or silent), "restarting" (the supervisor starts it again) or "failed" (the
+    supervisor gave up on it: its restart budget is used up); ``alive`` is
     ``state == "ready"``. ``pid`` / ``generation``: its current process and incarnation (a restart
     is a new generation); ``restarts``: times the supervisor restarted it. Memory (bytes, 0 where
     unknown): weights, the KV pool it allocated, its resident set at the last heartbeat; the
@@ -143,11 +144,12 @@ class StandbyHealth(msgspec.Struct, frozen=True, kw_only=True):
 
 class DownItem(msgspec.Struct, frozen=True, kw_only=True):
     """A process not serving now: ``state`` "dead" (declared dead or exited), "restarting" (the
-    supervisor restarts it), "loading" (started, not registered yet) or "starting" (registered,
-    building its caches); since ``since_unix_s``."""
+    supervisor restarts it), "loading" (started, not registered yet), "starting" (registered,
+    building its caches) or "failed" (its restart budget is used up: not restarted); since
+    ``since_unix_s``."""
 
     what: str  # e.g. "decode engine 2"
-    state: Literal["dead", "restarting", "loading", "starting"]
+    state: Literal["dead", "restarting", "loading", "starting", "failed"]
     since_unix_s: float
 
 

@@ -59,7 +59,8 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``prefill_tokens_per_s``: the PE prefill rate behind beta (None: ``PREFILL_TOKENS_PER_S`` of
     the model). ``storage_read_gbps``: a node's storage read rate behind alpha when the SNIC is
     uncapped (None: the scheduler measures the store's read rate at start; a capped SNIC's rate
-    is its cap). ``engine_timeout_s``: silence after which an engine counts as dead.
+    is its cap). ``engine_timeout_s``: silence after which an engine counts as dead;
+    ``left_grace_s``: how long a dead engine nobody restarts stays listed (then it left).
     ``pe_scope`` / ``read_tie`` / ``pe_tie``: the policy's PE scope (None: the policy's own) and the
     two tie-breaks of spec section 8, as in ``SchedulerConfig`` (docs/policy.md).
     """
@@ -68,6 +69,7 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     storage_read_gbps: float | None = None
     max_queued_requests: int = 256
     engine_timeout_s: float = 5.0
+    left_grace_s: float = 60.0
     tick_s: float = 0.002
     pe_scope: str | None = None
     read_tie: str = "pe"
@@ -81,6 +83,7 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             self.max_queued_requests >= 1, "max_queued_requests", self.max_queued_requests, "must be >= 1"
         )
         require(self.engine_timeout_s > 0, "engine_timeout_s", self.engine_timeout_s, "must be > 0")
+        require(self.left_grace_s > 0, "left_grace_s", self.left_grace_s, "must be > 0")
         require(self.tick_s > 0, "tick_s", self.tick_s, "must be > 0")
         check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
 
@@ -138,6 +141,41 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.heartbeat_s > 0, "heartbeat_s", self.heartbeat_s, "must be > 0")
 
 
+class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A local cluster's process supervisor (``supervisor.py``, its own process).
+
+    ``standby``: warm spare engine processes (model loaded) a restart takes instead of starting
+    cold; 0 keeps none. Restarts wait ``first_backoff_s``, doubling while a process keeps dying
+    within ``stable_s`` of its start, at most ``max_backoff_s`` (at least ``oom_backoff_s`` after
+    the kernel's OOM killer took it). ``restart_burst`` restarts of one process within
+    ``restart_interval_s`` (systemd's ``StartLimitBurst`` / ``StartLimitIntervalSec``: 5 in 10 s
+    for units restarting in 100 ms; an engine restart here takes seconds, so 5 in 60 s) and it is
+    not restarted again: the cluster reports itself unhealthy with the reason. A scheduler that
+    answers no health query for ``hung_s``, or an engine process the scheduler holds dead (or has
+    not heard of since its start) for ``hung_s``, is killed and restarted. ``poll_s``: how often
+    children are checked; ``report_s``: how often the scheduler gets a report.
+    """
+
+    standby: int = 0
+    restart_burst: int = 5
+    restart_interval_s: float = 60.0
+    first_backoff_s: float = 0.5
+    max_backoff_s: float = 10.0
+    oom_backoff_s: float = 5.0
+    stable_s: float = 30.0
+    hung_s: float = 20.0
+    poll_s: float = 0.1
+    report_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(0 <= self.standby <= 16, "standby", self.standby, "must be in [0, 16]")
+        require(self.restart_burst >= 1, "restart_burst", self.restart_burst, "must be >= 1")
+        for key in ("restart_interval_s", "first_backoff_s", "max_backoff_s", "stable_s", "hung_s",
+                    "poll_s", "report_s"):  # fmt: skip
+            require(getattr(self, key) > 0, key, getattr(self, key), "must be > 0")
+        require(self.oom_backoff_s >= 0, "oom_backoff_s", self.oom_backoff_s, "must be >= 0")
+
+
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     """A local or multi-host cluster.
 
@@ -150,7 +188,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
     the directory). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
     settings only with that key (``sched_guard.py``; ``dualpath serve --api-key`` sets it).
-    ``scheduler``, ``engine``, ``traffic``: the sections above.
+    ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
     """
 
     kv_dir: str
@@ -169,6 +207,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     traffic: TrafficConfig = msgspec.field(default_factory=TrafficConfig)
+    supervisor: SupervisorConfig = msgspec.field(default_factory=SupervisorConfig)
 
     def __post_init__(self) -> None:
         require(self.kv_dir != "", "kv_dir", self.kv_dir, "must name a directory")

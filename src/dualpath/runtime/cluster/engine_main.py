@@ -2,167 +2,71 @@
 transport endpoint ``e<engine_id>``, registers with the scheduler and runs its main loop.
 
 The main thread owns the scheduler socket and the compute; a heartbeat thread (own socket,
-runtime/cluster/engine_beat.py) runs from process start: it reports the engine as loading until it
+runtime/cluster/engine_beat.py) runs from the process's first moment, before torch is imported:
+it reports the engine as loading (with its generation, the incarnation of its engine id) until it
 registers, then load, read queue and byte counters every ``heartbeat_s`` even while a long batch
-runs. When a restarted scheduler does not know the engine, the engine drops its tasks and registers
-again with the same id (the scheduler rebuilds its state from these registrations).
-The parts it is built from are ``engine_setup.py``; its main loop ``engine_loop.py``.
+runs. The engine registers, builds its worker (KV pools allocated), then says it is ready (only
+then does the scheduler route to it). When a restarted scheduler does not know the engine, the
+engine drops its tasks and registers again with the same id. The heavy part is ``engine_run.py``.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-import torch
-import zmq
 
-from dualpath.core.units import MiB
 from dualpath.runtime.cluster.config import EngineArgs
-from dualpath.runtime.cluster.engine_beat import Beat, dealer
-from dualpath.runtime.cluster.engine_loop import Reregister, main_loop, set_peers
-from dualpath.runtime.cluster.engine_setup import (
-    Loaded,
-    SinkGate,
-    apply_configure,
-    engine_pools,
-    load_model,
-    make_traffic,
-    sched_config,
-    store_capacity,
-)
-from dualpath.runtime.cluster.kvio import BlockIO, Outbox
-from dualpath.runtime.cluster.memory import KVPools, release_freed_memory, rss_bytes
-from dualpath.runtime.cluster.messages import (
-    EngineHello,
-    EngineReady,
-    Shutdown,
-    Welcome,
-    decode,
-    encode,
-)
-from dualpath.runtime.transfer.auth import ClusterKeys, load_keys
-from dualpath.runtime.transfer.drops import DropCounter
+from dualpath.runtime.cluster.engine_beat import Beat
+
+if TYPE_CHECKING:
+    from dualpath.runtime.cluster.engine_setup import Loaded
+
+__all__ = ["EngineArgs", "main", "run_engine", "standby"]
 
 
 def run_engine(args: EngineArgs, loaded: Loaded | None = None) -> None:
     """Run until the scheduler sends Shutdown (an engine the scheduler forgot registers again).
     ``loaded``: the model as ``load_model(args)`` returns it, loaded already (a standby)."""
-    torch.set_num_threads(1)
+    import zmq
+
+    from dualpath.runtime.transfer.auth import load_keys
+
     keys = load_keys(args.key_file)
     ctx = zmq.Context()
     beat = Beat(ctx, args, keys)  # "loading" from now on, heartbeats once registered
     beat.start()
     try:
-        _run(args, ctx, keys, beat, loaded)
+        import torch
+
+        torch.set_num_threads(1)
+        from dualpath.runtime.cluster.engine_run import run
+
+        run(args, ctx, keys, beat, loaded)
     finally:
         beat.close()
         ctx.term()
 
 
-def _run(
-    args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat, loaded: Loaded | None
-) -> None:
-    from dualpath.runtime.kvstore import BlockStore
-    from dualpath.runtime.model.packed import weights_bytes
-    from dualpath.runtime.transfer.factory import make_transport
-
-    decoder, geo, eos, vocab, max_ctx = loaded or load_model(args)
-    pools = engine_pools(args.role, args.cluster.engine.kv_cache_memory, geo, max_ctx)
-    sched_cfg = sched_config(args, decoder) if args.role == "prefill" else None  # before registering
-    layout = geo.layout()
-    store = BlockStore(args.cluster.kv_dir, layout, store_capacity(args), file_mode=args.cluster.kv_file_mode)
-    sock = dealer(ctx, args.scheduler, keys)
-    traffic = make_traffic(args, max(args.engine_id, 0))
-    transport = make_transport(
-        args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys
-    )
-    hello = EngineHello(
-        engine_id=args.engine_id,
-        role=args.role,
-        node_id=args.node_id,  # type: ignore[arg-type]
-        data_addr=transport.address,
-        pid=os.getpid(),  # type: ignore[attr-defined]
-        hbm_tokens=pools.max_context_tokens if args.role == "decode" else 0,
-        model_name=args.cluster.model,
-        num_layers=geo.num_layers,
-        kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
-        block_size=geo.block_size,
-        vocab_size=vocab,
-        eos_token_id=eos,
-        max_context_len=max_ctx,
-        ready=False,  # routable once the worker exists (EngineReady)
-        generation=args.generation,
-        weights_bytes=weights_bytes(decoder),  # type: ignore[arg-type]
-        kv_pool_bytes=pools.total_bytes,
-        max_prompt_tokens=pools.max_prompt_tokens,
-        max_context_tokens=pools.max_context_tokens,
-    )
-    sock.send(encode(hello))
-    welcome = decode(sock.recv())
-    if isinstance(welcome, Shutdown):
-        raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
-    assert isinstance(welcome, Welcome), welcome
-    eid = welcome.engine_id
-    drops: DropCounter = transport.drops  # type: ignore[attr-defined]  # one counter per process
-    drops.who = f"engine {eid} ({args.role})"
-    print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {transport.address}", flush=True)  # type: ignore[attr-defined]
-    gate = SinkGate()  # KV may come as soon as the scheduler knows us: hold it until the worker exists
-    transport.bind(f"e{eid}", gate)
-    traffic.close()
-    traffic = make_traffic(args, eid)
-    transport.limiter = traffic.kv_send  # type: ignore[attr-defined]
-    outbox, io = Outbox(), BlockIO(store, geo, traffic)
-    worker = _worker(args, eid, decoder, geo, io, transport, outbox, eos, pools, sched_cfg)
-    gate.open(worker)
-    set_peers(transport, welcome.peers, eid)
-    release_freed_memory()
-    shared = " (mapped, shared by this host's engines)" if args.weights_dir else ""
-    print(f"engine {eid} ({args.role}): weights {hello.weights_bytes / MiB:.0f} MiB{shared}; "
-          f"{pools.describe()}; resident {rss_bytes() / MiB:.0f} MiB", flush=True)  # fmt: skip
-    beat.attach(eid, worker, io, traffic)
-    sock.send(encode(EngineReady(engine_id=eid, pid=os.getpid(), rss_bytes=rss_bytes())))
-    again = Reregister(beat.reregister, msgspec.structs.replace(hello, engine_id=eid, ready=True))
-    try:
-        main_loop(
-            sock, worker, outbox, transport, eid, lambda m: apply_configure(m, worker, traffic), drops, again
-        )
-    finally:
-        beat.close()
-        io.close()
-        transport.close()
-        traffic.close()
-        sock.close(0)
-
-
-def _worker(
-    args: EngineArgs, eid: int, decoder: object, geo: object, io: BlockIO, transport: object,
-    outbox: Outbox, eos: int | None, pools: KVPools, sched_cfg: object,
-) -> object:  # fmt: skip
-    """The engine's worker (its KV pools allocated and touched here)."""
-    from dualpath.policy import make_scheduler
-
-    common = dict(engine_id=eid, node_id=args.node_id, decoder=decoder, geo=geo, blockio=io,
-                  transport=transport, outbox=outbox, pools=pools)  # fmt: skip
-    if args.role == "prefill":
-        from dualpath.runtime.cluster.prefill_worker import PrefillWorker
-
-        return PrefillWorker(scheduler=make_scheduler(args.cluster.policy, sched_cfg), **common)  # type: ignore[arg-type]
-    from dualpath.runtime.cluster.decode_worker import DecodeWorker
-
-    return DecodeWorker(eos_token_id=eos, **common)  # type: ignore[arg-type]
-
-
-def standby(template: EngineArgs) -> None:
-    """A warm spare engine process (``LocalCluster(standby=True)``): imports and loads the model of
-    ``template`` now, then waits for the engine it is to become: one JSON line on stdin,
-    ``[EngineArgs, log path]`` (same model, dtype and block size; its output goes to that log from
-    then on), and runs it; an empty line or EOF ends it. A restart through a standby skips the
-    process start, the imports and the model load."""
+def standby(template: EngineArgs, warm_file: str = "") -> None:
+    """A warm spare engine process (``LocalCluster`` with standbys): imports and loads the model of
+    ``template`` now, touches ``warm_file`` (the supervisor hands out only warm spares), then waits
+    for the engine it is to become: one JSON line on stdin, ``[EngineArgs, log path]`` (same model,
+    dtype and block size; its output goes to that log from then on), and runs it; an empty line or
+    EOF ends it. A restart through a standby skips the process start, the imports and the model
+    load."""
     import sys
+
+    import torch
+
+    from dualpath.runtime.cluster.engine_setup import load_model
 
     torch.set_num_threads(1)
     loaded = load_model(template)
+    if warm_file:
+        Path(warm_file).touch()
     print(
         f"standby (pid {os.getpid()}): {template.cluster.model} loaded; waiting for an assignment", flush=True
     )
@@ -177,17 +81,21 @@ def standby(template: EngineArgs) -> None:
         os.close(out)
     a, t = args.cluster, template.cluster
     same = (a.model, a.engine.dtype, a.engine.block_size) == (t.model, t.engine.dtype, t.engine.block_size)
-    print(f"standby (pid {os.getpid()}): becoming engine {args.engine_id} ({args.role})", flush=True)
+    print(
+        f"standby (pid {os.getpid()}): becoming engine {args.engine_id} ({args.role}, generation "
+        f"{args.generation})",
+        flush=True,
+    )
     run_engine(args, loaded if same else None)
 
 
 def main() -> None:
     """``python -m dualpath.runtime.cluster.engine_main '<EngineArgs as JSON>'``, or
-    ``... --standby '<EngineArgs as JSON>'`` (see ``standby``)."""
+    ``... --standby '<EngineArgs as JSON>' [warm file]`` (see ``standby``)."""
     import sys
 
     if sys.argv[1] == "--standby":
-        standby(msgspec.json.decode(sys.argv[2].encode(), type=EngineArgs))
+        standby(msgspec.json.decode(sys.argv[2].encode(), type=EngineArgs), *sys.argv[3:4])
         return
     run_engine(msgspec.json.decode(sys.argv[1].encode(), type=EngineArgs))
 

@@ -133,6 +133,12 @@ def apply_configure(msg: Configure, worker: object, traffic: TrafficManager) -> 
     policy = DEFAULT_POLICY if "policy" in msg.reset else msg.policy
     if policy is not None and hasattr(worker, "scheduler"):  # same knobs and fitted predictor
         worker.scheduler = make_scheduler(policy, worker.scheduler.config)
+    cap = traffic.snic.rate_bytes_per_s
+    print(
+        f"engine {traffic.engine_id}: settings: policy {policy or 'unchanged'}, read_free {traffic.read_free}, "
+        f"snic {'uncapped' if cap is None else f'{cap * 8 / 1e9:g} Gbit/s'}",
+        flush=True,
+    )
 
 
 def engine_pools(role: str, spec: str, geo: Geometry, max_context: int) -> KVPools:

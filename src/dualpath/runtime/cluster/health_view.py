@@ -3,7 +3,7 @@
 An engine id is listed once, with the process that is it now: registered and routable ("ready"),
 registered and still building its caches ("starting"), a process loading under that id
 ("loading": a restart, or the first start), being restarted by the supervisor ("restarting"), or
-declared dead ("dead"). ``unavailable`` lists every entry not ready with the time it entered that
+declared dead ("dead"), or given up on by the supervisor ("failed"). ``unavailable`` lists every entry not ready with the time it entered that
 state. History (earlier deaths, revivals) is in the logs and the metrics, not here.
 """
 
@@ -41,11 +41,18 @@ def engine_entries(
             ld, restarting = sv.loading.get(name), sv.restarting(name, now)
             if ld is not None and ld.pid != e.pid:
                 state, since, pid, gen = "loading", ld.since_unix_s, ld.pid, ld.generation
+            elif sv.given_up(name):
+                state, since = "failed", sv.dead_since.get(e.engine_id, now_unix)
             elif restarting is not None:
                 state, since = "restarting", restarting
             else:
                 state, since = "dead", sv.dead_since.get(e.engine_id, now_unix)
-            why[name] = sv.dead_reason.get(e.engine_id, f"{name} {state}")
+            told = sv.report.why.get(name) if sv.report is not None else None
+            why[name] = (
+                told
+                if state in ("restarting", "failed") and told
+                else sv.dead_reason.get(e.engine_id, f"{name} {state}")
+            )
         entries[name] = EngineHealth(
             engine_id=e.engine_id, role=e.role, node_id=e.node_id, alive=state == "ready",
             num_seqs=load.num_seqs if load else 0, num_tokens=load.num_tokens if load else 0,
@@ -68,6 +75,6 @@ def engine_entries(
         for name, since in sv.report.down.items():  # (the scheduler, an engine never registered)
             if name not in entries and name not in down:
                 down[name] = DownItem(what=name, state="restarting", since_unix_s=since)
-                why[name] = f"{name} restarting"
+                why[name] = sv.report.why.get(name, f"{name} restarting")
     order = sorted(entries.values(), key=lambda h: (h.engine_id, h.role))
     return tuple(order), tuple(down[k] for k in sorted(down)), tuple(why[k] for k in sorted(why))

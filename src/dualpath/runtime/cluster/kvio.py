@@ -4,7 +4,6 @@ manager (the engines' I/O), and the engine's outbox of messages to the scheduler
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -111,9 +110,7 @@ class BlockIO:
                     if not self.store.read_full_into(h, out):
                         break
                     num_read += 1
-                wait_s = end_s - time.monotonic()
-                if wait_s > 0:
-                    time.sleep(wait_s)
+                self.traffic.wait_read(end_s)  # (re-timed if the SNIC cap changes meanwhile)
             except BaseException as exc:  # reported to the caller, never lost
                 err = exc
             with self._lock:

@@ -1,37 +1,40 @@
-"""LocalCluster: start the scheduler service and every engine as local processes.
+"""LocalCluster: a cluster of local processes, supervised from a process of its own.
 
-``with LocalCluster(cfg) as cluster:`` spawns ``python -m dualpath.runtime.cluster.scheduler`` and one
-``python -m dualpath.runtime.cluster.engine_main`` per engine (logs under ``cluster.run_dir``), waits
-until every engine has registered, and on exit stops them all and removes shared-memory clocks.
-With ``supervise`` (the default) a ``Supervisor`` thread (runtime/cluster/supervisor.py) restarts
-any of them that dies, with backoff; ``restarts`` counts them per role. Spawning, the standby,
-respawn, signals and logs are ``local_procs.py``.
+``with LocalCluster(cfg) as cluster:`` checks what can be checked at once (the model's name, the KV
+directory takes a file, the KV budget fits the memory available), starts the supervisor process
+(``supervisor_main.py``), which starts ``python -m dualpath.runtime.cluster.scheduler`` and one
+``python -m dualpath.runtime.cluster.engine_main`` per engine (logs under ``cluster.run_dir``) and,
+with ``supervise`` (the default), restarts any that dies; returns once every engine is ready; on
+exit stops them all and removes shared-memory clocks. The supervisor's ``status.json`` gives this
+process the scheduler's address, the pids (``pids``, ``signal``, ``kill_engine``), restart counts
+and events. Everything dies with the process that started the cluster.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
-import zmq
 
 from dualpath.core.errors import ConfigError, DualpathError
 from dualpath.runtime.cluster.api import ClusterHealth
 from dualpath.runtime.cluster.config import ClusterConfig
-from dualpath.runtime.cluster.engine_main import EngineArgs
-from dualpath.runtime.cluster.local_procs import ClusterProcesses
+from dualpath.runtime.cluster.local_procs import query_health
 from dualpath.runtime.cluster.memory import available_memory_bytes, check_fits, parse_memory
-from dualpath.runtime.cluster.messages import Query, QueryReply, decode, encode
-from dualpath.runtime.cluster.scheduler import SchedulerArgs
-from dualpath.runtime.cluster.supervisor import Supervisor
+from dualpath.runtime.cluster.supervisor_main import SupervisorArgs
 from dualpath.runtime.cluster.traffic import links_dir
 from dualpath.runtime.kvstore.limits import capacity_from_gb
 from dualpath.runtime.transfer.auth import ClusterKeys
@@ -83,7 +86,10 @@ def fixed_budget(cfg: ClusterConfig) -> ClusterConfig:
     return msgspec.structs.replace(cfg, engine=msgspec.structs.replace(cfg.engine, kv_cache_memory=budget))
 
 
-class LocalCluster(ClusterProcesses):
+SUPERVISOR_CHECK_S = 0.5  # how often the starting process checks that the supervisor lives
+
+
+class LocalCluster:
     _running: ClassVar[weakref.WeakSet[LocalCluster]] = weakref.WeakSet()
 
     def __init__(
@@ -93,13 +99,16 @@ class LocalCluster(ClusterProcesses):
         startup_timeout_s: float = 180.0,
         auth: bool = False,
         supervise: bool = True,
-        standby: bool = False,
+        standby: bool | int | None = None,
     ) -> None:
         """``auth``: CURVE-authenticate the control and data planes with keys made now (written
         0600 to ``key_file`` in the run directory; clients need ``keys``). ``supervise``: restart
-        any process that dies (after start; a failure during start raises). ``standby``: keep one
-        warm spare engine process (model loaded) that a restarted engine becomes at once (one
-        process more, one model copy more in memory)."""
+        any process that dies (after start; a failure during start raises). ``standby``: warm spare
+        engine processes (model loaded) a restarted engine becomes at once (True: 1; None: the
+        config's ``supervisor.standby``)."""
+        if standby is not None:
+            sup = msgspec.structs.replace(config.supervisor, standby=int(standby))
+            config = msgspec.structs.replace(config, supervisor=sup)
         self.config = config
         self.startup_timeout_s = startup_timeout_s
         self.cluster_id = uuid.uuid4().hex[:12]
@@ -108,14 +117,9 @@ class LocalCluster(ClusterProcesses):
         self.keys: ClusterKeys | None = ClusterKeys.generate() if auth else None
         self.key_file = self.keys.write(self.run_dir / "cluster.key") if self.keys else None
         self.address = ""
-        self.scheduler_proc: subprocess.Popen[bytes] | None = None
-        self.engine_procs: dict[int, subprocess.Popen[bytes]] = {}
         self.supervise = supervise
-        self.supervisor: Supervisor | None = None
-        self._spawn_args: dict[str, tuple[str, msgspec.Struct, str]] = {}  # name -> how to start it
-        self.standby = standby
-        self._standby: subprocess.Popen[bytes] | None = None
-        self._standbys = 0
+        self.supervisor_proc: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -125,114 +129,144 @@ class LocalCluster(ClusterProcesses):
             resolve_model(cfg.model)
         check_kv_dir(cfg.kv_dir)  # before any process starts: a clear error, at once
         cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
-        writer_cap = cap // cfg.num_decode_engines  # DEs persist: each bounds its index at 1/D
         engine_cfg = fixed_budget(cfg)  # a fraction of the free memory, measured once for all
         if cfg.model == "tiny":
             engine_cfg = msgspec.structs.replace(engine_cfg, model=str(tiny_model_dir(self.run_dir)))
-        port_file = self.run_dir / "scheduler.addr"
-        sargs = SchedulerArgs(
-            cluster=cfg,
-            port_file=str(port_file),
-            kv_capacity_bytes=cap,
-            key_file=str(self.key_file or ""),
-            state_file=str(self.run_dir / "scheduler.state"),
-        )
-        self.scheduler_proc = self._spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            self._check_alive("scheduler", self.scheduler_proc)
-            if time.monotonic() > deadline:
-                raise DualpathError(f"scheduler did not start; see {self.run_dir / 'scheduler.log'}")
-            time.sleep(0.05)
-        self.address = port_file.read_text().strip()
-        bound = msgspec.structs.replace(cfg, scheduler_port=int(self.address.rsplit(":", 1)[1]))
-        self._spawn_args["scheduler"] = (
-            "dualpath.runtime.cluster.scheduler",  # (a restart: same address)
-            msgspec.structs.replace(sargs, cluster=bound),
-            "scheduler.log",
-        )
-        for eid in range(cfg.num_engines):
-            self.engine_procs[eid] = self._spawn(
-                "dualpath.runtime.cluster.engine_main",
-                EngineArgs(
-                    cluster=engine_cfg,
-                    scheduler=self.address,
-                    role=cfg.role_of(eid),
-                    node_id=cfg.node_of(eid),
-                    engine_id=eid,
-                    cluster_id=self.cluster_id,
-                    kv_capacity_bytes=writer_cap if cfg.role_of(eid) == "decode" else cap,
-                    key_file=str(self.key_file or ""),
-                    weights_dir=str(self.run_dir),  # one mapped copy of the weights for the host
-                ),
-                f"engine{eid}.log",
-                name=f"engine{eid}",
-            )
+        self._args = SupervisorArgs(cluster=cfg, engine_cluster=engine_cfg, run_dir=str(self.run_dir),
+                                    cluster_id=self.cluster_id, key_file=str(self.key_file or ""),
+                                    kv_capacity_bytes=cap, supervise=self.supervise,
+                                    startup_timeout_s=self.startup_timeout_s)  # fmt: skip
+        self._spawn_supervisor()
         LocalCluster._running.add(self)
-        self.wait_ready()
+        self.address = self._wait_status()["address"]
         if self.supervise:
-            if self.standby:
-                self._new_standby()
-            self.supervisor = Supervisor(self)
-            self.supervisor.start()
+            threading.Thread(target=self._watch, daemon=True, name="dualpath-supervisor-watch").start()
         return self
+
+    def _spawn_supervisor(self) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        with open(self.run_dir / "supervisor.log", "ab") as out:
+            self.supervisor_proc = subprocess.Popen(
+                [sys.executable, "-m", "dualpath.runtime.cluster.supervisor_main",
+                 msgspec.json.encode(self._args).decode()],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
+
+    def _watch(self) -> None:
+        """The supervisor process died (its children die with it): start it again, on the same
+        scheduler address, carrying its restart counts (the scheduler restores its own)."""
+        while not self._stopping.wait(SUPERVISOR_CHECK_S):
+            p = self.supervisor_proc
+            if p is None or p.poll() is None:
+                continue
+            st = self.status()
+            restarts = {k: int(v) for k, v in st.get("restarts", {}).items()}
+            restarts["supervisor"] = restarts.get("supervisor", 0) + 1
+            port = int(self.address.rsplit(":", 1)[1])
+            cfg = msgspec.structs.replace(self._args.cluster, scheduler_port=port)
+            self._args = msgspec.structs.replace(
+                self._args, cluster=cfg, restarts=restarts,
+                engine_restarts={int(k): int(v) for k, v in st.get("engine_restarts", {}).items()},
+            )  # fmt: skip
+            (self.run_dir / "status.json").unlink(missing_ok=True)  # (its pids are gone)
+            print(f"local cluster: the supervisor (pid {p.pid}) exited with code {p.returncode}; "
+                  "starting it (and the cluster) again", file=sys.stderr, flush=True)  # fmt: skip
+            try:
+                self._spawn_supervisor()
+                self._wait_status()
+            except (OSError, DualpathError) as exc:
+                print(f"local cluster: restarting the supervisor failed: {exc}", file=sys.stderr, flush=True)
+
+    def _wait_status(self) -> dict[str, Any]:
+        deadline = time.monotonic() + self.startup_timeout_s + 30
+        while True:
+            st = self.status()
+            mine = self.supervisor_proc is not None and st.get("supervisor_pid") == self.supervisor_proc.pid
+            if mine and st.get("state") == "ready":
+                return st
+            if mine and st.get("state") == "error":
+                raise DualpathError(str(st.get("error")))
+            assert self.supervisor_proc is not None
+            if self.supervisor_proc.poll() is not None:
+                tail = (self.run_dir / "supervisor.log").read_text(errors="replace")[-2000:]
+                raise DualpathError(
+                    f"the cluster supervisor exited with code {self.supervisor_proc.returncode}:\n{tail}"
+                )
+            if time.monotonic() > deadline:
+                raise DualpathError(
+                    f"cluster not ready after {self.startup_timeout_s} s; logs in {self.run_dir}"
+                )
+            time.sleep(0.1)
+
+    def status(self) -> dict[str, Any]:
+        """The supervisor's last ``status.json`` ({} before it wrote one)."""
+        try:
+            return dict(json.loads((self.run_dir / "status.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def pids(self) -> dict[str, int]:
+        """The current pid of each process ("scheduler", "engine<id>"; "supervisor" too)."""
+        out = {k: int(v) for k, v in self.status().get("pids", {}).items()}
+        if self.supervisor_proc is not None:
+            out["supervisor"] = self.supervisor_proc.pid
+        return out
+
+    @property
+    def engine_procs(self) -> dict[int, _Pid]:
+        """Engine id -> its current process (``.pid``), as the supervisor last wrote them."""
+        return {
+            int(n.removeprefix("engine")): _Pid(p) for n, p in self.pids().items() if n.startswith("engine")
+        }
 
     @property
     def restarts(self) -> dict[str, int]:
         """Processes the supervisor restarted, per role ("scheduler", "prefill", "decode")."""
-        return dict(self.supervisor.restarts) if self.supervisor is not None else {}
+        return {k: int(v) for k, v in self.status().get("restarts", {}).items()}
+
+    @property
+    def events(self) -> list[str]:
+        """The supervisor's latest events (deaths, restarts, kills), oldest first."""
+        return list(self.status().get("events", []))
 
     @classmethod
     def running(cls) -> list[LocalCluster]:
         """Clusters of this process started and not yet stopped (for failure reports)."""
         return list(cls._running)
 
-    def wait_ready(self, timeout_s: float | None = None) -> ClusterHealth:
-        """Block until every engine is registered and alive (raises on timeout, or on a crash
-        while no supervisor restarts crashed processes)."""
-        deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
-        while True:
-            for eid, proc in self.engine_procs.items():
-                if self.supervisor is None:
-                    self._check_alive(f"engine{eid}", proc)
-            health = self.health()
-            if health is not None and sum(e.alive for e in health.engines) == self.config.num_engines:
-                return health
-            if time.monotonic() > deadline:
-                raise DualpathError(
-                    f"cluster not ready after {self.startup_timeout_s} s; logs in {self.run_dir}"
-                )
-            time.sleep(0.2)
-
     def health(self, timeout_s: float = 2.0) -> ClusterHealth | None:
         """Synchronous health query (usable inside or outside an event loop); None if no answer."""
-        ctx: zmq.Context = zmq.Context.instance()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self.keys is not None:
-            self.keys.client(sock)
-        try:
-            sock.connect(self.address)
-            sock.send_multipart([b"", encode(Query(query_id=1, what="health"))])
-            if not sock.poll(int(timeout_s * 1000)):
-                return None
-            reply = decode(sock.recv_multipart()[-1])
-            return reply.health if isinstance(reply, QueryReply) else None
-        finally:
-            sock.close(0)
+        return query_health(self.address, self.keys, timeout_s)
+
+    def signal(self, name: str, sig: int) -> int:
+        """Send ``sig`` to the process of ``name`` (fault tests, the chaos benchmark); its pid."""
+        pid = self.pids()[name]
+        os.kill(pid, sig)
+        return pid
+
+    def kill_engine(self, engine_id: int) -> None:
+        """SIGKILL one engine process and wait until it is gone (failure tests)."""
+        pid = self.signal(f"engine{engine_id}", signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _exists(pid):
+            time.sleep(0.02)
+
+    def log_tails(self, chars: int = 3000) -> str:
+        """The end of each process's log in the run directory."""
+        parts = []
+        for log in sorted(self.run_dir.glob("*.log")):
+            text = log.read_text(errors="replace")[-chars:]
+            parts.append(f"--- {log.stem} {log}\n{text}")
+        return "\n".join(parts)
 
     def stop(self) -> None:
         LocalCluster._running.discard(self)
-        if self.supervisor is not None:
-            self.supervisor.close()
-        procs = list(self.engine_procs.values()) + ([self.scheduler_proc] if self.scheduler_proc else [])
-        procs += [self._standby] if self._standby is not None else []
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
+        self._stopping.set()
+        p = self.supervisor_proc
+        if p is not None and p.poll() is None:
+            p.terminate()  # (it stops its children first)
             try:
-                p.wait(10)
+                p.wait(40)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
@@ -249,3 +283,19 @@ class LocalCluster(ClusterProcesses):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class _Pid:
+    """A process of the cluster, known by its pid (the supervisor process owns it)."""
+
+    pid: int
+
+
+def _exists(pid: int) -> bool:
+    """``pid`` is a live process (not gone, not a zombie its parent has yet to reap)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -110,15 +110,18 @@ def _limit_minus_usage(limit: Path, usage: Path) -> int | None:
 
 
 def check_fits(spec: str, num_engines: int) -> None:
-    """ConfigError when ``num_engines`` budgets of ``spec`` (``auto``: at most ``AUTO_POOL_BYTES``
-    each) exceed the memory available now: an engine would be killed for memory at start."""
+    """ConfigError when ``num_engines`` budgets of ``spec`` exceed the memory available now: an
+    engine would be killed for memory at start. (``auto`` is not checked: at most
+    ``AUTO_POOL_BYTES``, much less for a small model, its size is known only once the model is.)"""
     size, fraction = parse_memory(spec)
     if fraction:
         size = int(fraction * available_memory_bytes())
-    need, avail = num_engines * (size or AUTO_POOL_BYTES), available_memory_bytes()
+    if not size:
+        return
+    need, avail = num_engines * size, available_memory_bytes()
     if need > avail:
         raise ConfigError(
-            "kv_cache_memory", spec, f"{num_engines} engine(s) x {(size or AUTO_POOL_BYTES) / 2**30:.2f} GiB "
+            "kv_cache_memory", spec, f"{num_engines} engine(s) x {size / 2**30:.2f} GiB "
             f"exceed the {avail / 2**30:.2f} GiB of memory available",
         )  # fmt: skip
 

@@ -312,6 +312,12 @@ class Supervision(_Msg, frozen=True):
         default_factory=dict
     )
     unhealthy: Text = ""  # why the supervisor gave up (a restart budget used up), "" otherwise
+    given_up: Annotated[list[Annotated[str, Meta(max_length=256)]], Meta(max_length=4096)] = msgspec.field(
+        default_factory=list
+    )  # what it no longer restarts
+    why: Annotated[dict[Annotated[str, Meta(max_length=256)], Text], Meta(max_length=4096)] = msgspec.field(
+        default_factory=dict
+    )  # what -> how its last process ended (e.g. "killed by SIGKILL; killed by the kernel's OOM killer")
     standby: Annotated[list[StandbyHealth], Meta(max_length=64)] = msgspec.field(default_factory=list)
 
 

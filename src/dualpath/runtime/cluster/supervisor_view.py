@@ -8,7 +8,7 @@ process (pid), whether the process was registered (declared dead: exited or sile
 loading (the supervisor saw it exit); a revival is a process declared dead that answered again.
 It also asks engines it does not know (a scheduler restart forgot them) to register again, ends
 requests that wait for a role with no live engine (at once when no supervisor reports, after
-``ORPHAN_WAIT_S`` otherwise) and forgets engines that left (dead ``LEFT_GRACE_S`` with no restart).
+``ORPHAN_WAIT_S`` otherwise) and forgets engines that left (dead ``left_grace_s`` with no restart).
 ``health_view.py`` turns this into ``/health``'s one entry per engine.
 """
 
@@ -26,7 +26,6 @@ LOADING_TTL_S = 10.0  # a loading engine not heard of for this long is no longer
 SUPERVISED_S = 5.0  # a supervisor report this recent: lost engines come back (requests wait)
 ORPHAN_WAIT_S = 30.0  # with a supervisor: how long requests wait for a role with no live engine
 REREGISTER_EVERY_S = 1.0  # how often an unknown engine is asked to register again
-LEFT_GRACE_S = 60.0  # a dead engine nobody restarts is removed from /health after this long
 COUNTED_PIDS = 64  # per engine: pids whose death was counted (deduplication)
 
 
@@ -76,9 +75,12 @@ class SupervisionView:
                 self.svc.engine_died(
                     eid, f"{engine_name(e.role, eid)} exited (pid {pid}); the supervisor restarts it"
                 )
+        from dualpath.runtime.cluster.sched_guard import process_runs
+
         for eid, pids in msg.exited.items():
             for pid in pids:
-                self.count_death(eid, pid)
+                if not process_runs(pid):  # (a report naming a live process is no death)
+                    self.count_death(eid, pid)
 
     def count_death(self, eid: int, pid: int) -> bool:
         """Count the death of process ``pid`` of engine ``eid`` once; True if it was new."""
@@ -161,6 +163,10 @@ class SupervisionView:
         for d in (self.dead_since, self.dead_reason, self.dead_mono):
             d.pop(eid, None)
 
+    def given_up(self, name: str) -> bool:
+        """The supervisor no longer restarts ``name`` (its restart budget is used up)."""
+        return self.report is not None and name in self.report.given_up
+
     def restarting(self, name: str, now: float) -> float | None:
         """Since when (Unix s) the supervisor has been restarting ``name``; None if it is not."""
         r = self.report
@@ -184,13 +190,14 @@ class SupervisionView:
                     svc._fail(rid, f"no live {role} engine left (for {now - since:.0f} s)")
 
     def forget_left(self, now: float) -> None:
-        """Remove engines dead for ``LEFT_GRACE_S`` that nobody restarts or loads (they left)."""
+        """Remove engines dead for ``left_grace_s`` that nobody restarts or loads (they left)."""
+        grace = self.svc.args.cluster.scheduler.left_grace_s
         for eid, dead_s in list(self.dead_mono.items()):
             e = self.svc.state.engines.get(eid)
-            if e is None or e.alive or now - dead_s < LEFT_GRACE_S:
+            if e is None or e.alive or now - dead_s < grace:
                 continue
             name = engine_name(e.role, eid)
-            if name in self.loading or self.restarting(name, now) is not None:
+            if name in self.loading or self.restarting(name, now) is not None or self.given_up(name):
                 continue
             self.svc.state.remove_engine(eid)
             for d in (self.pids, self.dead_since, self.dead_reason, self.dead_mono, self.started_unix):

@@ -59,14 +59,50 @@ class Link:
         self._local = [0.0, 0.0]
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
-        if shared_dir is not None and rate_bytes_per_s is not None:
-            shared_dir.mkdir(parents=True, exist_ok=True)
-            path = shared_dir / (name.replace("/", "_") + ".clock")
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            with _flock(self._fd):
-                if os.fstat(self._fd).st_size < _STATE.size:
-                    os.ftruncate(self._fd, _STATE.size)
-            self._map = mmap.mmap(self._fd, _STATE.size)
+        self._shared_dir = shared_dir
+        self._changed = threading.Event()  # set (and replaced) when the rate changes
+        if rate_bytes_per_s is not None:
+            self._open_clock()
+
+    def _open_clock(self) -> None:
+        if self._shared_dir is None or self._map is not None:
+            return
+        self._shared_dir.mkdir(parents=True, exist_ok=True)
+        path = self._shared_dir / (self.name.replace("/", "_") + ".clock")
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        with _flock(self._fd):
+            if os.fstat(self._fd).st_size < _STATE.size:
+                os.ftruncate(self._fd, _STATE.size)
+        self._map = mmap.mmap(self._fd, _STATE.size)
+
+    def set_rate(self, rate_bytes_per_s: float | None) -> None:
+        """Re-cap the link (None: uncapped). What was booked at the old rate is not kept queued:
+        the clocks restart from now, and transfers waiting (``wait_until``) are re-timed at the
+        new rate, so removing an absurd cap frees them at once."""
+        with self._lock:
+            self.rate_bytes_per_s = rate_bytes_per_s
+            now = time.monotonic()
+            self._local = [now, now]
+            if rate_bytes_per_s is not None:
+                self._open_clock()
+            if self._map is not None and self._fd is not None:
+                with _flock(self._fd):
+                    _STATE.pack_into(self._map, 0, now, now)
+            self._changed.set()
+            self._changed = threading.Event()
+
+    def wait_until(self, end_s: float) -> None:
+        """Sleep until ``end_s`` (a ``reserve`` result); when the rate changes meanwhile, what is
+        left of the wait is scaled to the new rate (nothing left when uncapped)."""
+        while True:
+            with self._lock:
+                changed, rate = self._changed, self.rate_bytes_per_s
+            left = end_s - time.monotonic()
+            if left <= 0 or not changed.wait(left):
+                return
+            new = self.rate_bytes_per_s
+            left = max(end_s - time.monotonic(), 0.0)
+            end_s = time.monotonic() + (0.0 if new is None or rate is None else left * rate / new)
 
     def reserve(self, nbytes: int, lane: str = "kv", now: float | None = None) -> float:
         """Book ``nbytes`` on ``lane``; return the monotonic time at which the transfer completes."""
@@ -90,11 +126,8 @@ class Link:
     def transmit(self, nbytes: int, lane: str = "kv") -> float:
         """Reserve, then sleep until the transfer would have completed; return seconds waited."""
         t0 = time.monotonic()
-        end = self.reserve(nbytes, lane, t0)
-        wait = end - t0
-        if wait > 0:
-            time.sleep(wait)
-        return max(wait, 0.0)
+        self.wait_until(self.reserve(nbytes, lane, t0))
+        return max(time.monotonic() - t0, 0.0)
 
     def close(self) -> None:
         if self._map is not None:
@@ -212,8 +245,13 @@ class TrafficManager:
     def set_snic_gbps(self, snic_gbps: float | None) -> None:
         """Re-cap this node's storage NIC (both directions; None = uncapped)."""
         rate = None if snic_gbps is None else gbps_to_bytes_per_s(snic_gbps)
-        self.snic.rate_bytes_per_s = rate
-        self.snic_tx.rate_bytes_per_s = rate
+        self.snic.set_rate(rate)
+        if self.snic_tx is not self.snic:
+            self.snic_tx.set_rate(rate)
+
+    def wait_read(self, end_s: float) -> None:
+        """Wait for a storage read booked with ``reserve_read`` (re-timed if the cap changes)."""
+        self.snic.wait_until(end_s)
 
     def close(self) -> None:
         self.snic.close()

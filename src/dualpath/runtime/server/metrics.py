@@ -64,7 +64,8 @@ class _SnapshotCollector:
             "Cluster processes the supervisor restarted, per role",
             labels=["role"],
         )
-        for role, n in sorted(getattr(snap, "process_restarts", {}).items()):
+        counts = {"scheduler": 0, "prefill": 0, "decode": 0} | dict(getattr(snap, "process_restarts", {}))
+        for role, n in sorted(counts.items()):  # (every role from the start: a series from 0)
             restarts.add_metric([role], n)
         yield restarts
         queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
