@@ -230,16 +230,20 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=local.DEMO_SCALE)
     ap.add_argument("--max-len", type=int, default=local.DEMO_MAX_LEN)
     ap.add_argument("--profile", default=None, help="use this engine profile instead of measuring one")
+    ap.add_argument("--out", default=None, help="folder for profile.json (the one measured) and result.json")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.model = "tiny" if args.tiny else "smollm2-135m"
     caps = [float(c) for c in (args.caps or DEFAULT_CAPS[args.model]).split(",")]
-    started, load0 = time.monotonic(), os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="dualpath-simvserve-") as work:
-        profile, profile_path = get_profile(args, work)
-        measured = measure(args, profile, caps)
-        say("simulating the same agents on the profile")
-        result = compare(measured, simulate(args, profile, caps))
+    started, loads = time.monotonic(), {"start": os.getloadavg()}
+    work = args.out or tempfile.mkdtemp(prefix="dualpath-simvserve-")
+    os.makedirs(work, exist_ok=True)
+    profile, profile_path = get_profile(args, work)
+    loads["profiled"] = os.getloadavg()
+    measured = measure(args, profile, caps)
+    loads["measured"] = os.getloadavg()
+    say("simulating the same agents on the profile")
+    result = compare(measured, simulate(args, profile, caps))
     errors = {
         f"{cap:g}/{n}": rows[n]["errors"]
         for cap, rows in measured.items()
@@ -263,14 +267,17 @@ def main() -> None:
         "goals": goals(result),
         "errors": errors,
         "wall_s": time.monotonic() - started,
-        "load_average": {"start": load0, "end": os.getloadavg()},
+        "load_average": loads,
     }
+    with open(os.path.join(work, "result.json"), "w", encoding="utf-8") as fh:
+        json.dump(out, fh, indent=2)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print_tables(result)
+        lavg = ", ".join(f"{k} {v[0]:.1f}" for k, v in loads.items())
         print(
-            f"\ngoals: {out['goals']}; wall {out['wall_s']:.0f} s; load average {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+            f"\ngoals: {out['goals']}; wall {out['wall_s']:.0f} s; 1-min load average {lavg}; files in {work}"
         )
     if errors:
         print(f"failed requests, the numbers above are not a result: {errors}", file=sys.stderr)

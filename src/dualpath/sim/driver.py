@@ -201,11 +201,10 @@ class Simulation:
         the runtime's DE room (what its scheduler books) and beta rate."""
         from dualpath.sim import local
 
-        profile = config.profile
+        profile, spec = config.profile, config.cluster
+        assert profile is not None and isinstance(spec, local.LocalClusterSpec)  # (SimConfig checks)
         block_bytes = profile.kv_bytes_per_token * profile.block_size
-        self.cluster = Cluster(
-            config.cluster, config.calibration, config.cluster.snic_directions, block_bytes
-        )
+        self.cluster = Cluster(spec, config.calibration, spec.snic_directions, block_bytes)
         self.bpt = profile.kv_bytes_per_token
         self.costs = ProfileCosts(profile, config.calibration)
         self.de_kv_tokens = local.DE_HBM_TOKENS

@@ -43,7 +43,7 @@ from dualpath.runtime.transfer import InProcFabric
 from dualpath.spec.engine_profile import BatchPoint, DecodePoint, EngineProfile, JoinPoint, PrefillPoint
 
 CACHED_LENS = (0, 256, 1024)
-NEW_LENS = (1, 16, 64, 256, 512, 1024, 2048)
+NEW_LENS = (1, 16, 64, 256, 512, 1024)
 BATCHES = (1, 2, 4, 8)
 CONTEXTS = (64, 512, 1024, 2048)
 JOIN_LENS = (64, 512, 1024, 2048)
