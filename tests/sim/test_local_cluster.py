@@ -8,6 +8,7 @@ import csv
 import json
 
 import pytest
+from tests.cost.test_engine_profile import make_profile
 from typer.testing import CliRunner
 
 from dualpath.core.errors import ConfigError
@@ -17,7 +18,6 @@ from dualpath.sim.config import SimConfig, get_system
 from dualpath.sim.driver import Simulation
 from dualpath.sim.harness.runner import make_agents, run_one
 from dualpath.sim.local import LOCAL_CALIBRATION, LocalClusterSpec
-from tests.cost.test_engine_profile import make_profile
 
 
 def _trajs():
