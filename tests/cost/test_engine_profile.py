@@ -32,6 +32,8 @@ def make_profile(**kw) -> EngineProfile:
         kv_bytes_per_token=46_080,
         block_size=64,
         torch_threads=1,
+        clock="thread_cpu",
+        cpu_cores=2,
         attention_s_per_gflop=0.011,
         attention_intercept_s=0.0027,
         prefill=tuple(

@@ -26,10 +26,10 @@ def _trajs():
     return local_trajectories(agents=6, max_turns=6, scale=1 / 16, max_len=2048, seed=0)
 
 
-def _run(system: str, snic_gbps: float = 0.1, out: str | None = None) -> dict:
+def _run(system: str, snic_gbps: float = 0.1, out: str | None = None, cores: int | None = None) -> dict:
     cfg = SimConfig(
         system=get_system(system),
-        cluster=LocalClusterSpec(snic_gbps=snic_gbps),
+        cluster=LocalClusterSpec(snic_gbps=snic_gbps, cpu_cores=cores),
         profile=make_profile(),
         calibration=LOCAL_CALIBRATION,
         out_dir=out,
@@ -134,6 +134,14 @@ def test_engines_take_tasks_between_steps_and_the_client_gets_token_one_with_tok
     assert all(r["t_alloc"] >= r["t_pe"] - 1e-12 for r in rows)
     # the first token leaves with the second, at the end of the DE's first step with the request
     assert all(r["t_first"] > r["t_join"] for r in rows if int(r["gen_len"]) > 1)
+
+
+def test_engines_share_the_machines_cores() -> None:
+    # Oracle computes most of the time: with one core for three engines it takes longer; with a
+    # core each (or more) nobody waits for a core
+    one, two, three, four = (_run("oracle", cores=c)["jct_s"] for c in (1, 2, 3, 4))
+    assert one > two > three == four
+    assert _run("oracle")["jct_s"] == two  # the profile's machine: 2 cores
 
 
 def test_the_local_cluster_and_a_profile_go_together() -> None:

@@ -197,8 +197,10 @@ class CostCache:
             if de_ep_size > num_gpus_per_node
             else 0.0
         )
-        self._other: dict[int, float] = {}
-        self._decode: dict[int, float] = {}  # batch_size << 32 | context bucket
+        # memos as lists (a list index is far cheaper than a dict lookup in the compiled build);
+        # -1.0 marks a value not computed yet
+        self._other: list[float] = []  # by 16-token bucket
+        self._decode: list[list[float]] = []  # by batch size, then by context bucket
         self._traffic_pe: float = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
@@ -227,10 +229,15 @@ class CostCache:
         if num_tokens <= 0:
             return 0.0
         key = -(-num_tokens // _TOKEN_BUCKET)
-        value = self._other.get(key)
-        if value is None:
-            value = self.pe_cost.prefill_layer_times_s(self.model, [(0, key * _TOKEN_BUCKET)])[1]
-            self._other[key] = value
+        memo = self._other
+        if key < len(memo):
+            value = memo[key]
+            if value >= 0.0:
+                return value
+        else:
+            memo.extend([-1.0] * (key + 1 - len(memo)))
+        value = self.pe_cost.prefill_layer_times_s(self.model, [(0, key * _TOKEN_BUCKET)])[1]
+        memo[key] = value
         return value
 
     def iteration_s(self, layer_s: float) -> float:
@@ -242,16 +249,23 @@ class CostCache:
         if batch_size <= 0:
             return 0.0
         ctx = int(ctx_sum / batch_size) // _CTX_BUCKET
-        key = (batch_size << 32) | ctx  # one int, not a tuple (ctx < 2**32: 4T tokens)
-        value = self._decode.get(key)
-        if value is None:
-            lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = (
-                self.de_cost.decode_step_time_s(self.model, lens)
-                + self._decode_fixed_s
-                + batch_size * self._decode_a2a_s_per_token
-            )
-            self._decode[key] = value
+        rows = self._decode
+        if batch_size >= len(rows):
+            rows.extend([[] for _ in range(batch_size + 1 - len(rows))])
+        row = rows[batch_size]
+        if ctx < len(row):
+            value = row[ctx]
+            if value >= 0.0:
+                return value
+        else:
+            row.extend([-1.0] * (ctx + 1 - len(row)))
+        lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
+        value = (
+            self.de_cost.decode_step_time_s(self.model, lens)
+            + self._decode_fixed_s
+            + batch_size * self._decode_a2a_s_per_token
+        )
+        row[ctx] = value
         return value
 
     def describe(self) -> dict[str, object]:
@@ -343,8 +357,8 @@ class ProfileCosts(CostCache):
         self._decode_a2a_s_per_token = 0.0
         self._traffic_pe = 0.0
         self._traffic_de = 0.0
-        self._other = {}
-        self._decode = {}
+        self._other = []
+        self._decode = []
         self._layers_f = float(profile.num_layers)
         self._zero = times.prefill_zero_s
         self._cached = times.prefill_cached_s

@@ -2,7 +2,10 @@
 
 ``profile_engine`` builds the engines a cluster's workers drive (a ``PrefillEngine`` and a
 ``DecodeEngine`` over an in-process transport, a block store in a scratch directory, one torch
-thread as every engine process runs) and times, with ``time.perf_counter``:
+thread as every engine process runs) and times, as CPU seconds of the engine's thread
+(``time.thread_time``: what the step costs on an otherwise idle core, which wall time on a shared
+machine would not give; a step's compute runs on that one torch thread, the PE's next-layer load
+overlapped on its loader thread):
 
 - ``PrefillEngine.step`` of one request of ``new_len`` tokens on ``cached_len`` cached ones, the
   cached prefix read from the store into the PE buffer beforehand (the PE read path: a step copies
@@ -16,11 +19,12 @@ thread as every engine process runs) and times, with ``time.perf_counter``:
 
 and the whole-forward attention line the PE's compute quota batches with
 (``profile.attention_predictor``, as a PE measures at start). Each prefill and join point is the
-minimum over ``repeats`` runs (the engine's cost on an otherwise idle core); the engines are warmed up once before.
+minimum over ``repeats`` runs; the engines are warmed up once before.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import tempfile
 import time
@@ -116,6 +120,8 @@ def profile_engine(
         kv_bytes_per_token=rig.geometry.layout.kv_bytes_per_token,
         block_size=block_size,
         torch_threads=1,
+        clock="thread_cpu",
+        cpu_cores=os.cpu_count() or 1,
         host=f"{platform.node()} ({platform.processor() or platform.machine()})",
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         attention_s_per_gflop=line.seconds_per_gflop,
@@ -202,9 +208,9 @@ class _Rig:
         """One PE step over fresh requests of ``(cached_len, new_len)``; (seconds, finished)."""
         admitted = [(*self._admit(c + n, c), c, n) for c, n in spans]
         entries = [BatchEntry(request_id=rid, cached_len=c, chunk_len=n) for rid, _ids, c, n in admitted]
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         outs = self.pe.step(entries)
-        seconds = time.perf_counter() - t0
+        seconds = time.thread_time() - t0
         first = {o.request_id: o.first_token for o in outs}
         return seconds, [(rid, ids, first[rid]) for rid, ids, _c, _n in admitted]
 
@@ -240,9 +246,9 @@ class _Rig:
         self.de.step()  # warm-up
         steps = []
         for _ in range(DECODE_STEPS):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             self.de.step()
-            steps.append(time.perf_counter() - t0)
+            steps.append(time.thread_time() - t0)
         for rid in rids:
             self.de.abort(rid)
         return DecodePoint(batch=batch, context_len=context_len, seconds=min(steps))
@@ -252,8 +258,8 @@ class _Rig:
         for _ in range(repeats):
             _s, done = self._timed_step([(prompt_len - self.block_size, self.block_size)])
             rid, ids, tok = done[0]
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             assert self.de.add_request(rid, ids, tok, GREEDY)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.thread_time() - t0)
             self.de.abort(rid)
         return best
