@@ -6,9 +6,10 @@ roofline only for an op no table covers, each op's source in ``describe()["cover
 folder's tables, else the ones the package bundles (H100/H200/B200), ``source`` says which. For
 a GPU with neither the roofline model runs instead and ``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
 stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
-the EP all-to-all latency floor of a group (RDMA when it spans nodes, NVLink inside one); a DE step
-of a group spanning nodes also pays its all-to-all bytes over DeepEP's published low-latency
-bandwidths per token of the GPU's batch (sim/ep_comm.py).
+the EP all-to-all latency floor: a DE step's (DeepEP's low-latency kernels, pure RDMA) for any EP
+group, a PE iteration's over RDMA when its group spans nodes, NVLink inside one; a DE step also
+pays its all-to-all bytes over DeepEP's published low-latency bandwidths per token of the GPU's
+batch (sim/ep_comm.py).
 
 A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
@@ -187,15 +188,15 @@ class CostCache:
         self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
             pe_ep_size, num_gpus_per_node, cal
         )
+        # decode runs DeepEP's low-latency kernels (pure RDMA, every peer, in the node too): the
+        # engine's exchange floor and, per token of the GPU's batch, its dispatch + combine bytes
+        # over DeepEP's published low-latency bandwidth at the group's size, every MoE layer
+        # (sim/ep_comm.py), whether or not the EP group spans nodes
         self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
-            de_ep_size, num_gpus_per_node, cal
+            de_ep_size, num_gpus_per_node, cal, low_latency=True
         )
-        # + per token of the GPU's batch: its dispatch + combine bytes over DeepEP's low-latency
-        # bandwidth, every MoE layer (sim/ep_comm.py; an EP group spanning nodes only)
-        self._decode_a2a_s_per_token: float = (
-            moe_layers * decode_a2a_bytes_s_per_token(model, de_ep_size, cnic_gbps)
-            if de_ep_size > num_gpus_per_node
-            else 0.0
+        self._decode_a2a_s_per_token: float = moe_layers * decode_a2a_bytes_s_per_token(
+            model, de_ep_size, cnic_gbps
         )
         # memos as lists (a list index is far cheaper than a dict lookup in the compiled build);
         # -1.0 marks a value not computed yet
@@ -312,11 +313,13 @@ class CostCache:
         return self._traffic_de * num_tokens
 
 
-def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration) -> float:
-    """Per-MoE-layer EP all-to-all latency of a group of ``ep_size`` GPUs (0 without EP)."""
+def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration, low_latency: bool = False) -> float:
+    """Per-MoE-layer EP all-to-all latency of a group of ``ep_size`` GPUs (0 without EP): the
+    low-latency kernels' (decode) floor for any group; the normal kernels' (prefill) floor over
+    RDMA for a group spanning nodes, over NVLink inside one."""
     if ep_size <= 1:
         return 0.0
-    if ep_size > num_gpus_per_node:
+    if low_latency or ep_size > num_gpus_per_node:
         return cal.ep_layer_latency_rdma_s
     return cal.ep_layer_latency_nvlink_s
 

@@ -156,8 +156,8 @@ class Simulation:
         if local:  # the engines share the profiled machine's cores (sim/local.py)
             share = CpuShare(self.cpu_cores)
             share.decode_units = list(self.decode_units)
-            for unit in self.decode_units:
-                unit.share = share
+            for de_unit in self.decode_units:
+                de_unit.share = share
             for pe_unit in self.prefill_units:
                 pe_unit.share = share
         self.metrics = Metrics(
