@@ -83,18 +83,21 @@ class DeState:
 
 class CpuShare:
     """The cores the local cluster's engines share (sim/local.py): while ``computing`` engines
-    run a step, each runs at ``min(1, cores / computing)`` of its own speed (processor sharing).
-    Decode units are re-timed whenever the count changes; a PE iteration takes the share at its
-    start."""
+    run a step beside ``background`` runnable threads of other work, each runs at
+    ``min(1, cores / (computing + background))`` of its own speed (processor sharing, as the
+    kernel's fair scheduler gives runnable threads equal shares). Decode units are re-timed
+    whenever the count changes; a PE iteration takes the share at its start."""
 
-    def __init__(self, cores: int) -> None:
+    def __init__(self, cores: float, background: float = 0.0) -> None:
         self.cores = float(cores)
+        self.background = background
         self.computing = 0
         self.decode_units: list[DecodeUnit] = []
 
     def slowdown(self) -> float:
         """How much longer a step takes than on an engine of its own."""
-        return self.computing / self.cores if self.computing > self.cores else 1.0
+        demand = self.computing + self.background
+        return demand / self.cores if demand > self.cores else 1.0
 
     def change(self, delta: int) -> None:
         self.computing += delta

@@ -49,7 +49,8 @@ class Simulation:
     de_kv_tokens: int
     pe_kv_tokens: int
     beta_rate: float
-    cpu_cores: int
+    cpu_cores: float
+    background_threads: float
 
     def __init__(self, config: SimConfig, agents: list[Agent]) -> None:
         self.config = config
@@ -154,7 +155,7 @@ class Simulation:
             for u in cluster.decode_units
         ]
         if local:  # the engines share the profiled machine's cores (sim/local.py)
-            share = CpuShare(self.cpu_cores)
+            share = CpuShare(self.cpu_cores, self.background_threads)
             share.decode_units = list(self.decode_units)
             for de_unit in self.decode_units:
                 de_unit.share = share
@@ -207,7 +208,8 @@ class Simulation:
             )
         self.de_kv_tokens = de_kv
         self.beta_rate = self._prefill_tokens_per_s()
-        self.cpu_cores = 0
+        self.cpu_cores = 0.0
+        self.background_threads = 0.0
 
     def _local_hardware(self, config: SimConfig) -> None:
         """The local cluster (``sim/local.py``): one engine per node, the profile's step times,
@@ -222,7 +224,8 @@ class Simulation:
         self.costs = ProfileCosts(profile, config.calibration)
         self.de_kv_tokens = local.DE_HBM_TOKENS
         self.pe_kv_tokens = 0
-        self.cpu_cores = spec.cpu_cores if spec.cpu_cores is not None else profile.cpu_cores
+        self.cpu_cores = spec.cpu_cores if spec.cpu_cores is not None else float(profile.cpu_cores)
+        self.background_threads = spec.background_threads
         self.beta_rate = local.PREFILL_TOKENS_PER_S
 
     def _prefill_tokens_per_s(self) -> float:
