@@ -26,10 +26,12 @@ def _trajs():
     return local_trajectories(agents=6, max_turns=6, scale=1 / 16, max_len=2048, seed=0)
 
 
-def _run(system: str, snic_gbps: float = 0.1, out: str | None = None, cores: int | None = None) -> dict:
+def _run(
+    system: str, snic_gbps: float = 0.1, out: str | None = None, cores: float | None = None, bg: float = 0.0
+) -> dict:
     cfg = SimConfig(
         system=get_system(system),
-        cluster=LocalClusterSpec(snic_gbps=snic_gbps, cpu_cores=cores),
+        cluster=LocalClusterSpec(snic_gbps=snic_gbps, cpu_cores=cores, background_threads=bg),
         profile=make_profile(),
         calibration=LOCAL_CALIBRATION,
         out_dir=out,
@@ -142,6 +144,9 @@ def test_engines_share_the_machines_cores() -> None:
     one, two, three, four = (_run("oracle", cores=c)["jct_s"] for c in (1, 2, 3, 4))
     assert one > two > three == four
     assert _run("oracle")["jct_s"] == two  # the profile's machine: 2 cores
+    # other work on the machine: its runnable threads take their shares too
+    assert _run("oracle", bg=1.0)["jct_s"] > two
+    assert _run("oracle", cores=4, bg=1.0)["jct_s"] == four  # room for both
 
 
 def test_the_local_cluster_and_a_profile_go_together() -> None:
