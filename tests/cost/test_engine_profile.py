@@ -91,6 +91,17 @@ def test_step_times_interpolate_between_points_and_batch_by_the_rule() -> None:
     assert t.join_s(544) == pytest.approx(0.004 + 0.016 * 480 / 960, rel=1e-9)
 
 
+def test_each_request_beyond_the_first_adds_the_measured_request_cost() -> None:
+    p = make_profile(prefill_request_s=0.01)
+    entries = [(256, 64), (1024, 1), (0, 64)]
+    base = ProfileTimes(make_profile()).prefill_s(entries)
+    assert ProfileTimes(p).prefill_s(entries) == pytest.approx(base + 2 * 0.01, rel=1e-12)
+    assert ProfileTimes(p).prefill_s([(256, 64)]) == ProfileTimes(make_profile()).prefill_s([(256, 64)])
+    costs = ProfileCosts(p, LOCAL_CALIBRATION)
+    layer = costs.attention_layer_s(entries) + costs.other_layer_s(129)
+    assert costs.iteration_s(layer) == pytest.approx(base + 0.02, rel=1e-12)
+
+
 def test_the_quota_batcher_gets_the_profiled_attention_line() -> None:
     p = make_profile()
     pred = ProfileCosts(p, LOCAL_CALIBRATION).predictor

@@ -331,8 +331,8 @@ class ProfileCosts(CostCache):
     the fixed costs are the calibration's (zero for the local cluster, whose engine loops are
     inside the measured steps). The quota batcher's attention line is the one the profiled engine
     measured, so the simulated PE batches as the real one does. A unit of one engine computes
-    ``iteration_s(attention_layer_s + other_layer_s)``, i.e. ``zero(sum n) + sum cached(c, n)``
-    (``ProfileTimes.prefill_s``), split per layer as the units read it."""
+    ``iteration_s(attention_layer_s + other_layer_s)``, i.e. ``ProfileTimes.prefill_s``, split per
+    layer as the units read it."""
 
     def __init__(self, profile: Any, cal: Calibration) -> None:
         from dualpath.cost.profile import ProfileTimes
@@ -363,15 +363,19 @@ class ProfileCosts(CostCache):
         self._other = []
         self._decode = []
         self._layers_f = float(profile.num_layers)
+        self._request_s = float(profile.prefill_request_s)
         self._zero = times.prefill_zero_s
         self._cached = times.prefill_cached_s
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
-        """What the entries' cached prefixes add to the step, per layer."""
+        """What the entries' cached prefixes, and every request beyond the first, add to the
+        step, per layer."""
         cached = self._cached
         total = 0.0
         for c, n in entries:
             total += cached(c, n)
+        if len(entries) > 1:
+            total += (len(entries) - 1) * self._request_s
         return total / self._layers_f
 
     def other_layer_s(self, num_tokens: int) -> float:

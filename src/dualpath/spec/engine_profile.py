@@ -65,8 +65,10 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     whole grid of its ``batch`` x ``context_len`` values. ``attention_s_per_gflop`` /
     ``attention_intercept_s``: the whole-forward attention line (``runtime/engine/profile.py``)
     the engine's compute quota batches with. ``num_heads`` / ``head_dim``: the attention shape
-    that line's FLOPs are counted on. ``clock``: what the seconds count (``CLOCKS``);
-    ``cpu_cores``: the measuring machine's cores."""
+    that line's FLOPs are counted on. ``prefill_request_s``: what each request beyond the first
+    adds to a prefill step (its own attention calls, staging and sends per layer), measured on a
+    batch of equal requests. ``clock``: what the seconds count (``CLOCKS``); ``cpu_cores``: the
+    measuring machine's cores."""
 
     format: int = PROFILE_FORMAT
     model: str
@@ -83,6 +85,7 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     created: str = ""
     attention_s_per_gflop: float
     attention_intercept_s: float = 0.0
+    prefill_request_s: float = 0.0  # what each request beyond a step's first adds to it
     prefill: tuple[PrefillPoint, ...]
     decode: tuple[DecodePoint, ...]
     join: tuple[JoinPoint, ...] = ()
@@ -97,6 +100,7 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
             self.attention_s_per_gflop > 0, "attention_s_per_gflop", self.attention_s_per_gflop, "must be > 0"
         )
         _check(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s, ">= 0")
+        _check(self.prefill_request_s >= 0, "prefill_request_s", self.prefill_request_s, ">= 0")
         points = [(p.cached_len, p.new_len, p.seconds) for p in self.prefill]
         _grid(points, "prefill", (0, 1))
         _grid([(p.batch, p.context_len, p.seconds) for p in self.decode], "decode", (1, 0))

@@ -10,8 +10,9 @@ overlapped on its loader thread):
 - ``PrefillEngine.step`` of one request of ``new_len`` tokens on ``cached_len`` cached ones, the
   cached prefix read from the store into the PE buffer beforehand (the PE read path: a step copies
   each layer's cached KV into staging and streams the layer's KV to the DE buffer), on the grid
-  ``cached_lens`` x ``new_lens``; plus a few multi-request batches (``BATCH_CHECKS``) that check
-  the profile's batch rule;
+  ``cached_lens`` x ``new_lens``; a batch of ``REQUEST_BATCH`` equal requests, for what each
+  request beyond a step's first adds to it; and a few multi-request batches (``BATCH_CHECKS``) that
+  check the profile's batch rule;
 - ``DecodeEngine.step`` of ``batch`` requests of ``context_len`` tokens (grid ``batches`` x
   ``contexts``; the fastest of ``DECODE_STEPS`` steps after one warm-up);
 - ``DecodeEngine.add_request`` of a finished prefill (its DE buffer -> paged cache copy and the
@@ -57,6 +58,9 @@ BATCH_CHECKS: tuple[tuple[tuple[int, int], ...], ...] = (
     ((320, 17), (640, 63), (384, 7), (448, 4)),
 )
 DECODE_STEPS = 5
+# the batch that measures what each request beyond a step's first costs (its grid points: (0, 16),
+# (256, 16) and (0, 64) must be on the grid)
+REQUEST_SPAN, REQUEST_BATCH = (256, 16), 4
 # long enough for the decode points (the DE allocates prompt + max_tokens of cache at admission)
 GREEDY = SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True)
 
@@ -104,6 +108,7 @@ def profile_engine(
             say("attention line (the compute quota's predictor)")
             line = attention_predictor(decoder)
             prefill = rig.prefill_grid(cached_lens, new_lens, repeats, say)
+            request_s = rig.request_s(prefill, repeats)
             checks = [BatchPoint(entries=tuple(b), seconds=rig.prefill_min(b, repeats)) for b in batch_checks]
             say("decode steps")
             decode = [rig.decode_point(b, c) for b in batches for c in contexts]
@@ -126,6 +131,7 @@ def profile_engine(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         attention_s_per_gflop=line.seconds_per_gflop,
         attention_intercept_s=line.intercept_s,
+        prefill_request_s=request_s,
         prefill=tuple(prefill),
         decode=tuple(decode),
         join=tuple(joins),
@@ -234,6 +240,16 @@ class _Rig:
                 for n in new
             ]
         return out
+
+    def request_s(self, grid: list[PrefillPoint], repeats: int) -> float:
+        """What each request beyond a step's first adds to it: a step of ``REQUEST_BATCH`` equal
+        requests (an agentic append on a cached prefix, ``REQUEST_SPAN``) less what the grid's
+        points give for it, over the extra requests (at least 0)."""
+        c, n = REQUEST_SPAN
+        at = {(p.cached_len, p.new_len): p.seconds for p in grid}
+        k = REQUEST_BATCH
+        rule = at[(0, k * n)] + k * (at[(c, n)] - at[(0, n)])
+        return max(0.0, (self.prefill_min([REQUEST_SPAN] * k, repeats) - rule) / (k - 1))
 
     def decode_point(self, batch: int, context_len: int) -> DecodePoint:
         """Median decode step of ``batch`` requests of ``context_len`` tokens."""
