@@ -90,6 +90,13 @@ class Background:
         return sum(self.samples) / len(self.samples) if self.samples else 0.0
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _runnable_threads(pid: int) -> int:
     n = 0
     try:
@@ -129,9 +136,15 @@ def measure(args: argparse.Namespace, profile: EngineProfile, caps: list[float])
             for i, name in enumerate(SYSTEMS):
                 say(f"measuring {name} at {cap:g} Gbit/s per SNIC")
                 served.configure(name, snic_gbps=cap)
-                with Background([p.pid for p in served.cluster.engine_procs.values()]) as bg:
+                pids = [served.cluster.engine_procs[e].pid for e in sorted(served.cluster.engine_procs)]
+                cpu0 = [_cpu_s(p) for p in pids]
+                with Background(pids) as bg:
                     run, row = asyncio.run(measure_system(bench_config(args, served.url, 10 * k + i + 1)))
-                out[cap][name] = measured_row(run, row) | {"background_threads": bg.mean()}
+                cpu = [_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True)]
+                out[cap][name] = measured_row(run, row) | {
+                    "background_threads": bg.mean(),
+                    "engine_cpu_s": cpu,
+                }
     return out
 
 
@@ -199,6 +212,7 @@ def simulated_row(r: dict, prompt_bytes: float) -> dict:
         },
         "snic_read_bytes_by_node": nodes,
         "snic_read_max_over_avg": _max_over_avg(nodes),
+        "engine_cpu_s": r["engine_compute_s"],  # (the engines' compute; measured: their processes' CPU)
     }
 
 
@@ -252,6 +266,15 @@ def print_tables(result: dict[str, Any]) -> None:
             for key, r in e["ratios"].items():
                 x = r[f"{sim}_over_measured"]
                 print(f"  {key} JCT: measured {r['measured']:.3f}, simulated {r[sim]:.3f} (x{x:.3f})")
+        cpu = "; ".join(
+            f"{n} "
+            + ", ".join(
+                f"{m:.1f}/{s:.1f}"
+                for m, s in zip(e[n]["measured"]["engine_cpu_s"], e[n]["simulated"]["engine_cpu_s"])
+            )
+            for n in SYSTEMS
+        )
+        print(f"  engine CPU s, PE, DE, DE (measured process CPU / simulated compute): {cpu}")
 
 
 def _cell(m: float | None, s: float | None, scale: float = 1.0) -> str:

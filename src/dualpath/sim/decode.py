@@ -144,11 +144,14 @@ class DecodeUnit:
         self.first_token_at_step_end = first_token_at_step_end
         self.share: CpuShare | None = None  # the cores it shares (the local cluster), else None
         self.computing = False  # whether it holds a running batch (counted in ``share``)
+        self.cpu_s = 0.0  # (with ``share``) the seconds its steps computed, their slowdown aside
 
     def _advance(self) -> None:
         now = self.kernel.now_s
         if self.step_s > 0.0 and self.heap:
             self.counter += (now - self.last_t) / self.step_s
+            if self.share is not None:  # the engine's own compute (its slowdown aside)
+                self.cpu_s += (now - self.last_t) * self.max_step / self.step_s
         self.last_t = now
 
     def _set_step(self, st: DeState, step_s: float) -> None:

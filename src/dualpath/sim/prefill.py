@@ -79,6 +79,7 @@ class PrefillUnit:
         self.iter_end = 0.0  # when the running iteration ends (while ``busy``)
         self.share: CpuShare | None = None  # the cores it shares (the local cluster), else None
         self.computing = False  # whether an iteration runs (counted in ``share``)
+        self.cpu_s = 0.0  # (with ``share``) the seconds its iterations computed, slowdown aside
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
         # for multi-GPU units, every iteration's start time and per-GPU attention layer time (0.0
@@ -143,6 +144,7 @@ class PrefillUnit:
             if not self.computing:
                 self.computing = True
                 share.change(1)
+            self.cpu_s += compute_s
             compute_s *= share.slowdown()
         end, kv_at = self.load.iteration_end(batches, now, compute_s)
         self.iter_end = end
