@@ -57,10 +57,15 @@ def test_steps_are_the_cost_model_plus_the_fixed_terms() -> None:
     assert terms["a2a_bytes"] == pytest.approx(16 * per_token)
     pe_fixed = cal.prefill_iter_overhead_s + model.num_moe_layers * cal.ep_layer_latency_rdma_s
     assert cache.iteration_s(0.01) == pytest.approx(0.01 * model.num_layers + pe_fixed)
-    # an EP group inside one node pays the NVLink latency; no EP, none
+    # an EP group inside one node: decode (DeepEP's low-latency kernels, pure RDMA) pays the same
+    # floor, prefill (normal kernels over NVLink) the NVLink latency; no EP, none
     small = _cache("roofline", "ds-27b", 8, 8)
+    layers = MODELS["ds-27b"].num_moe_layers
     assert small.describe()["decode_fixed_s"] == pytest.approx(
-        cal.decode_step_overhead_s + MODELS["ds-27b"].num_moe_layers * cal.ep_layer_latency_nvlink_s
+        cal.decode_step_overhead_s + layers * cal.ep_layer_latency_rdma_s
+    )
+    assert small.describe()["prefill_fixed_s"] == pytest.approx(
+        cal.prefill_iter_overhead_s + layers * cal.ep_layer_latency_nvlink_s
     )
     dense = _cache("roofline", "qwen2.5-32b", 1, 1)
     assert dense.describe()["decode_fixed_s"] == pytest.approx(cal.decode_step_overhead_s)
@@ -113,6 +118,10 @@ def test_deepep_bandwidths_reproduce_its_published_latencies() -> None:
     assert 128 * 8 * c_bytes / c_bw == pytest.approx(273e-6, rel=0.03)
     assert ll_bandwidth_bytes_per_s(48) == ll_bandwidth_bytes_per_s(32)  # the next smaller row
     assert ll_bandwidth_bytes_per_s(32, 800.0)[0] == pytest.approx(2 * d_bw)  # scales with the CNIC
-    # inside one node (DS 27B's EP 8) and without EP: no bytes term
-    assert _cache("roofline", "ds-27b", 8, 8).describe()["decode_a2a_s_per_token"] == 0.0
+    # inside one node (DS 27B's EP 8) the bytes go at DeepEP's EP 8 bandwidths; without EP, none
+    small = MODELS["ds-27b"]
+    d_bytes, c_bytes = ll_selection_bytes(small)
+    d_bw, c_bw = ll_bandwidth_bytes_per_s(8)
+    per_token = small.num_moe_layers * small.num_active_experts * (d_bytes / d_bw + c_bytes / c_bw)
+    assert _cache("roofline", "ds-27b", 8, 8).describe()["decode_a2a_s_per_token"] == pytest.approx(per_token)
     assert _cache("roofline", "qwen2.5-32b", 1, 1).describe()["decode_a2a_s_per_token"] == 0.0

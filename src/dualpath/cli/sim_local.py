@@ -172,7 +172,7 @@ def run_profile_cli(*, out: str, model: str, quick: bool, json_out: bool) -> Non
 # ``--quick``: a coarse grid (a smoke check, not a profile to compare a cluster against)
 QUICK_GRID: dict[str, Any] = {
     "cached_lens": (0, 256),
-    "new_lens": (1, 64, 512),
+    "new_lens": (1, 16, 64, 512),
     "batches": (1, 4),
     "contexts": (64, 1024),
     "join_lens": (64, 1024),

@@ -4,8 +4,9 @@
 the last two points of an axis beyond it, the measured value at a grid point. A prefill batch of
 several requests costs the zero-cache step of its total new tokens (the linear layers run on the
 concatenated tokens) plus, per request, what its cached prefix adds at its own length (attention
-is one call per request): ``t(0, sum n) + sum_i (t(c_i, n_i) - t(0, n_i))``; the profile's
-measured multi-request ``batches`` check that rule (nothing is fitted to them).
+is one call per request) and, per request beyond the first, the profile's measured
+``prefill_request_s``: ``t(0, sum n) + sum_i (t(c_i, n_i) - t(0, n_i)) + (k - 1) r``; the
+profile's measured multi-request ``batches`` check that rule (nothing is fitted to them).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class ProfileTimes:
         total = sum(n for _c, n in entries)
         if total <= 0:
             return 0.0
-        return self.prefill_zero_s(total) + sum(self.prefill_cached_s(c, n) for c, n in entries)
+        extra = (len(entries) - 1) * self.profile.prefill_request_s
+        return self.prefill_zero_s(total) + sum(self.prefill_cached_s(c, n) for c, n in entries) + extra
 
     def prefill_zero_s(self, new_len: int) -> float:
         """A step of ``new_len`` new tokens on no cache."""

@@ -126,9 +126,15 @@ class Calibration:
     # 410 us with it (session 12: 390 us gave -3.5%, 410 us -1.4%, 440 us +1.7%). With the named
     # option pe_scope="central" the same fit gives 450 us (session 14: 440 us -0.9%, 450 us +0.2%,
     # 460 us +1.4%, 470 us +2.5%); central was not made the default (docs/fidelity.md), so 410 us.
+    # Decode's exchange runs DeepEP's low-latency kernels, which in the version whose numbers
+    # sim/ep_comm.py uses (docs/legacy.md, "Low-latency kernels with pure RDMA") reach every peer
+    # over RDMA, those in the same node too; and what the fit put here is the engine's per-layer
+    # cost beyond those kernels' bytes. So a decode step pays it for any EP group, also one inside
+    # a node (DS 27B's EP 8 DE; docs/fidelity.md, session 18).
     ep_layer_latency_rdma_s: float = 0.00041
-    # The same for an EP group inside one node (NVLink: one kernel launch and two barriers per
-    # all-to-all). Not fitted (range 10-200 us). DS 27B's 1P1D runs EP 8 inside a node.
+    # A PE iteration's exchange (DeepEP's normal kernels) for an EP group inside one node: NVLink,
+    # one kernel launch and two barriers per all-to-all. Not fitted (range 10-200 us). DS 27B's
+    # 1P1D prefills on EP 8 inside a node.
     ep_layer_latency_nvlink_s: float = 0.00005
 
     # --- PE batching -----------------------------------------------------------------------------

@@ -6,9 +6,10 @@ roofline only for an op no table covers, each op's source in ``describe()["cover
 folder's tables, else the ones the package bundles (H100/H200/B200), ``source`` says which. For
 a GPU with neither the roofline model runs instead and ``source`` says why. No per-token multiplier: the fixed costs the kernels leave out are added as
 stated times (sim/calibration.py): per PE iteration / DE step the host overhead, and per MoE layer
-the EP all-to-all latency floor of a group (RDMA when it spans nodes, NVLink inside one); a DE step
-of a group spanning nodes also pays its all-to-all bytes over DeepEP's published low-latency
-bandwidths per token of the GPU's batch (sim/ep_comm.py).
+the EP all-to-all latency floor: a DE step's (DeepEP's low-latency kernels, pure RDMA) for any EP
+group, a PE iteration's over RDMA when its group spans nodes, NVLink inside one; a DE step also
+pays its all-to-all bytes over DeepEP's published low-latency bandwidths per token of the GPU's
+batch (sim/ep_comm.py).
 
 A PE iteration's layer time is ``attention(batch) + other(tokens)``: attention from the cost
 model's attention predictor (the same FLOPs -> seconds map the scheduler's quota uses), the rest
@@ -187,18 +188,20 @@ class CostCache:
         self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
             pe_ep_size, num_gpus_per_node, cal
         )
+        # decode runs DeepEP's low-latency kernels (pure RDMA, every peer, in the node too): the
+        # engine's exchange floor and, per token of the GPU's batch, its dispatch + combine bytes
+        # over DeepEP's published low-latency bandwidth at the group's size, every MoE layer
+        # (sim/ep_comm.py), whether or not the EP group spans nodes
         self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
-            de_ep_size, num_gpus_per_node, cal
+            de_ep_size, num_gpus_per_node, cal, low_latency=True
         )
-        # + per token of the GPU's batch: its dispatch + combine bytes over DeepEP's low-latency
-        # bandwidth, every MoE layer (sim/ep_comm.py; an EP group spanning nodes only)
-        self._decode_a2a_s_per_token: float = (
-            moe_layers * decode_a2a_bytes_s_per_token(model, de_ep_size, cnic_gbps)
-            if de_ep_size > num_gpus_per_node
-            else 0.0
+        self._decode_a2a_s_per_token: float = moe_layers * decode_a2a_bytes_s_per_token(
+            model, de_ep_size, cnic_gbps
         )
-        self._other: dict[int, float] = {}
-        self._decode: dict[int, float] = {}  # batch_size << 32 | context bucket
+        # memos as lists (a list index is far cheaper than a dict lookup in the compiled build);
+        # -1.0 marks a value not computed yet
+        self._other: list[float] = []  # by 16-token bucket
+        self._decode: list[list[float]] = []  # by batch size, then by context bucket
         self._traffic_pe: float = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
@@ -227,10 +230,15 @@ class CostCache:
         if num_tokens <= 0:
             return 0.0
         key = -(-num_tokens // _TOKEN_BUCKET)
-        value = self._other.get(key)
-        if value is None:
-            value = self.pe_cost.prefill_layer_times_s(self.model, [(0, key * _TOKEN_BUCKET)])[1]
-            self._other[key] = value
+        memo = self._other
+        if key < len(memo):
+            value = memo[key]
+            if value >= 0.0:
+                return value
+        else:
+            memo.extend([-1.0] * (key + 1 - len(memo)))
+        value = self.pe_cost.prefill_layer_times_s(self.model, [(0, key * _TOKEN_BUCKET)])[1]
+        memo[key] = value
         return value
 
     def iteration_s(self, layer_s: float) -> float:
@@ -242,16 +250,23 @@ class CostCache:
         if batch_size <= 0:
             return 0.0
         ctx = int(ctx_sum / batch_size) // _CTX_BUCKET
-        key = (batch_size << 32) | ctx  # one int, not a tuple (ctx < 2**32: 4T tokens)
-        value = self._decode.get(key)
-        if value is None:
-            lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
-            value = (
-                self.de_cost.decode_step_time_s(self.model, lens)
-                + self._decode_fixed_s
-                + batch_size * self._decode_a2a_s_per_token
-            )
-            self._decode[key] = value
+        rows = self._decode
+        if batch_size >= len(rows):
+            rows.extend([[] for _ in range(batch_size + 1 - len(rows))])
+        row = rows[batch_size]
+        if ctx < len(row):
+            value = row[ctx]
+            if value >= 0.0:
+                return value
+        else:
+            row.extend([-1.0] * (ctx + 1 - len(row)))
+        lens = [ctx * _CTX_BUCKET + _CTX_BUCKET // 2] * batch_size
+        value = (
+            self.de_cost.decode_step_time_s(self.model, lens)
+            + self._decode_fixed_s
+            + batch_size * self._decode_a2a_s_per_token
+        )
+        row[ctx] = value
         return value
 
     def describe(self) -> dict[str, object]:
@@ -298,11 +313,13 @@ class CostCache:
         return self._traffic_de * num_tokens
 
 
-def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration) -> float:
-    """Per-MoE-layer EP all-to-all latency of a group of ``ep_size`` GPUs (0 without EP)."""
+def _ep_latency_s(ep_size: int, num_gpus_per_node: int, cal: Calibration, low_latency: bool = False) -> float:
+    """Per-MoE-layer EP all-to-all latency of a group of ``ep_size`` GPUs (0 without EP): the
+    low-latency kernels' (decode) floor for any group; the normal kernels' (prefill) floor over
+    RDMA for a group spanning nodes, over NVLink inside one."""
     if ep_size <= 1:
         return 0.0
-    if ep_size > num_gpus_per_node:
+    if low_latency or ep_size > num_gpus_per_node:
         return cal.ep_layer_latency_rdma_s
     return cal.ep_layer_latency_nvlink_s
 
@@ -314,8 +331,8 @@ class ProfileCosts(CostCache):
     the fixed costs are the calibration's (zero for the local cluster, whose engine loops are
     inside the measured steps). The quota batcher's attention line is the one the profiled engine
     measured, so the simulated PE batches as the real one does. A unit of one engine computes
-    ``iteration_s(attention_layer_s + other_layer_s)``, i.e. ``zero(sum n) + sum cached(c, n)``
-    (``ProfileTimes.prefill_s``), split per layer as the units read it."""
+    ``iteration_s(attention_layer_s + other_layer_s)``, i.e. ``ProfileTimes.prefill_s``, split per
+    layer as the units read it."""
 
     def __init__(self, profile: Any, cal: Calibration) -> None:
         from dualpath.cost.profile import ProfileTimes
@@ -343,18 +360,22 @@ class ProfileCosts(CostCache):
         self._decode_a2a_s_per_token = 0.0
         self._traffic_pe = 0.0
         self._traffic_de = 0.0
-        self._other = {}
-        self._decode = {}
+        self._other = []
+        self._decode = []
         self._layers_f = float(profile.num_layers)
+        self._request_s = float(profile.prefill_request_s)
         self._zero = times.prefill_zero_s
         self._cached = times.prefill_cached_s
 
     def attention_layer_s(self, entries: list[tuple[int, int]]) -> float:
-        """What the entries' cached prefixes add to the step, per layer."""
+        """What the entries' cached prefixes, and every request beyond the first, add to the
+        step, per layer."""
         cached = self._cached
         total = 0.0
         for c, n in entries:
             total += cached(c, n)
+        if len(entries) > 1:
+            total += (len(entries) - 1) * self._request_s
         return total / self._layers_f
 
     def other_layer_s(self, num_tokens: int) -> float:

@@ -81,6 +81,30 @@ class DeState:
         self.model_credit = 0.0  # request-steps since the mark that joiners spent before their boundary
 
 
+class CpuShare:
+    """The cores the local cluster's engines share (sim/local.py): while ``computing`` engines
+    run a step beside ``background`` runnable threads of other work, each runs at
+    ``min(1, cores / (computing + background))`` of its own speed (processor sharing, as the
+    kernel's fair scheduler gives runnable threads equal shares). Decode units are re-timed
+    whenever the count changes; a PE iteration takes the share at its start."""
+
+    def __init__(self, cores: float, background: float = 0.0) -> None:
+        self.cores = float(cores)
+        self.background = background
+        self.computing = 0
+        self.decode_units: list[DecodeUnit] = []
+
+    def slowdown(self) -> float:
+        """How much longer a step takes than on an engine of its own."""
+        demand = self.computing + self.background
+        return demand / self.cores if demand > self.cores else 1.0
+
+    def change(self, delta: int) -> None:
+        self.computing += delta
+        for unit in self.decode_units:
+            unit.retime()
+
+
 class DecodeUnit:
     def __init__(
         self,
@@ -118,11 +142,16 @@ class DecodeUnit:
         self.model_bytes_per_token = model_bytes_per_token
         self.gpus = gpus
         self.first_token_at_step_end = first_token_at_step_end
+        self.share: CpuShare | None = None  # the cores it shares (the local cluster), else None
+        self.computing = False  # whether it holds a running batch (counted in ``share``)
+        self.cpu_s = 0.0  # (with ``share``) the seconds its steps computed, their slowdown aside
 
     def _advance(self) -> None:
         now = self.kernel.now_s
         if self.step_s > 0.0 and self.heap:
             self.counter += (now - self.last_t) / self.step_s
+            if self.share is not None:  # the engine's own compute (its slowdown aside)
+                self.cpu_s += (now - self.last_t) * self.max_step / self.step_s
         self.last_t = now
 
     def _set_step(self, st: DeState, step_s: float) -> None:
@@ -153,8 +182,21 @@ class DecodeUnit:
         for st in self.states:
             self.flush_model_traffic(st)
 
+    def retime(self) -> None:
+        """The unit's share of the cores changed: its steps from now take the new time."""
+        if self.heap:
+            self._advance()
+            self._restep()
+
+    def _computing(self, on: bool) -> None:
+        share = self.share
+        if share is not None and on != self.computing:
+            self.computing = on
+            share.change(1 if on else -1)
+
     def _restep(self) -> None:
-        self.step_s = self.max_step
+        share = self.share
+        self.step_s = self.max_step if share is None else self.max_step * share.slowdown()
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
@@ -198,6 +240,8 @@ class DecodeUnit:
         st.ctx_sum += req.prompt_len + req.gen_len / 2
         st.model_credit = start - st.model_mark  # it sends nothing before its first step
         self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum))
+        if self.share is not None:
+            self._computing(True)
         self._restep()
         req.t_join = self.kernel.now_s + (start - self.counter) * self.step_s
         if self.first_token_at_step_end:
@@ -223,6 +267,8 @@ class DecodeUnit:
             self._set_step(st, self.costs.decode_step_s(st.batch, st.ctx_sum) if st.batch else 0.0)
             if not st.batch:
                 st.ctx_sum = 0.0
+        if self.share is not None and not heap:
+            self._computing(False)
         self._restep()
 
     def next_boundary_s(self, t: float) -> float:

@@ -24,7 +24,7 @@ from dualpath.sim.adapter import PolicyAdapter
 from dualpath.sim.cluster import Cluster
 from dualpath.sim.config import SimConfig
 from dualpath.sim.costs import CostCache, ProfileCosts
-from dualpath.sim.decode import DecodeUnit, DeState
+from dualpath.sim.decode import CpuShare, DecodeUnit, DeState
 from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Handle, Kernel
 from dualpath.sim.load_path import LoadPath, load_path_class
 from dualpath.sim.local import BLOCK_SIZE as LOCAL_BLOCK_SIZE
@@ -49,6 +49,8 @@ class Simulation:
     de_kv_tokens: int
     pe_kv_tokens: int
     beta_rate: float
+    cpu_cores: float
+    background_threads: float
 
     def __init__(self, config: SimConfig, agents: list[Agent]) -> None:
         self.config = config
@@ -75,6 +77,10 @@ class Simulation:
         self.de_states = {
             g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus if g.role == "de"
         }
+        # the same, as lists by GPU id (PE GPUs are 0.., DE GPUs follow): the hot lookups
+        self.pe_list: list[PeState] = [self.pe_states[g] for g in range(len(self.pe_states))]
+        self.de_base: int = len(self.pe_states)
+        self.de_list: list[DeState] = [self.de_states[self.de_base + i] for i in range(len(self.de_states))]
         # PE units that skipped a request for lack of DE buffer (the load path kicks them)
         self.starved_units: set[PrefillUnit] = set()
         load_name = LOCAL_LOAD_PATHS[self.system.load_path] if local else self.system.load_path
@@ -148,6 +154,13 @@ class Simulation:
             )
             for u in cluster.decode_units
         ]
+        if local:  # the engines share the profiled machine's cores (sim/local.py)
+            share = CpuShare(self.cpu_cores, self.background_threads)
+            share.decode_units = list(self.decode_units)
+            for de_unit in self.decode_units:
+                de_unit.share = share
+            for pe_unit in self.prefill_units:
+                pe_unit.share = share
         self.metrics = Metrics(
             config.out_dir,
             system_name=self.system.name,
@@ -195,21 +208,24 @@ class Simulation:
             )
         self.de_kv_tokens = de_kv
         self.beta_rate = self._prefill_tokens_per_s()
+        self.cpu_cores = 0.0
+        self.background_threads = 0.0
 
     def _local_hardware(self, config: SimConfig) -> None:
         """The local cluster (``sim/local.py``): one engine per node, the profile's step times,
         the runtime's DE room (what its scheduler books) and beta rate."""
         from dualpath.sim import local
 
-        profile = config.profile
+        profile, spec = config.profile, config.cluster
+        assert profile is not None and isinstance(spec, local.LocalClusterSpec)  # (SimConfig checks)
         block_bytes = profile.kv_bytes_per_token * profile.block_size
-        self.cluster = Cluster(
-            config.cluster, config.calibration, config.cluster.snic_directions, block_bytes
-        )
+        self.cluster = Cluster(spec, config.calibration, spec.snic_directions, block_bytes)
         self.bpt = profile.kv_bytes_per_token
         self.costs = ProfileCosts(profile, config.calibration)
         self.de_kv_tokens = local.DE_HBM_TOKENS
         self.pe_kv_tokens = 0
+        self.cpu_cores = spec.cpu_cores if spec.cpu_cores is not None else float(profile.cpu_cores)
+        self.background_threads = spec.background_threads
         self.beta_rate = local.PREFILL_TOKENS_PER_S
 
     def _prefill_tokens_per_s(self) -> float:
@@ -284,7 +300,7 @@ class Simulation:
         req.t_de = self.kernel.now_s
 
     def assign_pe(self, req: Req, a: PrefillAssignment) -> None:
-        st = self.pe_states[a.engine_id]
+        st = self.pe_list[a.engine_id]
         pe_read_len, de_read_len = a.pe_read_len, a.de_read_len
         req.pe_gpu = a.engine_id
         req.t_pe = self.kernel.now_s
@@ -293,7 +309,7 @@ class Simulation:
         self.metrics.hit_tokens += req.hit_len
         if self.local:  # each engine takes its task between its steps (sim/local.py)
             now = self.kernel.now_s
-            de_unit = self.de_states[req.de_gpu].unit
+            de_unit = self.de_list[req.de_gpu - self.de_base].unit
             self.load.start_reads_at(
                 req, st.node_id, st.unit.next_boundary_s(now), de_unit.next_boundary_s(now)
             )
@@ -313,7 +329,7 @@ class Simulation:
 
     def _ready(self, req: Req) -> None:
         req.is_ready = True
-        st = self.pe_states[req.pe_gpu]
+        st = self.pe_list[req.pe_gpu]
         st.num_ready += 1
         st.unit.kick()
 
@@ -325,7 +341,7 @@ class Simulation:
         self.adapter.prefill_done(req)
         if self.adapter.ledger.prefill_queue:
             self._request_tick()
-        self.load.deliver(req, st.node_id, self.de_states[req.de_gpu], kv_at)
+        self.load.deliver(req, st.node_id, self.de_list[req.de_gpu - self.de_base], kv_at)
 
     def decode_done(self, req: Req, de: DeState) -> None:
         now = self.kernel.now_s

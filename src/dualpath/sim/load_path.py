@@ -187,21 +187,30 @@ class LoadPath:
         for st, entries in batches:
             pe_gpu = gpus[st.gpu_id]
             pe_node = nodes[st.node_id]
-            tokens = sum(n for _r, _c, n in entries)
-            pe_gpu.tx.preempt(costs.pe_model_bytes(tokens), now)
-            pe_gpu.rx.preempt(costs.pe_model_bytes(tokens), now)
+            tokens = 0
+            for _r, _c, n in entries:
+                tokens += n
+            model_bytes = costs.pe_model_bytes(tokens)
+            pe_gpu.tx.preempt(model_bytes, now)
+            pe_gpu.rx.preempt(model_bytes, now)
             for req, cached, chunk in entries:
                 de_gpu = gpus[req.de_gpu]
                 de_node = nodes[de_gpu.node_id]
                 pe_part = min(cached, req.pe_read_len)
                 de_part = cached - pe_part
                 if pe_part:
-                    last = max(last, transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx, pe_part * bpt, now))
+                    t = transfer3(pe_node.dram, pe_gpu.tx, pe_gpu.rx, pe_part * bpt, now)
+                    if t > last:
+                        last = t
                 if de_part:
-                    last = max(last, transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx, de_part * bpt, now))
+                    t = transfer3(de_node.dram, de_gpu.tx, pe_gpu.rx, de_part * bpt, now)
+                    if t > last:
+                        last = t
                 if with_sends:
                     send = chunk + (req.pe_read_len if req.done_new == 0 else 0)
-                    last = max(last, transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram, send * bpt, now))
+                    t = transfer3(pe_gpu.tx, de_gpu.rx, de_node.dram, send * bpt, now)
+                    if t > last:
+                        last = t
         return last
 
     # ------------------------------------------------------------------ after prefill / decode
@@ -249,7 +258,9 @@ class LayerwiseLoad(LoadPath):
         costs = self.costs
         xfer_end = self._transfers(batches, now, True)
         # + every layer's load/send completion hand-off (sim/calibration.py PD_LAYER_HANDOFF_S)
-        end = max(now + compute_s, xfer_end + compute_s / costs.num_layers) + costs.layer_handoff_s
+        compute_end = now + compute_s
+        load_end = xfer_end + compute_s / costs.num_layers
+        end = (compute_end if compute_end > load_end else load_end) + costs.layer_handoff_s
         return end, end
 
 
@@ -260,7 +271,7 @@ class WholePromptLoad(LoadPath):
 
     def iteration_end(self, batches: Batches, now: float, compute_s: float) -> tuple[float, float]:
         load_end = self._transfers(batches, now, False)
-        return max(now, load_end) + compute_s, -1.0
+        return (load_end if load_end > now else now) + compute_s, -1.0
 
     def chunk_sent_at(self, st: PeState, req: Req, chunk: int, now: float, kv_at: float) -> float:
         de_gpu = self.gpus[req.de_gpu]

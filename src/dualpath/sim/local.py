@@ -26,7 +26,10 @@ under this cluster (``Simulation``'s local mode; docs/sim.md "Local cluster"):
   second, at the end of the DE's first step with the request (the DE sends a step's tokens after
   the step);
 - the fixed costs of the paper's cluster (``LOCAL_CALIBRATION``) are zero: what the engine's
-  loop spends is inside the measured steps and the measured admission of a prefilled prompt.
+  loop spends is inside the measured steps and the measured admission of a prefilled prompt;
+- the engines are processes of one machine: while more of them compute than it has cores, each
+  runs at cores / computing of its profiled speed (``sim.decode.CpuShare``; the cores are the
+  profiled machine's, ``EngineProfile.cpu_cores``).
 """
 
 from __future__ import annotations
@@ -81,19 +84,26 @@ LOCAL_CALIBRATION = Calibration(
 class LocalClusterSpec:
     """The local cluster (module docstring). ``snic_gbps``: each node's storage-NIC cap (Gbit/s;
     the scheduler's alpha and the links' rate); ``cnic_gbps``: each engine's compute NIC (None:
-    uncapped)."""
+    uncapped); ``cpu_cores``: the cores its engine processes share (None: those of the machine the
+    profile was measured on, ``EngineProfile.cpu_cores``); ``background_threads``: the mean number
+    of other runnable threads on that machine while it runs (0: a quiet machine; a shared one's
+    can be measured, as ``benchmarks/sim_vs_serve.py`` does)."""
 
     num_prefill_engines: int = 1
     num_decode_engines: int = 2
     snic_gbps: float = DEMO_SNIC_GBPS
     cnic_gbps: float | None = None
     snic_directions: str = "duplex"  # TrafficConfig.snic_directions
+    cpu_cores: float | None = None  # the cores the engines share (None: the profile's machine's)
+    background_threads: float = 0.0  # runnable threads of other work on the machine (mean)
 
     def __post_init__(self) -> None:
         require(self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines, ">= 1")
         require(self.num_decode_engines >= 1, "num_decode_engines", self.num_decode_engines, ">= 1")
         require(self.snic_gbps > 0, "snic_gbps", self.snic_gbps, "must be > 0 (the local cluster caps it)")
         require(self.cnic_gbps is None or self.cnic_gbps > 0, "cnic_gbps", self.cnic_gbps, "> 0 or None")
+        require(self.cpu_cores is None or self.cpu_cores > 0, "cpu_cores", self.cpu_cores, "> 0 or None")
+        require(self.background_threads >= 0, "background_threads", self.background_threads, ">= 0")
 
     @property
     def name(self) -> str:

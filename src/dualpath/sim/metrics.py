@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dualpath.sim.cluster import Cluster
     from dualpath.sim.config import SimConfig
     from dualpath.sim.costs import CostCache
+    from dualpath.sim.decode import DecodeUnit
     from dualpath.sim.kernel import Kernel
     from dualpath.sim.load_path import LoadPath
     from dualpath.sim.prefill import PrefillUnit
@@ -64,6 +65,7 @@ class RunState(Protocol):
     storage: Storage
     load: LoadPath
     prefill_units: list[PrefillUnit]
+    decode_units: list[DecodeUnit]
     costs: CostCache
     agents: list[Agent]
     agents_left: int
@@ -213,7 +215,12 @@ class Metrics:
             "cost_model": sim.costs.source,
             # the local cluster: per node (PE nodes first), as the runtime's /metrics counts them
             **(
-                {"snic_read_bytes_by_node": [node.snic_read_bytes for node in cluster.nodes]}
+                {
+                    "snic_read_bytes_by_node": [node.snic_read_bytes for node in cluster.nodes],
+                    # each engine's compute seconds, PEs first (what its process's CPU time is)
+                    "engine_compute_s": [u.cpu_s for u in sim.prefill_units]
+                    + [u.cpu_s for u in sim.decode_units],
+                }
                 if sim.config.profile is not None
                 else {}
             ),

@@ -19,6 +19,7 @@ from dualpath.sim.kernel import PRIO_COMPLETE, Kernel
 
 if TYPE_CHECKING:
     from dualpath.sim.costs import CostCache
+    from dualpath.sim.decode import CpuShare
     from dualpath.sim.request import Req
 
 
@@ -76,6 +77,9 @@ class PrefillUnit:
             st.unit = self
         self.busy = False
         self.iter_end = 0.0  # when the running iteration ends (while ``busy``)
+        self.share: CpuShare | None = None  # the cores it shares (the local cluster), else None
+        self.computing = False  # whether an iteration runs (counted in ``share``)
+        self.cpu_s = 0.0  # (with ``share``) the seconds its iterations computed, slowdown aside
         self.attn_ratio_sum = 0.0
         self.attn_ratio_n = 0
         # for multi-GPU units, every iteration's start time and per-GPU attention layer time (0.0
@@ -108,14 +112,24 @@ class PrefillUnit:
             entries = plan_batch(st)
             if not entries:
                 continue
-            a = costs.attention_layer_s([(c, n) for _r, c, n in entries])
-            o = costs.other_layer_s(sum(n for _r, _c, n in entries))
+            spans: list[tuple[int, int]] = []
+            tokens = 0
+            for _r, c, n in entries:
+                spans.append((c, n))
+                tokens += n
+            a = costs.attention_layer_s(spans)
+            o = costs.other_layer_s(tokens)
             attn.append(a)
             per_gpu[i] = a
-            layer_s = max(layer_s, a + o)
+            if a + o > layer_s:
+                layer_s = a + o
             batches.append((st, entries))
+        share = self.share
         if not batches:
             self.busy = False
+            if share is not None and self.computing:
+                self.computing = False
+                share.change(-1)
             return
         if len(per_gpu) > 1:
             self.iter_t.append(self.kernel.now_s)
@@ -126,6 +140,12 @@ class PrefillUnit:
             self.attn_ratio_n += 1
         now = self.kernel.now_s
         compute_s = costs.iteration_s(layer_s)
+        if share is not None:
+            if not self.computing:
+                self.computing = True
+                share.change(1)
+            self.cpu_s += compute_s
+            compute_s *= share.slowdown()
         end, kv_at = self.load.iteration_end(batches, now, compute_s)
         self.iter_end = end
         self.kernel.call_at(end, lambda: self._finish(batches, kv_at), PRIO_COMPLETE)
@@ -140,7 +160,7 @@ class PrefillUnit:
                 if req.done_new >= req.miss_len:
                     st.queue.remove(req)
                     st.num_ready -= 1
-                    self.on_done(req, st, max(send_at, now))
+                    self.on_done(req, st, send_at if send_at > now else now)
         if self.on_boundary is not None:
             self.on_boundary(self)
         self._iterate()

@@ -53,7 +53,7 @@ class Req:
     def __init__(
         self, agent: Agent, turn: int, cached_len: int, append_len: int, gen_len: int, block_len: int
     ) -> None:
-        self.rid = f"{agent.index}:{turn}"
+        self.rid = agent.rid_prefix + str(turn)
         self.agent = agent
         self.turn = turn
         self.prompt_len = cached_len + append_len
@@ -95,11 +95,22 @@ class Agent:
     ``array``): a large run holds every agent's whole trajectory for its whole length and reads
     one turn per request, and a list of tuples of ints costs three cold objects a read."""
 
-    __slots__ = ("index", "traj_id", "turn_lens", "num_turns", "next_turn", "context_len", "t_start", "t_end")
+    __slots__ = (
+        "index",
+        "traj_id",
+        "rid_prefix",
+        "turn_lens",
+        "num_turns",
+        "next_turn",
+        "context_len",
+        "t_start",
+        "t_end",
+    )
 
     def __init__(self, index: int, traj_id: str, turns: list[tuple[int, int]]) -> None:
         self.index = index
         self.traj_id = traj_id
+        self.rid_prefix = f"{index}:"  # its requests' ids: "<agent index>:<turn>"
         self.turn_lens = array("q", [n for turn in turns for n in turn])
         self.num_turns = len(turns)
         self.next_turn = 0

@@ -24,6 +24,8 @@ import msgspec
 from dualpath.core.errors import ConfigError
 
 PROFILE_FORMAT = 1
+# thread_cpu: CPU seconds of the engine's thread (its cost on an idle core); wall: elapsed seconds
+CLOCKS = ("thread_cpu", "wall")
 
 
 class PrefillPoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,7 +65,10 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     whole grid of its ``batch`` x ``context_len`` values. ``attention_s_per_gflop`` /
     ``attention_intercept_s``: the whole-forward attention line (``runtime/engine/profile.py``)
     the engine's compute quota batches with. ``num_heads`` / ``head_dim``: the attention shape
-    that line's FLOPs are counted on."""
+    that line's FLOPs are counted on. ``prefill_request_s``: what each request beyond the first
+    adds to a prefill step (its own attention calls, staging and sends per layer), measured on a
+    batch of equal requests. ``clock``: what the seconds count (``CLOCKS``); ``cpu_cores``: the
+    measuring machine's cores."""
 
     format: int = PROFILE_FORMAT
     model: str
@@ -74,10 +79,13 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     kv_bytes_per_token: int
     block_size: int
     torch_threads: int
+    clock: str  # what a point's seconds count (CLOCKS)
+    cpu_cores: int  # of the machine it was measured on (the local cluster's engines share them)
     host: str = ""
     created: str = ""
     attention_s_per_gflop: float
     attention_intercept_s: float = 0.0
+    prefill_request_s: float = 0.0  # what each request beyond a step's first adds to it
     prefill: tuple[PrefillPoint, ...]
     decode: tuple[DecodePoint, ...]
     join: tuple[JoinPoint, ...] = ()
@@ -85,12 +93,14 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check(self.format == PROFILE_FORMAT, "format", self.format, f"this version reads {PROFILE_FORMAT}")
-        for key in ("num_layers", "num_heads", "head_dim", "kv_bytes_per_token", "block_size"):
+        _check(self.clock in CLOCKS, "clock", self.clock, f"choices: {', '.join(CLOCKS)}")
+        for key in ("num_layers", "num_heads", "head_dim", "kv_bytes_per_token", "block_size", "cpu_cores"):
             _check(getattr(self, key) > 0, key, getattr(self, key), "must be > 0")
         _check(
             self.attention_s_per_gflop > 0, "attention_s_per_gflop", self.attention_s_per_gflop, "must be > 0"
         )
         _check(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s, ">= 0")
+        _check(self.prefill_request_s >= 0, "prefill_request_s", self.prefill_request_s, ">= 0")
         points = [(p.cached_len, p.new_len, p.seconds) for p in self.prefill]
         _grid(points, "prefill", (0, 1))
         _grid([(p.batch, p.context_len, p.seconds) for p in self.decode], "decode", (1, 0))

@@ -2,13 +2,17 @@
 
 ``profile_engine`` builds the engines a cluster's workers drive (a ``PrefillEngine`` and a
 ``DecodeEngine`` over an in-process transport, a block store in a scratch directory, one torch
-thread as every engine process runs) and times, with ``time.perf_counter``:
+thread as every engine process runs) and times, as CPU seconds of the engine's thread
+(``time.thread_time``: what the step costs on an otherwise idle core, which wall time on a shared
+machine would not give; a step's compute runs on that one torch thread, the PE's next-layer load
+overlapped on its loader thread):
 
 - ``PrefillEngine.step`` of one request of ``new_len`` tokens on ``cached_len`` cached ones, the
   cached prefix read from the store into the PE buffer beforehand (the PE read path: a step copies
   each layer's cached KV into staging and streams the layer's KV to the DE buffer), on the grid
-  ``cached_lens`` x ``new_lens``; plus a few multi-request batches (``BATCH_CHECKS``) that check
-  the profile's batch rule;
+  ``cached_lens`` x ``new_lens``; a batch of ``REQUEST_BATCH`` equal requests, for what each
+  request beyond a step's first adds to it; and a few multi-request batches (``BATCH_CHECKS``) that
+  check the profile's batch rule;
 - ``DecodeEngine.step`` of ``batch`` requests of ``context_len`` tokens (grid ``batches`` x
   ``contexts``; the fastest of ``DECODE_STEPS`` steps after one warm-up);
 - ``DecodeEngine.add_request`` of a finished prefill (its DE buffer -> paged cache copy and the
@@ -16,11 +20,12 @@ thread as every engine process runs) and times, with ``time.perf_counter``:
 
 and the whole-forward attention line the PE's compute quota batches with
 (``profile.attention_predictor``, as a PE measures at start). Each prefill and join point is the
-minimum over ``repeats`` runs (the engine's cost on an otherwise idle core); the engines are warmed up once before.
+minimum over ``repeats`` runs; the engines are warmed up once before.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import tempfile
 import time
@@ -43,7 +48,7 @@ from dualpath.runtime.transfer import InProcFabric
 from dualpath.spec.engine_profile import BatchPoint, DecodePoint, EngineProfile, JoinPoint, PrefillPoint
 
 CACHED_LENS = (0, 256, 1024)
-NEW_LENS = (1, 16, 64, 256, 512, 1024, 2048)
+NEW_LENS = (1, 16, 64, 256, 512, 1024)
 BATCHES = (1, 2, 4, 8)
 CONTEXTS = (64, 512, 1024, 2048)
 JOIN_LENS = (64, 512, 1024, 2048)
@@ -53,6 +58,9 @@ BATCH_CHECKS: tuple[tuple[tuple[int, int], ...], ...] = (
     ((320, 17), (640, 63), (384, 7), (448, 4)),
 )
 DECODE_STEPS = 5
+# the batch that measures what each request beyond a step's first costs (its grid points: (0, 16),
+# (256, 16) and (0, 64) must be on the grid)
+REQUEST_SPAN, REQUEST_BATCH = (256, 16), 4
 # long enough for the decode points (the DE allocates prompt + max_tokens of cache at admission)
 GREEDY = SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True)
 
@@ -100,6 +108,7 @@ def profile_engine(
             say("attention line (the compute quota's predictor)")
             line = attention_predictor(decoder)
             prefill = rig.prefill_grid(cached_lens, new_lens, repeats, say)
+            request_s = rig.request_s(prefill, repeats)
             checks = [BatchPoint(entries=tuple(b), seconds=rig.prefill_min(b, repeats)) for b in batch_checks]
             say("decode steps")
             decode = [rig.decode_point(b, c) for b in batches for c in contexts]
@@ -116,10 +125,13 @@ def profile_engine(
         kv_bytes_per_token=rig.geometry.layout.kv_bytes_per_token,
         block_size=block_size,
         torch_threads=1,
+        clock="thread_cpu",
+        cpu_cores=os.cpu_count() or 1,
         host=f"{platform.node()} ({platform.processor() or platform.machine()})",
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         attention_s_per_gflop=line.seconds_per_gflop,
         attention_intercept_s=line.intercept_s,
+        prefill_request_s=request_s,
         prefill=tuple(prefill),
         decode=tuple(decode),
         join=tuple(joins),
@@ -202,9 +214,9 @@ class _Rig:
         """One PE step over fresh requests of ``(cached_len, new_len)``; (seconds, finished)."""
         admitted = [(*self._admit(c + n, c), c, n) for c, n in spans]
         entries = [BatchEntry(request_id=rid, cached_len=c, chunk_len=n) for rid, _ids, c, n in admitted]
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         outs = self.pe.step(entries)
-        seconds = time.perf_counter() - t0
+        seconds = time.thread_time() - t0
         first = {o.request_id: o.first_token for o in outs}
         return seconds, [(rid, ids, first[rid]) for rid, ids, _c, _n in admitted]
 
@@ -229,6 +241,16 @@ class _Rig:
             ]
         return out
 
+    def request_s(self, grid: list[PrefillPoint], repeats: int) -> float:
+        """What each request beyond a step's first adds to it: a step of ``REQUEST_BATCH`` equal
+        requests (an agentic append on a cached prefix, ``REQUEST_SPAN``) less what the grid's
+        points give for it, over the extra requests (at least 0)."""
+        c, n = REQUEST_SPAN
+        at = {(p.cached_len, p.new_len): p.seconds for p in grid}
+        k = REQUEST_BATCH
+        rule = at[(0, k * n)] + k * (at[(c, n)] - at[(0, n)])
+        return max(0.0, (self.prefill_min([REQUEST_SPAN] * k, repeats) - rule) / (k - 1))
+
     def decode_point(self, batch: int, context_len: int) -> DecodePoint:
         """Median decode step of ``batch`` requests of ``context_len`` tokens."""
         rids = []
@@ -240,9 +262,9 @@ class _Rig:
         self.de.step()  # warm-up
         steps = []
         for _ in range(DECODE_STEPS):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             self.de.step()
-            steps.append(time.perf_counter() - t0)
+            steps.append(time.thread_time() - t0)
         for rid in rids:
             self.de.abort(rid)
         return DecodePoint(batch=batch, context_len=context_len, seconds=min(steps))
@@ -252,8 +274,8 @@ class _Rig:
         for _ in range(repeats):
             _s, done = self._timed_step([(prompt_len - self.block_size, self.block_size)])
             rid, ids, tok = done[0]
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             assert self.de.add_request(rid, ids, tok, GREEDY)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.thread_time() - t0)
             self.de.abort(rid)
         return best
