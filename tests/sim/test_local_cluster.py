@@ -41,7 +41,7 @@ def _run(
 
 def test_the_spec_is_the_runtimes_defaults() -> None:
     pytest.importorskip("torch")
-    from dualpath.runtime.cluster import decode_worker, prefill_worker
+    from dualpath.runtime.cluster import decode_worker, memory, prefill_worker
     from dualpath.runtime.cluster.config import (
         DEMO_SNIC_GBPS,
         PREFILL_TOKENS_PER_S_OTHER,
@@ -54,7 +54,8 @@ def test_the_spec_is_the_runtimes_defaults() -> None:
     engine, demo = EngineConfig(), DemoConfig()
     assert local.FETCH_TICK_S == SchedulerServiceConfig().tick_s
     assert local.BLOCK_SIZE == engine.block_size
-    assert local.DE_HBM_TOKENS == engine.decode_hbm_tokens
+    # the pool's token cap under --kv-cache-memory auto (small models are capped, not sized by bytes)
+    assert local.DE_HBM_TOKENS == memory.AUTO_POOL_TOKENS
     assert local.COMPUTE_QUOTA_S == engine.compute_quota_s
     assert local.MAX_BATCH_TOKENS == engine.max_batch_tokens
     assert local.PREFILL_TOKENS_PER_S == PREFILL_TOKENS_PER_S_OTHER

@@ -43,7 +43,7 @@ from dualpath.sim.calibration import Calibration
 # The runtime's defaults (tests/sim/test_local_cluster.py checks each against the runtime):
 FETCH_TICK_S = 0.002  # SchedulerServiceConfig.tick_s
 BLOCK_SIZE = 64  # EngineConfig.block_size
-DE_HBM_TOKENS = 65_536  # EngineConfig.decode_hbm_tokens (what the scheduler books per DE)
+DE_HBM_TOKENS = 65_536  # memory.AUTO_POOL_TOKENS: a DE's pool cap under --kv-cache-memory auto
 COMPUTE_QUOTA_S = 0.3  # EngineConfig.compute_quota_s
 MAX_BATCH_TOKENS = 2048  # EngineConfig.max_batch_tokens (the baselines' token budget)
 PREFILL_TOKENS_PER_S = 20_000.0  # config.PREFILL_TOKENS_PER_S_OTHER (beta = 5 s of it)
