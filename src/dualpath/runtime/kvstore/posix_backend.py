@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dualpath.runtime.kvstore.fileio import FileIO
 from dualpath.runtime.kvstore import files
 from dualpath.runtime.kvstore.backend import BlockBackend
 from dualpath.runtime.kvstore.blockfile import BlockHeader
+from dualpath.runtime.kvstore.fileio import FileIO
 from dualpath.runtime.kvstore.layout import BlockLayout
 from dualpath.runtime.kvstore.limits import dir_mode_for, free_bytes
 from dualpath.runtime.kvstore.safedir import StoreDir
@@ -53,7 +53,9 @@ class PosixBackend(BlockBackend):
         )
 
     def read(self, block_hash: str, out: memoryview, layer: int | None, verify: bool) -> BlockHeader | None:
-        return files.read_block(self.dir, self.layout, block_hash, out, layer, verify, self.direct_io, self.io)
+        return files.read_block(
+            self.dir, self.layout, block_hash, out, layer, verify, self.direct_io, self.io
+        )
 
     def read_header(self, block_hash: str) -> BlockHeader | None:
         return files.read_header(self.dir, self.layout, block_hash, self.file_mode)

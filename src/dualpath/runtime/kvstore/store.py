@@ -86,7 +86,9 @@ class BlockStore(SpaceKeeping):
         self._lost: OrderedDict[str, None] = OrderedDict()
         self.write_errors = WriteErrors(self.root)
         if backend is None:
-            backend = PosixBackend(self.root, layout, file_mode=self.file_mode, fsync=fsync, direct_io=direct_io)
+            backend = PosixBackend(
+                self.root, layout, file_mode=self.file_mode, fsync=fsync, direct_io=direct_io
+            )
         self.backend = backend
         free = backend.free_bytes()
         auto_floor = 0 if free is None else int((1 - AUTO_SHARE) * free)
