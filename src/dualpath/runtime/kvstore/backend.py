@@ -23,9 +23,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dualpath.runtime.choices import KV_BACKEND_NAMES
 from dualpath.runtime.kvstore.blockfile import BlockHeader
 
-BACKEND_NAMES = ("posix", "nixl-posix", "mooncake")
+BACKEND_NAMES = KV_BACKEND_NAMES
 DEFAULT_BACKEND = "posix"
 
 
