@@ -30,7 +30,8 @@ from dualpath.runtime.kvstore.fileio import FileIO
 from dualpath.runtime.kvstore.layout import BlockLayout
 from dualpath.runtime.kvstore.posix_backend import PosixBackend
 
-POLL_S = 20e-6  # between completion polls of one request (a 1.4 MiB block: ~0.1-1 ms)
+POLL_SPIN_S = 2e-3  # polls only yield the GIL this long (a 1.4 MiB block reads in ~0.1-1 ms)
+POLL_MAX_S = 0.5e-3  # then back off from 10 us to this between polls (as transfer/nixl.py)
 TIMEOUT_S = 30.0  # one block's request (as the store's other waits on a slow disk)
 
 
@@ -117,11 +118,17 @@ class NixlFileIO(FileIO):
 
 def _wait(agent: Any, handle: Any, op: str, fd: int) -> None:
     state = agent.transfer(handle)
-    deadline = time.monotonic() + TIMEOUT_S
+    start = time.monotonic()
+    pause = 10e-6
     while state in ("PROC", "PENDING"):
-        if time.monotonic() > deadline:
+        waited = time.monotonic() - start
+        if waited > TIMEOUT_S:
             raise TimeoutError(f"NIXL POSIX {op} on fd {fd} not done after {TIMEOUT_S:.0f} s")
-        time.sleep(POLL_S)
+        if waited < POLL_SPIN_S:
+            time.sleep(0)  # yield the GIL, no timer: the request is usually done within this
+        else:
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_MAX_S)
         state = agent.check_xfer_state(handle)
     if state != "DONE":
         raise OSError(f"NIXL POSIX {op} on fd {fd} ended {state}")
