@@ -61,10 +61,9 @@ def check(
     require_serve_extra("check")
     check_choice("transport", transport, CHECK_TRANSPORTS)
     check_choice("kv backend", kv_backend, KV_BACKEND_NAMES)
-    from dualpath.runtime.kvstore.backends import missing
+    from dualpath.runtime.kvstore.backends import check_available
 
-    if why := missing(kv_backend):
-        raise typer.BadParameter(why)
+    check_available(kv_backend)  # its package missing: one error line naming it, now
 
     from dualpath.cli.progress import Progress
     from dualpath.runtime.engine.check import run_check

@@ -16,6 +16,7 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
+from dualpath.core.errors import ConfigError
 from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICY_NAMES
 from dualpath.runtime.choices import KV_BACKEND_NAMES, ROLES, TRANSPORT_NAMES
@@ -179,12 +180,11 @@ def serve(
 
         resolve_model(model)
     from dualpath.runtime.cluster.local import check_kv_dir
-    from dualpath.runtime.kvstore.backends import missing
+    from dualpath.runtime.kvstore.backends import check_available
 
     if kv_backend != "mooncake":
         check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
-    if why := missing(kv_backend):  # a backend whose package is not here: one error line, now
-        raise typer.BadParameter(why)
+    check_available(kv_backend)  # a backend whose package is not here: one error line, now
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,
@@ -298,7 +298,9 @@ def engine(
     from dualpath.runtime.cluster.memory import check_fits
 
     if kv_backend == "mooncake" and not mooncake_master:
-        raise typer.BadParameter("--kv-backend mooncake needs --mooncake-master and --mooncake-metadata")
+        raise ConfigError(
+            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
+        )
     check_fits(kv_cache_memory, 1)
     capacity = capacity_bytes(cluster)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"

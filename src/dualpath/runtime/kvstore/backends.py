@@ -14,7 +14,7 @@ from dualpath.runtime.kvstore.layout import BlockLayout
 from dualpath.runtime.kvstore.mooncake_backend import MooncakeSpec
 from dualpath.runtime.kvstore.posix_backend import PosixBackend
 
-__all__ = ["BACKEND_NAMES", "MooncakeSpec", "missing", "open_backend"]
+__all__ = ["BACKEND_NAMES", "MooncakeSpec", "check_available", "missing", "open_backend"]
 
 
 def open_backend(
@@ -46,19 +46,26 @@ def open_backend(
     raise UnknownNameError("kv_backend", name, BACKEND_NAMES)
 
 
+def check_available(name: str) -> None:
+    """ConfigError naming what is missing when backend ``name`` cannot be opened here."""
+    if name not in BACKEND_NAMES:
+        raise UnknownNameError("kv_backend", name, BACKEND_NAMES)
+    if name == "nixl-posix":
+        from dualpath.runtime.kvstore.nixl_backend import NixlFileIO
+
+        NixlFileIO()  # imports NIXL and makes an agent with the POSIX plugin
+    elif name == "mooncake":
+        from dualpath.runtime.kvstore.mooncake_backend import import_store
+        from dualpath.runtime.kvstore.mooncake_service import binary
+
+        import_store()
+        binary("mooncake_master")
+
+
 def missing(name: str) -> str | None:
     """Why backend ``name`` cannot be opened here (its package does not import); None: it can."""
     try:
-        if name == "nixl-posix":
-            from dualpath.runtime.kvstore.nixl_backend import NixlFileIO
-
-            NixlFileIO()  # imports NIXL and makes an agent with the POSIX plugin
-        elif name == "mooncake":
-            from dualpath.runtime.kvstore.mooncake_backend import import_store
-            from dualpath.runtime.kvstore.mooncake_service import binary
-
-            import_store()
-            binary("mooncake_master")
+        check_available(name)
     except ConfigError as exc:
         return str(exc)
     return None
