@@ -203,7 +203,11 @@ def serve(
             "scheduler": cluster.address,
             "logs": str(cluster.run_dir),
             "key_file": str(cluster.key_file),
+            "kv_backend": cluster.config.kv_backend,
         }
+        if cluster.config.kv_mooncake_master:  # what remote engines pass as --mooncake-master/-metadata
+            info["mooncake_master"] = cluster.config.kv_mooncake_master
+            info["mooncake_metadata"] = cluster.config.kv_mooncake_metadata
         if json_out:
             print_json(info)
         else:
@@ -212,6 +216,12 @@ def serve(
                 f"CURVE key file {cluster.key_file})",
                 style="green",
             )
+            if "mooncake_master" in info:
+                console.print(
+                    f"KV blocks in Mooncake Store: --mooncake-master {info['mooncake_master']} "
+                    f"--mooncake-metadata {info['mooncake_metadata']}",
+                    highlight=False,
+                )
             console.print(
                 f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
                 "deploy/grafana/dualpath.json, docs/server.md)",
