@@ -29,3 +29,7 @@ class FileIO:
     def readv(self, fd: int, bufs: list[memoryview], offset: int) -> int:
         """Fill ``bufs`` from ``offset``; the bytes read (short at end of file)."""
         return os.preadv(fd, bufs, offset)
+
+    def read_spans(self, fd: int, spans: list[tuple[memoryview, int]]) -> list[int]:
+        """Fill each buffer from its own file offset; the bytes read into each."""
+        return [os.preadv(fd, [buf], offset) for buf, offset in spans]

@@ -202,8 +202,8 @@ def _read_open(
     if layer is None:
         n = io.readv(fd, [hdr, out], 0) - len(hdr)
     else:
-        n = io.readv(fd, [hdr], 0) - len(hdr)
-        n = io.readv(fd, [out], len(hdr) + layout.layer_range(layer)[0]) if n >= 0 else n
+        got = io.read_spans(fd, [(hdr, 0), (out, len(hdr) + layout.layer_range(layer)[0])])
+        n = got[1] if got[0] == len(hdr) else got[0] - len(hdr)
     try:
         header = decode_header(hdr, layout, block_hash)
         if n != len(out):

@@ -81,15 +81,18 @@ class NixlFileIO(FileIO):
         self._xfer("WRITE", fd, spans, offset)
 
     def readv(self, fd: int, bufs: list[memoryview], offset: int) -> int:
-        size = os.fstat(fd).st_size
         spans, at = [], offset
         for b in bufs:
-            n = max(0, min(len(b), size - at))
-            if n:
-                spans.append((b[:n], at))
+            spans.append((b, at))
             at += len(b)
-        self._xfer("READ", fd, spans, size)
-        return sum(len(b) for b, _ in spans)
+        return sum(self.read_spans(fd, spans))
+
+    def read_spans(self, fd: int, spans: list[tuple[memoryview, int]]) -> list[int]:
+        """One READ request for every span, each clamped to the file's end (short reads, as preadv)."""
+        size = os.fstat(fd).st_size
+        clamped = [(b[: max(0, min(len(b), size - off))], off) for b, off in spans]
+        self._xfer("READ", fd, [(b, off) for b, off in clamped if len(b)], size)
+        return [len(b) for b, _ in clamped]
 
     def _xfer(self, op: str, fd: int, spans: list[tuple[memoryview, int]], file_len: int) -> None:
         """One request moving ``spans`` (buffer, file offset) between memory and ``fd``."""
