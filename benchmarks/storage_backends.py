@@ -62,8 +62,9 @@ def _raw_gets(backend: Any, keys: list[str], qd: int, nbytes: int) -> float:
 
     def work(j: int) -> None:
         for k in keys[j::qd]:
-            if client.get_into(k, bufs[j].ctypes.data, nbytes) != nbytes:
-                bad.append(k)
+            got = client.get_into(k, bufs[j].ctypes.data, nbytes)
+            if got != nbytes:
+                bad.append(got)
 
     try:
         elapsed = _threads(qd, work)
@@ -71,7 +72,7 @@ def _raw_gets(backend: Any, keys: list[str], qd: int, nbytes: int) -> float:
         for b in bufs:
             client.unregister_buffer(b.ctypes.data)
     if bad:
-        raise RuntimeError(f"{len(bad)} raw Mooncake gets failed")
+        raise RuntimeError(f"{len(bad)} raw Mooncake gets failed (answers {sorted(set(bad))})")
     return len(keys) * nbytes / elapsed / 1e9
 
 
