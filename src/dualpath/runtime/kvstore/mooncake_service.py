@@ -22,7 +22,10 @@ from dualpath.core.errors import ConfigError
 from dualpath.runtime.kvstore.mooncake_backend import INSTALL, MooncakeSpec
 
 DEFAULT_SEGMENT_BYTES = 1 << 30  # the holder's memory when --kv-capacity-gb is not given (1 GiB)
-LEASE_MS = 2000  # an object's lease after a read (Mooncake's 10 s default holds eviction off longer)
+# An object's lease after a read starts: Mooncake's default, 10 s. A read that outlives its lease
+# fails (LEASE_EXPIRED: a miss here); 2 s was too short for 16.8 MB blocks read four at a time on a
+# loaded 2-core machine (benchmarks/storage_read.py). A leased object is not evicted by the master.
+LEASE_MS = 10_000
 START_TIMEOUT_S = 30.0  # for the master's port and the holder's segment (~1 s on a quiet CPU)
 
 
