@@ -116,7 +116,8 @@ def mooncake_runs(
                     timed(lambda: _raw_gets(store.backend, keys, qd, fb))
                 )
                 runs.setdefault(f"memcpy_{qd}threads", []).append(timed(lambda: _memcpy(num_blocks, qd, fb)))
-                runs.setdefault("memcpy_1thread", []).append(timed(lambda: _memcpy(num_blocks, 1, fb)))
+                if qd > 1:
+                    runs.setdefault("memcpy_1thread", []).append(timed(lambda: _memcpy(num_blocks, 1, fb)))
             store.close()
         finally:
             svc.stop()
