@@ -167,7 +167,6 @@ def _mixed_prediction(
     tpot_s = float(dec_cover @ times) / (osl - 1) if osl > 1 else 0.0
     # KV-bound: the clients beyond the pool wait (clients - b) / b periods for a slot
     queue_s = (clients - b) / b * float(times.sum())
-    prefilling = np.arange(period) < pack.iterations
     return Prediction(
         ttft_s=wait_s + own_s + queue_s,
         tpot_s=tpot_s,
@@ -176,24 +175,31 @@ def _mixed_prediction(
                 own_st, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own_st.time_s}
             ),
             "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
-            "batch": {
-                "prefill_group": cycle.n / pack.iterations,
-                "groups": float(pack.iterations),
-                "prefill_iterations_per_request": float(pack.own.mean()),
-                "period_iterations": float(period),
-                "wait_iterations": float(cycle.waits.mean()),
-                "prefill_iterations_in_wait": float(wait_cover[prefilling].sum()),
-                "prefill_iteration_share": float(dec_cover[prefilling].sum()) / max(osl - 1, 1),
-                "decodes_per_prefill_iteration": float(cycle.decoders[0]),
-                "decodes_per_decode_iteration": float(cycle.decoders[-1])
-                if period > pack.iterations
-                else 0.0,
-                "running_per_rank": b,
-            },
+            "batch": _mixed_batch(cycle, wait_cover, dec_cover, osl=osl, b=b),
         },
         source=_sources(*(st for st, _ in steps.values())),
         notes=tuple(notes),
     )
+
+
+def _mixed_batch(
+    cycle: _Cycle, wait_cover: np.ndarray, dec_cover: np.ndarray, *, osl: int, b: float
+) -> dict[str, float]:
+    """The period's shape: prefill groups, iterations, and what a request's wait and decode see."""
+    pack, period = cycle.pack, cycle.period
+    prefilling = np.arange(period) < pack.iterations
+    return {
+        "prefill_group": cycle.n / pack.iterations,
+        "groups": float(pack.iterations),
+        "prefill_iterations_per_request": float(pack.own.mean()),
+        "period_iterations": float(period),
+        "wait_iterations": float(cycle.waits.mean()),
+        "prefill_iterations_in_wait": float(wait_cover[prefilling].sum()),
+        "prefill_iteration_share": float(dec_cover[prefilling].sum()) / max(osl - 1, 1),
+        "decodes_per_prefill_iteration": float(cycle.decoders[0]),
+        "decodes_per_decode_iteration": float(cycle.decoders[-1]) if period > pack.iterations else 0.0,
+        "running_per_rank": b,
+    }
 
 
 def _alternating(
