@@ -17,8 +17,9 @@ answered, in order of preference, by:
    system's table has no point of the shape at all.
 
 Rung 3 exists because the bare roofline is far below the measured kernels at few tokens (the
-grouped GEMMs, routing and permutes cost tens of microseconds whatever the bytes), so mixing
-table and roofline layouts made, e.g., gpt-oss at TP1 (no MXFP4 table point) faster than at TP2.
+grouped GEMMs, routing and permutes cost tens of microseconds whatever the bytes): mixing table
+and roofline layouts would make, e.g., gpt-oss at TP1 (no MXFP4 table point) faster than at TP2
+(docs/notes/cost-prefill-packing.md has the history of both).
 """
 
 from __future__ import annotations

@@ -17,10 +17,8 @@ evened out (a prompt longer than the budget runs whole in one iteration; the dep
 have raised its ``max_num_tokens`` to serve it). Where that packing changes (two 4000-token
 prompts per iteration at 128 clients, one at 256; or one 4081-token prompt instead of two
 4000-token ones) TTFT can fall as concurrency or the prompt grows: the iterations a request waits
-for get smaller. (Until session 13 the chunking backends split a prompt longer than the budget
-evenly over ``ceil(isl / budget)`` iterations, one prompt per group: just above the budget the
-iterations held half a budget and TTFT fell by a quarter, 1,007 -> 753 ms for Qwen3-235B on H100
-at isl 8,000 -> 8,162. Greedy packing is what the schedulers do and is continuous there.)
+for get smaller. Greedy packing is what the chunking schedulers do, and is continuous where a
+prompt crosses the budget (docs/notes/cost-prefill-packing.md: the even split it replaced).
 
 **One request's period**, in iterations: its ``own`` prefill iterations (the first token comes
 with the last), ``osl - 1`` decode iterations, then ``D = ARRIVAL_WAIT_ITERATIONS +
