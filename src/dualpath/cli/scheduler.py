@@ -85,7 +85,9 @@ def scheduler(
         host=host,
         scheduler_port=port,
         traffic=TrafficConfig(snic_gbps=snic_gbps),
-        scheduler=SchedulerServiceConfig(storage_read_gbps=storage_read_gbps, engine_timeout_s=engine_timeout_s),
+        scheduler=SchedulerServiceConfig(
+            storage_read_gbps=storage_read_gbps, engine_timeout_s=engine_timeout_s
+        ),
     )
     svc = SchedulerService(SchedulerArgs(cluster=cluster, key_file=key_file, state_file=state_file))
     info = {"scheduler": svc.address, "key_file": key_file, "authenticated": bool(key_file)}

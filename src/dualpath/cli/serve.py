@@ -260,7 +260,8 @@ def engine(
         "to 10 s; gives up after --restart-burst restarts within --restart-interval-s). SIGTERM stops it.",
     ),
     restart_burst: int = typer.Option(
-        default_of(SupervisorConfig, "restart_burst"), help="With --restart-on-exit: restarts before giving up."
+        default_of(SupervisorConfig, "restart_burst"),
+        help="With --restart-on-exit: restarts before giving up.",
     ),
     restart_interval_s: float = typer.Option(
         default_of(SupervisorConfig, "restart_interval_s"), help="The window of --restart-burst (seconds)."

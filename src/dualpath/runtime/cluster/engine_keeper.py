@@ -59,7 +59,12 @@ class EngineKeeper:
             self.child.send_signal(signal.SIGTERM)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "dualpath.runtime.cluster.engine_main", msgspec.json.encode(self.args).decode()]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dualpath.runtime.cluster.engine_main",
+            msgspec.json.encode(self.args).decode(),
+        ]
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
