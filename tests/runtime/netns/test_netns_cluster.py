@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -197,6 +198,33 @@ def test_an_engine_without_the_cluster_key_is_refused(cluster: Hosts) -> None:
             proc.wait(30)
     serving(cluster)
     assert generate(cluster, [[5] * 70])[0][-1].finish_reason == "length"
+
+
+def test_the_engines_data_ports_refuse_a_socket_without_the_key(cluster: Hosts) -> None:
+    """zmq transport across namespaces: KV sent to each engine's data port from this (the
+    client's) namespace without the key is refused at the handshake; the engine counts it."""
+    import msgspec
+    import zmq
+
+    from dualpath.runtime.transfer.zmq_wire import DataMsg
+
+    def refused() -> int:
+        return run(_metrics, cluster).messages_dropped.get("data/unauthenticated", 0)
+
+    start = refused()
+    ctx = zmq.Context()
+    try:
+        for e in serving(cluster).engines:
+            s = ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(e.data_addr)
+            s.send(msgspec.msgpack.encode(DataMsg(1, "tcp://127.0.0.1:9", "e1", "e0", [])))
+            time.sleep(0.3)
+            s.close(0)
+    finally:
+        ctx.term()
+    wait_for("refused data-plane handshakes (reported with heartbeats)", lambda: refused() >= start + 2, 30)
+    assert generate(cluster, [[6] * 70])[0][-1].finish_reason == "length"
 
 
 def test_a_killed_remote_engine_is_restarted_by_its_keeper(cluster: Hosts) -> None:
