@@ -45,9 +45,14 @@ class Hosts:
     def __init__(self, name: str, subnet: str, run_dir: Path, cnic: str) -> None:
         self.name, self.subnet, self.run_dir, self.cnic = name, subnet, run_dir, cnic
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.key_file = run_dir / "cluster.key"
-        self.kv_dir = run_dir / "kv"
         self.model = ""
+        self.use("zmq")
+
+    def use(self, transport: str) -> None:
+        """The next cluster: engines on ``transport``, its own key, KV directory, state and logs."""
+        self.transport, self.dir = transport, self.run_dir / transport
+        self.kv_dir, self.key_file = self.dir / "kv", self.dir / "cluster.key"
+        self.kv_dir.mkdir(parents=True, exist_ok=True)
 
     def ip(self, host: int) -> str:
         return f"{self.subnet}.{host + 2}"
@@ -67,8 +72,10 @@ class Hosts:
     def start(self, label: str, host: int, *argv: str) -> subprocess.Popen[bytes]:
         """``dualpath ARGV`` inside ``host``'s namespace, output to ``<label>.log``."""
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        if self.transport == "nixl":  # (the namespaces share one kernel and /dev/shm: UCX's shared
+            env.setdefault("UCX_TLS", "tcp")  # memory and cma would bypass the veths; hosts have tcp)
         cmd = ["ip", "netns", "exec", f"{self.name}-{host}", sys.executable, "-m", "dualpath.cli", *argv]
-        with open(self.run_dir / f"{label}.log", "ab") as out:
+        with open(self.dir / f"{label}.log", "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
@@ -76,22 +83,23 @@ class Hosts:
         return proc
 
     def log(self, label: str) -> str:
-        path = self.run_dir / f"{label}.log"
+        path = self.dir / f"{label}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start_scheduler(self, *extra: str) -> subprocess.Popen[bytes]:
         return self.start("scheduler", 0, "scheduler", "--kv-dir", str(self.kv_dir), "--host", self.ip(0),
                           "--port", str(PORT), "--model", self.model, "--key-file", str(self.key_file),
-                          "--state-file", str(self.run_dir / "scheduler.state"), *extra)  # fmt: skip
+                          "--state-file", str(self.dir / "scheduler.state"), *extra)  # fmt: skip
 
     def start_engine(self, label: str, host: int, role: str, *extra: str) -> subprocess.Popen[bytes]:
         flags = ("--cnic-gbps", str(CNIC_MBIT / 1000)) if self.cnic == "emulate" else ()
         return self.start(label, host, "engine", "--role", role, "--scheduler", f"{self.ip(0)}:{PORT}",
                           "--kv-dir", str(self.kv_dir), "--node-id", str(host - 1), "--host", self.ip(host),
-                          "--model", self.model, "--kv-cache-memory", "64MiB",
+                          "--model", self.model, "--kv-cache-memory", "64MiB", "--transport", self.transport,
                           "--cluster-id", f"{self.name}-{host}", *flags, *extra)  # fmt: skip
 
     def stop_all(self) -> None:
+        """Kill every process started (keepers first: their engines die with them)."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
@@ -100,6 +108,16 @@ class Hosts:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+        for host in range(HOSTS):  # (an engine whose keeper was killed gets SIGTERM: make sure)
+            pids = subprocess.run(
+                ["ip", "netns", "pids", f"{self.name}-{host}"], capture_output=True, text=True
+            )
+            for pid in pids.stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+        self.procs.clear()
 
 
 def run(coro_fn: Callable[..., Any], *args: Any, timeout_s: float = 120.0) -> Any:
@@ -138,7 +156,6 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
             pytest.skip(f"cannot make network namespaces here: {done.stderr.strip()}")
         cnic = done.stdout.strip().rsplit("=", 1)[-1]
         h = Hosts(name, subnet, run_dir, cnic)
-        h.kv_dir.mkdir()
         h.model = str(tiny_model_dir(run_dir))
         yield h
     finally:
