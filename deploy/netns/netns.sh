@@ -9,6 +9,8 @@
 #       each direction with tc tbf on both ends of its veth (the compute NIC). Prints one line
 #       `cnic=tc`, `cnic=emulate` (tc refused: pass --cnic-gbps to the engines instead, the
 #       in-process emulation) or `cnic=none`.
+#   netns.sh cap NAME COUNT M  /  netns.sh uncap NAME COUNT
+#       put (replace) or remove the tc tbf cap of M Mbit/s on the COUNT hosts' links.
 #   netns.sh down NAME COUNT
 #       kill what still runs in the namespaces, delete them and the bridge (idempotent).
 #   netns.sh cluster NAME RUN_DIR [--subnet S] [--cnic-mbit M] [--prefill 1] [--decode 1] [--model tiny]
@@ -21,7 +23,7 @@
 # DUALPATH (default: dualpath) is the command run inside the namespaces.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" >&2; exit 2; }
 die() { echo "netns.sh: error: $*" >&2; exit 2; }
 
 [ $# -ge 2 ] || usage
@@ -77,14 +79,25 @@ up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" route add default via "$subnet.1"
   done
-  if [ -n "$cnic_mbit" ]; then
-    [[ $cnic_mbit =~ ^[0-9]+$ ]] && [ "$cnic_mbit" -ge 1 ] || die "--cnic-mbit '$cnic_mbit' must be a whole number >= 1"
-    cnic=tc
-    for ((i = 0; i < n; i++)); do
-      if ! { tbf "${name}v$i" && tbf eth0 "$name-$i"; } 2>/dev/null; then cnic=emulate; break; fi
-    done
-  fi
+  [ -n "$cnic_mbit" ] && cnic=$(cap "$n")
   echo "cnic=$cnic"
+}
+
+cap() {  # cap COUNT: tbf on both ends of each veth; prints tc, or emulate where tc refuses
+  local n=$1 i
+  [[ $cnic_mbit =~ ^[0-9]+$ ]] && [ "$cnic_mbit" -ge 1 ] || die "the cap '$cnic_mbit' must be a whole number of Mbit/s >= 1"
+  for ((i = 0; i < n; i++)); do
+    if ! { tbf "${name}v$i" && tbf eth0 "$name-$i"; } 2>/dev/null; then echo emulate; return; fi
+  done
+  echo tc
+}
+
+uncap() {
+  local n=$1 i
+  for ((i = 0; i < n; i++)); do
+    tc qdisc del dev "${name}v$i" root 2>/dev/null || true
+    ip netns exec "$name-$i" tc qdisc del dev eth0 root 2>/dev/null || true
+  done
 }
 
 down() {
@@ -138,6 +151,8 @@ stop() {
 case $cmd in
   up) [ ${#rest[@]} -eq 1 ] || usage; up "${rest[0]}" ;;
   down) [ ${#rest[@]} -eq 1 ] || usage; down "${rest[0]}" ;;
+  cap) [ ${#rest[@]} -eq 2 ] || usage; cnic_mbit=${rest[1]}; cap "${rest[0]}" ;;
+  uncap) [ ${#rest[@]} -eq 1 ] || usage; uncap "${rest[0]}" ;;
   cluster) [ ${#rest[@]} -eq 1 ] || usage; cluster "${rest[0]}" ;;
   stop) [ ${#rest[@]} -eq 1 ] || usage; stop "${rest[0]}" ;;
   *) usage ;;
