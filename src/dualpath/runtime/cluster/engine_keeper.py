@@ -114,4 +114,10 @@ class EngineKeeper:
 
 def keep_running(args: EngineArgs, sup: SupervisorConfig | None = None) -> int:
     """Run the engine of ``args`` under a keeper; its exit status."""
-    return EngineKeeper(args, sup).run()
+    import shutil
+
+    keeper = EngineKeeper(args, sup)
+    try:
+        return keeper.run()
+    finally:
+        shutil.rmtree(keeper.id_file.parent, ignore_errors=True)
