@@ -20,6 +20,7 @@ import pytest
         (["serve", "--read-tie", "both"], "read tie='both'"),
         (["serve", "--pe-tie", "random"], "pe tie='random'"),
         (["serve", "--kv-backend", "s3"], "kv_backend='s3'"),
+        (["scheduler", "--kv-backend", "s3"], "kv_backend='s3'"),
         (
             ["serve", "--kv-backend", "mooncake", "--mooncake-master", "127.0.0.1:9"],
             "kv_mooncake_master='127.0.0.1:9'",

@@ -92,11 +92,11 @@ def scheduler(
         raise ConfigError(
             "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
         )
-    if kv_backend != "mooncake":
-        check_kv_dir(kv_dir)
     from dualpath.runtime.kvstore.backends import check_available
 
     check_available(kv_backend)  # (its package missing: one error line naming it, now)
+    if kv_backend != "mooncake":
+        check_kv_dir(kv_dir)
     cluster = ClusterConfig(
         kv_dir=kv_dir,
         model=model,

@@ -182,9 +182,9 @@ def serve(
     from dualpath.runtime.cluster.local import check_kv_dir
     from dualpath.runtime.kvstore.backends import check_available
 
+    check_available(kv_backend)  # a backend whose package is not here: one error line, now
     if kv_backend != "mooncake":
         check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
-    check_available(kv_backend)  # a backend whose package is not here: one error line, now
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,

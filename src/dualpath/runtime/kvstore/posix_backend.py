@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dualpath.runtime.kvstore import files
+import dualpath.runtime.kvstore.files as files
 from dualpath.runtime.kvstore.backend import BlockBackend
 from dualpath.runtime.kvstore.blockfile import BlockHeader
 from dualpath.runtime.kvstore.fileio import FileIO
