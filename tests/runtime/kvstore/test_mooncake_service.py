@@ -28,6 +28,11 @@ def test_config_names_the_backend_and_master_together(tmp_path: Path) -> None:
     assert capacity_bytes(msgspec.structs.replace(cfg, kv_capacity_gb=0.5)) == 500_000_000
     posix = ClusterConfig(kv_dir=str(tmp_path))
     assert start_store_service(posix, tmp_path) == (posix, None)  # nothing to start
+    gone = msgspec.structs.replace(
+        cfg, kv_mooncake_master="127.0.0.1:9", kv_mooncake_metadata="http://127.0.0.1:9/m"
+    )
+    with pytest.raises(ConfigError, match="kv_mooncake_master='127.0.0.1:9': no Mooncake master reachable"):
+        open_cluster_store(gone, LAYOUT, "auto")  # at once, not after Mooncake's own retries
 
 
 def test_a_cluster_starts_its_store_and_others_join_it(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -58,6 +59,7 @@ INSTALL = "pip install 'dualpath[mooncake]' (mooncake-transfer-engine-non-cuda; 
 # Mooncake's ErrorCode (mooncake-store/include/types.h; Python gets the ints)
 NO_SPACE = -200  # NO_AVAILABLE_HANDLE: no segment has room (after the master evicted)
 NOT_FOUND = -704  # OBJECT_NOT_FOUND
+CONNECT_TIMEOUT_S = 5.0  # to find the master's RPC port listening, before Mooncake's own setup
 # A read answered with any negative code is a miss, never corruption: -703 REPLICA_IS_NOT_READY
 # (a put in progress: not yet visible), -704, -707 LEASE_EXPIRED (the read outlived its lease, the
 # bytes may be gone), -800 TRANSFER_FAIL, -900 RPC_FAIL. Nothing is quarantined for them.
@@ -101,6 +103,7 @@ class MooncakeBackend(BlockBackend):
         self.prefix = f"{spec.namespace}/{shape}/"
         self.nbytes = file_bytes_for(layout)
         self.hbytes = header_bytes_for(layout)
+        _reachable(spec.master)
         self._client = import_store().MooncakeDistributedStore()
         rc = self._client.setup(spec.host, spec.metadata, 0, 0, spec.protocol, "", spec.master)
         if rc != 0:
@@ -252,6 +255,19 @@ class MooncakeBackend(BlockBackend):
         for buf in bufs:
             self._client.unregister_buffer(_addr(memoryview(buf)))
         self._client.close()
+
+
+def _reachable(master: str) -> None:
+    """ConfigError at once when nothing listens at ``master`` (Mooncake's setup would retry ~90 s)."""
+    host, _, port = master.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("kv_mooncake_master", master, "must be HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(
+            "kv_mooncake_master", master, f"no Mooncake master reachable there ({exc})"
+        ) from None
 
 
 def _addr(buf: memoryview) -> int:
