@@ -261,7 +261,11 @@ class Simulation:
                 self.config.cluster.name,
                 f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
                 f"at most {self.max_de_tokens} "
-                + ("(its paged cache: a larger kv_cache_bytes)" if self.local else "(weights leave too little HBM)"),
+                + (
+                    "(its paged cache: a larger kv_cache_bytes)"
+                    if self.local
+                    else "(weights leave too little HBM)"
+                ),
             )
         self.adapter.arrive(req)
         self._request_tick()
