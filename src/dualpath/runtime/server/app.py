@@ -27,7 +27,7 @@ from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.connections import AcceptErrorLog
-from dualpath.runtime.server.disconnect import CLIENT_GONE_STATUS, ClientGone, DisconnectWatch
+from dualpath.runtime.server.disconnect import CLIENT_GONE_STATUS, ClientGone, DisconnectWatch, close_detached
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
@@ -320,8 +320,8 @@ async def _collect(
             texts.append(last.text)
             ids.extend(last.token_ids)
     finally:
-        await pieces.aclose()  # type: ignore[attr-defined]
         state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
+        await close_detached(pieces, watch)
     if last.finish_reason == "error":
         raise APIError(
             503, f"generation failed after {len(ids)} tokens: {last.error}", code="generation_failed"
@@ -359,6 +359,5 @@ async def _stream(
     except ClientGone:  # (nobody to send to; the generation was cancelled)
         return
     finally:
-        watch.close()
-        await pieces.aclose()  # type: ignore[attr-defined]
         state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
+        await close_detached(pieces, watch)
