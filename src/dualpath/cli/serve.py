@@ -264,9 +264,23 @@ def engine(
         help="The cluster's CURVE key file (printed by dualpath serve "
         "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster.",
     ),
+    restart_on_exit: bool = typer.Option(
+        False,
+        "--restart-on-exit",
+        help="Run the engine as a child and start it again whenever it exits (0.5 s backoff doubling "
+        "to 10 s; gives up after --restart-burst restarts within --restart-interval-s). SIGTERM stops it.",
+    ),
+    restart_burst: int = typer.Option(
+        default_of(SupervisorConfig, "restart_burst"),
+        help="With --restart-on-exit: restarts before giving up.",
+    ),
+    restart_interval_s: float = typer.Option(
+        default_of(SupervisorConfig, "restart_interval_s"), help="The window of --restart-burst (seconds)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
-    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
+    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it;
+    with --restart-on-exit, until SIGTERM)."""
     require_serve_extra("engine")
     from dualpath.runtime.cluster.engine_main import run_engine
     from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
@@ -290,20 +304,28 @@ def engine(
     check_fits(kv_cache_memory, 1)
     capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
-    run_engine(
-        EngineArgs(
-            cluster=cluster,
-            scheduler=addr,
-            role=role,
-            node_id=node_id,
-            engine_id=engine_id,
-            cluster_id=cluster_id,
-            kv_capacity_bytes=capacity,
-            key_file=key_file,
-        )
+    args = EngineArgs(
+        cluster=cluster,
+        scheduler=addr,
+        role=role,
+        node_id=node_id,
+        engine_id=engine_id,
+        cluster_id=cluster_id,
+        kv_capacity_bytes=capacity,
+        key_file=key_file,
     )
+    status = 0
+    if restart_on_exit:
+        from dualpath.runtime.cluster.engine_keeper import keep_running
+
+        sup = SupervisorConfig(restart_burst=restart_burst, restart_interval_s=restart_interval_s)
+        status = keep_running(args, sup)
+    else:
+        run_engine(args)
     if json_out:
-        print_json({"role": role, "scheduler": addr, "stopped": True})
+        print_json({"role": role, "scheduler": addr, "stopped": True, "status": status})
+    if status:
+        raise typer.Exit(status)
 
 
 def _demo_option(name: str, text: str) -> Any:

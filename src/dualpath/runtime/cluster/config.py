@@ -298,6 +298,7 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
     weights_dir: str = ""  # packed weights shared by this host's engines (model/packed.py); "" = own copy
     generation: int = 0  # this engine id's incarnation (the supervisor counts its restarts)
+    id_file: str = ""  # if set, the engine id the scheduler gave is written here (engine_keeper.py)
 
 
 # ``dualpath demo``: system name -> (policy, read_free).
