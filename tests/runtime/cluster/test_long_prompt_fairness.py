@@ -82,7 +82,9 @@ def test_a_long_prompt_holds_the_prefill_engine_one_chunk_at_a_time_and_stops_wh
 
             def long_client() -> None:
                 with pytest.raises(httpx.ReadTimeout):
-                    httpx.post(url + "/v1/completions", json=long_body, timeout=httpx.Timeout(60.0, read=LEAVE_S))
+                    httpx.post(
+                        url + "/v1/completions", json=long_body, timeout=httpx.Timeout(60.0, read=LEAVE_S)
+                    )
                 left.append(time.monotonic())
 
             client = threading.Thread(target=long_client)
