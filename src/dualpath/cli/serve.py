@@ -45,7 +45,14 @@ _CAPACITY_HELP = (
     "blocks are evicted beyond it."
 )
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
-_QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
+_QUOTA_HELP = (
+    "DualPath PE batches: predicted time per forward pass (ms; what is predicted: --quota-scope), "
+    "from a predictor each PE measures at start."
+)
+_SCOPE_HELP = (
+    "What the compute quota bounds: forward (a PE batch's whole forward, so a long prompt is chunked "
+    "and never holds the PE for more than about one quota) or attention (the paper's: attention time only)."
+)
 _KVMEM_HELP = (
     "Each engine's KV memory (paged cache + buffers): bytes (2GiB, 512MiB, 1073741824), a fraction "
     "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
@@ -108,6 +115,7 @@ def serve(
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
@@ -159,7 +167,9 @@ def serve(
         kv_mooncake_master=mooncake_master,
         kv_mooncake_metadata=mooncake_metadata,
         api_key_sha256=key_sha256(api_key) if api_key else "",
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         supervisor=SupervisorConfig(
             standby=standby, restart_burst=restart_burst, restart_interval_s=restart_interval_s
@@ -271,6 +281,7 @@ def engine(
         help="Engines of one node on one host with the same id share their emulated storage NIC.",
     ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
@@ -315,7 +326,9 @@ def engine(
         kv_backend=kv_backend,
         kv_mooncake_master=mooncake_master,
         kv_mooncake_metadata=mooncake_metadata,
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
     from dualpath.runtime.cluster.kv_backend import capacity_bytes
