@@ -128,6 +128,7 @@ class OneSidedTransport(ZmqTransport):
         self._retired: list[Landing] = []  # generations holding a read that never settled
         self._regions = Regions(engine.register)
         self._ring = RingAllocator(ring_bytes)
+        self.in_place_bytes = 0  # payload bytes sent from registered buffers (no ring copy)
         self._depth = threading.Semaphore(READ_DEPTH)
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reading: _Read | None = None
@@ -161,6 +162,7 @@ class OneSidedTransport(ZmqTransport):
         copied = sum(v.nbytes for v, a in zip(views, places) if a is None)
         if total == 0 or total > self.ring_bytes:
             return super()._pack(dest_addr, items, resources)
+        self.in_place_bytes += total - copied
         off = self._ring.alloc(copied) if copied else 0
         if copied:
             resources.append(off)
