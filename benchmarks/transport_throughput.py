@@ -5,7 +5,9 @@ the way a prefill engine streams one layer of several blocks) from one transport
 in its own process, and waits for every completion (delivered into the receiver's sink, which
 copies the bytes out as the contract requires). Baselines measured in the same run: a raw loopback
 TCP socket between two processes (sendall/recv_into, no framing, no copy out) and numpy memcpy of
-the same block size from a 256 MiB arena. Each transport is compared with the raw path it rides on
+the same block size from a 256 MiB arena. The sender's blocks are ``--batch`` adjacent blocks of
+one KV buffer, which the one-sided engines (mooncake, nixl) register once (``register``) and send
+in place. Each transport is compared with the raw path it rides on
 (``RAW_PATH``): zmq, mooncake (its ``tcp`` protocol) and nixl-tcp (UCX_TLS=tcp) with TCP; shm and
 nixl-cma (UCX_TLS=cma,tcp: cross-memory attach) with memcpy. ``--repeat`` runs of everything,
 interleaved; medians printed. A transport whose engine does not import is left out with the reason
@@ -66,9 +68,13 @@ def _sender(kind: str, addr: str, total: int, block: int, batch: int, out: mp.Qu
     try:
         tx = make_transport(_factory_name(kind))
         tx.add_route("rx", addr)  # type: ignore[attr-defined]
-        payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
+        arena = np.random.default_rng(0).integers(0, 255, block * batch, dtype=np.uint8)
+        if hasattr(tx, "register"):  # one-sided engines: the KV buffer registered once, sent in place
+            tx.register(arena)
         items = [
-            TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
+            TransferItem(
+                key="r", block_index=i, layer=0, num_tokens=64, payload=arena[i * block : (i + 1) * block]
+            )
             for i in range(batch)
         ]
         tx.submit("rx", items).wait(30)  # warm-up (connections, handshakes, first-touch)
