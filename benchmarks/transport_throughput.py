@@ -69,8 +69,7 @@ def _sender(kind: str, addr: str, total: int, block: int, batch: int, out: mp.Qu
         tx = make_transport(_factory_name(kind))
         tx.add_route("rx", addr)  # type: ignore[attr-defined]
         arena = np.random.default_rng(0).integers(0, 255, block * batch, dtype=np.uint8)
-        if hasattr(tx, "register"):  # one-sided engines: the KV buffer registered once, sent in place
-            tx.register(arena)
+        tx.register(arena)  # one-sided engines: the KV buffer registered once, sent in place
         items = [
             TransferItem(
                 key="r", block_index=i, layer=0, num_tokens=64, payload=arena[i * block : (i + 1) * block]
