@@ -120,7 +120,7 @@ class OneSidedTransport(ZmqTransport):
         self.engine = engine
         self.kind = engine.kind
         self.ring_bytes = ring_bytes
-        self._send_buf = torch.empty(ring_bytes, dtype=torch.uint8)
+        self._send_buf = torch.zeros(ring_bytes, dtype=torch.uint8)  # touched now, not per first send
         self._send_mv = memoryview(self._send_buf.numpy()).cast("B")  # type: ignore[arg-type]
         self._send_addr = self._send_buf.data_ptr()
         engine.register(self._send_addr, ring_bytes)

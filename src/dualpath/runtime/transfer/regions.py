@@ -84,7 +84,7 @@ class Landing:
 
     def __init__(self, nbytes: int, gen: int, register: Callable[[int, int], None]) -> None:
         self.gen = gen
-        self.buf = torch.empty(nbytes, dtype=torch.uint8)
+        self.buf = torch.zeros(nbytes, dtype=torch.uint8)  # touched now: first-touch faults are slow
         self.mv = memoryview(self.buf.numpy()).cast("B")  # type: ignore[arg-type]
         self.addr = self.buf.data_ptr()
         self.ranges = RingAllocator(nbytes)
