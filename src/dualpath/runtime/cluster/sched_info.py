@@ -71,7 +71,7 @@ class Reporter:
         if "#" in msg.request_id:  # "#" separates a request id from its dispatch attempt
             return "bad_request", f"request id {msg.request_id!r} must not contain '#'"
         vocab = svc.hello.vocab_size
-        if any(t < 0 or t >= vocab for t in msg.prompt_token_ids):
+        if any(t < 0 or t >= vocab for t in (*msg.prompt_token_ids, *msg.generated)):
             return "bad_request", f"token ids must be in [0, {vocab})"
         limit = svc.hello.max_context_len
         if n + msg.params.max_tokens > limit:
@@ -100,9 +100,12 @@ class Reporter:
                     "tokens a decode engine's KV cache holds (raise --kv-cache-memory)")  # fmt: skip
         return None
 
-    def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
-        self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now)
-        self.counts["num_requests"] += 1
+    def submitted(
+        self, rid: str, prompt_len: int, hit_len: int, now: float, count: bool = True, had: int = 0
+    ) -> None:
+        """``had``: tokens its client has already (a resubmission); ``count``: a new request."""
+        self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now, num_tokens=had)
+        self.counts["num_requests"] += count
 
     def loaded(self, rid: str, hit_len: int) -> None:
         """The PE loaded and verified ``hit_len`` prompt tokens of KV (not more than planned). Hits
