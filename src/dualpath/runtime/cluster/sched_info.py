@@ -64,8 +64,11 @@ class Reporter:
     # ------------------------------------------------------------------ requests
     def validate(self, msg: Submit) -> tuple[str, str] | None:
         svc, n = self.svc, len(msg.prompt_token_ids)
-        if svc.hello is None or not svc.state.groups("prefill") or not svc.state.groups("decode"):
+        if svc.hello is None:
             return "unavailable", "no live prefill and decode engine registered yet"
+        for role in ("prefill", "decode"):  # (none live: wait for one the supervisor brings back)
+            if not svc.state.groups(role) and not svc.supervision.coming_back(role, time.monotonic()):
+                return "unavailable", f"no live {role} engine, and none being restarted"
         if n == 0:
             return "bad_request", "prompt_token_ids is empty"
         if "#" in msg.request_id:  # "#" separates a request id from its dispatch attempt
