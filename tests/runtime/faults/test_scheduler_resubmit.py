@@ -123,6 +123,7 @@ def test_queued_requests_are_resubmitted_to_the_restarted_scheduler(rig: Rig) ->
         assert line == "data: [DONE]"
         return ids
 
+    resubmitted = _metric(rig, "dualpath_requests_resubmitted_total")
     rig.cluster.signal(f"engine{PE}", signal.SIGSTOP)  # (so that they wait: nothing streams)
     with ThreadPoolExecutor(6) as pool:
         futs = [
@@ -141,6 +142,15 @@ def test_queued_requests_are_resubmitted_to_the_restarted_scheduler(rig: Rig) ->
         ids = got if i % 2 else _answer_ids(got)
         assert ids == _reference(rig, TOK.encode(text), 6), i
     rig.wait_whole(before + 1)
+    assert _metric(rig, "dualpath_requests_resubmitted_total") == resubmitted + 6
+
+
+def _metric(rig: Rig, name: str) -> float:
+    for line in httpx.get(rig.url + "/metrics", timeout=30).text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head == name:
+            return float(value)
+    raise AssertionError(f"{name} not in /metrics")
 
 
 def _wait_queued(rig: Rig, n: int) -> None:

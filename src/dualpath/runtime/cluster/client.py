@@ -116,6 +116,7 @@ class ClusterClient:
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
         self.resubmit_s = resubmit_s
+        self.resubmitted = 0  # requests submitted again after the scheduler's connection dropped
         self._lost_at_s = float("-inf")  # monotonic time of the last drop
         self.drops = DropCounter("cluster client")  # scheduler replies that failed validation
 
@@ -252,6 +253,7 @@ class ClusterClient:
                 )
                 if self.resubmit_s > 0 and resubmits < MAX_RESUBMITS:
                     resubmits += 1
+                    self.resubmitted += 1
                     error = await self._wait_up(str(lost))
             except ClusterUnavailableError as exc:  # (refused: no scheduler, or none of its engines)
                 if resubmits == 0:
