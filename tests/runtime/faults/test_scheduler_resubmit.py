@@ -236,3 +236,18 @@ def test_without_resubmission_a_stream_ends_with_a_clear_error(rig: Rig) -> None
     assert evs[-1].finish_reason == "error" and "scheduler" in (evs[-1].error or ""), evs[-1]
     assert [e.index for e in evs] == list(range(len(evs)))  # (the error event is the next index)
     rig.wait_whole(before + 1)
+
+
+def test_a_request_sent_while_the_scheduler_restarts_waits_for_it(rig: Rig) -> None:
+    """Sent once the server has seen the scheduler's connection drop (its /health 503): served by
+    the restarted scheduler (before: 503 at once)."""
+    rig.wait_whole()
+    before = rig.cluster.restarts.get("scheduler", 0)
+    rig.cluster.signal("scheduler", signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while httpx.get(rig.url + "/health", timeout=30).status_code != 503:
+        assert time.monotonic() < deadline, "the server never saw the scheduler gone"
+        time.sleep(0.01)
+    r = rig.post("sent while the scheduler restarts", 5)
+    assert _answer_ids(r) == _reference(rig, TOK.encode("sent while the scheduler restarts"), 5)
+    rig.wait_whole(before + 1)

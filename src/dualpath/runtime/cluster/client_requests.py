@@ -62,6 +62,7 @@ class RequestStreams:
     _streams: dict[str, asyncio.Queue[TokenEvent | Rejected | _Lost]]
     _sock: object
     lost_since_s: float | None
+    lost_reason: str
     _lost_at_s: float
     api_key: str
     liveness_s: float
@@ -91,9 +92,13 @@ class RequestStreams:
         tokens yielded so far: generation goes on after them (no token repeated, greedy tokens as
         without the fault; an unseeded sampled request gets its seed here, so it draws the same
         stream). ``MAX_RESUBMITS`` losses, or no scheduler within ``resubmit_s``, end it with an
-        error event.
+        error event. A request made within ``resubmit_s`` of a drop waits the same way for the
+        restarted scheduler (and, refused as unavailable meanwhile, tries again) before it is
+        refused with ClusterUnavailableError.
         """
-        self._check_up()
+        if self.lost_since_s is not None:
+            if await self._wait_up(self.lost_reason) is not None:
+                self._check_up()  # (raises: no scheduler within resubmit_s of the drop)
         rid = request_id or uuid.uuid4().hex
         params = params.with_seed()
         had: list[int] = []
@@ -114,8 +119,8 @@ class RequestStreams:
                     self.resubmitted += 1
                     error = await self._wait_up(str(lost))
             except ClusterUnavailableError as exc:  # (refused: no scheduler, or none of its engines)
-                if resubmits == 0:
-                    raise  # (the first submission: the HTTP layer answers 503 with Retry-After)
+                if time.monotonic() >= self._lost_at_s + self.resubmit_s:
+                    raise  # (no scheduler restart under way: the HTTP layer answers 503, Retry-After)
                 await asyncio.sleep(RESUBMIT_POLL_S)
                 error = await self._wait_up(str(exc))
             if error is not None:
