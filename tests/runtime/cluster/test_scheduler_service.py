@@ -22,6 +22,7 @@ from dualpath.runtime.cluster.messages import (
     PrefillTask,
     Query,
     QueryReply,
+    Rejected,
     Reset,
     Submit,
     Tokens,
@@ -332,3 +333,31 @@ def test_a_stale_generation_is_refused(rig: _Rig) -> None:
     assert isinstance(reply, Shutdown) and "stale" in reply.reason, reply
     h = rig.health()
     assert [(e.engine_id, e.pid, e.generation) for e in h.engines] == [(1, 1, 2)]
+
+
+def test_a_supervised_scheduler_keeps_requests_for_a_restarting_engine_before_its_first_report(
+    tmp_path: Path,
+) -> None:
+    """A scheduler its supervisor started (``SchedulerArgs.supervised``; a restart, say) has no
+    supervisor report yet: a request sent while its only PE is dead waits for the PE rather than
+    being refused (chaos run: one 503 "none being restarted" right after a scheduler restart)."""
+    cluster = ClusterConfig(kv_dir=str(tmp_path), scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
+    for supervised, refused in ((True, False), (False, True)):
+        rig = _Rig(tmp_path)
+        rig.svc.close()
+        rig.svc = SchedulerService(SchedulerArgs(cluster=cluster, supervised=supervised))
+        rig.poller = zmq.Poller()
+        rig.poller.register(rig.svc.sock, zmq.POLLIN)
+        rig.now = time.monotonic()
+        try:
+            rig.engine(0, "prefill", 0)
+            rig.engine(1, "decode", 1)
+            rig.pump(1.5)  # (the PE goes silent: declared dead; the DE keeps beating)
+            rig.heartbeat(1)
+            assert [e.alive for e in rig.health().engines] == [False, True]
+            client = rig.dealer()
+            rig.submit(client, "r1", 40, 4)
+            got = rig.held.pop(id(client), []) + _drain(client, first_ms=300)
+            assert any(isinstance(m, Rejected) for m in got) == refused, got
+        finally:
+            rig.close()

@@ -62,12 +62,13 @@ class Reporter:
         }
 
     # ------------------------------------------------------------------ requests
-    def validate(self, msg: Submit) -> tuple[str, str] | None:
+    def validate(self, msg: Submit, now: float | None = None) -> tuple[str, str] | None:
         svc, n = self.svc, len(msg.prompt_token_ids)
         if svc.hello is None:
             return "unavailable", "no live prefill and decode engine registered yet"
         for role in ("prefill", "decode"):  # (none live: wait for one the supervisor brings back)
-            if not svc.state.groups(role) and not svc.supervision.coming_back(role, time.monotonic()):
+            now = time.monotonic() if now is None else now
+            if not svc.state.groups(role) and not svc.supervision.coming_back(role, now):
                 return "unavailable", f"no live {role} engine, and none being restarted"
         if n == 0:
             return "bad_request", "prompt_token_ids is empty"

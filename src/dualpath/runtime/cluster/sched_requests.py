@@ -61,7 +61,7 @@ class RequestLifecycle:
 
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
         rid = msg.request_id
-        reject = self.report.validate(msg)
+        reject = self.report.validate(msg, now)
         if reject is not None:
             self._to_client(ident, Rejected(request_id=rid, kind=reject[0], reason=reject[1]))
             return

@@ -55,7 +55,9 @@ class SupervisionView:
         self.started_unix: dict[int, float] = {}  # engine id -> Unix time it registered
         self.loading: dict[str, Loading] = {}  # name -> the loading process
         self.report: Supervision | None = None
-        self.report_s = float("-inf")
+        # A scheduler its supervisor started (a restart, say) is supervised before the first report
+        # comes (within a second): a request sent meanwhile waits for a restarting engine.
+        self.report_s = time.monotonic() if svc.args.supervised else float("-inf")
         self.asked: dict[int, float] = {}  # engine id -> when last asked to register again
         self.no_role_since: dict[str, float] = {}
         self.retried = 0
