@@ -361,3 +361,28 @@ def test_a_supervised_scheduler_keeps_requests_for_a_restarting_engine_before_it
             assert any(isinstance(m, Rejected) for m in got) == refused, got
         finally:
             rig.close()
+
+
+def test_a_second_hello_of_the_same_process_re_registers_it_in_place(rig: _Rig) -> None:
+    """After a scheduler restart an engine can be asked to register again twice (the second ask
+    sent while its first hello waited behind a scheduler rebuilding its store index): it drops
+    every task and says hello again from the same process. Before: refused as a duplicate data
+    address (Shutdown: the engine exited, its requests failed as "lost again", chaos run). Now:
+    welcomed under its id, no death counted, its requests dispatched again."""
+    rig.engine(0, "prefill", 0)
+    de = rig.engine(1, "decode", 1)
+    client = rig.dealer()
+    rig.submit(client, "r1", 40, 4)
+    assert [m.request_id for m in _drain(de) if isinstance(m, DecodeTask)] == ["r1"]
+    de.send(encode(rig.hello(1, "decode", 1, ready=True)))
+    rig.synced(de)
+    rig.pump()
+    got = rig.held.pop(id(de), []) + _drain(de)
+    assert any(isinstance(m, Welcome) and m.engine_id == 1 for m in got), got
+    assert not any(type(m).__name__ == "Shutdown" for m in got), got
+    assert [m.request_id for m in got if isinstance(m, DecodeTask)] == ["r1#1"]
+    h = rig.health()
+    assert [(e.engine_id, e.alive) for e in h.engines] == [(0, True), (1, True)], h.engines
+    m = rig.query("metrics").metrics
+    assert m is not None and m.engine_deaths == 0
+    assert not client.poll(50)  # (the client saw nothing of it)
