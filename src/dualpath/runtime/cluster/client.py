@@ -77,6 +77,8 @@ class ClusterClient(RequestStreams):
         self.lost_since_s: float | None = None  # monotonic time the connection dropped (None: up)
         self.lost_reason = ""
         self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected | _Lost]] = {}
+        self._end_reasons: dict[str, str] = {}  # request id -> the reason its Abort will give
+        self._active: set[str] = set()  # ids of the requests ``generate`` is streaming
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
         self.resubmit_s = resubmit_s
@@ -181,6 +183,16 @@ class ClusterClient(RequestStreams):
             await self.connect()
         assert self._sock is not None
         await self._sock.send_multipart([b"", encode(msg)])  # type: ignore[arg-type]
+
+    def end(self, request_id: str, reason: str) -> None:
+        """Say why the stream of ``request_id`` is about to be closed early: "stop" (the caller
+        has what it wanted, e.g. a stop string matched: the cluster counts it finished) or
+        "failed" (the caller gave up on the cluster: counted failed). Without it, closing early
+        counts the request cancelled (its client went away)."""
+        if reason not in ("stop", "failed", "cancelled"):
+            raise ValueError(f"end reason {reason!r}: choices are stop, failed, cancelled")
+        if request_id in self._active:
+            self._end_reasons[request_id] = reason
 
     async def _query(self, what: str, msg: object = None) -> QueryReply:
         self._check_up()

@@ -60,6 +60,8 @@ class RequestStreams:
     ``resubmit_s``); counts ``resubmitted``."""
 
     _streams: dict[str, asyncio.Queue[TokenEvent | Rejected | _Lost]]
+    _end_reasons: dict[str, str]
+    _active: set[str]
     _sock: object
     lost_since_s: float | None
     lost_reason: str
@@ -100,12 +102,26 @@ class RequestStreams:
             if await self._wait_up(self.lost_reason) is not None:
                 self._check_up()  # (raises: no scheduler within resubmit_s of the drop)
         rid = request_id or uuid.uuid4().hex
-        params = params.with_seed()
+        self._active.add(rid)
+        try:
+            async with aclosing(self._resubmitting(rid, prompt_token_ids, params.with_seed())) as evs:
+                async for ev in evs:
+                    yield ev
+        finally:
+            self._active.discard(rid)
+            self._end_reasons.pop(rid, None)
+
+    async def _resubmitting(
+        self, rid: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> AsyncGenerator[TokenEvent, None]:
+        """``generate``'s submissions of request ``rid``: the first, then one per scheduler loss."""
         had: list[int] = []
         key, resubmits = rid, 0
         while True:
             try:
-                async with aclosing(self._attempt(key, prompt_token_ids, params, had, resubmits > 0)) as evs:
+                async with aclosing(
+                    self._attempt(key, rid, prompt_token_ids, params, had, resubmits > 0)
+                ) as evs:
                     async for ev in evs:
                         had.append(ev.token_id)
                         yield ev if key == rid else msgspec.structs.replace(ev, request_id=rid)
@@ -143,10 +159,11 @@ class RequestStreams:
         return None
 
     async def _attempt(
-        self, key: str, prompt: list[int], params: SamplingParams, had: list[int], resubmitted: bool
+        self, key: str, rid: str, prompt: list[int], params: SamplingParams, had: list[int], resubmitted: bool
     ) -> AsyncGenerator[TokenEvent, None]:
-        """One submission under ``key`` (after ``had``): its events; raises SchedulerLost when the
-        connection drops, a ClusterError when it is refused."""
+        """One submission of request ``rid`` under ``key`` (after ``had``): its events; raises
+        SchedulerLost when the connection drops, a ClusterError when it is refused. Closed early,
+        it aborts the request with the reason ``end`` gave (else "cancelled")."""
         queue: asyncio.Queue[TokenEvent | Rejected | _Lost] = asyncio.Queue()
         self._streams[key] = queue
         finished = False
@@ -167,8 +184,9 @@ class RequestStreams:
         finally:
             self._streams.pop(key, None)
             if not finished and self._sock is not None:
+                reason = self._end_reasons.get(rid, "cancelled")
                 try:
-                    await self._send(Abort(request_id=key, api_key=self.api_key))
+                    await self._send(Abort(request_id=key, reason=reason, api_key=self.api_key))  # type: ignore[arg-type]
                 except Exception:
                     pass
 
