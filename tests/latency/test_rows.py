@@ -25,7 +25,9 @@ def _row(backend: str, source: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize(("backend", "chosen"), [("vllm", "aiconfigurator"), ("trtllm", "aiconfigurator"), ("sglang", "backend")])
+@pytest.mark.parametrize(
+    ("backend", "chosen"), [("vllm", "aiconfigurator"), ("trtllm", "aiconfigurator"), ("sglang", "backend")]
+)
 def test_auto_takes_generated_limits_for_the_gap_analysis_collection(backend: str, chosen: str) -> None:
     row = _row(backend, GAP.format(b=backend))
     assert limits_of(row, backend, "auto") == chosen

@@ -172,7 +172,9 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
     backend = (text(row, "backend") or "trtllm").lower()
     chosen = limits_of(row, backend, limits)
     if chosen == "aiconfigurator" and limits == "auto":
-        assumed.append(f"engine limits: AIConfigurator-generated (a {backend} row of its gap-analysis collection)")
+        assumed.append(
+            f"engine limits: AIConfigurator-generated (a {backend} row of its gap-analysis collection)"
+        )
     ratio = 1.0
     if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
         ratio = INFERENCEMAX_RANGE_RATIO
