@@ -44,7 +44,14 @@ _CAPACITY_HELP = (
     "blocks are evicted beyond it."
 )
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
-_QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
+_QUOTA_HELP = (
+    "DualPath PE batches: predicted time per forward pass (ms; what is predicted: --quota-scope), "
+    "from a predictor each PE measures at start."
+)
+_SCOPE_HELP = (
+    "What the compute quota bounds: forward (a PE batch's whole forward, so a long prompt is chunked "
+    "and never holds the PE for more than about one quota) or attention (the paper's: attention time only)."
+)
 _KVMEM_HELP = (
     "Each engine's KV memory (paged cache + buffers): bytes (2GiB, 512MiB, 1073741824), a fraction "
     "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
@@ -101,6 +108,7 @@ def serve(
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
@@ -146,7 +154,9 @@ def serve(
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
         api_key_sha256=key_sha256(api_key) if api_key else "",
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         supervisor=SupervisorConfig(
             standby=standby, restart_burst=restart_burst, restart_interval_s=restart_interval_s
@@ -245,6 +255,7 @@ def engine(
         help="Engines of one node on one host with the same id share their emulated storage NIC.",
     ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
@@ -253,9 +264,23 @@ def engine(
         help="The cluster's CURVE key file (printed by dualpath serve "
         "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster.",
     ),
+    restart_on_exit: bool = typer.Option(
+        False,
+        "--restart-on-exit",
+        help="Run the engine as a child and start it again whenever it exits (0.5 s backoff doubling "
+        "to 10 s; gives up after --restart-burst restarts within --restart-interval-s). SIGTERM stops it.",
+    ),
+    restart_burst: int = typer.Option(
+        default_of(SupervisorConfig, "restart_burst"),
+        help="With --restart-on-exit: restarts before giving up.",
+    ),
+    restart_interval_s: float = typer.Option(
+        default_of(SupervisorConfig, "restart_interval_s"), help="The window of --restart-burst (seconds)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
-    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
+    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it;
+    with --restart-on-exit, until SIGTERM)."""
     require_serve_extra("engine")
     from dualpath.runtime.cluster.engine_main import run_engine
     from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
@@ -269,7 +294,9 @@ def engine(
         host=host,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
     from dualpath.runtime.cluster.memory import check_fits
@@ -277,20 +304,28 @@ def engine(
     check_fits(kv_cache_memory, 1)
     capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
-    run_engine(
-        EngineArgs(
-            cluster=cluster,
-            scheduler=addr,
-            role=role,
-            node_id=node_id,
-            engine_id=engine_id,
-            cluster_id=cluster_id,
-            kv_capacity_bytes=capacity,
-            key_file=key_file,
-        )
+    args = EngineArgs(
+        cluster=cluster,
+        scheduler=addr,
+        role=role,
+        node_id=node_id,
+        engine_id=engine_id,
+        cluster_id=cluster_id,
+        kv_capacity_bytes=capacity,
+        key_file=key_file,
     )
+    status = 0
+    if restart_on_exit:
+        from dualpath.runtime.cluster.engine_keeper import keep_running
+
+        sup = SupervisorConfig(restart_burst=restart_burst, restart_interval_s=restart_interval_s)
+        status = keep_running(args, sup)
+    else:
+        run_engine(args)
     if json_out:
-        print_json({"role": role, "scheduler": addr, "stopped": True})
+        print_json({"role": role, "scheduler": addr, "stopped": True, "status": status})
+    if status:
+        raise typer.Exit(status)
 
 
 def _demo_option(name: str, text: str) -> Any:

@@ -98,14 +98,20 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
         return PREFILL_TOKENS_PER_S.get(model, PREFILL_TOKENS_PER_S_OTHER)
 
 
+QUOTA_SCOPES = ("forward", "attention")  # what a PE's compute quota bounds (EngineConfig.quota_scope)
+
+
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Every engine's knobs.
 
-    ``compute_quota_s`` caps a PE batch's predicted attention time per forward pass under the
-    dualpath policies' quota batching (the paper's 300 ms; on a 1-thread CPU SmolLM2 this packs
-    two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
-    predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
-    ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
+    ``compute_quota_s`` caps a PE batch's predicted time per forward pass under the dualpath
+    policies' quota batching (300 ms, the paper's number). ``quota_scope`` says what is predicted:
+    "forward" (default: the whole forward, measured by each PE at start on its own device,
+    ``runtime/engine/profile.forward_predictor``, so one batch holds the PE for about one quota
+    whatever dominates it) or "attention" (the paper's: attention time only, which on a 1-thread CPU
+    is a small part of a forward; docs/cluster.md). ``attention_s_per_gflop`` > 0 fixes an attention
+    line instead of measuring (with ``attention_intercept_s`` per forward; deterministic tests). The
+    baselines batch by ``max_batch_tokens`` new tokens.
     ``kv_cache_memory``: each engine's KV memory (``--kv-cache-memory``: bytes such as "512MiB",
     a fraction <= 1 of the available memory, or "auto"; ``runtime/cluster/memory.py`` says how it is
     split and what it holds); ``heartbeat_s``: load report period.
@@ -115,7 +121,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str = "float32"
     kv_cache_memory: str = AUTO
     compute_quota_s: float = COMPUTE_QUOTA_S
-    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
+    quota_scope: str = "forward"
+    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its predictor at start
     attention_intercept_s: float = 0.0
     max_batch_tokens: int = 2048
     heartbeat_s: float = 0.2
@@ -125,6 +132,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choices: {', '.join(DTYPES)}")
         parse_memory(self.kv_cache_memory)
         require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
+        require(self.quota_scope in QUOTA_SCOPES, "quota_scope", self.quota_scope,
+                f"choices: {', '.join(QUOTA_SCOPES)}")  # fmt: skip
         require(
             self.attention_s_per_gflop >= 0,
             "attention_s_per_gflop",
@@ -289,6 +298,7 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
     weights_dir: str = ""  # packed weights shared by this host's engines (model/packed.py); "" = own copy
     generation: int = 0  # this engine id's incarnation (the supervisor counts its restarts)
+    id_file: str = ""  # if set, the engine id the scheduler gave is written here (engine_keeper.py)
 
 
 # ``dualpath demo``: system name -> (policy, read_free).

@@ -7,6 +7,7 @@ then ``EngineReady`` and the main loop (``engine_loop.py``). The parts are ``eng
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -83,6 +84,8 @@ def run(
         raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
     assert isinstance(welcome, Welcome), welcome
     eid = welcome.engine_id
+    if args.id_file:  # (a keeper restarts this engine under the same id)
+        Path(args.id_file).write_text(str(eid))
     drops: DropCounter = transport.drops  # type: ignore[attr-defined]  # one counter per process
     drops.who = f"engine {eid} ({args.role})"
     print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {transport.address}", flush=True)  # type: ignore[attr-defined]
