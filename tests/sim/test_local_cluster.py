@@ -120,6 +120,15 @@ def test_the_simulated_engines_use_their_pools() -> None:
     assert small.max_context_tokens < de.max_context_tokens
     with pytest.raises(ConfigError, match="kv_cache_bytes"):
         LocalClusterSpec(kv_cache_bytes=0)
+    # a turn longer than the DE's paged cache is refused, as the runtime refuses it, naming why
+    tight = SimConfig(
+        system=get_system("dualpath"),
+        cluster=LocalClusterSpec(kv_cache_bytes=64 << 20),
+        profile=profile,
+        calibration=LOCAL_CALIBRATION,
+    )
+    with pytest.raises(Exception, match="paged cache"):
+        run_one(tight, _trajs())
 
 
 def test_the_local_cluster_is_built_as_the_runtime_runs_it() -> None:

@@ -260,7 +260,12 @@ class Simulation:
                 "cluster",
                 self.config.cluster.name,
                 f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
-                f"at most {self.max_de_tokens} (weights leave too little HBM)",
+                f"at most {self.max_de_tokens} "
+                + (
+                    "(its paged cache: a larger kv_cache_bytes)"
+                    if self.local
+                    else "(weights leave too little HBM)"
+                ),
             )
         self.adapter.arrive(req)
         self._request_tick()
