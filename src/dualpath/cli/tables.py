@@ -71,6 +71,40 @@ def models(json_out: JsonOpt = False) -> None:
     )
 
 
+# ``dualpath hardware``'s columns: field -> header
+GPU_COLUMNS = {
+    "name": "GPU",
+    "year": "year",
+    "bf16_tflops": "BF16 (TFLOPS)",
+    "fp8_tflops": "FP8 (TFLOPS)",
+    "fp4_tflops": "FP4 (TFLOPS)",
+    "hbm_gb": "HBM (GB)",
+    "hbm_bandwidth_gbs": "HBM (GB/s)",
+    "tdp_w": "TDP (W)",
+    "nic_gbps": "NIC (Gbit/s)",
+}
+NODE_COLUMNS = {
+    "name": "node",
+    "gpu": "GPU",
+    "num_gpus": "GPUs",
+    "cnic_gbps": "compute NIC (Gbit/s)",
+    "num_snics": "storage NICs",
+    "snic_gbps": "storage NIC (Gbit/s)",
+    "dram_bandwidth_gbs": "DRAM (GB/s)",
+    "dram_buffer_gb": "DRAM buffer (GB)",
+}
+CLUSTER_COLUMNS = {
+    "name": "cluster",
+    "model": "model",
+    "node": "node",
+    "num_prefill_nodes": "prefill nodes",
+    "num_decode_nodes": "decode nodes",
+    "num_gpus": "GPUs",
+    "dram_buffer_gb": "DRAM buffer (GB)",
+    "parallelism": "parallelism",
+}
+
+
 def hardware(json_out: JsonOpt = False) -> None:
     """List GPUs, nodes and cluster presets."""
     from dataclasses import asdict
@@ -85,49 +119,9 @@ def hardware(json_out: JsonOpt = False) -> None:
         print_json({"gpus": gpus, "nodes": nodes, "clusters": clusters})
         return
     views = (
-        (
-            "GPUs (dense TFLOPS)",
-            gpus,
-            {
-                "name": "GPU",
-                "year": "year",
-                "bf16_tflops": "BF16 (TFLOPS)",
-                "fp8_tflops": "FP8 (TFLOPS)",
-                "fp4_tflops": "FP4 (TFLOPS)",
-                "hbm_gb": "HBM (GB)",
-                "hbm_bandwidth_gbs": "HBM (GB/s)",
-                "tdp_w": "TDP (W)",
-                "nic_gbps": "NIC (Gbit/s)",
-            },
-        ),
-        (
-            "Nodes",
-            nodes,
-            {
-                "name": "node",
-                "gpu": "GPU",
-                "num_gpus": "GPUs",
-                "cnic_gbps": "compute NIC (Gbit/s)",
-                "num_snics": "storage NICs",
-                "snic_gbps": "storage NIC (Gbit/s)",
-                "dram_bandwidth_gbs": "DRAM (GB/s)",
-                "dram_buffer_gb": "DRAM buffer (GB)",
-            },
-        ),
-        (
-            "Cluster presets",
-            clusters,
-            {
-                "name": "cluster",
-                "model": "model",
-                "node": "node",
-                "num_prefill_nodes": "prefill nodes",
-                "num_decode_nodes": "decode nodes",
-                "num_gpus": "GPUs",
-                "dram_buffer_gb": "DRAM buffer (GB)",
-                "parallelism": "parallelism",
-            },
-        ),
+        ("GPUs (dense TFLOPS)", gpus, GPU_COLUMNS),
+        ("Nodes", nodes, NODE_COLUMNS),
+        ("Cluster presets", clusters, CLUSTER_COLUMNS),
     )
     for title, rows, cols in views:
         _print(title, list(cols.values()), [[r[c] for c in cols] for r in rows])
