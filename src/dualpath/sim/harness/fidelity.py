@@ -184,11 +184,27 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _points(res: dict, scale: FidelityScale) -> list[dict]:
-    """The published points from the finished runs."""
-    pts: list[dict] = []
-    div = scale.agent_divisor
+    """The published points from the finished runs, in the order of spec section 10."""
+    points = _Points(res, scale)
+    points.offline_jct()
+    points.ablation()
+    points.balance()
+    points.online_capacity()
+    points.scale_jct()
+    points.scale_online()
+    return points.pts
+
+
+class _Points:
+    """Collects the published points (``add``) from the runs ``res`` of one ``FidelityScale``."""
+
+    def __init__(self, res: dict, scale: FidelityScale) -> None:
+        self.res, self.scale = res, scale
+        self.div = scale.agent_divisor
+        self.pts: list[dict] = []
 
     def add(
+        self,
         pid: str,
         group: str,
         published: float,
@@ -197,7 +213,7 @@ def _points(res: dict, scale: FidelityScale) -> list[dict]:
         setting: str,
         scaled: str = "",
     ) -> None:
-        pts.append(
+        self.pts.append(
             {
                 "point": pid,
                 "group": group,
@@ -210,146 +226,143 @@ def _points(res: dict, scale: FidelityScale) -> list[dict]:
             }
         )
 
-    def off(n: int, system: str, maxlen: int = 65536, pd: str = "2p4d") -> dict:
-        return res[("offline", DS660, pd, maxlen, n, system)]
+    def off(self, n: int, system: str, maxlen: int = 65536, pd: str = "2p4d") -> dict:
+        """The offline run of ``system`` with ``n`` published agents (scaled down)."""
+        return self.res[("offline", DS660, pd, maxlen, self.scale.agents(n), system)]
 
-    agents_note = (lambda n: f"{scale.agents(n)} agents instead of {n}") if div > 1 else (lambda n: "")
-    for system, pubs in PUB_JCT_S.items():
-        for n, pub in zip(AGENTS, pubs):
-            add(
-                f"jct {system} {n}",
-                "offline JCT (DS 660B 64K 2P4D)",
-                pub,
-                off(scale.agents(n), system)["jct_s"],
-                "s",
-                f"{system}, {n} agents",
-                agents_note(n),
-            )
-    ratios = [
-        _ratio(off(scale.agents(n), "basic")["jct_s"], off(scale.agents(n), "dualpath")["jct_s"])
-        for n in AGENTS
-    ]
-    add(
-        "headline basic/dualpath",
-        "offline JCT (DS 660B 64K 2P4D)",
-        PUB_HEADLINE,
-        max((r for r in ratios if r is not None), default=None),
-        "x",
-        "max over 512-4,096 agents of Basic/DualPath",
-        f"agents / {div}" if div > 1 else "",
-    )
-    for system, steps in PUB_ABLATION_S.items():
-        for n, step in zip(ABLATION_AGENTS, steps):
-            add(
-                f"ablation {system} {n}",
+    def agents_note(self, n: int) -> str:
+        return f"{self.scale.agents(n)} agents instead of {n}" if self.div > 1 else ""
+
+    def divisor_note(self) -> str:
+        return f"agents / {self.div}" if self.div > 1 else ""
+
+    def offline_jct(self) -> None:
+        """Each system's JCT at 512-4,096 agents, and the headline Basic/DualPath ratio."""
+        for system, pubs in PUB_JCT_S.items():
+            for n, pub in zip(AGENTS, pubs):
+                jct = self.off(n, system)["jct_s"]
+                setting = f"{system}, {n} agents"
+                self.add(
+                    f"jct {system} {n}",
+                    "offline JCT (DS 660B 64K 2P4D)",
+                    pub,
+                    jct,
+                    "s",
+                    setting,
+                    self.agents_note(n),
+                )
+        ratios = [_ratio(self.off(n, "basic")["jct_s"], self.off(n, "dualpath")["jct_s"]) for n in AGENTS]
+        self.add(
+            "headline basic/dualpath",
+            "offline JCT (DS 660B 64K 2P4D)",
+            PUB_HEADLINE,
+            max((r for r in ratios if r is not None), default=None),
+            "x",
+            "max over 512-4,096 agents of Basic/DualPath",
+            self.divisor_note(),
+        )
+
+    def ablation(self) -> None:
+        """The ablation steps' JCTs and their mean JCT change against Basic."""
+        for system, steps in PUB_ABLATION_S.items():
+            for n, step in zip(ABLATION_AGENTS, steps):
+                jct = self.off(n, system)["jct_s"]
+                setting = f"{dict(ABLATION)[system]}, {n} agents"
+                self.add(
+                    f"ablation {system} {n}", "ablation JCT", step, jct, "s", setting, self.agents_note(n)
+                )
+        for system, pct in PUB_ABLATION_REDUCTION_PCT.items():
+            red = [
+                100.0 * (self.off(n, system)["jct_s"] / self.off(n, "basic")["jct_s"] - 1.0)
+                for n in ABLATION_AGENTS
+            ]
+            self.add(
+                f"ablation reduction {system}",
                 "ablation JCT",
-                step,
-                off(scale.agents(n), system)["jct_s"],
-                "s",
-                f"{dict(ABLATION)[system]}, {n} agents",
-                agents_note(n),
+                pct,
+                sum(red) / len(red),
+                "%",
+                f"{dict(ABLATION)[system]}: mean JCT change vs Basic at 1,024 / 2,048",
+                self.divisor_note(),
             )
-    for system, pct in PUB_ABLATION_REDUCTION_PCT.items():
-        red = [
-            100.0 * (off(scale.agents(n), system)["jct_s"] / off(scale.agents(n), "basic")["jct_s"] - 1.0)
-            for n in ABLATION_AGENTS
-        ]
-        add(
-            f"ablation reduction {system}",
-            "ablation JCT",
-            pct,
-            sum(red) / len(red),
-            "%",
-            f"{dict(ABLATION)[system]}: mean JCT change vs Basic at 1,024 / 2,048",
-            f"agents / {div}" if div > 1 else "",
-        )
-    for system, ratio in PUB_SNIC.items():
-        add(
-            f"snic max/avg {system}",
+
+    def balance(self) -> None:
+        """Storage-NIC bytes max/avg, and the early attention max/avg inside a PE EP group."""
+        for system, ratio in PUB_SNIC.items():
+            snic = self.off(1024, system)["snic_max_over_avg"]
+            setting = f"{system}, 1,024 agents (ablation setting)"
+            self.add(f"snic max/avg {system}", "balance", ratio, snic, "x", setting, self.agents_note(1024))
+        self.add(
+            "attn max/avg early dualpath",
             "balance",
-            ratio,
-            off(scale.agents(1024), system)["snic_max_over_avg"],
+            PUB_ATTN_EARLY,
+            self.off(512, "dualpath")["attn_max_over_avg_early"],
             "x",
-            f"{system}, 1,024 agents (ablation setting)",
-            agents_note(1024),
+            "DualPath PE EP groups: each GPU's attention time over the iterations before 5% of the "
+            "requests had their first token, max / mean over the group's GPUs, 512 agents",
+            self.agents_note(512),
         )
-    add(
-        "attn max/avg early dualpath",
-        "balance",
-        PUB_ATTN_EARLY,
-        off(scale.agents(512), "dualpath")["attn_max_over_avg_early"],
-        "x",
-        "DualPath PE EP groups: each GPU's attention time over the iterations before 5% of the "
-        "requests had their first token, max / mean over the group's GPUs, 512 agents",
-        agents_note(512),
-    )
-    online_note = f"horizon {scale.horizon_s:g} s, rates {{}}" if scale.horizon_s != 3600.0 else ""
-    for model, pd in ((DS660, "2p4d"), (DS27, "1p1d")):
-        rates = scale.rates_ds660 if model == DS660 else scale.rates_ds27
-        note = online_note.format("/".join(f"{r:g}" for r in rates)) if online_note else ""
-        caps = {}
-        for system in ("basic", "dualpath"):
-            caps[system] = res[("sweep", model, pd, system)]["capacity_aps"]
-            add(
-                f"capacity {model} {system}",
-                "online capacity",
-                PUB_CAPACITY_APS[(model, system)],
-                caps[system],
-                "APS",
-                f"{model} {pd.upper()}, {system}",
-                note,
-            )
-        add(
-            f"capacity ratio {model}",
-            "online capacity",
-            PUB_CAPACITY_RATIO[model],
-            _ratio(caps["dualpath"], caps["basic"]),
-            "x",
-            f"{model} DualPath / Basic",
-            note,
+
+    def online_capacity(self) -> None:
+        """Basic's and DualPath's online capacity per model, and their ratio."""
+        scale = self.scale
+        online_note = f"horizon {scale.horizon_s:g} s, rates {{}}" if scale.horizon_s != 3600.0 else ""
+        for model, pd in ((DS660, "2p4d"), (DS27, "1p1d")):
+            rates = scale.rates_ds660 if model == DS660 else scale.rates_ds27
+            note = online_note.format("/".join(f"{r:g}" for r in rates)) if online_note else ""
+            caps = {}
+            for system in ("basic", "dualpath"):
+                caps[system] = self.res[("sweep", model, pd, system)]["capacity_aps"]
+                pub = PUB_CAPACITY_APS[(model, system)]
+                setting = f"{model} {pd.upper()}, {system}"
+                self.add(
+                    f"capacity {model} {system}", "online capacity", pub, caps[system], "APS", setting, note
+                )
+            ratio = _ratio(caps["dualpath"], caps["basic"])
+            pub_ratio = PUB_CAPACITY_RATIO[model]
+            setting = f"{model} DualPath / Basic"
+            self.add(f"capacity ratio {model}", "online capacity", pub_ratio, ratio, "x", setting, note)
+
+    def scale_jct(self) -> None:
+        """DualPath's JCT on 2P4D and on the large cluster (48P96D, or the scale's smaller one)."""
+        scale = self.scale
+        self.add(
+            "scale jct 2p4d",
+            "scale",
+            PUB_SCALE_JCT_S["2p4d"],
+            self.off(2048, "dualpath", SCALE_MAXLEN)["jct_s"],
+            "s",
+            "DualPath 2P4D, 2,048 agents, 48K (MaxLen assumed)",
+            self.agents_note(2048),
         )
-    add(
-        "scale jct 2p4d",
-        "scale",
-        PUB_SCALE_JCT_S["2p4d"],
-        off(scale.agents(2048), "dualpath", SCALE_MAXLEN)["jct_s"],
-        "s",
-        "DualPath 2P4D, 2,048 agents, 48K (MaxLen assumed)",
-        agents_note(2048),
-    )
-    big = scale.agents(2048) * _units(scale.large_pd)
-    add(
-        "scale jct 48p96d",
-        "scale",
-        PUB_SCALE_JCT_S["48p96d"],
-        off(big, "dualpath", SCALE_MAXLEN, scale.large_pd)["jct_s"],
-        "s",
-        "DualPath 48P96D, 49,152 agents, 48K (MaxLen assumed)",
-        f"{scale.large_pd.upper()} with {big} agents" if scale.large_pd != "48p96d" else "",
-    )
-    for pd, (aps, ttft, ttst, tpot) in PUB_SCALE_ONLINE.items():
-        run_pd = pd if pd == "2p4d" else scale.large_online_pd
-        run_aps = aps if pd == "2p4d" else round(0.4 * _units(run_pd), 6)
-        r = res[("online", DS660, run_pd, "dualpath", run_aps)]
-        note = "; ".join(
-            x
-            for x in (
+        big = scale.agents(2048) * _units(scale.large_pd)
+        self.add(
+            "scale jct 48p96d",
+            "scale",
+            PUB_SCALE_JCT_S["48p96d"],
+            self.res[("offline", DS660, scale.large_pd, SCALE_MAXLEN, big, "dualpath")]["jct_s"],
+            "s",
+            "DualPath 48P96D, 49,152 agents, 48K (MaxLen assumed)",
+            f"{scale.large_pd.upper()} with {big} agents" if scale.large_pd != "48p96d" else "",
+        )
+
+    def scale_online(self) -> None:
+        """DualPath's mean TTFT, TTST and TPOT online on 2P4D and on the large cluster."""
+        scale = self.scale
+        for pd, (aps, ttft, ttst, tpot) in PUB_SCALE_ONLINE.items():
+            run_pd = pd if pd == "2p4d" else scale.large_online_pd
+            run_aps = aps if pd == "2p4d" else round(0.4 * _units(run_pd), 6)
+            r = self.res[("online", DS660, run_pd, "dualpath", run_aps)]
+            notes = (
                 f"{run_pd.upper()} at {run_aps:g} APS" if run_pd != pd else "",
                 f"horizon {scale.horizon_s:g} s" if scale.horizon_s != 3600.0 else "",
             )
-            if x
-        )
-        for name, lat_s in (("ttft", ttft), ("ttst", ttst), ("tpot", tpot)):
-            add(
-                f"online {pd} {name}",
-                "scale (online)",
-                lat_s,
-                r[f"{name}_mean_s"],
-                "s",
-                f"DualPath {pd.upper()} at {aps:g} APS, mean {name.upper()}",
-                note,
-            )
-    return pts
+            note = "; ".join(x for x in notes if x)
+            for name, lat_s in (("ttft", ttft), ("ttst", ttst), ("tpot", tpot)):
+                setting = f"DualPath {pd.upper()} at {aps:g} APS, mean {name.upper()}"
+                self.add(
+                    f"online {pd} {name}", "scale (online)", lat_s, r[f"{name}_mean_s"], "s", setting, note
+                )
 
 
 def _measured(res: dict, scale: FidelityScale) -> list[dict]:
