@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dualpath.sim.calibration import Calibration
-    from dualpath.sim.cluster import ClusterSpec
+    from dualpath.spec.clusters import ClusterPreset
 
 SIM_HELP = "Simulate a PD-disaggregated cluster serving agent trajectories (Basic, DualPath, Oracle...)."
 
@@ -89,7 +89,7 @@ class _Run:
 
     opts: SimulateOptions
     calibration: Calibration
-    cluster: ClusterSpec
+    cluster: ClusterPreset
     ties: dict[str, str]  # the tie-break choices asked for (they go into the result)
 
     def sim_config(self, name: str, out_dir: str | None) -> dict[str, Any]:
