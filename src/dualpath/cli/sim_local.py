@@ -39,9 +39,14 @@ def local_trajectories(*, agents: int, max_turns: int, scale: float, max_len: in
     from dualpath.workload import Trajectory, Turn
 
     cfg = BenchConfig(
-        url="http://local", dataset_name="agents", num_agents=agents, maxlen=max_len,
-        max_turns=max_turns, length_scale=scale, seed=seed,
-    )  # fmt: skip
+        url="http://local",
+        dataset_name="agents",
+        num_agents=agents,
+        maxlen=max_len,
+        max_turns=max_turns,
+        length_scale=scale,
+        seed=seed,
+    )
     out = []
     for a in build_agents(cfg, max_len):
         turns = tuple(Turn(append_len=t.append_len, gen_len=t.gen_len) for t in a.turns)
@@ -176,8 +181,10 @@ def run_profile_cli(*, out: str, model: str, quick: bool, json_out: bool) -> Non
     if json_out:
         print_json(summary)
     else:
-        err.print(f"wrote {out}: {summary['prefill_points']} prefill and {summary['decode_points']} "
-                  f"decode points of {profile.model} in {summary['wall_s']:.0f} s")  # fmt: skip
+        err.print(
+            f"wrote {out}: {summary['prefill_points']} prefill and {summary['decode_points']} "
+            f"decode points of {profile.model} in {summary['wall_s']:.0f} s"
+        )
 
 
 # ``--quick``: a coarse grid (a smoke check, not a profile to compare a cluster against)
