@@ -146,6 +146,18 @@ def _median(values: list[float]) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
+def _summary(points: list[dict]) -> dict:
+    """How many points have an error, its median and worst |value|, how many within 10%."""
+    errors = [abs(p["rel_error"]) for p in points if p["rel_error"] is not None]
+    return {
+        "points": len(points),
+        "with_error": len(errors),
+        "median_abs_rel_error": _median(errors),
+        "max_abs_rel_error": max(errors) if errors else None,
+        "within_10pct": sum(e <= 0.10 for e in errors),
+    }
+
+
 def run_fidelity(
     scale: FidelityScale,
     progress: Callable[[str], None] | None = None,
@@ -182,19 +194,12 @@ def run_fidelity(
             progress(" ".join(str(x) for x in run))
         res[run] = _execute(run, scale, trajs, kw)
     points = _points(res, scale)
-    errors = [abs(p["rel_error"]) for p in points if p["rel_error"] is not None]
     return {
         "scale": scale.name,
         "agent_divisor": scale.agent_divisor,
         "horizon_s": scale.horizon_s,
         "points": points,
-        "summary": {
-            "points": len(points),
-            "with_error": len(errors),
-            "median_abs_rel_error": _median(errors),
-            "max_abs_rel_error": max(errors) if errors else None,
-            "within_10pct": sum(e <= 0.10 for e in errors),
-        },
+        "summary": _summary(points),
         "not_simulated": [{"published": p, "reason": r} for p, r in NOT_SIMULATED],
         "measured": _measured(res, scale),
         "runs": len(runs),
