@@ -16,6 +16,7 @@ from dualpath.cli._common import (
     require_serve_extra,
 )
 from dualpath.policy.scheduler import POLICY_NAMES
+from dualpath.runtime.choices import KV_BACKEND_NAMES
 from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
 
 
@@ -56,6 +57,16 @@ def scheduler(
     state_file: str = typer.Option(
         "", help="Keep the operator settings and counters here across restarts of this scheduler."
     ),
+    kv_backend: str = typer.Option(
+        default_of(ClusterConfig, "kv_backend"),
+        help=choices_help(
+            "The engines' --kv-backend (where their blocks live; docs/kvstore.md)", KV_BACKEND_NAMES
+        ),
+    ),
+    mooncake_master: str = typer.Option("", help="mooncake: the store's mooncake_master HOST:PORT."),
+    mooncake_metadata: str = typer.Option(
+        "", help="mooncake: its HTTP metadata URL (http://HOST:PORT/metadata)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the address) at start."),
 ) -> None:
     """Run the scheduler service on HOST:PORT until SIGTERM or Ctrl-C; engines join it with
@@ -77,13 +88,24 @@ def scheduler(
         if Path(key_file).exists():
             raise ConfigError("key_file", key_file, "exists already; --create-key writes a new one")
         ClusterKeys.generate().write(key_file)
-    check_kv_dir(kv_dir)
+    if kv_backend == "mooncake" and not mooncake_master:
+        raise ConfigError(
+            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
+        )
+    from dualpath.runtime.kvstore.backends import check_available
+
+    check_available(kv_backend)  # (its package missing: one error line naming it, now)
+    if kv_backend != "mooncake":
+        check_kv_dir(kv_dir)
     cluster = ClusterConfig(
         kv_dir=kv_dir,
         model=model,
         policy=policy,
         host=host,
         scheduler_port=port,
+        kv_backend=kv_backend,
+        kv_mooncake_master=mooncake_master,
+        kv_mooncake_metadata=mooncake_metadata,
         traffic=TrafficConfig(snic_gbps=snic_gbps),
         scheduler=SchedulerServiceConfig(
             storage_read_gbps=storage_read_gbps, engine_timeout_s=engine_timeout_s

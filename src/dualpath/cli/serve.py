@@ -16,9 +16,10 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
+from dualpath.core.errors import ConfigError
 from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICY_NAMES
-from dualpath.runtime.choices import ROLES, TRANSPORT_NAMES
+from dualpath.runtime.choices import KV_BACKEND_NAMES, ROLES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.config import (
     DEMO_SYSTEMS,
     ClusterConfig,
@@ -57,6 +58,12 @@ _KVMEM_HELP = (
     "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
 )
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
+_BACKEND_HELP = choices_help(
+    "Where KV blocks live (posix, nixl-posix: files under --kv-dir; mooncake: Mooncake Store; docs/kvstore.md)",
+    KV_BACKEND_NAMES,
+)
+_MASTER_HELP = "mooncake: an existing mooncake_master's HOST:PORT (empty: serve starts one with a holder)."
+_META_HELP = "mooncake: that master's HTTP metadata URL (http://HOST:PORT/metadata)."
 _SERVE_STANDBY = 1  # serve keeps one warm spare: a restart in seconds, not a cold model load
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
@@ -112,6 +119,9 @@ def serve(
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
+    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    mooncake_master: str = typer.Option("", help=_MASTER_HELP),
+    mooncake_metadata: str = typer.Option("", help=_META_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
     header_timeout_s: float = _server_option("header_timeout_s", "Seconds to receive a request head."),
     body_timeout_s: float = _server_option(
@@ -153,6 +163,9 @@ def serve(
         scheduler_port=scheduler_port,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
+        kv_backend=kv_backend,
+        kv_mooncake_master=mooncake_master,
+        kv_mooncake_metadata=mooncake_metadata,
         api_key_sha256=key_sha256(api_key) if api_key else "",
         engine=EngineConfig(
             compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
@@ -177,8 +190,11 @@ def serve(
 
         resolve_model(model)
     from dualpath.runtime.cluster.local import check_kv_dir
+    from dualpath.runtime.kvstore.backends import check_available
 
-    check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
+    check_available(kv_backend)  # a backend whose package is not here: one error line, now
+    if kv_backend != "mooncake":
+        check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,
@@ -197,7 +213,11 @@ def serve(
             "scheduler": cluster.address,
             "logs": str(cluster.run_dir),
             "key_file": str(cluster.key_file),
+            "kv_backend": cluster.config.kv_backend,
         }
+        if cluster.config.kv_mooncake_master:  # what remote engines pass as --mooncake-master/-metadata
+            info["mooncake_master"] = cluster.config.kv_mooncake_master
+            info["mooncake_metadata"] = cluster.config.kv_mooncake_metadata
         if json_out:
             print_json(info)
         else:
@@ -206,6 +226,12 @@ def serve(
                 f"CURVE key file {cluster.key_file})",
                 style="green",
             )
+            if "mooncake_master" in info:
+                console.print(
+                    f"KV blocks in Mooncake Store: --mooncake-master {info['mooncake_master']} "
+                    f"--mooncake-metadata {info['mooncake_metadata']}",
+                    highlight=False,
+                )
             console.print(
                 f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
                 "deploy/grafana/dualpath.json, docs/server.md)",
@@ -259,6 +285,9 @@ def engine(
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
+    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    mooncake_master: str = typer.Option("", help="mooncake: the cluster's mooncake_master HOST:PORT."),
+    mooncake_metadata: str = typer.Option("", help=_META_HELP),
     key_file: str = typer.Option(
         "",
         help="The cluster's CURVE key file (printed by dualpath serve "
@@ -283,7 +312,7 @@ def engine(
     with --restart-on-exit, until SIGTERM)."""
     require_serve_extra("engine")
     from dualpath.runtime.cluster.engine_main import run_engine
-    from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
+    from dualpath.runtime.kvstore.limits import parse_file_mode
 
     check_choice("role", role, ROLES)
     cluster = ClusterConfig(
@@ -294,15 +323,23 @@ def engine(
         host=host,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
+        kv_backend=kv_backend,
+        kv_mooncake_master=mooncake_master,
+        kv_mooncake_metadata=mooncake_metadata,
         engine=EngineConfig(
             compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
         ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
+    from dualpath.runtime.cluster.kv_backend import capacity_bytes
     from dualpath.runtime.cluster.memory import check_fits
 
+    if kv_backend == "mooncake" and not mooncake_master:
+        raise ConfigError(
+            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
+        )
     check_fits(kv_cache_memory, 1)
-    capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
+    capacity = capacity_bytes(cluster)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
     args = EngineArgs(
         cluster=cluster,
@@ -347,6 +384,7 @@ def demo(
         "snic_gbps", "Storage-NIC cap per node (default: per model, runtime.cluster.config.DEMO_SNIC_GBPS)."
     ),
     transport: str = _demo_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
+    kv_backend: str = _demo_option("kv_backend", _BACKEND_HELP),
     seed: int = _demo_option("seed", "Workload seed."),
     allow_failures: bool = typer.Option(
         False, "--allow-failures", help="Exit 0 even when the systems' runs did different work."
@@ -372,6 +410,7 @@ def demo(
         max_len=max_len,
         snic_gbps=snic_gbps,
         transport=transport,
+        kv_backend=kv_backend,
         seed=seed,
     )
     steps = [-1]  # run_demo says "starting ..." once, then "round <k> ...: <system>" per round

@@ -15,7 +15,7 @@ from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.policy.config import COMPUTE_QUOTA_S, check_scheduler_options
 from dualpath.policy.scheduler import POLICIES
-from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
+from dualpath.runtime.choices import DTYPES, KV_BACKEND_NAMES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.memory import AUTO, parse_memory
 from dualpath.runtime.kvstore.limits import check_file_mode
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
@@ -195,7 +195,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
     free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
-    the directory). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
+    the directory). ``kv_backend`` (``KV_BACKEND_NAMES``, docs/kvstore.md) is where the blocks
+    live: ``posix`` (``kv_dir``, the default), ``nixl-posix`` (``kv_dir``, bytes moved by NIXL),
+    ``mooncake`` (Mooncake Store at ``kv_mooncake_master`` / ``kv_mooncake_metadata``; a local
+    cluster with these empty starts a store of its own). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
     settings only with that key (``sched_guard.py``; ``dualpath serve --api-key`` sets it).
     ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
     """
@@ -212,6 +215,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
+    kv_backend: str = "posix"
+    kv_mooncake_master: str = ""  # host:port of mooncake_master's RPC ("": a local cluster starts one)
+    kv_mooncake_metadata: str = ""  # its HTTP metadata server, http://host:port/metadata
     api_key_sha256: str = ""  # sha256 hex of the API key: Submit / Abort / Configure must carry it
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
@@ -229,6 +235,13 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
             "must be > 0 (or omitted: 90% of the free space at start)",
         )
         check_file_mode(self.kv_file_mode)
+        lookup(dict.fromkeys(KV_BACKEND_NAMES), self.kv_backend, "kv_backend")
+        require(
+            bool(self.kv_mooncake_master) == bool(self.kv_mooncake_metadata),
+            "kv_mooncake_master",
+            self.kv_mooncake_master or "(empty)",
+            "and kv_mooncake_metadata are given together (the master's RPC and its metadata URL)",
+        )
         require(
             self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines, "must be >= 1"
         )
@@ -330,6 +343,7 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
     snic_gbps: float | None = None
     cnic_gbps: float | None = None
     transport: str = "zmq"
+    kv_backend: str = "posix"
     kv_dir: str = ""
     seed: int = 0
 
@@ -340,6 +354,7 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
         require(0 < self.scale <= 1, "scale", self.scale, "must be in (0, 1]")
         lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
+        lookup(dict.fromkeys(KV_BACKEND_NAMES), self.kv_backend, "kv_backend")
 
     @property
     def snic(self) -> float:

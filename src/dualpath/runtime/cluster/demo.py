@@ -40,6 +40,7 @@ def demo_cluster_config(cfg: DemoConfig, kv_dir: str) -> ClusterConfig:
         num_prefill_engines=cfg.num_prefill_engines,
         num_decode_engines=cfg.num_decode_engines,
         transport=cfg.transport,
+        kv_backend=cfg.kv_backend,
         traffic=TrafficConfig(snic_gbps=cfg.snic, cnic_gbps=cfg.cnic_gbps),
         scheduler=SchedulerServiceConfig(engine_timeout_s=30.0),
         # the paper's batching rule (a quota of attention time) for the paper's systems: the demo
