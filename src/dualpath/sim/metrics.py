@@ -300,7 +300,8 @@ def gpu_totals_balance(n: int, iter_t: array, attn_gpu: array, cutoff: float) ->
 
 
 def _early_attn_iterations(sim: RunState, t_first: array) -> float:
-    """The per-iteration reading (sessions 11-12's ``attn_max_over_avg_early``): the mean, over
+    """The per-iteration reading of the early attention balance (beside ``_early_attn``'s
+    per-GPU totals; docs/notes/sim-calibration.md): the mean, over
     the multi-GPU PE iterations that start by :func:`early_cutoff_s`, of each iteration's attention
     max/avg over the GPUs that have a batch (1.0 when there are none). A GPU with a batch has a
     positive attention time, so those are the non-zero values of the iteration's record."""
