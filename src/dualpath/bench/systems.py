@@ -145,8 +145,11 @@ async def measure_interleaved(
         assert run is not None
         if hits[name]:
             h0 = hits[name][0]
-            run.cache = CacheHits(source=h0.source, hit_tokens=sum(h.hit_tokens for h in hits[name]),
-                                  query_tokens=sum(h.query_tokens for h in hits[name]))  # fmt: skip
+            run.cache = CacheHits(
+                source=h0.source,
+                hit_tokens=sum(h.hit_tokens for h in hits[name]),
+                query_tokens=sum(h.query_tokens for h in hits[name]),
+            )
         full = {key: counters[name].get(key, {}) for key in COUNTERS}
         out[name] = (run, system_row(run, full) | {"counter_resets": sorted(set(resets[name]))})
     return out

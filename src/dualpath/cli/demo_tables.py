@@ -60,6 +60,15 @@ def print_demo(
     """Print the systems' one-line descriptions, the latency, bytes and storage-NIC tables and the
     ratios with what to expect."""
     con = out if out is not None else console
+    _print_intro(result, model, snic_gbps, agents, con)
+    _print_latency(result["systems"], con)
+    _print_bytes(result, con)
+    for line in comparison_lines(result, model):
+        con.print(line, highlight=False, markup=False)
+
+
+def _print_intro(result: dict[str, Any], model: str, snic_gbps: float, agents: int, con: Console) -> None:
+    """The setting, what makes the runs not comparable (first), each system's one-line note."""
     systems: dict[str, dict[str, Any]] = result["systems"]
     con.print(
         f"dualpath demo: {model}, 1 prefill + 2 decode engines (one node each), storage "
@@ -78,6 +87,10 @@ def print_demo(
                 markup=False,
                 soft_wrap=True,
             )
+
+
+def _print_latency(systems: dict[str, dict[str, Any]], con: Console) -> None:
+    """One row per system: JCT, TTFT, requests, read sides, store hit rate, errors."""
     lat = []
     for name, r in systems.items():
         sides = r.get("read_sides", {})
@@ -108,6 +121,11 @@ def print_demo(
         lat,
         out=con,
     )
+
+
+def _print_bytes(result: dict[str, Any], con: Console) -> None:
+    """KV bytes moved per path, and storage reads per node's storage NIC."""
+    systems: dict[str, dict[str, Any]] = result["systems"]
     paths = ("pe-read", "de-read", "pd-transfer", "persist")
     moved = [(name, *(r["bytes_by_path"].get(p, 0) / 1e6 for p in paths)) for name, r in systems.items()]
     print_table(
@@ -131,8 +149,6 @@ def print_demo(
         ),
         out=con,
     )
-    for line in comparison_lines(result, model):
-        con.print(line, highlight=False, markup=False)
 
 
 def problem_lines(result: dict[str, Any]) -> list[str]:

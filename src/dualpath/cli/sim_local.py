@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from dualpath.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from dualpath.cli.sim_options import SimulateOptions
+    from dualpath.sim.local import LocalClusterSpec
     from dualpath.spec.engine_profile import EngineProfile
 
 DEVICE_FORMS = "profile:FILE (a measured engine profile: `dualpath simulate profile --out FILE`)"
@@ -37,9 +39,14 @@ def local_trajectories(*, agents: int, max_turns: int, scale: float, max_len: in
     from dualpath.workload import Trajectory, Turn
 
     cfg = BenchConfig(
-        url="http://local", dataset_name="agents", num_agents=agents, maxlen=max_len,
-        max_turns=max_turns, length_scale=scale, seed=seed,
-    )  # fmt: skip
+        url="http://local",
+        dataset_name="agents",
+        num_agents=agents,
+        maxlen=max_len,
+        max_turns=max_turns,
+        length_scale=scale,
+        seed=seed,
+    )
     out = []
     for a in build_agents(cfg, max_len):
         turns = tuple(Turn(append_len=t.append_len, gen_len=t.gen_len) for t in a.turns)
@@ -72,53 +79,28 @@ def simulate_local(
     return results
 
 
-def run_local_cli(
-    *,
-    pd: str | None,
-    snic_gbps: float | None,
-    cnic_gbps: float | None,
-    snic_directions: str | None,
-    device: str | None,
-    agents: int | None,
-    max_turns: int | None,
-    scale: float | None,
-    max_len: int | None,
-    system: str,
-    seed: int,
-    out: str | None,
-    json_out: bool,
-    calibrate: list[str] | None,
-) -> None:
+def run_local_cli(opts: SimulateOptions) -> None:
+    """``dualpath simulate --cluster local --device profile:FILE``: every system of ``opts`` on the
+    local cluster, the demo's workload unless the options say otherwise."""
     from dualpath.cli._common import print_json
     from dualpath.cli.sim_tables import print_offline
-    from dualpath.sim import local
     from dualpath.sim.config import get_system
-    from dualpath.spec.clusters import parse_pd
+    from dualpath.sim.local import parse_local
 
-    if device is None:
+    if opts.cluster is None or not parse_local(opts.cluster):
+        raise ConfigError("cluster", opts.cluster or "none", "choices: local (with --device profile:FILE)")
+    if opts.device is None:
         raise ConfigError("device", "none", f"--cluster local needs {DEVICE_FORMS}")
-    profile = parse_device(device)
-    systems = [s.strip() for s in system.split(",") if s.strip()]
+    profile = parse_device(opts.device)
+    systems = opts.systems
     for name in systems:
         get_system(name)
-    p, d = parse_pd(pd) if pd else (1, 2)
-    spec = local.LocalClusterSpec(
-        num_prefill_engines=p,
-        num_decode_engines=d,
-        snic_gbps=snic_gbps if snic_gbps is not None else local.DEMO_SNIC_GBPS,
-        cnic_gbps=cnic_gbps,
-        snic_directions=snic_directions or "duplex",
-    )
-    work = {
-        "agents": agents or local.DEMO_AGENTS,
-        "max_turns": max_turns or local.DEMO_TURNS,
-        "scale": scale or local.DEMO_SCALE,
-        "max_len": max_len or local.DEMO_MAX_LEN,
-        "seed": seed,
-    }
+    spec, work = _local_spec(opts), _local_work(opts)
     started = time.perf_counter()
     trajs = local_trajectories(**work)
-    runs = simulate_local(systems, spec, profile, trajs, seed=seed, calibrate=calibrate, out=out)
+    runs = simulate_local(
+        systems, spec, profile, trajs, seed=opts.seed, calibrate=opts.calibrate, out=opts.out
+    )
     for res in runs.values():
         jct = res.get("jct_s") or 0.0
         res["requests_per_sim_s"] = res["num_requests"] / jct if jct > 0 else None
@@ -134,10 +116,44 @@ def run_local_cli(
         "systems": runs,
         "wall_s": time.perf_counter() - started,
     }
-    if json_out:
+    if opts.json_out:
         print_json(result)
         return
     print_offline(result, profile.model, spec.pd_label, str(work["max_len"]))
+
+
+def _local_spec(opts: SimulateOptions) -> LocalClusterSpec:
+    """The local cluster of ``opts``: --pd engines (default 1p2d), the demo's SNIC rate, duplex
+    SNICs unless --snic-directions names another model than the paper cluster's default."""
+    from dualpath.cli.sim_options import DEFAULT_SNIC_DIRECTIONS
+    from dualpath.sim import local
+    from dualpath.spec.clusters import parse_pd
+
+    p, d = parse_pd(opts.pd) if opts.pd else (1, 2)
+    asked = opts.snic_directions if opts.snic_directions != DEFAULT_SNIC_DIRECTIONS else None
+    return local.LocalClusterSpec(
+        num_prefill_engines=p,
+        num_decode_engines=d,
+        snic_gbps=opts.snic_gbps if opts.snic_gbps is not None else local.DEMO_SNIC_GBPS,
+        cnic_gbps=opts.cnic_gbps,
+        snic_directions=asked or "duplex",
+    )
+
+
+def _local_work(opts: SimulateOptions) -> dict[str, Any]:
+    """The demo's workload (``local.DEMO_*``), with --agents, --max-turns and a non-default
+    --append-scale (the scale of every append and generation) in its place."""
+    from dualpath.cli.sim_options import WORKLOAD
+    from dualpath.sim import local
+
+    scale = opts.append_scale if opts.append_scale != WORKLOAD.append_scale else None
+    return {
+        "agents": opts.agents or local.DEMO_AGENTS,
+        "max_turns": opts.max_turns or local.DEMO_TURNS,
+        "scale": scale or local.DEMO_SCALE,
+        "max_len": local.DEMO_MAX_LEN,
+        "seed": opts.seed,
+    }
 
 
 def run_profile_cli(*, out: str, model: str, quick: bool, json_out: bool) -> None:
@@ -165,8 +181,10 @@ def run_profile_cli(*, out: str, model: str, quick: bool, json_out: bool) -> Non
     if json_out:
         print_json(summary)
     else:
-        err.print(f"wrote {out}: {summary['prefill_points']} prefill and {summary['decode_points']} "
-                  f"decode points of {profile.model} in {summary['wall_s']:.0f} s")  # fmt: skip
+        err.print(
+            f"wrote {out}: {summary['prefill_points']} prefill and {summary['decode_points']} "
+            f"decode points of {profile.model} in {summary['wall_s']:.0f} s"
+        )
 
 
 # ``--quick``: a coarse grid (a smoke check, not a profile to compare a cluster against)

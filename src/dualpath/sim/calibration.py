@@ -122,15 +122,13 @@ class Calibration:
     # publishes 155 + 273 us at EP 32 and 128 tokens per GPU, which its bandwidths already explain
     # (floor ~0), so what the fit puts here is latency the paper's engine has beyond DeepEP's
     # kernels. Range 50-600 us. FITTED to Oracle at 512 agents on the given row (latency bound, so
-    # set by the decode step at 1-2 requests per GPU): 440 us before the bytes term (session 11),
-    # 410 us with it (session 12: 390 us gave -3.5%, 410 us -1.4%, 440 us +1.7%). With the named
-    # option pe_scope="central" the same fit gives 450 us (session 14: 440 us -0.9%, 450 us +0.2%,
-    # 460 us +1.4%, 470 us +2.5%); central was not made the default (docs/fidelity.md), so 410 us.
+    # set by the decode step at 1-2 requests per GPU), with the bytes term and the default
+    # pe_scope: 410 us (the fit's steps: docs/notes/sim-calibration.md).
     # Decode's exchange runs DeepEP's low-latency kernels, which in the version whose numbers
     # sim/ep_comm.py uses (docs/legacy.md, "Low-latency kernels with pure RDMA") reach every peer
     # over RDMA, those in the same node too; and what the fit put here is the engine's per-layer
     # cost beyond those kernels' bytes. So a decode step pays it for any EP group, also one inside
-    # a node (DS 27B's EP 8 DE; docs/fidelity.md, session 18).
+    # a node (DS 27B's EP 8 DE; docs/fidelity.md).
     ep_layer_latency_rdma_s: float = 0.00041
     # A PE iteration's exchange (DeepEP's normal kernels) for an EP group inside one node: NVLink,
     # one kernel launch and two barriers per all-to-all. Not fitted (range 10-200 us). DS 27B's

@@ -86,7 +86,7 @@ class SimConfig:
     ``pe_fetch`` (``PE_FETCHES``): when a PE group fetches: "boundary" (the default), between
     its iterations as an engine loop does (an idle group on the tick;
     ``policy.fetch.FetchOrder.pe_fetch_at_boundary``), or "tick", on the fetch timer whatever its
-    engines do (the model before session 17).
+    engines do.
     """
 
     system: SystemSpec

@@ -137,6 +137,14 @@ class CostCache:
     pe_cost: Any
     de_cost: Any
     predictor: MemoAttentionPredictor
+    source: str
+    _prefill_fixed_s: float
+    _decode_fixed_s: float
+    _decode_a2a_s_per_token: float
+    _other: list[float]
+    _decode: list[list[float]]
+    _traffic_pe: float
+    _traffic_de: float
 
     def __init__(
         self,
@@ -164,6 +172,21 @@ class CostCache:
         self._join_s = cal.decode_join_s
         self._copy_s_per_token = model.kv_bytes_per_token / gpu.mem_bytes_per_s
         self.num_layers: int = model.num_layers
+        self._choose_models(name, model, gpu, pe_ep_size, de_ep_size, num_gpus_per_node, tp_size)
+        self._fixed_costs(model, pe_ep_size, de_ep_size, num_gpus_per_node, cnic_gbps)
+
+    def _choose_models(
+        self,
+        name: str,
+        model: Any,
+        gpu: Any,
+        pe_ep_size: int,
+        de_ep_size: int,
+        num_gpus_per_node: int,
+        tp_size: int,
+    ) -> None:
+        """Both roles' cost models by ``name`` (auto: calibrated, else the roofline; a TP engine:
+        the roofline), and ``source``: which one and why."""
         auto = name == "auto"
         if auto:
             name = "calibrated"
@@ -184,6 +207,13 @@ class CostCache:
         tables = getattr(self.pe_cost, "tables", None)
         if tables is not None:  # the kernel tables' origin: the bundled archive or a data folder
             self.source = f"{self.source} ({tables.origin})"
+
+    def _fixed_costs(
+        self, model: Any, pe_ep_size: int, de_ep_size: int, num_gpus_per_node: int, cnic_gbps: float
+    ) -> None:
+        """The per-iteration fixed costs, the decode all-to-all per token, the model traffic per
+        token, and the empty memos."""
+        cal = self.cal
         moe_layers = model.num_moe_layers
         self._prefill_fixed_s = cal.prefill_iter_overhead_s + moe_layers * _ep_latency_s(
             pe_ep_size, num_gpus_per_node, cal
@@ -195,18 +225,16 @@ class CostCache:
         self._decode_fixed_s = cal.decode_step_overhead_s + moe_layers * _ep_latency_s(
             de_ep_size, num_gpus_per_node, cal, low_latency=True
         )
-        self._decode_a2a_s_per_token: float = moe_layers * decode_a2a_bytes_s_per_token(
-            model, de_ep_size, cnic_gbps
-        )
+        self._decode_a2a_s_per_token = moe_layers * decode_a2a_bytes_s_per_token(model, de_ep_size, cnic_gbps)
         # memos as lists (a list index is far cheaper than a dict lookup in the compiled build);
         # -1.0 marks a value not computed yet
-        self._other: list[float] = []  # by 16-token bucket
-        self._decode: list[list[float]] = []  # by batch size, then by context bucket
-        self._traffic_pe: float = model_traffic_bytes(
+        self._other = []  # by 16-token bucket
+        self._decode = []  # by batch size, then by context bucket
+        self._traffic_pe = model_traffic_bytes(
             model, 1, ep_size=pe_ep_size, num_gpus_per_node=num_gpus_per_node
         )
         # decode runs DeepEP's low-latency kernels: every remote selection crosses the CNIC
-        self._traffic_de: float = decode_cnic_bytes_per_token(model, de_ep_size, num_gpus_per_node)
+        self._traffic_de = decode_cnic_bytes_per_token(model, de_ep_size, num_gpus_per_node)
 
     def _make(self, name: str, model: Any, gpu: Any, pe_ep: int, de_ep: int, gpn: int) -> None:
         """Both roles' cost models and the attention predictor; the tables are read here (a

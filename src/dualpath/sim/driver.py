@@ -49,19 +49,52 @@ class Simulation:
     beta_rate: float
     cpu_cores: float
     background_threads: float
+    storage: Storage
+    max_de_tokens: int
+    pe_states: dict[int, PeState]
+    de_states: dict[int, DeState]
+    pe_list: list[PeState]
+    de_base: int
+    de_list: list[DeState]
+    starved_units: set[PrefillUnit]  # PE units that skipped a request for lack of DE buffer
+    load: LoadPath
+    adapter: PolicyAdapter
+    fetch_interval_s: float
+    prefill_units: list[PrefillUnit]
+    unit_nodes: dict[PrefillUnit, list[int]]
+    pe_node_units: dict[int, list[PrefillUnit]]
+    decode_units: list[DecodeUnit]
 
     def __init__(self, config: SimConfig, agents: list[Agent]) -> None:
         self.config = config
         self.system = config.system
-        cal = config.calibration
         self.kernel = Kernel()
         self.local = local = config.profile is not None  # the local cluster (sim/local.py)
         if local:
             self._local_hardware(config)
         else:
             self._paper_hardware(config)
-        cluster = self.cluster
         self.block_len: int = config.block_len
+        self._build_states()
+        self._build_load_path()
+        boundary = self._build_adapter()
+        self._build_prefill_units(boundary)
+        self._build_decode_units()
+        self.metrics = Metrics(
+            config.out_dir,
+            system_name=self.system.name,
+            keep_latency=config.aps is not None,
+            stop_ttft_s=config.ttft_stop_s,
+            kernel=self.kernel,
+        )
+        self.agents = agents
+        self.agents_left = len(agents)
+        self.rng = random.Random(config.seed)
+        self._tick: Handle | None = None
+
+    def _build_states(self) -> None:
+        """The storage, and each PE's and DE's state (by GPU id, and as lists for the hot lookups)."""
+        cal, cluster = self.config.calibration, self.cluster
         self.storage = Storage(
             self.kernel,
             cluster.nodes,
@@ -76,23 +109,32 @@ class Simulation:
             g.gpu_id: DeState(g.gpu_id, g.node_id, de_kv) for g in cluster.gpus if g.role == "de"
         }
         # the same, as lists by GPU id (PE GPUs are 0.., DE GPUs follow): the hot lookups
-        self.pe_list: list[PeState] = [self.pe_states[g] for g in range(len(self.pe_states))]
-        self.de_base: int = len(self.pe_states)
-        self.de_list: list[DeState] = [self.de_states[self.de_base + i] for i in range(len(self.de_states))]
+        self.pe_list = [self.pe_states[g] for g in range(len(self.pe_states))]
+        self.de_base = len(self.pe_states)
+        self.de_list = [self.de_states[self.de_base + i] for i in range(len(self.de_states))]
         # PE units that skipped a request for lack of DE buffer (the load path kicks them)
-        self.starved_units: set[PrefillUnit] = set()
-        load_name = LOCAL_LOAD_PATHS[self.system.load_path] if local else self.system.load_path
-        self.load: LoadPath = load_path_class(load_name)(
+        self.starved_units = set()
+
+    def _build_load_path(self) -> None:
+        """The system's load path (the local cluster: the runtime's, ``LOCAL_LOAD_PATHS``)."""
+        load_name = LOCAL_LOAD_PATHS[self.system.load_path] if self.local else self.system.load_path
+        self.load = load_path_class(load_name)(
             kernel=self.kernel,
-            cluster=cluster,
+            cluster=self.cluster,
             storage=self.storage,
             costs=self.costs,
             block_len=self.block_len,
-            de_output_reserve=cal.de_output_reserve,
+            de_output_reserve=self.config.calibration.de_output_reserve,
             ready=self._ready,
             read_done=self._read_done,
             starved=self.starved_units,
         )
+
+    def _build_adapter(self) -> bool:
+        """The system's policy scheduler behind the adapter; returns whether PE groups fetch at
+        their iteration boundaries."""
+        config, cluster, local = self.config, self.cluster, self.local
+        cal = config.calibration
         forward = ForwardAttentionPredictor(layer=self.costs.predictor, num_layers=self.costs.num_layers)
         sched_cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=cluster.nodes[0].snic.bytes_per_s,
@@ -115,12 +157,18 @@ class Simulation:
             make_scheduler(self.system.policy, sched_cfg),
             engines=[(g.gpu_id, g.node_id, g.role) for g in cluster.gpus],
             read_rates={n.node_id: n.snic.bytes_per_s / self.bpt for n in cluster.nodes},
-            de_hbm_tokens=de_kv,
+            de_hbm_tokens=self.de_kv_tokens,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
             order=dataclasses.replace(order, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=boundary),
             batch_limits=self.local_limits,
         )
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
+        return boundary
+
+    def _build_prefill_units(self, boundary: bool) -> None:
+        """The PE units, each unit's PE groups (nodes) and each group's units (DeepSeek: one unit
+        spans whole nodes; DP models: several engines a node); a group is mid-iteration while all
+        its units are."""
         self.prefill_units = [
             PrefillUnit(
                 [self.pe_states[g] for g in u],
@@ -131,15 +179,17 @@ class Simulation:
                 on_done=self.prefill_done,
                 on_boundary=self._pe_boundary if boundary else None,
             )
-            for u in cluster.prefill_units
+            for u in self.cluster.prefill_units
         ]
-        # each unit's PE groups (nodes), and each group's units (DeepSeek: one unit spans whole
-        # nodes; DP models: several engines a node); a group is mid-iteration while all its units are
         self.unit_nodes = {u: list(dict.fromkeys(st.node_id for st in u.states)) for u in self.prefill_units}
-        self.pe_node_units: dict[int, list[PrefillUnit]] = {}
+        self.pe_node_units = {}
         for unit, nodes in self.unit_nodes.items():
             for node in nodes:
                 self.pe_node_units.setdefault(node, []).append(unit)
+
+    def _build_decode_units(self) -> None:
+        """The DE units; on the local cluster every unit shares the profiled machine's cores."""
+        cluster = self.cluster
         self.decode_units = [
             DecodeUnit(
                 [self.de_states[g] for g in u],
@@ -148,28 +198,17 @@ class Simulation:
                 gpus=[cluster.gpus[g] for g in u],
                 model_bytes_per_token=self.load.de_model_bytes_per_token,
                 on_done=self.decode_done,
-                first_token_at_step_end=local,
+                first_token_at_step_end=self.local,
             )
             for u in cluster.decode_units
         ]
-        if local:  # the engines share the profiled machine's cores (sim/local.py)
+        if self.local:  # the engines share the profiled machine's cores (sim/local.py)
             share = CpuShare(self.cpu_cores, self.background_threads)
             share.decode_units = list(self.decode_units)
             for de_unit in self.decode_units:
                 de_unit.share = share
             for pe_unit in self.prefill_units:
                 pe_unit.share = share
-        self.metrics = Metrics(
-            config.out_dir,
-            system_name=self.system.name,
-            keep_latency=config.aps is not None,
-            stop_ttft_s=config.ttft_stop_s,
-            kernel=self.kernel,
-        )
-        self.agents = agents
-        self.agents_left = len(agents)
-        self.rng = random.Random(config.seed)
-        self._tick: Handle | None = None
 
     def _paper_hardware(self, config: SimConfig) -> None:
         """A paper cluster (``spec.clusters.ClusterPreset``): GPUs, the cost model, HBM room."""

@@ -192,7 +192,7 @@ class Metrics:
         attn_sum = sum(u.attn_ratio_sum for u in sim.prefill_units)
         attn_n = sum(u.attn_ratio_n for u in sim.prefill_units)
         end = max((a.t_end for a in sim.agents if not math.isnan(a.t_end)), default=0.0)
-        return {
+        summary: dict = {
             "system": self.system_name,
             "jct_s": end,
             "mean_agent_jct_s": (sum(self.agent_jct) / len(self.agent_jct) if self.agent_jct else None),
@@ -213,30 +213,26 @@ class Metrics:
             "sim_time_s": sim.kernel.now_s,
             "stopped": self.stopped_reason or None,
             "cost_model": sim.costs.source,
-            # the local cluster: per node (PE nodes first), as the runtime's /metrics counts them
-            **(
-                {
-                    "snic_read_bytes_by_node": [node.snic_read_bytes for node in cluster.nodes],
-                    # each engine's compute seconds, PEs first (what its process's CPU time is)
-                    "engine_compute_s": [u.cpu_s for u in sim.prefill_units]
-                    + [u.cpu_s for u in sim.decode_units],
-                }
-                if sim.config.profile is not None
-                else {}
-            ),
-            **(
-                {
-                    "latency": {
-                        "t_arrive": list(self.t_arrive),
-                        "ttft": list(self.ttft),
-                        "ttst": list(self.ttst),
-                        "tpot": list(self.tpot),
-                    }
-                }
-                if self.keep
-                else {}
-            ),
         }
+        if sim.config.profile is not None:  # the local cluster: as the runtime's /metrics counts
+            summary.update(_local_counts(sim))
+        if self.keep:
+            summary["latency"] = {
+                "t_arrive": list(self.t_arrive),
+                "ttft": list(self.ttft),
+                "ttst": list(self.ttst),
+                "tpot": list(self.tpot),
+            }
+        return summary
+
+
+def _local_counts(sim: RunState) -> dict:
+    """The local cluster's per-node storage reads (PE nodes first) and each engine's compute
+    seconds, PEs first (what its process's CPU time is)."""
+    return {
+        "snic_read_bytes_by_node": [node.snic_read_bytes for node in sim.cluster.nodes],
+        "engine_compute_s": [u.cpu_s for u in sim.prefill_units] + [u.cpu_s for u in sim.decode_units],
+    }
 
 
 def check_invariants(sim: RunState, metrics: Metrics) -> None:
@@ -304,7 +300,8 @@ def gpu_totals_balance(n: int, iter_t: array, attn_gpu: array, cutoff: float) ->
 
 
 def _early_attn_iterations(sim: RunState, t_first: array) -> float:
-    """The per-iteration reading (sessions 11-12's ``attn_max_over_avg_early``): the mean, over
+    """The per-iteration reading of the early attention balance (beside ``_early_attn``'s
+    per-GPU totals; docs/notes/sim-calibration.md): the mean, over
     the multi-GPU PE iterations that start by :func:`early_cutoff_s`, of each iteration's attention
     max/avg over the GPUs that have a batch (1.0 when there are none). A GPU with a batch has a
     positive attention time, so those are the non-zero values of the iteration's record."""

@@ -165,53 +165,57 @@ def fig_online(out: str, quick: bool) -> list[str]:
     return [path, p1, p2]
 
 
-def fig_ablation(out: str, quick: bool) -> list[str]:
-    systems = [
-        "basic",
-        "layerwise",
-        "dualpath-rr-random",
-        "dualpath-rr",
-        "dualpath",
-        "dualpath-split",
-        "oracle",
+ABLATION_SYSTEMS = (
+    "basic",
+    "layerwise",
+    "dualpath-rr-random",
+    "dualpath-rr",
+    "dualpath",
+    "dualpath-split",
+    "oracle",
+)
+ABLATION_COLUMNS = (
+    "agents",
+    "system",
+    "jct_s",
+    "scheduling_s",
+    "allocation_s",
+    "reading_s",
+    "prefill_s",
+    "snic_max_over_avg",
+    "attn_max_over_avg",
+)
+
+
+def _ablation_row(n: int, system: str, r: dict) -> list:
+    """One ``ABLATION_COLUMNS`` row: a system's JCT, TTFT breakdown and balance at ``n`` agents."""
+    bd = r["ttft_breakdown_s"]
+    return [
+        n,
+        system,
+        r["jct_s"],
+        bd["scheduling"],
+        bd["allocation"],
+        bd["reading"],
+        bd["prefill"],
+        r["snic_max_over_avg"],
+        r["attn_max_over_avg"],
     ]
+
+
+def fig_ablation(out: str, quick: bool) -> list[str]:
+    systems = list(ABLATION_SYSTEMS)
     rows, breakdown, balance = [], {}, {}
     for n in [QUICK_AGENTS] if quick else [1024, 2048]:
         res = offline(systems, make_cluster(MODEL, "2p4d"), WorkloadSpec(num_agents=n))
         for s in systems:
             r = res[s]
+            rows.append(_ablation_row(n, s, r))
             bd = r["ttft_breakdown_s"]
-            rows.append(
-                [
-                    n,
-                    s,
-                    r["jct_s"],
-                    bd["scheduling"],
-                    bd["allocation"],
-                    bd["reading"],
-                    bd["prefill"],
-                    r["snic_max_over_avg"],
-                    r["attn_max_over_avg"],
-                ]
-            )
             breakdown[s] = (list(bd), list(bd.values()))
             balance[s] = (["snic max/avg", "attn max/avg"], [r["snic_max_over_avg"], r["attn_max_over_avg"]])
     path = os.path.join(out, "ablation.csv")
-    _write_csv(
-        path,
-        [
-            "agents",
-            "system",
-            "jct_s",
-            "scheduling_s",
-            "allocation_s",
-            "reading_s",
-            "prefill_s",
-            "snic_max_over_avg",
-            "attn_max_over_avg",
-        ],
-        rows,
-    )
+    _write_csv(path, list(ABLATION_COLUMNS), rows)
     p1 = os.path.join(out, "ttft_breakdown.png")
     p2 = os.path.join(out, "balance.png")
     p3 = os.path.join(out, "ablation.png")
