@@ -122,6 +122,7 @@ def test_figures_quick_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a hang guard, not the goal (docs/planner.md, "Speed")
 def test_figures_full_run(tmp_path: Path) -> None:
     index = make_figures(tmp_path)
     _check_index(tmp_path, index)
