@@ -102,6 +102,17 @@ def disagg(
     budget_anchor: AnchorOpt = None,
     budget_ref_io: RefIoOpt = None,
     shortlist: ShortlistOpt = None,
+    grid: Annotated[
+        int | None, typer.Option("--grid", help="Phase 2 splits the budget on a 1/GRID grid (default 8).")
+    ] = None,
+    prefill_token_budget: Annotated[
+        int | None,
+        typer.Option("--prefill-token-budget", help="Tokens per prefill iteration and lane (default 16384)."),
+    ] = None,
+    max_decode_batch: Annotated[
+        int | None,
+        typer.Option("--max-decode-batch", help="Continuous-batching cap per decode replica (default 512)."),
+    ] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -143,6 +154,9 @@ def disagg(
         budget_anchor=budget_anchor,
         budget_ref_io=parse_ref_io(budget_ref_io),
         shortlist=shortlist,
+        grid=grid,
+        prefill_token_budget=prefill_token_budget,
+        max_decode_batch=max_decode_batch,
     )
     from dualpath.planner.api import plan_disagg
 
