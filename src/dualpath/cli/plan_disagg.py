@@ -340,6 +340,12 @@ def figures_cmd(
     jobs: Annotated[
         int, typer.Option("--jobs", help="Plan in this many processes (the same results; default 1).")
     ] = 1,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume", help="Folder of finished plans: read before planning, written as each ends."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every planner table and plot of docs/planner.md (Figs. 5-7, Table 5, ablations, rooflines,
@@ -363,7 +369,7 @@ def figures_cmd(
         grid = dataclasses.replace(grid, variants=())
     with progress_lines("figures", total=None) as step:
         require(jobs >= 1, "jobs", jobs, "must be >= 1")
-        index = make_figures(out, quick=quick, grid=grid, progress=step, jobs=jobs)
+        index = make_figures(out, quick=quick, grid=grid, progress=step, jobs=jobs, resume=resume)
     if json_out:
         print_json(index)
     else:
