@@ -45,6 +45,21 @@ PATHS = ("pe-read", "de-read", "pd-transfer", "persist")
 RATIOS = {"basic/dualpath": ("basic", "dualpath"), "dualpath/oracle": ("dualpath", "oracle")}
 SIMS = {"simulated": "a quiet machine", "simulated_at_load": "the measured background"}
 GOAL_JCT, GOAL_RATIO = 0.15, 0.10
+# What the simulation is given and what it never sees (the JSON's "inputs"; nothing is fitted)
+INPUTS = {
+    "fitted_to": [],
+    "given": [
+        "the engine profile: step times measured by `dualpath simulate profile` on this machine "
+        "(single-request prefill grid, decode grid, admission, the per-request batch term)",
+        "the storage-NIC cap of each setting (--caps) and the runtime's defaults (LocalClusterSpec: "
+        "fetch tick, block size, KV pools by the runtime's --kv-cache-memory auto rule, beta, budget)",
+        "simulated_at_load only: the mean other runnable threads sampled during each measured run",
+    ],
+    "never_seen": [
+        "any measured JCT, TTFT, TPOT, byte count or SNIC balance of the cluster runs",
+        "the engine processes' measured CPU seconds (reported beside the simulated compute only)",
+    ],
+}
 DEFAULT_CAPS = {"smollm2-135m": "0.1,0.2", "tiny": "0.01,0.02"}  # Gbit/s per node (demo: 0.1 / 0.01)
 
 
@@ -318,6 +333,7 @@ def main() -> None:
             "max_len": args.max_len,
         },
         "profile": {"path": profile_path, "host": profile.host, "created": profile.created},
+        "inputs": INPUTS,
         "caps": result,
         "goals": goals(result, "simulated"),
         "goals_at_load": goals(result, "simulated_at_load"),
@@ -330,6 +346,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
+        print("simulation inputs (nothing fitted): " + "; ".join(INPUTS["given"]))
+        print("never seen by the simulation: " + "; ".join(INPUTS["never_seen"]))
         print_tables(result)
         lavg = ", ".join(f"{k} {v[0]:.1f}" for k, v in loads.items())
         print(

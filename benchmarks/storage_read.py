@@ -11,12 +11,24 @@ and warm runs of:
          disjoint file sets and 1 job. The better of the two is the baseline;
 
 and O_DIRECT runs (``BlockStore(direct_io=True)`` versus fio ``direct=1``). Throughput counts whole
-file bytes for both. Prints best-of-reps GB/s (the machine is shared; medians are in --json), CPU
+file bytes for both. The storage backends (docs/kvstore.md) join where their packages import:
+
+- store_nixl (``--kv-backend nixl-posix``): the same files read through NIXL's POSIX plugin, in the
+  cold, warm and O_DIRECT runs, against the same fio baseline;
+- memory mode (``--kv-backend mooncake``): the blocks put into a Mooncake Store started for the run
+  (master + a holder of the data, tcp on loopback; at most ``--mooncake-mb``), read by the store
+  (store_mooncake) against, in the same reps, raw ``get_into`` calls of the same objects with no
+  dualpath code (mooncake_raw: the path it rides on) and numpy memcpy of the same bytes (memcpy,
+  Q threads and 1), each with Q threads. Ratios are printed against every baseline.
+ Prints best-of-reps GB/s (the machine is shared; medians are in --json), CPU
 seconds per GB, and store / best-fio ratios per mode, best against best and the median of the
 per-rep ratios (goal >= 0.85). Without fio the baseline is a
 plain Python sequential read.
 
     .venv/bin/python benchmarks/storage_read.py [--data-mb 1024] [--queue-depth 4] [--reps 3] [--json]
+        [--backends posix,nixl-posix,mooncake] [--mooncake-mb 256]
+
+A backend that cannot run here is left out and said so (``skipped`` in --json, with the reason).
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from storage_backends import mooncake_runs, nixl_store
 
 from dualpath.runtime.kvstore import (
     BlockLayout,
@@ -45,6 +58,7 @@ from dualpath.runtime.kvstore import (
     IOEngineConfig,
     block_hash,
 )
+from dualpath.runtime.kvstore.backends import missing
 from dualpath.runtime.kvstore.blockfile import file_bytes_for
 from dualpath.runtime.kvstore.files import block_path
 
@@ -184,6 +198,7 @@ def _summary(per: dict[str, list[tuple[float, float]]], gb: float) -> dict[str, 
         "cpu_s_per_gb": {k: statistics.median(c for _, c in v) / gb for k, v in per.items()},
         "ratio": {k: v / baseline for k, v in best.items() if k.startswith("store")},
         "ratio_paired_median": paired,
+        "ratio_vs": {f"{k}/{f}": best[k] / best[f] for k in best if k.startswith("store") for f in fio_keys},
     }
 
 
@@ -205,6 +220,10 @@ def run_case(name: str, args: argparse.Namespace, base: Path) -> dict[str, objec
     direct_io: dict[str, Callable[[], float]] = {
         "store_direct": lambda: store_read_gbs(direct, hashes, qd, per_req)
     }
+    if "nixl-posix" in args.backends and not missing("nixl-posix"):
+        nixl, nixl_direct = nixl_store(root, layout), nixl_store(root, layout, direct_io=True)
+        buffered["store_nixl"] = lambda: store_read_gbs(nixl, hashes, qd, per_req)
+        direct_io["store_nixl_direct"] = lambda: store_read_gbs(nixl_direct, hashes, qd, per_req)
     if shutil.which("fio"):
         buffered[f"fio_{qd}jobs"] = lambda: fio_read_gbs(files, qd, base, fb)
         buffered["fio_1job"] = lambda: fio_read_gbs(files, 1, base, fb)
@@ -223,6 +242,8 @@ def run_case(name: str, args: argparse.Namespace, base: Path) -> dict[str, objec
         for key, fn in direct_io.items():  # O_DIRECT: no page cache, so no warm case
             drop_caches(files)
             runs["direct"].setdefault(key, []).append(_timed(fn))
+    if "mooncake" in args.backends and not missing("mooncake"):
+        runs["memory"] = mooncake_runs(layout, args, store_read_gbs, _timed)
     gb = len(hashes) * fb / 1e9
     result: dict[str, object] = {
         "case": name,
@@ -232,7 +253,10 @@ def run_case(name: str, args: argparse.Namespace, base: Path) -> dict[str, objec
         "data_gb": gb,
         "cache_drop": method,
     }
-    result.update({mode: _summary(per, gb) for mode, per in runs.items() if per})
+    result.update({mode: _summary(per, gb) for mode, per in runs.items() if per and mode != "memory"})
+    if runs.get("memory"):
+        mc_gb = runs["memory"].pop("_gb")[0][0]  # (the data the memory mode moved)
+        result["memory"] = _summary(runs["memory"], mc_gb) | {"data_gb": mc_gb}
     shutil.rmtree(root)
     for view in base.glob("fio-view-*"):
         shutil.rmtree(view)
@@ -247,23 +271,30 @@ def main() -> None:
     ap.add_argument("--blocks-per-request", type=int, default=8,
                     help="blocks per store request (capped at 64 MB)")  # fmt: skip
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--backends", default="posix,nixl-posix,mooncake",
+                    help="storage backends to measure (posix always: it is the baseline store)")  # fmt: skip
+    ap.add_argument("--mooncake-mb", type=int, default=256, help="data per case in the Mooncake Store (MB)")
     ap.add_argument("--dir", default=None, help="where to put the data (default: a temp dir)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
+    args.backends = tuple(b.strip() for b in args.backends.split(","))
+    skipped = {b: why for b in args.backends if (why := missing(b))}
     base = Path(tempfile.mkdtemp(prefix="dualpath-kvbench-", dir=args.dir))
     try:
         results = [run_case(c, args, base) for c in args.cases.split(",")]
     finally:
         shutil.rmtree(base, ignore_errors=True)
     if args.json:
-        print(json.dumps({"queue_depth": args.queue_depth, "results": results}))
+        print(json.dumps({"queue_depth": args.queue_depth, "skipped": skipped, "results": results}))
         return
     baseline = "fio" if shutil.which("fio") else "python sequential read (fio not installed)"
     print(f"baseline: {baseline}; queue depth {args.queue_depth}; best of {args.reps} reps")
+    for b, why in skipped.items():
+        print(f"backend {b} not measured: {why}")
     for r in results:
         print(f"\n{r['case']}: {r['num_blocks']} blocks x {r['full_block_bytes'] / 1e6:.2f} MB "
               f"= {r['data_gb']:.2f} GB (cold via {r['cache_drop']})")  # fmt: skip
-        for mode in ("cold", "warm", "direct"):
+        for mode in ("cold", "warm", "direct", "memory"):
             c = r.get(mode)
             if not isinstance(c, dict):
                 continue
@@ -274,7 +305,10 @@ def main() -> None:
             )
             print(f"  {mode:6} GB/s: {rates}")
             print(f"  {mode:6} CPU s/GB: {cpu}")
-            print(f"  {mode:6} store / fio, best of reps (median per-rep pair): {ratios}  goal >= 0.85")
+            if mode != "memory":
+                print(f"  {mode:6} store / fio, best of reps (median per-rep pair): {ratios}  goal >= 0.85")
+            vs = "  ".join(f"{k} {v:.2f}" for k, v in c["ratio_vs"].items())
+            print(f"  {mode:6} each store / each baseline, best of reps: {vs}")
     sys.stdout.flush()
 
 

@@ -11,8 +11,9 @@ no wall clock (its kernel is the clock); nothing imports the CLI; no relative im
 read absolute names); the serve extra's libraries (pyproject ``serve``) only under runtime/, so the
 base install runs every other command; bench/ may use httpx (a base dependency) and nothing heavier.
 Inside the sim model, the units (prefill, decode, cluster, storage, metrics, load path, ...) never
-import the driver: they get narrow collaborators, so the only import circle left is the
-driver <-> policy adapter pair.
+import the driver: they get narrow collaborators. No import circles anywhere in the house, however
+lazy the import (a function body, ``TYPE_CHECKING``), save the ones issue 28 is removing
+(``ALLOWED_CIRCLES``, each with its step).
 """
 
 from __future__ import annotations
@@ -206,3 +207,137 @@ def test_base_import_does_not_import_vllm() -> None:
         "dualpath.integrations.vllm.settings; sys.exit('vllm' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ---- no import circles in the house (issue 28, step 1's rule for the whole tree) -----------------
+# Today's circles, each removed by the issue 28 step named beside it. The rule: every circle in the
+# tree lies inside one of these (a circle that grows, or a new one, fails); an entry no longer a
+# circle at all fails too, so the list only shrinks (delete the entry when its step lands).
+ALLOWED_CIRCLES: tuple[tuple[str, frozenset[str]], ...] = (
+    # step 1: the scheduler service of owned parts (RequestTable, EngineTable; no mixins, no
+    # back-pointers, no TYPE_CHECKING import of a module that imports you)
+    (
+        "step 1: scheduler service",
+        frozenset(
+            "runtime.cluster." + m
+            for m in (
+                "health_view",
+                "sched_core",
+                "sched_engines",
+                "sched_guard",
+                "sched_info",
+                "sched_persist",
+                "sched_registry",
+                "sched_requests",
+                "scheduler",
+                "supervisor_view",
+            )
+        ),
+    ),
+    # step 1's rule over the rest of runtime/: the supervisor and its judge, the remote PE and the
+    # prefill worker, the engine's main loop and its heartbeat (the store's circle went with the
+    # storage backends: space.py and posix_backend.py import files.py directly)
+    ("step 1: supervisor", frozenset({"runtime.cluster.supervisor", "runtime.cluster.supervisor_judge"})),
+    ("step 1: remote PE", frozenset({"runtime.cluster.pe_remote", "runtime.cluster.prefill_worker"})),
+    (
+        "step 1: engine process",
+        frozenset(
+            {"runtime.cluster.engine_beat", "runtime.cluster.engine_main", "runtime.cluster.engine_run"}
+        ),
+    ),
+    # step 3: one implementation per decision in policy/ (the scheduler names its kernels; fetch.py
+    # imports the package that re-exports it)
+    ("step 3: policy fetch", frozenset({"policy", "policy.fetch"})),
+    # step 4: smaller (the planner's run and search cut into named steps, their back-imports gone)
+    ("step 4: planner search", frozenset({"planner.search", "planner.sigma_partner"})),
+    ("step 4: planner run", frozenset({"planner.invariants", "planner.run"})),
+)
+
+
+def _module_name(path: Path) -> str:
+    """``dualpath.a.b`` of ``src/dualpath/a/b.py`` (a package is its ``__init__``), less ``dualpath.``."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the house modules it imports anywhere: top level, function bodies, ``try`` and
+    ``TYPE_CHECKING`` blocks (``from a import b`` names ``a`` and, when it is a module, ``a.b``)."""
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for name in names:
+                if name.startswith("dualpath."):
+                    target = name.removeprefix("dualpath.")
+                    if target in graph and target != module:
+                        graph[module].add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        out.append(frozenset(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def test_circle_finder_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert sorted(map(sorted, _circles(graph))) == [["a", "b", "c"], ["d", "e"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_in_the_house() -> None:
+    """No module imports, however lazily (a function body, ``TYPE_CHECKING``), a module that
+    imports it back, directly or round a longer loop; a package ``__init__`` that re-exports its
+    submodules is fine while no submodule imports the package. Today's exceptions: ALLOWED_CIRCLES."""
+    for circle in _circles(_import_graph()):
+        allowed = [why for why, members in ALLOWED_CIRCLES if circle <= members]
+        assert allowed, f"import circle: {sorted(circle)} (break it; see ALLOWED_CIRCLES for the rule)"
+
+
+def test_allowed_circles_still_exist() -> None:
+    """An ALLOWED_CIRCLES entry whose circle is gone is deleted, so the list only shrinks."""
+    circles = _circles(_import_graph())
+    for why, members in ALLOWED_CIRCLES:
+        assert any(c <= members for c in circles), f"no circle left in {why!r}: delete its entry"

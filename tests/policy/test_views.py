@@ -34,7 +34,8 @@ def _value(cls: type, name: str, i: int) -> object:
     if name == "read_side":
         return "de"
     hint = cls.__annotations__[name]
-    simple = {"int": i + 1, "float": i + 0.5, "str": f"v{i}", "RequestInfo": _INFO, "GroupLoad": _GROUP}
+    simple = {"int": i + 1, "float": i + 0.5, "str": f"v{i}", "bool": True, "RequestInfo": _INFO,
+              "GroupLoad": _GROUP}  # fmt: skip
     return () if hint.startswith("tuple") else simple[hint]
 
 

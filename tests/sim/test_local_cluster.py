@@ -41,7 +41,6 @@ def _run(
 
 def test_the_spec_is_the_runtimes_defaults() -> None:
     pytest.importorskip("torch")
-    from dualpath.runtime.cluster import decode_worker, memory, prefill_worker
     from dualpath.runtime.cluster.config import (
         DEMO_SNIC_GBPS,
         PREFILL_TOKENS_PER_S_OTHER,
@@ -54,17 +53,11 @@ def test_the_spec_is_the_runtimes_defaults() -> None:
     engine, demo = EngineConfig(), DemoConfig()
     assert local.FETCH_TICK_S == SchedulerServiceConfig().tick_s
     assert local.BLOCK_SIZE == engine.block_size
-    # the pool's token cap under --kv-cache-memory auto (small models are capped, not sized by bytes)
-    assert local.DE_HBM_TOKENS == memory.AUTO_POOL_TOKENS
+    assert engine.kv_cache_memory == "auto"  # what LocalClusterSpec(kv_cache_bytes=None) sizes by
     assert local.COMPUTE_QUOTA_S == engine.compute_quota_s
     assert local.MAX_BATCH_TOKENS == engine.max_batch_tokens
     assert local.PREFILL_TOKENS_PER_S == PREFILL_TOKENS_PER_S_OTHER
     assert LocalClusterSpec().snic_directions == TrafficConfig().snic_directions
-    assert local.PE_BUFFER_MAX_BYTES == prefill_worker.MAX_BUFFER_BYTES
-    assert local.STAGING_TOKENS == prefill_worker.STAGING_TOKENS
-    assert local.DE_BUFFER_MAX_BYTES == decode_worker.MAX_BUFFER_BYTES
-    assert local.DE_CACHE_MAX_BYTES == decode_worker.MAX_CACHE_BYTES
-    assert local.SLACK_BLOCKS == decode_worker.SLACK_BLOCKS
     assert (local.DEMO_AGENTS, local.DEMO_TURNS, local.DEMO_SCALE, local.DEMO_MAX_LEN) == (
         demo.num_agents,
         demo.max_turns,
@@ -78,19 +71,79 @@ def test_the_spec_is_the_runtimes_defaults() -> None:
     )
 
 
+# (layers, KV heads, head dim, dtype, max context): SmolLM2-135M in float32 (auto: the byte cap
+# binds), a tiny model (the token cap binds) and one whose context exceeds the PE's staging share
+MODELS = [(30, 3, 64, "float32", 8192), (2, 1, 16, "float32", 2048), (4, 2, 64, "bfloat16", 131072)]
+
+
+@pytest.mark.parametrize("layers,heads,dim,dtype,ctx", MODELS)
+@pytest.mark.parametrize("memory_spec,budget", [("auto", None), ("96MiB", 96 << 20)])
+def test_the_kv_pools_are_the_runtimes(layers, heads, dim, dtype, ctx, memory_spec, budget) -> None:
+    """Each engine's pools as the runtime sizes them from ``--kv-cache-memory`` for the model
+    (``engine_setup.engine_pools``), from the profile of that model."""
+    torch = pytest.importorskip("torch")
+    from dualpath.runtime.cluster.engine_setup import engine_pools
+    from dualpath.runtime.cluster.kvio import Geometry
+
+    geo = Geometry(
+        num_layers=layers, num_kv_heads=heads, head_dim=dim, dtype=getattr(torch, dtype), block_size=64
+    )
+    bpt = geo.layout().kv_bytes_per_token
+    profile = make_profile(num_layers=layers, kv_bytes_per_token=bpt, max_context_len=ctx)
+    pe, de = LocalClusterSpec(kv_cache_bytes=budget).kv_pools(profile)
+    assert pe == engine_pools("prefill", memory_spec, geo, ctx)
+    assert de == engine_pools("decode", memory_spec, geo, ctx)
+
+
+def test_the_simulated_engines_use_their_pools() -> None:
+    # SmolLM2-135M (float32) under auto: a 1 GiB budget, half a DE's for its buffer; the DE's
+    # paged cache (what the scheduler books it for) holds far fewer than the old 65,536 tokens
+    profile = make_profile(max_context_len=8192)
+    spec = LocalClusterSpec()
+    pe, de = spec.kv_pools(profile)
+    assert pe.budget_bytes == de.budget_bytes == 1 << 30
+    assert de.cache_blocks == de.buffer_blocks == (1 << 29) // (64 * 46_080)
+    assert 8192 <= de.max_context_tokens < 16_384
+    assert pe.staging_tokens == (1 << 27) // (2 * 1536)  # 1/8 of the budget, two slots of a layer
+    sim = Simulation(
+        SimConfig(
+            system=get_system("dualpath"), cluster=spec, profile=profile, calibration=LOCAL_CALIBRATION
+        ),
+        make_agents(_trajs()),
+    )
+    assert sim.max_de_tokens == de.max_context_tokens
+    assert all(st.hbm_tokens == de.max_context_tokens for st in sim.de_list)
+    assert sim.adapter.plan_limits.staging_tokens == pe.staging_tokens
+    assert [n.buffer_bytes for n in sim.cluster.nodes] == [pe.buffer_bytes, de.buffer_bytes, de.buffer_bytes]
+    # a smaller budget: smaller pools, the same rule
+    small = LocalClusterSpec(kv_cache_bytes=64 << 20).kv_pools(profile)[1]
+    assert small.max_context_tokens < de.max_context_tokens
+    with pytest.raises(ConfigError, match="kv_cache_bytes"):
+        LocalClusterSpec(kv_cache_bytes=0)
+    # a turn longer than the DE's paged cache is refused, as the runtime refuses it, naming why
+    tight = SimConfig(
+        system=get_system("dualpath"),
+        cluster=LocalClusterSpec(kv_cache_bytes=64 << 20),
+        profile=profile,
+        calibration=LOCAL_CALIBRATION,
+    )
+    with pytest.raises(Exception, match="paged cache"):
+        run_one(tight, _trajs())
+
+
 def test_the_local_cluster_is_built_as_the_runtime_runs_it() -> None:
     spec, profile = LocalClusterSpec(snic_gbps=0.2, cnic_gbps=None), make_profile()
     sim = Simulation(
         SimConfig(system=get_system("basic"), cluster=spec, profile=profile, calibration=LOCAL_CALIBRATION),
         make_agents(_trajs()),
     )
-    block_bytes = profile.kv_bytes_per_token * profile.block_size
+    pe, de = spec.kv_pools(profile)
     assert [n.role for n in sim.cluster.nodes] == ["pe", "de", "de"]
     assert [len(n.gpus) for n in sim.cluster.nodes] == [1, 1, 1]
     assert all(n.snic.bytes_per_s == gbps_to_bytes_per_s(0.2) for n in sim.cluster.nodes)
     assert all(n.snic_tx is not n.snic for n in sim.cluster.nodes)  # persists on the other direction
-    assert sim.cluster.nodes[0].buffer_bytes == spec.pe_buffer_bytes(block_bytes)
-    assert sim.cluster.nodes[1].buffer_bytes == spec.de_buffer_bytes(block_bytes)
+    assert sim.cluster.nodes[0].buffer_bytes == pe.buffer_bytes
+    assert sim.cluster.nodes[1].buffer_bytes == de.buffer_bytes
     assert all(g.tx.bytes_per_s == float("inf") for g in sim.cluster.gpus)  # uncapped CNICs
     order = sim.adapter.fetcher.order
     assert (order.interval_s, order.route_round_robin, order.dirty_only, order.rotate_pe) == (
@@ -101,9 +154,9 @@ def test_the_local_cluster_is_built_as_the_runtime_runs_it() -> None:
     )
     assert not order.pe_fetch_at_boundary
     assert type(sim.load).__name__ == "LayerwiseLoad"  # Basic runs the runtime's layerwise engine
-    assert sim.adapter.plan_limits.staging_tokens == local.STAGING_TOKENS
+    assert sim.adapter.plan_limits.staging_tokens == pe.staging_tokens
     assert sim.adapter.batch_limits.hbm_tokens is None and sim.adapter.batch_limits.max_items is None
-    assert sim.max_de_tokens == local.DE_HBM_TOKENS
+    assert sim.max_de_tokens == de.max_context_tokens
     cfg = sim.adapter.scheduler.config
     assert cfg.alpha_tokens == int(3 * gbps_to_bytes_per_s(0.2) / profile.kv_bytes_per_token)
     assert cfg.max_batch_tokens == local.MAX_BATCH_TOKENS

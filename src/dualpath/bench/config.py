@@ -93,6 +93,14 @@ class BenchConfig:
     metric_percentiles: str = "99"
 
     def __post_init__(self) -> None:
+        self._check_source()
+        self._check_lengths()
+        self._check_pacing()
+        self._check_agents()
+        self._check_limits()
+
+    def _check_source(self) -> None:
+        """The server URL and the dataset (its path, how it is sized)."""
         require(
             self.url.startswith(("http://", "https://")),
             "url",
@@ -122,6 +130,9 @@ class BenchConfig:
             self.num_prompts is None or self.num_prompts >= 1, "num_prompts", self.num_prompts, "must be >= 1"
         )
         require(1 <= self.num_agents <= 100_000, "num_agents", self.num_agents, "must be in [1, 100000]")
+
+    def _check_lengths(self) -> None:
+        """Token lengths of the prompts, the outputs and the hash blocks."""
         require(
             self.maxlen >= 2,
             "maxlen",
@@ -136,6 +147,9 @@ class BenchConfig:
             "must be >= 1 token",
         )
         require(self.block_len >= 1, "block_len", self.block_len, "must be >= 1 token per hash block")
+
+    def _check_pacing(self) -> None:
+        """How requests are paced: trace speed, rate, burstiness, concurrency cap."""
         require(
             math.isfinite(self.time_scale) and self.time_scale > 0,
             "time_scale",
@@ -160,6 +174,9 @@ class BenchConfig:
             self.max_concurrency,
             "must be >= 1 (or omitted: no cap)",
         )
+
+    def _check_agents(self) -> None:
+        """The agent replay: context cap, turns, length scale, token seed."""
         require(
             self.max_context_len is None or self.max_context_len >= 2,
             "max_context_len",
@@ -182,6 +199,9 @@ class BenchConfig:
         require(
             self.token_seed is None or self.token_seed >= 0, "token_seed", self.token_seed, "must be >= 0"
         )
+
+    def _check_limits(self) -> None:
+        """SLOs, duration, timeouts, token ids, retries and the reported metrics."""
         require(self.ttft_slo_s > 0, "ttft_slo_s", self.ttft_slo_s, "must be > 0")
         require(self.tpot_slo_s > 0, "tpot_slo_s", self.tpot_slo_s, "must be > 0")
         require(self.duration_s > 0, "duration_s", self.duration_s, "must be > 0")

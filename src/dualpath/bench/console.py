@@ -51,6 +51,21 @@ def _metric_lines(result: dict[str, Any], name: str) -> list[str]:
 
 def format_summary(result: dict[str, Any], metrics: tuple[str, ...]) -> str:
     """The whole block as text (no trailing newline)."""
+    lines = _throughput_lines(result)
+    if not result["completed"]:
+        lines += [_rule("Latency", "-"), "  (no successful request: no latency to report)"]
+    for name in metrics if result["completed"] else ():
+        if name != "jct":
+            lines += _metric_lines(result, name)
+    lines += _agent_lines(result, metrics)
+    lines += _slo_cache_lines(result)
+    lines += _failure_lines(result)
+    lines.append("=" * WIDTH)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _throughput_lines(result: dict[str, Any]) -> list[str]:
+    """The header: request counts, the configured pacing, tokens and throughputs."""
     lines = [
         _rule(" Serving Benchmark Result ", "="),
         _line("Successful requests:", result["completed"]),
@@ -60,7 +75,7 @@ def format_summary(result: dict[str, Any], metrics: tuple[str, ...]) -> str:
         lines.append(_line("Maximum request concurrency:", result["max_concurrency"]))
     if result.get("request_rate") != "inf":
         lines.append(_line("Request rate configured (RPS):", float(result["request_rate"])))
-    lines += [
+    return lines + [
         _line("Benchmark duration (s):", result["duration"]),
         _line("Total input tokens:", result["total_input_tokens"]),
         _line("Total generated tokens:", result["total_output_tokens"]),
@@ -71,20 +86,25 @@ def format_summary(result: dict[str, Any], metrics: tuple[str, ...]) -> str:
         _line("Peak concurrent requests:", float(result["max_concurrent_requests"])),
         _line("Total token throughput (tok/s):", result["total_token_throughput"]),
     ]
-    if not result["completed"]:
-        lines += [_rule("Latency", "-"), "  (no successful request: no latency to report)"]
-    for name in metrics if result["completed"] else ():
-        if name != "jct":
-            lines += _metric_lines(result, name)
-    if result.get("num_agents") is not None:
-        lines += [
-            _rule("Agents", "-"),
-            _line("Agents completed:", f"{result['agents_completed']}/{result['num_agents']}"),
-            _line("Agent throughput (agents/s):", result["agent_throughput"], ".3f"),
-        ]
-        if "jct" in metrics and result["completed"]:
-            lines += _metric_lines(result, "jct")[1:]
-    lines += [
+
+
+def _agent_lines(result: dict[str, Any], metrics: tuple[str, ...]) -> list[str]:
+    """Agent replay only: agents completed, their throughput and the JCT percentiles."""
+    if result.get("num_agents") is None:
+        return []
+    lines = [
+        _rule("Agents", "-"),
+        _line("Agents completed:", f"{result['agents_completed']}/{result['num_agents']}"),
+        _line("Agent throughput (agents/s):", result["agent_throughput"], ".3f"),
+    ]
+    if "jct" in metrics and result["completed"]:
+        lines += _metric_lines(result, "jct")[1:]
+    return lines
+
+
+def _slo_cache_lines(result: dict[str, Any]) -> list[str]:
+    """SLO attainment, the server's cache hit rate (or why there is none), truncated requests."""
+    lines = [
         _rule("SLO and cache", "-"),
         _line(
             "SLO attainment:",
@@ -106,13 +126,17 @@ def format_summary(result: dict[str, Any], metrics: tuple[str, ...]) -> str:
         )
     if result.get("truncated_requests"):
         lines.append(_line("Requests cut to fit the context:", result["truncated_requests"]))
+    return lines
+
+
+def _failure_lines(result: dict[str, Any]) -> list[str]:
+    """The failures by reason, with a hint for the known ones."""
     reasons = result.get("failure_reasons") or {}
-    if reasons:
-        lines.append(_rule(f" Failures ({result['failed']} requests) ", "-"))
-        lines += [f"{count:>6} x {reason}" for reason, count in reasons.items()]
-        lines += [f"  hint: {hint}" for hint in _hints(reasons)]
-    lines.append("=" * WIDTH)
-    return "\n".join(line.rstrip() for line in lines)
+    if not reasons:
+        return []
+    lines = [_rule(f" Failures ({result['failed']} requests) ", "-")]
+    lines += [f"{count:>6} x {reason}" for reason, count in reasons.items()]
+    return lines + [f"  hint: {hint}" for hint in _hints(reasons)]
 
 
 def _hints(reasons: dict[str, int]) -> list[str]:

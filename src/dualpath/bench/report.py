@@ -85,15 +85,24 @@ def failure_reasons(run: BenchRun) -> dict[str, int]:
 def summarize(run: BenchRun) -> dict[str, Any]:
     """One JSON-ready object: vLLM's result keys, then dualpath's."""
     cfg = run.config
+    good = sum(_meets(r, cfg.ttft_slo_s, cfg.tpot_slo_s) for r in run.results)
+    result = _vllm_keys(run, good)
+    for name in cfg.metrics:
+        result.update(metric_stats(name, metric_values(run, name), cfg.percentiles))
+    result.update(_dualpath_keys(run, good))
+    return result
+
+
+def _vllm_keys(run: BenchRun, good: int) -> dict[str, Any]:
+    """vLLM's ``benchmark_serving`` result keys (``good``: requests within both SLOs)."""
+    cfg = run.config
     ok = [r for r in run.results if r.ok]
     n = len(run.results)
     dur = max(run.wall_s, 1e-9)
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(r.num_generated for r in ok)
-    good = sum(_meets(r, cfg.ttft_slo_s, cfg.tpot_slo_s) for r in run.results)
     peak_tok_s, peak_conc = _peaks(ok)
-    agents_done = sum(v is not None for v in run.jct_s.values())
-    result: dict[str, Any] = {
+    return {
         "date": run.date,
         "endpoint_type": "openai",
         "backend": "openai",
@@ -116,33 +125,36 @@ def summarize(run: BenchRun) -> dict[str, Any]:
         "max_output_tokens_per_s": peak_tok_s,
         "max_concurrent_requests": peak_conc,
     }
-    for name in cfg.metrics:
-        result.update(metric_stats(name, metric_values(run, name), cfg.percentiles))
+
+
+def _dualpath_keys(run: BenchRun, good: int) -> dict[str, Any]:
+    """dualpath's keys: the run's setup, agents, SLO attainment, the server's cache, failures."""
+    cfg = run.config
+    n = len(run.results)
+    dur = max(run.wall_s, 1e-9)
+    agents_done = sum(v is not None for v in run.jct_s.values())
     cache = run.cache
-    result.update(
-        {
-            "base_url": cfg.url,
-            "dataset_name": cfg.dataset_name,
-            "mode": cfg.mode,
-            "num_agents": len(run.agents) if run.agents else None,
-            "agents_completed": agents_done if run.agents else None,
-            "agent_throughput": agents_done / dur if run.agents else None,
-            "max_context_len": run.endpoint.max_context_len,
-            "exact_token_ids": run.exact_token_ids,
-            "truncated_requests": sum(s.truncated for s in run.requests),
-            "ttft_slo_ms": cfg.ttft_slo_s * 1e3,
-            "tpot_slo_ms": cfg.tpot_slo_s * 1e3,
-            "slo_attainment": good / max(n, 1),
-            "cache_hit_rate": cache.hit_rate if cache is not None else None,
-            "cache_hit_tokens": cache.hit_tokens if cache is not None else None,
-            "cache_query_tokens": cache.query_tokens if cache is not None else None,
-            "cache_counters": cache.source if cache is not None else None,
-            "num_429_retries": sum(r.num_429 for r in run.results),
-            "request_timeout_s": cfg.request_timeout_s,
-            "failure_reasons": failure_reasons(run),
-        }
-    )
-    return result
+    return {
+        "base_url": cfg.url,
+        "dataset_name": cfg.dataset_name,
+        "mode": cfg.mode,
+        "num_agents": len(run.agents) if run.agents else None,
+        "agents_completed": agents_done if run.agents else None,
+        "agent_throughput": agents_done / dur if run.agents else None,
+        "max_context_len": run.endpoint.max_context_len,
+        "exact_token_ids": run.exact_token_ids,
+        "truncated_requests": sum(s.truncated for s in run.requests),
+        "ttft_slo_ms": cfg.ttft_slo_s * 1e3,
+        "tpot_slo_ms": cfg.tpot_slo_s * 1e3,
+        "slo_attainment": good / max(n, 1),
+        "cache_hit_rate": cache.hit_rate if cache is not None else None,
+        "cache_hit_tokens": cache.hit_tokens if cache is not None else None,
+        "cache_query_tokens": cache.query_tokens if cache is not None else None,
+        "cache_counters": cache.source if cache is not None else None,
+        "num_429_retries": sum(r.num_429 for r in run.results),
+        "request_timeout_s": cfg.request_timeout_s,
+        "failure_reasons": failure_reasons(run),
+    }
 
 
 def detailed(run: BenchRun) -> dict[str, Any]:

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "dualpath.cli.simulate",
     "dualpath.cli.runtime",
     "dualpath.cli.serve",
+    "dualpath.cli.scheduler",
     "dualpath.cli.configure",
     "dualpath.cli.bench",
     "dualpath.cli.model",

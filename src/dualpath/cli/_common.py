@@ -217,7 +217,7 @@ SERVE_MODULES = (
     "zmq",
     "prometheus_client",
 )
-SERVE_COMMANDS = ("serve", "engine", "demo", "check", "configure")
+SERVE_COMMANDS = ("serve", "engine", "scheduler", "demo", "check", "configure")
 
 
 class MissingExtraError(DualpathError):

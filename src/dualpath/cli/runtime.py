@@ -17,6 +17,7 @@ from dualpath.cli._common import (
     require_serve_extra,
 )
 from dualpath.runtime.check_config import CHECK_TRANSPORTS, MESSAGES, PATHS, CheckConfig
+from dualpath.runtime.choices import KV_BACKEND_NAMES
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +48,10 @@ def check(
             CHECK_TRANSPORTS,
         ),
     ),  # fmt: skip
+    kv_backend: str = _option(
+        "kv_backend",
+        choices_help("Where the store keeps the blocks turns reload (docs/kvstore.md)", KV_BACKEND_NAMES),
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run multi-turn chats through the engines and compare tokens and logits with transformers.
@@ -55,6 +60,10 @@ def check(
     scale (the largest |logit|); the absolute maximum is printed too."""
     require_serve_extra("check")
     check_choice("transport", transport, CHECK_TRANSPORTS)
+    check_choice("kv backend", kv_backend, KV_BACKEND_NAMES)
+    from dualpath.runtime.kvstore.backends import check_available
+
+    check_available(kv_backend)  # its package missing: one error line naming it, now
 
     from dualpath.cli.progress import Progress
     from dualpath.runtime.engine.check import run_check
@@ -62,9 +71,11 @@ def check(
 
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
-                      device=device or default_device(), transport=transport)  # fmt: skip
+                      device=device or default_device(), transport=transport,
+                      kv_backend=kv_backend)  # fmt: skip
     with Progress(
-        f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}, transport {cfg.transport}",
+        f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}, transport {cfg.transport}, "
+        f"kv backend {cfg.kv_backend}",
         total=len(cfg.paths) * cfg.turns,
         console=_stderr(),
     ) as bar:
@@ -76,7 +87,8 @@ def check(
                  r["max_abs_logit_diff"], r["rel_logit_diff"], r["tokens_equal"])
                 for r in report["per_turn"]]  # fmt: skip
         print_table(
-            f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']})",
+            f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']}, "
+            f"kv backend {report['kv_backend']})",
             [
                 "path",
                 "conversation",

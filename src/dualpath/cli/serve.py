@@ -16,9 +16,10 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
+from dualpath.core.errors import ConfigError
 from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICY_NAMES
-from dualpath.runtime.choices import ROLES, TRANSPORT_NAMES
+from dualpath.runtime.choices import KV_BACKEND_NAMES, ROLES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.config import (
     DEMO_SYSTEMS,
     ClusterConfig,
@@ -44,12 +45,25 @@ _CAPACITY_HELP = (
     "blocks are evicted beyond it."
 )
 _MODE_HELP = "KV block file mode: 0600 (owner only) or 0640 / 0660 for a group sharing the directory."
-_QUOTA_HELP = "DualPath PE batches: predicted attention time per forward pass, measured at PE start (ms)."
+_QUOTA_HELP = (
+    "DualPath PE batches: predicted time per forward pass (ms; what is predicted: --quota-scope), "
+    "from a predictor each PE measures at start."
+)
+_SCOPE_HELP = (
+    "What the compute quota bounds: forward (a PE batch's whole forward, so a long prompt is chunked "
+    "and never holds the PE for more than about one quota) or attention (the paper's: attention time only)."
+)
 _KVMEM_HELP = (
     "Each engine's KV memory (paged cache + buffers): bytes (2GiB, 512MiB, 1073741824), a fraction "
     "<= 1 of the memory available at start (0.1), or auto (1 GiB, less for small models)."
 )
 _MODE = f"{default_of(ClusterConfig, 'kv_file_mode'):04o}"
+_BACKEND_HELP = choices_help(
+    "Where KV blocks live (posix, nixl-posix: files under --kv-dir; mooncake: Mooncake Store; docs/kvstore.md)",
+    KV_BACKEND_NAMES,
+)
+_MASTER_HELP = "mooncake: an existing mooncake_master's HOST:PORT (empty: serve starts one with a holder)."
+_META_HELP = "mooncake: that master's HTTP metadata URL (http://HOST:PORT/metadata)."
 _SERVE_STANDBY = 1  # serve keeps one warm spare: a restart in seconds, not a cold model load
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
@@ -101,9 +115,13 @@ def serve(
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
+    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    mooncake_master: str = typer.Option("", help=_MASTER_HELP),
+    mooncake_metadata: str = typer.Option("", help=_META_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
     header_timeout_s: float = _server_option("header_timeout_s", "Seconds to receive a request head."),
     body_timeout_s: float = _server_option(
@@ -145,8 +163,13 @@ def serve(
         scheduler_port=scheduler_port,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
+        kv_backend=kv_backend,
+        kv_mooncake_master=mooncake_master,
+        kv_mooncake_metadata=mooncake_metadata,
         api_key_sha256=key_sha256(api_key) if api_key else "",
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
         supervisor=SupervisorConfig(
             standby=standby, restart_burst=restart_burst, restart_interval_s=restart_interval_s
@@ -167,8 +190,11 @@ def serve(
 
         resolve_model(model)
     from dualpath.runtime.cluster.local import check_kv_dir
+    from dualpath.runtime.kvstore.backends import check_available
 
-    check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
+    check_available(kv_backend)  # a backend whose package is not here: one error line, now
+    if kv_backend != "mooncake":
+        check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,
@@ -187,7 +213,11 @@ def serve(
             "scheduler": cluster.address,
             "logs": str(cluster.run_dir),
             "key_file": str(cluster.key_file),
+            "kv_backend": cluster.config.kv_backend,
         }
+        if cluster.config.kv_mooncake_master:  # what remote engines pass as --mooncake-master/-metadata
+            info["mooncake_master"] = cluster.config.kv_mooncake_master
+            info["mooncake_metadata"] = cluster.config.kv_mooncake_metadata
         if json_out:
             print_json(info)
         else:
@@ -196,6 +226,12 @@ def serve(
                 f"CURVE key file {cluster.key_file})",
                 style="green",
             )
+            if "mooncake_master" in info:
+                console.print(
+                    f"KV blocks in Mooncake Store: --mooncake-master {info['mooncake_master']} "
+                    f"--mooncake-metadata {info['mooncake_metadata']}",
+                    highlight=False,
+                )
             console.print(
                 f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
                 "deploy/grafana/dualpath.json, docs/server.md)",
@@ -245,20 +281,38 @@ def engine(
         help="Engines of one node on one host with the same id share their emulated storage NIC.",
     ),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
+    quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
     kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
+    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    mooncake_master: str = typer.Option("", help="mooncake: the cluster's mooncake_master HOST:PORT."),
+    mooncake_metadata: str = typer.Option("", help=_META_HELP),
     key_file: str = typer.Option(
         "",
         help="The cluster's CURVE key file (printed by dualpath serve "
         "as key_file; copy it with mode 0600). Empty: an unauthenticated cluster.",
     ),
+    restart_on_exit: bool = typer.Option(
+        False,
+        "--restart-on-exit",
+        help="Run the engine as a child and start it again whenever it exits (0.5 s backoff doubling "
+        "to 10 s; gives up after --restart-burst restarts within --restart-interval-s). SIGTERM stops it.",
+    ),
+    restart_burst: int = typer.Option(
+        default_of(SupervisorConfig, "restart_burst"),
+        help="With --restart-on-exit: restarts before giving up.",
+    ),
+    restart_interval_s: float = typer.Option(
+        default_of(SupervisorConfig, "restart_interval_s"), help="The window of --restart-burst (seconds)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object when it stops."),
 ) -> None:
-    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it)."""
+    """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it;
+    with --restart-on-exit, until SIGTERM)."""
     require_serve_extra("engine")
     from dualpath.runtime.cluster.engine_main import run_engine
-    from dualpath.runtime.kvstore.limits import capacity_from_gb, parse_file_mode
+    from dualpath.runtime.kvstore.limits import parse_file_mode
 
     check_choice("role", role, ROLES)
     cluster = ClusterConfig(
@@ -269,28 +323,46 @@ def engine(
         host=host,
         kv_capacity_gb=kv_capacity_gb,
         kv_file_mode=parse_file_mode(kv_file_mode),
-        engine=EngineConfig(compute_quota_s=compute_quota_ms / 1e3, kv_cache_memory=kv_cache_memory),
+        kv_backend=kv_backend,
+        kv_mooncake_master=mooncake_master,
+        kv_mooncake_metadata=mooncake_metadata,
+        engine=EngineConfig(
+            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
+        ),
         traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
     )
+    from dualpath.runtime.cluster.kv_backend import capacity_bytes
     from dualpath.runtime.cluster.memory import check_fits
 
-    check_fits(kv_cache_memory, 1)
-    capacity = capacity_from_gb(cluster.kv_capacity_gb, kv_dir)
-    addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
-    run_engine(
-        EngineArgs(
-            cluster=cluster,
-            scheduler=addr,
-            role=role,
-            node_id=node_id,
-            engine_id=engine_id,
-            cluster_id=cluster_id,
-            kv_capacity_bytes=capacity,
-            key_file=key_file,
+    if kv_backend == "mooncake" and not mooncake_master:
+        raise ConfigError(
+            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
         )
+    check_fits(kv_cache_memory, 1)
+    capacity = capacity_bytes(cluster)
+    addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
+    args = EngineArgs(
+        cluster=cluster,
+        scheduler=addr,
+        role=role,
+        node_id=node_id,
+        engine_id=engine_id,
+        cluster_id=cluster_id,
+        kv_capacity_bytes=capacity,
+        key_file=key_file,
     )
+    status = 0
+    if restart_on_exit:
+        from dualpath.runtime.cluster.engine_keeper import keep_running
+
+        sup = SupervisorConfig(restart_burst=restart_burst, restart_interval_s=restart_interval_s)
+        status = keep_running(args, sup)
+    else:
+        run_engine(args)
     if json_out:
-        print_json({"role": role, "scheduler": addr, "stopped": True})
+        print_json({"role": role, "scheduler": addr, "stopped": True, "status": status})
+    if status:
+        raise typer.Exit(status)
 
 
 def _demo_option(name: str, text: str) -> Any:
@@ -312,6 +384,7 @@ def demo(
         "snic_gbps", "Storage-NIC cap per node (default: per model, runtime.cluster.config.DEMO_SNIC_GBPS)."
     ),
     transport: str = _demo_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
+    kv_backend: str = _demo_option("kv_backend", _BACKEND_HELP),
     seed: int = _demo_option("seed", "Workload seed."),
     allow_failures: bool = typer.Option(
         False, "--allow-failures", help="Exit 0 even when the systems' runs did different work."
@@ -337,6 +410,7 @@ def demo(
         max_len=max_len,
         snic_gbps=snic_gbps,
         transport=transport,
+        kv_backend=kv_backend,
         seed=seed,
     )
     steps = [-1]  # run_demo says "starting ..." once, then "round <k> ...: <system>" per round

@@ -19,81 +19,25 @@ backend (cost/latency_terms.py).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-
-from dualpath.core.errors import require
-from dualpath.cost.kernels import KernelTables, OpTime
+from dualpath.cost.forward_ffn import FeedForward
+from dualpath.cost.kernels import OpTime
 from dualpath.cost.latency_terms import (
-    ELEMENTWISE_KERNELS,
-    FUSED_NORMS_TRTLLM,
-    MOE_DISTRIBUTION,
-    Parallel,
-    Precision,
     iteration_overhead_s,
     padded_decode_batch,
 )
-from dualpath.spec.model_spec import ModelSpec
+from dualpath.cost.step import Step, StepTime, fractional
+
+__all__ = ["GDN_CHUNK", "V3_MLA_SHAPE", "Forward", "Step", "StepTime"]
 
 V3_MLA_SHAPE = (7168, 128, 1536)  # hidden, heads, q_lora of the DeepSeek-V3 MLA module tables
 GDN_CHUNK = 64  # the chunk length of the chunked delta-rule kernels (flash-linear-attention)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """The work of one attention rank in one iteration (see the module doc)."""
+class Forward(FeedForward):
+    """``model`` on ``kernels``' system with ``par`` and ``prec``, run by ``backend``: the step op by
+    op; attention here, the MLP / MoE, collectives and elementwise kernels in cost/forward_ffn.py."""
 
-    ctx_requests: float = 0.0
-    isl: int = 0
-    prefix: int = 0
-    gen_requests: float = 0.0
-    kv_len: float = 0.0
-
-    def __post_init__(self) -> None:
-        require(
-            self.ctx_requests >= 0 and self.gen_requests >= 0,
-            "requests",
-            (self.ctx_requests, self.gen_requests),
-            "must be >= 0",
-        )
-        require(self.ctx_requests == 0 or self.isl >= 1, "isl", self.isl, "must be >= 1")
-
-    @property
-    def num_tokens(self) -> float:
-        return self.ctx_requests * self.isl + self.gen_requests
-
-
-@dataclass(slots=True)
-class StepTime:
-    """Seconds of one iteration, by op (summed over layers), with each op's source."""
-
-    breakdown_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    sources: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-
-    def add(self, op: str, t: OpTime, count: float = 1.0) -> None:
-        self.breakdown_s[op] += t.time_s * count
-        self.sources[op].add(t.source)
-
-    @property
-    def time_s(self) -> float:
-        return sum(self.breakdown_s.values())
-
-
-def _frac(count: float, fn) -> OpTime:  # type: ignore[no-untyped-def]
-    """``fn(n)`` at ``n = max(count, 1)`` scaled by ``count / n`` (kernels floor at one request)."""
-    n = max(count, 1.0)
-    return fn(n) * (count / n)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Forward:
-    """``model`` on ``kernels``' system with ``par`` and ``prec``, run by ``backend``."""
-
-    kernels: KernelTables
-    model: ModelSpec
-    par: Parallel
-    prec: Precision
-    backend: str = "trtllm"
+    __slots__ = ()
 
     def step(self, step: Step) -> StepTime:
         out = StepTime()
@@ -147,7 +91,7 @@ class Forward:
         if step.ctx_requests:
             out.add(
                 "attn_context",
-                _frac(
+                fractional(
                     step.ctx_requests,
                     lambda b: k.context_attention(
                         batch=b,
@@ -165,7 +109,7 @@ class Forward:
         if step.gen_requests:
             out.add(
                 "attn_generation",
-                _frac(
+                fractional(
                     step.gen_requests,
                     lambda b: k.generation_attention(
                         batch=b,
@@ -228,7 +172,7 @@ class Forward:
         kv_bytes = count * length * m.kv_bytes_per_token_layer
         out.add(
             f"mla_{phase}",
-            _frac(
+            fractional(
                 count,
                 lambda b: k.mla_kernel(
                     phase,
@@ -270,87 +214,3 @@ class Forward:
             layers,
         )
         self._allreduce(out, tokens, layers)
-
-    # ---- MLP / MoE --------------------------------------------------------------------------
-    def _mlp(self, out: StepTime, tokens: float, layers: int) -> None:
-        if layers <= 0:
-            return
-        m, k, tp = self.model, self.kernels, self.par.tp
-        inter = -(-m.intermediate_size // tp)
-        out.add("mlp_gemm", k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm), layers)
-        out.add("mlp_gemm", k.gemm(tokens, m.hidden_size, inter, self.prec.gemm), layers)
-        self._allreduce(out, tokens, layers)
-
-    def _moe(self, out: StepTime, tokens: float, layers: int, *, decode_only: bool = False) -> None:
-        """Router, routed and shared experts, and the collectives around them. In TensorRT-LLM's
-        decode CUDA graphs the shared experts run on an auxiliary stream beside the routed ones
-        (its DeepSeek-V3 model code, ``maybe_execute_in_parallel``): they cost only what exceeds
-        the routed experts' time."""
-        m, k, par = self.model, self.kernels, self.par
-        out.add("moe_router_gemm", k.gemm(tokens, m.num_routed_experts, m.hidden_size, "bfloat16"), layers)
-        group = tokens * par.attention_dp
-        routed = k.moe(
-            tokens=group,
-            hidden=m.hidden_size,
-            inter=m.moe_intermediate_size,
-            topk=m.num_active_experts,
-            experts=m.num_routed_experts,
-            moe_tp=par.moe_tp,
-            moe_ep=par.moe_ep,
-            dtype=self.prec.moe,
-            distribution=MOE_DISTRIBUTION,
-        )
-        out.add("moe_experts", routed, layers)
-        if m.num_shared_experts:
-            inter = -(-m.num_shared_experts * m.moe_intermediate_size // par.tp)
-            up = k.gemm(tokens, 2 * inter, m.hidden_size, self.prec.gemm)
-            down = k.gemm(tokens, m.hidden_size, inter, self.prec.gemm)
-            if decode_only and self.backend == "trtllm":
-                hidden = max(up.time_s + down.time_s - routed.time_s, 0.0)
-                out.add(
-                    "moe_shared_gemm",
-                    OpTime(hidden, f"{up.source}, overlapped with the routed experts"),
-                    layers,
-                )
-            else:
-                out.add("moe_shared_gemm", up, layers)
-                out.add("moe_shared_gemm", down, layers)
-        gpus = par.tp * par.attention_dp
-        if par.attention_dp > 1:  # gather every rank's tokens for the experts, scatter the sums
-            for op in ("all_gather", "reduce_scatter"):
-                out.add(
-                    "moe_comm",
-                    k.collective(op, elements=group * m.hidden_size, num_gpus=gpus, backend=self.backend),
-                    layers,
-                )
-        else:
-            self._allreduce(out, tokens, layers)
-
-    def _allreduce(self, out: StepTime, tokens: float, layers: int) -> None:
-        if self.par.tp > 1:
-            out.add(
-                "tp_allreduce",
-                self.kernels.collective(
-                    "all_reduce",
-                    elements=tokens * self.model.hidden_size,
-                    num_gpus=self.par.tp,
-                    backend=self.backend,
-                ),
-                layers,
-            )
-
-    def _elementwise(self, out: StepTime, tokens: float, layers: int) -> None:
-        """Norms, rope/KV append, activation, residual: bandwidth-bound, each at least the
-        fastest measured kernel (``KernelTables.launch_floor_s``)."""
-        k = self.kernels
-        count = ELEMENTWISE_KERNELS
-        if self.backend == "trtllm" and self.par.tp > 1:
-            count -= FUSED_NORMS_TRTLLM  # both RMSNorms ride in TensorRT-LLM's fused all-reduce
-        num_bytes = tokens * self.model.hidden_size * 2 * 2  # read + write BF16 activations
-        eff = k.efficiency.gemm_memory
-        each = max(k.launch_floor_s, num_bytes / (k.system.gpu.mem_bytes_per_s * eff))
-        out.add(
-            "elementwise",
-            OpTime(each, "roofline: elementwise kernels (no table), floored at the fastest measured kernel"),
-            count * layers,
-        )

@@ -149,25 +149,61 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int, concurren
     pfw, dfw = prefill.fw, decode.fw
     kv = isl + osl / 2
     transfer_s = kv_transfer_s(prefill, decode, isl)
-
-    def prefill_step(batch: float) -> tuple[StepTime, float]:
-        ranks = pfw.par.attention_dp
-        st = pfw.step(Step(ctx_requests=max(batch / ranks, 1.0), isl=isl))
-        return st, st.time_s + _pp_s(pfw, max(batch / ranks, 1.0) * isl)
-
-    def decode_step(batch: float) -> tuple[StepTime, float]:
-        dp = dfw.par.attention_dp  # the busiest rank sets the pace (cost/latency_agg.py)
-        per_rank = max(math.ceil(batch / dp - 1e-9) if dp > 1 else batch, 1.0) / dfw.par.pp
-        st = dfw.step(Step(gen_requests=per_rank, kv_len=kv))
-        return st, st.time_s + _pp_s(dfw, per_rank)
-
     ranks = dfw.par.attention_dp
     per_rank, notes = _kv_cap(dfw, decode.batch / ranks, isl + osl, "decode")
     d_limit = min(float(decode.batch), per_rank * ranks)
+    p_batch, d_batch, wait_s = _fixed_point(
+        prefill, decode, isl=isl, osl=osl, concurrency=concurrency, transfer_s=transfer_s, d_limit=d_limit
+    )
+    p_st, p_s = _prefill_step(pfw, p_batch, isl)
+    d_st, d_s = _decode_step(dfw, d_batch, kv)
+    tpot_s = d_s if osl > 1 else 0.0
+    ttft_s = wait_s + p_s + transfer_s
+    return Prediction(
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        breakdown_ms={
+            "ttft": _ms(p_st, {"queue_wait": wait_s, "kv_transfer": transfer_s, "pp_p2p": p_s - p_st.time_s}),
+            "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
+            "batch": {"prefill_batch": p_batch, "decode_batch": d_batch},
+        },
+        source=_sources(p_st, d_st),
+        notes=tuple(notes),
+    )
+
+
+def _prefill_step(pfw: Forward, batch: float, isl: int) -> tuple[StepTime, float]:
+    """A prefill worker's step of ``batch`` prompts over its attention-DP ranks, and its seconds."""
+    ranks = pfw.par.attention_dp
+    st = pfw.step(Step(ctx_requests=max(batch / ranks, 1.0), isl=isl))
+    return st, st.time_s + _pp_s(pfw, max(batch / ranks, 1.0) * isl)
+
+
+def _decode_step(dfw: Forward, batch: float, kv: float) -> tuple[StepTime, float]:
+    """A decode worker's step of ``batch`` requests at mean KV length ``kv``, and its seconds."""
+    dp = dfw.par.attention_dp  # the busiest rank sets the pace (cost/latency_agg.py)
+    per_rank = max(math.ceil(batch / dp - 1e-9) if dp > 1 else batch, 1.0) / dfw.par.pp
+    st = dfw.step(Step(gen_requests=per_rank, kv_len=kv))
+    return st, st.time_s + _pp_s(dfw, per_rank)
+
+
+def _fixed_point(
+    prefill: Pool,
+    decode: Pool,
+    *,
+    isl: int,
+    osl: int,
+    concurrency: float,
+    transfer_s: float,
+    d_limit: float,
+) -> tuple[float, float, float]:
+    """The prefill batch, the decode batch and the queue wait the closed loop settles at."""
+    pfw, dfw = prefill.fw, decode.fw
+    kv = isl + osl / 2
     p_batch, d_batch, wait_s = float(prefill.batch), d_limit, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
-        p_st, p_s = prefill_step(p_batch)
-        d_st, d_s = decode_step(d_batch)
+        _, p_s = _prefill_step(pfw, p_batch, isl)
+        _, d_s = _decode_step(dfw, d_batch, kv)
         decode_s = (osl - 1) * (d_s if osl > 1 else 0.0)
         base_s = p_s + transfer_s
         prefill_rate = prefill.workers * p_batch / p_s  # requests/s the prefill workers finish
@@ -183,18 +219,4 @@ def predict_disagg(prefill: Pool, decode: Pool, *, isl: int, osl: int, concurren
         # batches fill only as far as requests arrive within one prefill
         p_batch = min(float(prefill.batch), max(1.0, rate * p_s / prefill.workers))
         d_batch = min(d_limit, max(1.0, rate * decode_s / decode.workers))
-    p_st, p_s = prefill_step(p_batch)
-    d_st, d_s = decode_step(d_batch)
-    tpot_s = d_s if osl > 1 else 0.0
-    ttft_s = wait_s + p_s + transfer_s
-    return Prediction(
-        ttft_s=ttft_s,
-        tpot_s=tpot_s,
-        breakdown_ms={
-            "ttft": _ms(p_st, {"queue_wait": wait_s, "kv_transfer": transfer_s, "pp_p2p": p_s - p_st.time_s}),
-            "tpot": _ms(d_st, {"pp_p2p": d_s - d_st.time_s}) if osl > 1 else {},
-            "batch": {"prefill_batch": p_batch, "decode_batch": d_batch},
-        },
-        source=_sources(p_st, d_st),
-        notes=tuple(notes),
-    )
+    return p_batch, d_batch, wait_s

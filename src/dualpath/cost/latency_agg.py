@@ -17,10 +17,8 @@ evened out (a prompt longer than the budget runs whole in one iteration; the dep
 have raised its ``max_num_tokens`` to serve it). Where that packing changes (two 4000-token
 prompts per iteration at 128 clients, one at 256; or one 4081-token prompt instead of two
 4000-token ones) TTFT can fall as concurrency or the prompt grows: the iterations a request waits
-for get smaller. (Until session 13 the chunking backends split a prompt longer than the budget
-evenly over ``ceil(isl / budget)`` iterations, one prompt per group: just above the budget the
-iterations held half a budget and TTFT fell by a quarter, 1,007 -> 753 ms for Qwen3-235B on H100
-at isl 8,000 -> 8,162. Greedy packing is what the schedulers do and is continuous there.)
+for get smaller. Greedy packing is what the chunking schedulers do, and is continuous where a
+prompt crosses the budget (docs/notes/cost-prefill-packing.md: the even split it replaced).
 
 **One request's period**, in iterations: its ``own`` prefill iterations (the first token comes
 with the last), ``osl - 1`` decode iterations, then ``D = ARRIVAL_WAIT_ITERATIONS +
@@ -58,6 +56,7 @@ over its micro-batch, plus the stage-to-stage activation transfers.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,24 +69,42 @@ from dualpath.cost.latency_terms import (
     overlap_extra_steps,
     prefill_budget_tokens,
 )
-from dualpath.cost.prefill_packing import cyclic_cover, greedy, prefill_step, whole
+from dualpath.cost.prefill_packing import Packing, cyclic_cover, greedy, prefill_step, whole
 
 
 def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Prediction:
     """Aggregated serving (see the module doc)."""
     _check(isl, osl, concurrency)
     fw.par.check(fw.model)
-    pp = fw.par.pp
     clients = float(max(math.ceil(concurrency / fw.par.attention_dp - 1e-9), 1))
     b, notes = _kv_cap(fw, clients, isl + osl, "agg")
     if not MIXED_BATCHES.get(fw.backend, True):
         return _alternating(fw, isl=isl, osl=osl, clients=clients, b=b, notes=notes)
+    cycle = _mixed_cycle(fw, isl, osl, b)
+    keys, steps = _cycle_steps(fw, cycle, isl, osl)
+    return _mixed_prediction(cycle, keys, steps, osl=osl, clients=clients, b=b, notes=notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """One period of a mixed-batch engine: ``n`` requests packed into prefill iterations
+    (``pack``), ``period`` iterations in all, ``waits`` each request's iterations between its last
+    token and its next prefill, ``decoders`` the decode rows of each iteration."""
+
+    n: int
+    pack: Packing
+    period: int
+    waits: np.ndarray
+    decoders: np.ndarray
+
+
+def _mixed_cycle(fw: Forward, isl: int, osl: int, b: float) -> _Cycle:
+    """The period: prefills packed within the backend's token budget, then decodes."""
     n = max(1, round(b))  # b is a count (clients, or the KV cap floored)
     tokens = prefill_budget_tokens(fw.backend, fw.kernels.system.gpu.capacity_bytes)
     budget = max(tokens - int(b), tokens // 4)  # decode tokens take their share
     pack = (greedy if CHUNKED_PREFILL.get(fw.backend, False) else whole)(n, isl, budget)
-    units, prefill_iters = len(pack.first), pack.iterations
-    own = pack.own
+    prefill_iters, own = pack.iterations, pack.own
     extra = overlap_extra_steps(fw.backend)
     wait = ARRIVAL_WAIT_ITERATIONS + extra
     period = max(prefill_iters, int(own.max()) + (osl - 1) + wait)
@@ -95,12 +112,21 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     # or (prefill-bound) what the period leaves
     waits = np.maximum(wait, prefill_iters - own - (osl - 1))
     decoders = pack.weight * cyclic_cover(period, pack.last + 1, osl - 1 + extra)
-    kv = isl + osl / 2
+    return _Cycle(n=n, pack=pack, period=period, waits=waits, decoders=decoders)
 
-    steps: dict[tuple[float, float], tuple[StepTime, float]] = {}
 
-    def cost(p: int) -> tuple[float, float]:
-        key = (float(pack.tokens[p]) if p < prefill_iters else 0.0, float(decoders[p]))
+_StepKey = tuple[float, float]  # (prefill tokens, decode rows) of one iteration
+
+
+def _cycle_steps(
+    fw: Forward, cycle: _Cycle, isl: int, osl: int
+) -> tuple[list[_StepKey], dict[_StepKey, tuple[StepTime, float]]]:
+    """Each iteration's key and, once per distinct key, its step and seconds (pipeline hops in)."""
+    pp, pack, kv = fw.par.pp, cycle.pack, isl + osl / 2
+    steps: dict[_StepKey, tuple[StepTime, float]] = {}
+
+    def cost(p: int) -> _StepKey:
+        key = (float(pack.tokens[p]) if p < pack.iterations else 0.0, float(cycle.decoders[p]))
         if key not in steps:
             tok, rows = key[0], key[1] / pp
             if tok > 0 or rows > 0:
@@ -110,10 +136,24 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
                 steps[key] = (StepTime(), 0.0)
         return key
 
-    keys = [cost(p) for p in range(period)]
+    return [cost(p) for p in range(cycle.period)], steps
+
+
+def _mixed_prediction(
+    cycle: _Cycle,
+    keys: list[_StepKey],
+    steps: dict[_StepKey, tuple[StepTime, float]],
+    *,
+    osl: int,
+    clients: float,
+    b: float,
+    notes: list[str],
+) -> Prediction:
+    """TTFT and TPOT as the period's iterations each request waits, prefills and decodes in."""
+    pack, period, units = cycle.pack, cycle.period, len(cycle.pack.first)
     times = np.array([steps[k][1] for k in keys])
-    wait_cover = cyclic_cover(period, pack.first - waits, waits) / units
-    own_cover = cyclic_cover(period, pack.first, own) / units
+    wait_cover = cyclic_cover(period, pack.first - cycle.waits, cycle.waits) / units
+    own_cover = cyclic_cover(period, pack.first, pack.own) / units
     dec_cover = cyclic_cover(period, pack.last + 1, osl - 1) / units
     own_st, tpot = StepTime(), StepTime()
     for p in np.flatnonzero(own_cover):
@@ -125,7 +165,6 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
     tpot_s = float(dec_cover @ times) / (osl - 1) if osl > 1 else 0.0
     # KV-bound: the clients beyond the pool wait (clients - b) / b periods for a slot
     queue_s = (clients - b) / b * float(times.sum())
-    prefilling = np.arange(period) < prefill_iters
     return Prediction(
         ttft_s=wait_s + own_s + queue_s,
         tpot_s=tpot_s,
@@ -134,46 +173,46 @@ def predict_agg(fw: Forward, *, isl: int, osl: int, concurrency: float) -> Predi
                 own_st, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own_st.time_s}
             ),
             "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
-            "batch": {
-                "prefill_group": n / prefill_iters,
-                "groups": float(prefill_iters),
-                "prefill_iterations_per_request": float(own.mean()),
-                "period_iterations": float(period),
-                "wait_iterations": float(waits.mean()),
-                "prefill_iterations_in_wait": float(wait_cover[prefilling].sum()),
-                "prefill_iteration_share": float(dec_cover[prefilling].sum()) / max(osl - 1, 1),
-                "decodes_per_prefill_iteration": float(decoders[0]),
-                "decodes_per_decode_iteration": float(decoders[-1]) if period > prefill_iters else 0.0,
-                "running_per_rank": b,
-            },
+            "batch": _mixed_batch(cycle, wait_cover, dec_cover, osl=osl, b=b),
         },
         source=_sources(*(st for st, _ in steps.values())),
         notes=tuple(notes),
     )
 
 
+def _mixed_batch(
+    cycle: _Cycle, wait_cover: np.ndarray, dec_cover: np.ndarray, *, osl: int, b: float
+) -> dict[str, float]:
+    """The period's shape: prefill groups, iterations, and what a request's wait and decode see."""
+    pack, period = cycle.pack, cycle.period
+    prefilling = np.arange(period) < pack.iterations
+    return {
+        "prefill_group": cycle.n / pack.iterations,
+        "groups": float(pack.iterations),
+        "prefill_iterations_per_request": float(pack.own.mean()),
+        "period_iterations": float(period),
+        "wait_iterations": float(cycle.waits.mean()),
+        "prefill_iterations_in_wait": float(wait_cover[prefilling].sum()),
+        "prefill_iteration_share": float(dec_cover[prefilling].sum()) / max(osl - 1, 1),
+        "decodes_per_prefill_iteration": float(cycle.decoders[0]),
+        "decodes_per_decode_iteration": float(cycle.decoders[-1]) if period > pack.iterations else 0.0,
+        "running_per_rank": b,
+    }
+
+
 def _alternating(
     fw: Forward, *, isl: int, osl: int, clients: float, b: float, notes: list[str]
 ) -> Prediction:
     """A backend that runs prefill iterations apart from decode ones (see the module doc)."""
-    pp = fw.par.pp
-    budget = prefill_budget_tokens(fw.backend, fw.kernels.system.gpu.capacity_bytes)  # prompts only
-    n = max(1, round(b))
-    pack = greedy(n, isl, budget)
-    pre: dict[float, StepTime] = {}
-    for tok in set(pack.tokens.tolist()):
-        pre[tok] = fw.step(prefill_step(tok, isl))
-    pre_s = np.array([pre[t].time_s + _pp_s(fw, t) for t in pack.tokens.tolist()])
-    done = np.cumsum(pre_s)  # the round's prefill time up to the end of each iteration
-    kv = isl + osl / 2
-    dec = fw.step(Step(gen_requests=b / pp, kv_len=kv))
-    dec_s = dec.time_s + _pp_s(fw, b / pp)
-    extra = overlap_extra_steps(fw.backend)
-    before = float(np.mean(done[pack.first] - pre_s[pack.first]))  # the round's prefills before a request's
+    rnd = _alternating_round(fw, isl, osl, b)
+    pack, pre, done, dec_s, extra = rnd.pack, rnd.prefill, rnd.done, rnd.decode_s, rnd.extra
+    before = float(
+        np.mean(done[pack.first] - rnd.prefill_s[pack.first])
+    )  # the round's prefills before a request's
     own_s = float(np.mean(done[pack.last])) - before
     after = float(done[-1]) - before - own_s  # the later prefills a decoding request sits through
-    own_cover = cyclic_cover(pack.iterations, pack.first, pack.own) / n
-    after_cover = cyclic_cover(pack.iterations, pack.last + 1, pack.iterations - 1 - pack.last) / n
+    own_cover = cyclic_cover(pack.iterations, pack.first, pack.own) / rnd.n
+    after_cover = cyclic_cover(pack.iterations, pack.last + 1, pack.iterations - 1 - pack.last) / rnd.n
     own = StepTime()
     for i in np.flatnonzero(own_cover):
         _accumulate(own, pre[float(pack.tokens[i])], float(own_cover[i]))
@@ -184,10 +223,9 @@ def _alternating(
     tpot_s = 0.0
     if osl > 1:
         tpot_s = (after + (osl - 1) * dec_s) / (osl - 1)
-        _accumulate(tpot, dec, 1.0)
+        _accumulate(tpot, rnd.decode, 1.0)
         for i in np.flatnonzero(after_cover):
             _accumulate(tpot, pre[float(pack.tokens[i])], float(after_cover[i]) / (osl - 1))
-    mean_before = float(np.mean(pack.first))
     return Prediction(
         ttft_s=wait_s + own_s + queue_s,
         tpot_s=tpot_s,
@@ -196,19 +234,59 @@ def _alternating(
                 own, {"wait_for_iteration": wait_s, "queue_wait": queue_s, "pp_p2p": own_s - own.time_s}
             ),
             "tpot": _ms(tpot, {"pp_p2p": tpot_s - tpot.time_s}) if osl > 1 else {},
-            "batch": {
-                "prefill_group": n / pack.iterations,
-                "groups": float(pack.iterations),
-                "prefill_iterations_per_request": float(pack.own.mean()),
-                "period_iterations": float(pack.iterations + osl - 1 + extra),
-                "wait_iterations": extra + mean_before,
-                "prefill_iterations_in_wait": mean_before,
-                "prefill_iteration_share": float(np.mean(pack.iterations - 1 - pack.last)) / max(osl - 1, 1),
-                "decodes_per_prefill_iteration": 0.0,
-                "decodes_per_decode_iteration": b,
-                "running_per_rank": b,
-            },
+            "batch": _alternating_batch(rnd, osl, b),
         },
-        source=_sources(dec, *pre.values()),
+        source=_sources(rnd.decode, *pre.values()),
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """One round of an alternating engine: ``n`` requests' prompts packed into prefill iterations
+    (``pack``; each distinct one's step in ``prefill``, its seconds in ``prefill_s``, their running
+    sum in ``done``), then decode iterations of ``decode`` (``decode_s`` each)."""
+
+    n: int
+    pack: Packing
+    prefill: dict[float, StepTime]
+    prefill_s: np.ndarray
+    done: np.ndarray
+    decode: StepTime
+    decode_s: float
+    extra: int
+
+
+def _alternating_round(fw: Forward, isl: int, osl: int, b: float) -> _Round:
+    pp = fw.par.pp
+    budget = prefill_budget_tokens(fw.backend, fw.kernels.system.gpu.capacity_bytes)  # prompts only
+    n = max(1, round(b))
+    pack = greedy(n, isl, budget)
+    pre: dict[float, StepTime] = {}
+    for tok in set(pack.tokens.tolist()):
+        pre[tok] = fw.step(prefill_step(tok, isl))
+    pre_s = np.array([pre[t].time_s + _pp_s(fw, t) for t in pack.tokens.tolist()])
+    done = np.cumsum(pre_s)  # the round's prefill time up to the end of each iteration
+    dec = fw.step(Step(gen_requests=b / pp, kv_len=isl + osl / 2))
+    dec_s = dec.time_s + _pp_s(fw, b / pp)
+    extra = overlap_extra_steps(fw.backend)
+    return _Round(
+        n=n, pack=pack, prefill=pre, prefill_s=pre_s, done=done, decode=dec, decode_s=dec_s, extra=extra
+    )
+
+
+def _alternating_batch(rnd: _Round, osl: int, b: float) -> dict[str, float]:
+    pack = rnd.pack
+    mean_before = float(np.mean(pack.first))
+    return {
+        "prefill_group": rnd.n / pack.iterations,
+        "groups": float(pack.iterations),
+        "prefill_iterations_per_request": float(pack.own.mean()),
+        "period_iterations": float(pack.iterations + osl - 1 + rnd.extra),
+        "wait_iterations": rnd.extra + mean_before,
+        "prefill_iterations_in_wait": mean_before,
+        "prefill_iteration_share": float(np.mean(pack.iterations - 1 - pack.last)) / max(osl - 1, 1),
+        "decodes_per_prefill_iteration": 0.0,
+        "decodes_per_decode_iteration": b,
+        "running_per_rank": b,
+    }

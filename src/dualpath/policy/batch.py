@@ -1,9 +1,12 @@
 """PE batch formation (spec section 8): compute-quota FIFO packing with chunked prefill, or a
 plain FIFO token budget for the baselines.
 
-Invariants (property-tested): the batch is a FIFO prefix of ``waiting``; only its last entry may be
-chunked; its predicted attention time is <= the quota, except that a lone first request always
-gets at least one token (so a PE never stalls on a request too large for the quota).
+Invariants (property-tested): the batch is a FIFO prefix of ``waiting`` (in ``chunk_order``:
+"fresh-first", the default, puts the requests this PE has not started before the ones an earlier
+batch cut, each group FIFO; with no ``started`` item, as in the simulator, that is ``waiting``
+itself); only its last entry may be chunked; its predicted time is <= the quota, except that a lone
+first request always gets at least one token (so a PE never stalls on a request too large for the
+quota).
 """
 
 from __future__ import annotations
@@ -96,6 +99,25 @@ def plan_batch(
     return BatchPlan(entries=kept, attention_s=pred.predict_s(flops) if pred else 0.0)
 
 
+def ordered(waiting: tuple[BatchItem, ...], chunk_order: str) -> tuple[BatchItem, ...]:
+    """``waiting`` in the order a batch takes it: "fifo" as it is; "fresh-first" the requests not
+    started on this PE first, then the started ones (a long prompt cut by the quota gets what a
+    batch has left after the requests that came after it, so none of them waits for all of its
+    chunks; it still gets the rest of every batch, and all of one that nothing else wants)."""
+    if chunk_order == "fifo":
+        return waiting
+    fresh: list[BatchItem] = []
+    started: list[BatchItem] = []
+    for item in waiting:
+        if item.started:
+            started.append(item)
+        else:
+            fresh.append(item)
+    if not started or not fresh:
+        return waiting
+    return tuple(fresh + started)
+
+
 def _plan(view: BatchView, config: SchedulerConfig, mode: str) -> BatchPlan:
     for item in view.waiting:
         if item.new_len <= 0 or item.cached_len < 0:
@@ -103,13 +125,14 @@ def _plan(view: BatchView, config: SchedulerConfig, mode: str) -> BatchPlan:
                 f"waiting item {item.request_id!r}: new_len={item.new_len!r} must be > 0 and "
                 f"cached_len={item.cached_len!r} >= 0"
             )
+    waiting = ordered(view.waiting, config.chunk_order)
     if mode == "quota":
         pred = config.attention_predictor
         if pred is None:
             raise ConfigError("attention_predictor", None, "compute-quota batching needs one")
-        return quota_batch(view.waiting, pred, config.compute_quota_s)
+        return quota_batch(waiting, pred, config.compute_quota_s)
     if mode == "tokens":
-        return token_batch(view.waiting, config.max_batch_tokens, config.attention_predictor)
+        return token_batch(waiting, config.max_batch_tokens, config.attention_predictor)
     raise ConfigError("batching", mode, "choices: quota, tokens")
 
 

@@ -14,6 +14,11 @@ from dualpath.policy.predictor import AttentionTimePredictor, is_attention_predi
 from dualpath.spec.clusters import DEFAULT_SIM_CLUSTER, get_cluster
 
 BATCHING_MODES: tuple[str, ...] = ("quota", "tokens")
+# The order a PE batch takes its waiting requests in (docs/policy.md, "PE batching"): "fifo" (spec
+# section 8: assignment order) or "fresh-first" (requests this PE has not computed a chunk of yet
+# first, then the chunked ones, each group FIFO: a long prompt cut by the quota then never makes the
+# requests behind it wait for all of its chunks).
+CHUNK_ORDERS: tuple[str, ...] = ("fresh-first", "fifo")
 # Which PE groups a PE fetch may assign to (docs/policy.md, "PE scope"): "central" every live PE
 # group (the central scheduler's choice over all PEs), "group" the fetching group's own PEs only.
 PE_SCOPES: tuple[str, ...] = ("central", "group")
@@ -115,6 +120,8 @@ class SchedulerConfig:
       (default: group order, then rank order) or "read-queue" (the smaller node ``read_q`` first,
       then group order; only central PE fetches, whose candidates span nodes, can differ).
     attention_predictor: the PE attention-time predictor (see predictor.py).
+    chunk_order: "fresh-first" (default) or "fifo" (``CHUNK_ORDERS``): which waiting requests a PE
+      batch offers first; only items marked ``started`` (a chunk computed already) differ.
     """
 
     alpha_tokens: int = _DEFAULT_ALPHA
@@ -128,6 +135,7 @@ class SchedulerConfig:
     read_tie: str = "pe"
     pe_tie: str = "group"
     attention_predictor: AttentionTimePredictor | None = None
+    chunk_order: str = "fresh-first"
 
     def __post_init__(self) -> None:
         require(self.alpha_tokens >= 0, "alpha_tokens", self.alpha_tokens, "must be >= 0")
@@ -143,6 +151,8 @@ class SchedulerConfig:
         )
         check_scheduler_options(self.pe_scope, self.read_tie, self.pe_tie)
         require(self.max_batch_tokens > 0, "max_batch_tokens", self.max_batch_tokens, "must be > 0")
+        require(self.chunk_order in CHUNK_ORDERS, "chunk_order", self.chunk_order,
+                f"choices: {', '.join(CHUNK_ORDERS)}")  # fmt: skip
         pred = self.attention_predictor
         require(
             pred is None or is_attention_predictor(pred),

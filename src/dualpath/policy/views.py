@@ -198,11 +198,13 @@ class PrefillPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 class BatchItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A request on a PE that still has tokens to compute: ``cached_len`` tokens have KV already
-    (hits plus chunks computed earlier), ``new_len`` tokens remain."""
+    (hits plus chunks computed earlier), ``new_len`` tokens remain; ``started``: this PE computed a
+    chunk of it already (an earlier batch cut it)."""
 
     request_id: str
     cached_len: int
     new_len: int
+    started: bool = False
 
 
 class BatchView(msgspec.Struct, frozen=True, kw_only=True, gc=False):

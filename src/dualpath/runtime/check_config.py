@@ -4,7 +4,8 @@ Paths: ``pe``, ``de`` and ``split`` (one conversation on that read path; split d
 between PE and DE), ``mixed`` (two conversations batched together, on opposite paths that swap
 every turn). Each turn sends the next of ``MESSAGES`` (``OTHER_MESSAGES`` for mixed's second).
 ``transport``: how KV moves between the engines (``CHECK_TRANSPORTS``: "inproc", a call; or a
-cross-process transport, one per engine, so the check covers its wire).
+cross-process transport, one per engine, so the check covers its wire). ``kv_backend``: where the
+store keeps the blocks the turns reload (``KV_BACKEND_NAMES``; mooncake starts a store for the run).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dualpath.core.errors import require
-from dualpath.runtime.choices import TRANSPORT_NAMES
+from dualpath.runtime.choices import KV_BACKEND_NAMES, TRANSPORT_NAMES
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
 
 PATHS = ("pe", "de", "split", "mixed")  # the choices
@@ -44,6 +45,7 @@ class CheckConfig:
     tolerance: float = 1e-5  # of the logits' scale (max |logit|); why: runtime/engine/check.py
     device: str = "cpu"
     transport: str = "inproc"
+    kv_backend: str = "posix"
 
     def __post_init__(self) -> None:
         require(1 <= self.turns <= len(MESSAGES), "turns", self.turns, f"must be in [1, {len(MESSAGES)}]")
@@ -51,3 +53,5 @@ class CheckConfig:
             require(p in PATHS, "paths", p, f"choices: {', '.join(PATHS)}")
         require(self.transport in CHECK_TRANSPORTS, "transport", self.transport,
                 f"choices: {', '.join(CHECK_TRANSPORTS)}")  # fmt: skip
+        require(self.kv_backend in KV_BACKEND_NAMES, "kv_backend", self.kv_backend,
+                f"choices: {', '.join(KV_BACKEND_NAMES)}")  # fmt: skip

@@ -19,10 +19,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dualpath.sim.links import Link
-from dualpath.sim.local import BLOCK_SIZE, LocalClusterSpec
+from dualpath.sim.local import LocalClusterSpec
 
 if TYPE_CHECKING:
     from dualpath.sim.calibration import Calibration
+    from dualpath.spec.kv_pools import KVPools
 
 
 class Node:
@@ -120,14 +121,19 @@ class Cluster:
     """Nodes and GPUs of one run, plus the lockstep units (EP groups, or single GPUs for DP).
     ``cal`` gives the storage efficiency, usable HBM and EP group sizes. ``preset`` a
     ``spec.clusters.ClusterPreset``, or the local cluster (``sim.local.LocalClusterSpec``: one
-    engine per node, ``block_bytes`` sizing its buffers; see :meth:`_build_local`)."""
+    engine per node, ``pools`` its engines' KV pools, the PE's and a DE's; see :meth:`_build_local`)."""
 
     def __init__(
-        self, preset, cal: Calibration, snic_directions: str = "shared", block_bytes: int = 0
+        self,
+        preset,
+        cal: Calibration,
+        snic_directions: str = "shared",
+        pools: tuple[KVPools, KVPools] | None = None,
     ) -> None:
         # preset: spec.clusters.ClusterPreset; snic_directions: dualpath.core.links.SNIC_DIRECTIONS
         if isinstance(preset, LocalClusterSpec):
-            self._build_local(preset, cal, block_bytes)
+            assert pools is not None, "the local cluster's engines need their KV pools"
+            self._build_local(preset, cal, pools)
             return
         node_spec = preset.node_spec
         self.preset = preset
@@ -159,15 +165,17 @@ class Cluster:
         self.prefill_units = self._units(self.pe_nodes, cal.prefill_ep_nodes if is_ep else 0)
         self.decode_units = self._units(self.de_nodes, cal.decode_ep_nodes if is_ep else 0)
 
-    def _build_local(self, spec: LocalClusterSpec, cal: Calibration, block_bytes: int) -> None:
+    def _build_local(self, spec: LocalClusterSpec, cal: Calibration, pools: tuple[KVPools, KVPools]) -> None:
         """The local cluster: one engine (a "GPU" here) per node, PE nodes first; SNICs at the cap
         (times the calibration's efficiency, 1 for the local cluster), persists on their other
         direction when ``spec.snic_directions`` says so; no DRAM link (host copies are inside the
         measured engine steps), CNICs at ``spec.cnic_gbps`` (uncapped: infinite); the PE and DE
-        buffers as the runtime's workers size them; every engine its own unit."""
+        buffers as the runtime sizes them (``pools``: ``LocalClusterSpec.kv_pools``); every engine its
+        own unit."""
         self.preset = spec
         self.model = None
-        self.kv_bytes_per_token = block_bytes // BLOCK_SIZE
+        pe_pools, de_pools = pools
+        self.kv_bytes_per_token = de_pools.block_bytes // de_pools.block_size
         self.node_spec = None
         self.gpu_spec = None
         self.tp_size = 1
@@ -180,7 +188,7 @@ class Cluster:
         self.gpus = []
         for node_id in range(self.num_prefill_nodes + self.num_decode_nodes):
             pe = node_id < self.num_prefill_nodes
-            buffer = spec.pe_buffer_bytes(block_bytes) if pe else spec.de_buffer_bytes(block_bytes)
+            buffer = (pe_pools if pe else de_pools).buffer_bytes
             node = Node(node_id, "pe" if pe else "de", snic, inf, float(buffer), spec.snic_directions)
             gpu = Gpu(node_id, node_id, node.role, spec.cnic_bytes_per_s)
             node.gpus.append(gpu.gpu_id)

@@ -29,7 +29,6 @@ from dualpath.sim.kernel import PRIO_ARRIVAL, PRIO_COMPLETE, PRIO_FETCH, Handle,
 from dualpath.sim.load_path import LoadPath, load_path_class
 from dualpath.sim.local import BLOCK_SIZE as LOCAL_BLOCK_SIZE
 from dualpath.sim.local import MAX_BATCH_TOKENS as LOCAL_MAX_BATCH_TOKENS
-from dualpath.sim.local import STAGING_TOKENS
 from dualpath.sim.metrics import Metrics
 from dualpath.sim.prefill import PeState, PrefillUnit
 from dualpath.sim.request import Agent, Req
@@ -38,8 +37,6 @@ from dualpath.sim.storage import Storage
 # The local cluster runs the runtime's one layerwise engine for every policy; its Oracle is
 # ``TrafficConfig.read_free`` (reads and PD transfers free, persists paid)
 LOCAL_LOAD_PATHS = {"layerwise": "layerwise", "whole-prompt": "layerwise", "free-io": "read-free"}
-# what a local PE reports to its batch planner (prefill_worker: one staging slot per layer's batch)
-LOCAL_BATCH_LIMITS = BatchLimits(staging_tokens=STAGING_TOKENS, block_size=LOCAL_BLOCK_SIZE)
 
 
 class Simulation:
@@ -48,6 +45,7 @@ class Simulation:
     costs: CostCache
     de_kv_tokens: int
     pe_kv_tokens: int
+    local_limits: BatchLimits | None
     beta_rate: float
     cpu_cores: float
     background_threads: float
@@ -120,7 +118,7 @@ class Simulation:
             de_hbm_tokens=de_kv,
             pe_hbm_tokens=self.pe_kv_tokens if self.load.whole_prompt_in_hbm else None,
             order=dataclasses.replace(order, interval_s=cal.fetch_interval_s, pe_fetch_at_boundary=boundary),
-            batch_limits=LOCAL_BATCH_LIMITS if local else None,
+            batch_limits=self.local_limits,
         )
         self.fetch_interval_s = self.adapter.fetcher.order.interval_s
         self.prefill_units = [
@@ -208,21 +206,24 @@ class Simulation:
             )
         self.de_kv_tokens = de_kv
         self.beta_rate = self._prefill_tokens_per_s()
+        self.local_limits = None
         self.cpu_cores = 0.0
         self.background_threads = 0.0
 
     def _local_hardware(self, config: SimConfig) -> None:
         """The local cluster (``sim/local.py``): one engine per node, the profile's step times,
-        the runtime's DE room (what its scheduler books) and beta rate."""
+        the runtime's KV pools (a DE's paged cache is what its scheduler books it for; a PE reports
+        one staging slot per layer's batch to its batch planner) and beta rate."""
         from dualpath.sim import local
 
         profile, spec = config.profile, config.cluster
         assert profile is not None and isinstance(spec, local.LocalClusterSpec)  # (SimConfig checks)
-        block_bytes = profile.kv_bytes_per_token * profile.block_size
-        self.cluster = Cluster(spec, config.calibration, spec.snic_directions, block_bytes)
+        pe_pools, de_pools = spec.kv_pools(profile)
+        self.cluster = Cluster(spec, config.calibration, spec.snic_directions, (pe_pools, de_pools))
         self.bpt = profile.kv_bytes_per_token
         self.costs = ProfileCosts(profile, config.calibration)
-        self.de_kv_tokens = local.DE_HBM_TOKENS
+        self.de_kv_tokens = de_pools.max_context_tokens
+        self.local_limits = BatchLimits(staging_tokens=pe_pools.staging_tokens, block_size=LOCAL_BLOCK_SIZE)
         self.pe_kv_tokens = 0
         self.cpu_cores = spec.cpu_cores if spec.cpu_cores is not None else float(profile.cpu_cores)
         self.background_threads = spec.background_threads
@@ -259,7 +260,12 @@ class Simulation:
                 "cluster",
                 self.config.cluster.name,
                 f"a request needs {req.decode_len} tokens of DE HBM but a DE holds "
-                f"at most {self.max_de_tokens} (weights leave too little HBM)",
+                f"at most {self.max_de_tokens} "
+                + (
+                    "(its paged cache: a larger kv_cache_bytes)"
+                    if self.local
+                    else "(weights leave too little HBM)"
+                ),
             )
         self.adapter.arrive(req)
         self._request_tick()

@@ -7,8 +7,10 @@ test_local_cluster.py`` holds them equal, since the simulator may not import the
 engine process per emulated node, prefill nodes first; each node's storage NIC capped at
 ``snic_gbps`` (reads in, persists out on its other direction: ``TrafficConfig.snic_directions``
 "duplex"), each engine's compute NIC at ``cnic_gbps`` (None: uncapped, as ``dualpath demo``
-runs); the PE and DE buffers and the DE's paged cache bounded as the workers bound them; 64-token
-blocks; the scheduler's 2 ms fetch tick; beta from the runtime's prefill rate, alpha from the SNIC
+runs); each engine's KV pools (the PE's buffer and staging slots, the DE's buffer and paged
+cache, which is also the room the scheduler books a DE for) split from its ``--kv-cache-memory``
+budget by the runtime's own rule (``spec/kv_pools.py``; ``kv_cache_bytes`` None: ``auto``, the
+runtime's default, for the profiled model's KV); 64-token blocks; the scheduler's 2 ms fetch tick; beta from the runtime's prefill rate, alpha from the SNIC
 cap. Step times come from a measured engine profile (``--device profile:FILE``,
 ``spec/engine_profile.py``, ``cost/profile.py``), not from a GPU: the engines are CPU processes.
 
@@ -37,22 +39,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dualpath.core.errors import require
-from dualpath.core.units import GiB, gbps_to_bytes_per_s
+from dualpath.core.units import gbps_to_bytes_per_s
 from dualpath.sim.calibration import Calibration
+from dualpath.spec.engine_profile import EngineProfile
+from dualpath.spec.kv_pools import KVPools, auto_budget_bytes, size_pools
 
 # The runtime's defaults (tests/sim/test_local_cluster.py checks each against the runtime):
 FETCH_TICK_S = 0.002  # SchedulerServiceConfig.tick_s
 BLOCK_SIZE = 64  # EngineConfig.block_size
-DE_HBM_TOKENS = 65_536  # memory.AUTO_POOL_TOKENS: a DE's pool cap under --kv-cache-memory auto
 COMPUTE_QUOTA_S = 0.3  # EngineConfig.compute_quota_s
 MAX_BATCH_TOKENS = 2048  # EngineConfig.max_batch_tokens (the baselines' token budget)
 PREFILL_TOKENS_PER_S = 20_000.0  # config.PREFILL_TOKENS_PER_S_OTHER (beta = 5 s of it)
-PE_BUFFER_MAX_BYTES = 1 * GiB  # prefill_worker.MAX_BUFFER_BYTES ...
-PE_BUFFER_MAX_BLOCKS = 1024  # ... and at most 1024 blocks
-STAGING_TOKENS = 65_536  # prefill_worker.STAGING_TOKENS (one layer's batch per staging slot)
-DE_BUFFER_MAX_BYTES = 1 * GiB  # decode_worker.MAX_BUFFER_BYTES
-DE_CACHE_MAX_BYTES = 2 * GiB  # decode_worker.MAX_CACHE_BYTES
-SLACK_BLOCKS = 64  # decode_worker.SLACK_BLOCKS
 # ``dualpath demo``'s agents (DemoConfig): the default workload of ``simulate --cluster local``
 DEMO_AGENTS = 6
 DEMO_TURNS = 6
@@ -71,7 +68,7 @@ LOCAL_CALIBRATION = Calibration(
     pd_handoff_s=0.0,  # PrefillDone rides the KV's transport FIFO; the DE's boundary wait is modelled
     pd_layer_handoff_s=0.0,  # each layer's loads and sends are inside the measured PE step
     decode_join_s=0.0,  # the profile's measured admission of a prefilled prompt replaces it
-    hbm_usable_fraction=1.0,  # (unused: the DE's room is its configured token count)
+    hbm_usable_fraction=1.0,  # (unused: the DE's room is its paged cache, spec/kv_pools.py)
     prefill_iter_overhead_s=0.0,  # inside the measured step
     decode_step_overhead_s=0.0,  # inside the measured step
     ep_layer_latency_rdma_s=0.0,  # no expert parallelism
@@ -87,7 +84,8 @@ class LocalClusterSpec:
     uncapped); ``cpu_cores``: the cores its engine processes share (None: those of the machine the
     profile was measured on, ``EngineProfile.cpu_cores``); ``background_threads``: the mean number
     of other runnable threads on that machine while it runs (0: a quiet machine; a shared one's
-    can be measured, as ``benchmarks/sim_vs_serve.py`` does)."""
+    can be measured, as ``benchmarks/sim_vs_serve.py`` does); ``kv_cache_bytes``: each engine's KV
+    budget (``--kv-cache-memory`` in bytes; None: ``auto``, the runtime's default)."""
 
     num_prefill_engines: int = 1
     num_decode_engines: int = 2
@@ -96,6 +94,7 @@ class LocalClusterSpec:
     snic_directions: str = "duplex"  # TrafficConfig.snic_directions
     cpu_cores: float | None = None  # the cores the engines share (None: the profile's machine's)
     background_threads: float = 0.0  # runnable threads of other work on the machine (mean)
+    kv_cache_bytes: int | None = None  # EngineConfig.kv_cache_memory (None: "auto")
 
     def __post_init__(self) -> None:
         require(self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines, ">= 1")
@@ -104,6 +103,12 @@ class LocalClusterSpec:
         require(self.cnic_gbps is None or self.cnic_gbps > 0, "cnic_gbps", self.cnic_gbps, "> 0 or None")
         require(self.cpu_cores is None or self.cpu_cores > 0, "cpu_cores", self.cpu_cores, "> 0 or None")
         require(self.background_threads >= 0, "background_threads", self.background_threads, ">= 0")
+        require(
+            self.kv_cache_bytes is None or self.kv_cache_bytes > 0,
+            "kv_cache_bytes",
+            self.kv_cache_bytes,
+            "> 0",
+        )
 
     @property
     def name(self) -> str:
@@ -121,19 +126,27 @@ class LocalClusterSpec:
     def cnic_bytes_per_s(self) -> float:
         return float("inf") if self.cnic_gbps is None else gbps_to_bytes_per_s(self.cnic_gbps)
 
-    def pe_buffer_bytes(self, block_bytes: int) -> int:
-        """The PE buffer, as ``PrefillWorker`` sizes it."""
-        return max(min(PE_BUFFER_MAX_BYTES, PE_BUFFER_MAX_BLOCKS * block_bytes), block_bytes)
+    def budget_bytes(self, profile: EngineProfile) -> int:
+        """One engine's KV budget for the profiled model (``memory.resolve_memory``)."""
+        return (
+            self.kv_cache_bytes
+            if self.kv_cache_bytes is not None
+            else auto_budget_bytes(profile.kv_bytes_per_token)
+        )
 
-    def de_buffer_bytes(self, block_bytes: int) -> int:
-        """The DE buffer, as ``DecodeWorker`` sizes it."""
-        blocks = -(-DE_HBM_TOKENS // BLOCK_SIZE) + SLACK_BLOCKS
-        return min(blocks, max(DE_BUFFER_MAX_BYTES // block_bytes, 1)) * block_bytes
-
-    def de_cache_tokens(self, block_bytes: int) -> int:
-        """Tokens the DE's paged cache holds (``DecodeWorker``'s bound on this host)."""
-        blocks = -(-DE_HBM_TOKENS // BLOCK_SIZE) + SLACK_BLOCKS
-        return min(blocks, max(DE_CACHE_MAX_BYTES // block_bytes, 1)) * BLOCK_SIZE
+    def kv_pools(self, profile: EngineProfile) -> tuple[KVPools, KVPools]:
+        """The PE's and a DE's KV pools, as ``engine_setup.engine_pools`` splits them (the model's
+        geometry from the profile; its longest context is ``max_context_len``, 0 in profiles made
+        before it was recorded: then the PE staging share alone, as for any model whose share
+        exceeds its context)."""
+        geo = {
+            "block_size": profile.block_size,
+            "block_bytes": profile.kv_bytes_per_token * profile.block_size,
+            "num_layers": profile.num_layers,
+            "max_context": profile.max_context_len,
+        }
+        budget = self.budget_bytes(profile)
+        return size_pools("prefill", budget, **geo), size_pools("decode", budget, **geo)
 
 
 def parse_local(text: str) -> bool:

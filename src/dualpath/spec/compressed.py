@@ -8,17 +8,17 @@ One KV head whose entry serves as key and value (head_dim 512, 64 of them rope):
 compressed entry with ``index_num_heads x index_head_dim``.
 
 Counting is exact for causal queries at positions cached+1 .. cached+new (closed forms, no loops over
-tokens). Pure functions of a ModelSpec.
+tokens). Pure functions of a model's shape (spec/model_shape.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dualpath.spec.model_spec import causal_kv_sum
+from dualpath.spec.causal import causal_kv_sum
 
 if TYPE_CHECKING:
-    from dualpath.spec.model_spec import ModelSpec
+    from dualpath.spec.model_shape import ModelShape
 
 CSA_RATIO = 4
 
@@ -43,25 +43,25 @@ def _compressed_sum(c: int, n: int, r: int, cap: int | None) -> int:
     return total + max(0, above) * cap
 
 
-def layer_entries(m: ModelSpec, layer: int, context_len: int) -> int:
+def layer_entries(m: ModelShape, layer: int, context_len: int) -> int:
     """KV entries one layer keeps for a context of ``context_len`` tokens."""
     ratio = m.compress_ratios[layer]
     window = min(context_len, m.window_len or 0)
     return window + (context_len // ratio if ratio else 0)
 
 
-def kv_bytes(m: ModelSpec, context_len: int) -> float:
+def kv_bytes(m: ModelShape, context_len: int) -> float:
     entries = sum(layer_entries(m, i, context_len) for i in range(m.num_layers))
     return float(entries * m.kv_bytes_per_token_layer)
 
 
-def kv_bytes_per_token(m: ModelSpec) -> int:
+def kv_bytes_per_token(m: ModelShape) -> int:
     """Long-context marginal bytes per token over all layers (window excluded), rounded up."""
     per_token = sum(1 / r for r in m.compress_ratios if r) * m.kv_bytes_per_token_layer
     return int(-(-per_token // 1))
 
 
-def attention_flops_layer(m: ModelSpec, cached_len: int, new_len: int, layer: int) -> float:
+def attention_flops_layer(m: ModelShape, cached_len: int, new_len: int, layer: int) -> float:
     ratio = m.compress_ratios[layer]
     pairs = causal_kv_sum(cached_len, new_len, m.window_len or 0)  # the window
     flops = 0.0
@@ -74,7 +74,7 @@ def attention_flops_layer(m: ModelSpec, cached_len: int, new_len: int, layer: in
     return flops + pairs * m.attention_flops_per_pair
 
 
-def attention_params_layer(m: ModelSpec, layer: int) -> int:
+def attention_params_layer(m: ModelShape, layer: int) -> int:
     """Q (LoRA), shared KV, grouped low-rank output, compressor and (CSA) indexer projections."""
     d, h, hd = m.hidden_size, m.num_heads, m.head_dim
     q_lora = m.q_lora_rank or d

@@ -68,7 +68,8 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     that line's FLOPs are counted on. ``prefill_request_s``: what each request beyond the first
     adds to a prefill step (its own attention calls, staging and sends per layer), measured on a
     batch of equal requests. ``clock``: what the seconds count (``CLOCKS``); ``cpu_cores``: the
-    measuring machine's cores."""
+    measuring machine's cores; ``max_context_len``: the model's (``max_position_embeddings``),
+    which sizes a prefill engine's staging floor (``spec/kv_pools.py``)."""
 
     format: int = PROFILE_FORMAT
     model: str
@@ -83,6 +84,7 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
     cpu_cores: int  # of the machine it was measured on (the local cluster's engines share them)
     host: str = ""
     created: str = ""
+    max_context_len: int = 0  # the model's longest context (its KV pools' staging floor; 0: unknown)
     attention_s_per_gflop: float
     attention_intercept_s: float = 0.0
     prefill_request_s: float = 0.0  # what each request beyond a step's first adds to it
@@ -100,6 +102,7 @@ class EngineProfile(msgspec.Struct, frozen=True, kw_only=True):
             self.attention_s_per_gflop > 0, "attention_s_per_gflop", self.attention_s_per_gflop, "must be > 0"
         )
         _check(self.attention_intercept_s >= 0, "attention_intercept_s", self.attention_intercept_s, ">= 0")
+        _check(self.max_context_len >= 0, "max_context_len", self.max_context_len, ">= 0")
         _check(self.prefill_request_s >= 0, "prefill_request_s", self.prefill_request_s, ">= 0")
         points = [(p.cached_len, p.new_len, p.seconds) for p in self.prefill]
         _grid(points, "prefill", (0, 1))

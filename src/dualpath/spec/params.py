@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dualpath.spec.compressed import attention_params_layer as csa_attention_params_layer
+
 if TYPE_CHECKING:
-    from dualpath.spec.model_spec import ModelSpec
+    from dualpath.spec.model_shape import ModelShape
 
 
-def attention_params_layer(m: ModelSpec, layer: int = 0) -> int:
+def attention_params_layer(m: ModelShape, layer: int = 0) -> int:
     h, d = m.num_heads, m.hidden_size
     if m.attention_kind == "csa":
-        from dualpath.spec import compressed
-
-        return compressed.attention_params_layer(m, layer)
+        return csa_attention_params_layer(m, layer)
     if m.is_linear_layer(layer):
         return _linear_attention_params(m)
     if m.attention_kind == "mla":
@@ -37,7 +37,7 @@ def attention_params_layer(m: ModelSpec, layer: int = 0) -> int:
     return params
 
 
-def _linear_attention_params(m: ModelSpec) -> int:
+def _linear_attention_params(m: ModelShape) -> int:
     """A Gated DeltaNet layer: Q, K, V and the output gate Z projected from the hidden state, the
     two per-value-head gates (beta, alpha), the depthwise convolution over Q, K, V, the output."""
     d = m.hidden_size
@@ -47,20 +47,20 @@ def _linear_attention_params(m: ModelSpec) -> int:
     return proj + (2 * qk + v) * m.linear_conv_kernel + v * d
 
 
-def _mlp(m: ModelSpec, inner: int) -> int:
+def _mlp(m: ModelShape, inner: int) -> int:
     return 3 * m.hidden_size * inner  # gated MLP: gate, up, down
 
 
-def _moe_layer(m: ModelSpec, num_routed: int) -> int:
+def _moe_layer(m: ModelShape, num_routed: int) -> int:
     router = m.hidden_size * m.num_routed_experts
     return (num_routed + m.num_shared_experts) * _mlp(m, m.moe_intermediate_size) + router
 
 
-def _embedding_params(m: ModelSpec) -> int:
+def _embedding_params(m: ModelShape) -> int:
     return m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
 
 
-def _body_params(m: ModelSpec, *, active: bool) -> int:
+def _body_params(m: ModelShape, *, active: bool) -> int:
     dense_layers = m.num_dense_layers if m.is_moe else m.num_layers
     routed = m.num_active_experts if active else m.num_routed_experts
     attn = sum(attention_params_layer(m, i) for i in range(m.num_layers))
@@ -70,34 +70,34 @@ def _body_params(m: ModelSpec, *, active: bool) -> int:
     return body
 
 
-def shape_total_params(m: ModelSpec) -> int:
+def shape_total_params(m: ModelShape) -> int:
     """All parameters (embeddings and LM head included)."""
     return _body_params(m, active=False) + _embedding_params(m)
 
 
-def shape_active_params(m: ModelSpec) -> int:
+def shape_active_params(m: ModelShape) -> int:
     """Parameters touched per token, embeddings and LM head included."""
     return _body_params(m, active=True) + _embedding_params(m)
 
 
-def active_non_embedding_params(m: ModelSpec) -> int:
+def active_non_embedding_params(m: ModelShape) -> int:
     """Per-token transformer-body parameters (no embedding, no LM head)."""
     return _body_params(m, active=True)
 
 
 # ---- the planner's A/F split (cost/stages.py): every parameter is in exactly one of these ----
-def attention_params(m: ModelSpec) -> int:
+def attention_params(m: ModelShape) -> int:
     """Attention-side parameters, all layers: Q/K/V/O projections (low-rank Q, grouped low-rank O),
     the DSA/CSA indexer and the CSA/HCA compressor. The A stages (PA, DA) hold them."""
     return sum(attention_params_layer(m, i) for i in range(m.num_layers))
 
 
-def expert_params(m: ModelSpec) -> int:
+def expert_params(m: ModelShape) -> int:
     """One routed expert of one MoE layer (0 for dense models)."""
     return _mlp(m, m.moe_intermediate_size) if m.is_moe else 0
 
 
-def ffn_non_expert_params(m: ModelSpec) -> int:
+def ffn_non_expert_params(m: ModelShape) -> int:
     """F-side parameters other than routed experts: dense MLPs, shared experts, routers,
     embedding and LM head. ``attention_params + ffn_non_expert_params +
     num_moe_layers x num_routed_experts x expert_params == shape_total_params``."""

@@ -77,8 +77,11 @@ def test_the_first_token_streams_from_the_prefill_engine(cluster: LocalCluster) 
         second.append(times[1] - times[0])
         step.append(statistics.median(b - a for a, b in zip(times[1:], times[2:], strict=False)))
     # before: 0 in every request (the DE sent both in one message); medians, as one request can
-    # race (its DE's second token reaching the scheduler before the PE's report)
-    assert statistics.median(gap) > 0.0, gap
+    # race (its DE's second token reaching the scheduler before the PE's report). TTST - TTFT as
+    # the scheduler measures it (RequestStats) and as the client sees it, against one decode step
+    print(f"TTST-TTFT {[round(g * 1e3, 1) for g in gap]} ms (client {[round(g * 1e3, 1) for g in second]}), "
+          f"decode step {[round(g * 1e3, 1) for g in step]} ms")  # fmt: skip
+    assert statistics.median(gap) >= statistics.median(step), (gap, step)
     assert statistics.median(second) >= statistics.median(step), (second, step)
 
 

@@ -26,6 +26,7 @@ def test_the_profiler_measures_a_valid_profile_of_the_real_engine(tiny_llama, tm
     assert torch.get_num_threads() == threads  # (restored after the one-thread profile)
     assert profile.clock == "thread_cpu" and profile.cpu_cores >= 1 and profile.torch_threads == 1
     assert profile.num_layers == decoder.num_layers and profile.block_size == 64
+    assert profile.max_context_len == decoder.config.max_position_embeddings > 0  # (the KV pools)
     assert len(profile.prefill) == 8 and len(profile.decode) == 4 and len(profile.join) == 2
     assert all(p.seconds > 0 for p in (*profile.prefill, *profile.decode, *profile.join))
     step = {(p.cached_len, p.new_len): p.seconds for p in profile.prefill}

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dualpath.runtime.kvstore import BlockLayout, BlockStore, chain_hashes
+from dualpath.runtime.kvstore.backends import BACKEND_NAMES, MooncakeSpec, missing
+
+from .backends import Opener, opener
 
 LAYOUT = BlockLayout(num_layers=4, kv_bytes_per_token_layer=16, block_size=8)
 
@@ -41,3 +45,27 @@ def make_blocks_fixture():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def store(tmp_path: Path) -> BlockStore:
     return BlockStore(tmp_path / "kv", LAYOUT)
+
+
+@pytest.fixture(scope="session")
+def mooncake_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MooncakeSpec | None]:
+    """One Mooncake master + holder for the session, started only when a mooncake test asks."""
+    if missing("mooncake"):
+        yield None
+        return
+    from dualpath.runtime.kvstore.mooncake_service import MooncakeService
+
+    svc = MooncakeService.start(tmp_path_factory.mktemp("mooncake"), segment_bytes=256 << 20)
+    yield svc.spec
+    svc.stop()
+
+
+@pytest.fixture(params=BACKEND_NAMES)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens BlockStores (each another process's view) on one backend's blocks; skipped with the
+    reason when the backend's package does not import here."""
+    spec = request.getfixturevalue("mooncake_service") if request.param == "mooncake" else None
+    open_one, opened = opener(request.param, tmp_path / "kv", spec)
+    yield open_one
+    for store in opened:
+        store.close()

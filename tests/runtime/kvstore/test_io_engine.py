@@ -24,6 +24,9 @@ from dualpath.runtime.kvstore import (
     block_hash,
 )
 
+from .backends import Opener
+from .conftest import LAYOUT as BACKEND_LAYOUT
+
 
 class GateLimiter:
     """A limiter whose reservations wait for a gate: holds reads in flight deterministically."""
@@ -36,6 +39,12 @@ class GateLimiter:
     def reserve(self, nbytes: int) -> float:
         self.gate.wait(10)
         return 0.0
+
+
+@pytest.fixture
+def store(open_store: Opener) -> BlockStore:
+    """This module's ``store`` tests run once per storage backend (skipped where one cannot import)."""
+    return open_store(BACKEND_LAYOUT)
 
 
 def test_read_queue_tokens_counts_queued_and_in_flight(

@@ -8,7 +8,16 @@ import pytest
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.kvstore import BlockLayout, BlockStore, block_hash, chain_hashes
 
+from .backends import Opener
+from .conftest import LAYOUT as BACKEND_LAYOUT
+
 LAYOUT = BlockLayout(num_layers=4, kv_bytes_per_token_layer=16, block_size=8)  # as conftest
+
+
+@pytest.fixture
+def store(open_store: Opener) -> BlockStore:
+    """This module's ``store`` tests run once per storage backend (skipped where one cannot import)."""
+    return open_store(BACKEND_LAYOUT)
 
 
 def test_layout_sizes_and_validation() -> None:

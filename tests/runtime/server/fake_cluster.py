@@ -51,6 +51,7 @@ class FakeCluster:
         self.fail_after: int | None = None
         self.eos_at: int | None = None
         self.aborted: list[str] = []
+        self.end_reasons: dict[str, str] = {}  # request id -> reason given by ``end``
         self.submitted: list[tuple[list[int], SamplingParams]] = []
         self.connected = False
         self.num_finished = 0
@@ -120,6 +121,9 @@ class FakeCluster:
             engines_alive={"prefill": 1, "decode": 1 if self.engine_down else 2},
             engine_deaths=1 if self.engine_down else 0,
         )
+
+    def end(self, request_id: str, reason: str) -> None:
+        self.end_reasons[request_id] = reason
 
     async def generate(
         self, prompt: list[int], params: SamplingParams, request_id: str | None = None

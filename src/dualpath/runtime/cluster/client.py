@@ -85,6 +85,7 @@ class ClusterClient:
         self.lost_since_s: float | None = None  # monotonic time the connection dropped (None: up)
         self.lost_reason = ""
         self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
+        self._end_reasons: dict[str, str] = {}  # request id -> the reason its Abort will give
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
         self.drops = DropCounter("cluster client")  # scheduler replies that failed validation
@@ -196,7 +197,8 @@ class ClusterClient:
         Raises QueueFullError / ContextTooLongError / ClusterUnavailableError if the scheduler
         rejects it before any token, ClusterError on a bad request. An engine failure after tokens
         started arrives as a last event with ``finish_reason == "error"``. Closing the iterator
-        early (e.g. the HTTP client went away) aborts the request in the cluster.
+        early aborts the request in the cluster: counted cancelled (the HTTP client went away)
+        unless :meth:`end` gave another reason first.
         """
         self._check_up()
         rid = request_id or uuid.uuid4().hex
@@ -228,11 +230,22 @@ class ClusterClient:
                     return
         finally:
             self._streams.pop(rid, None)
+            reason = self._end_reasons.pop(rid, "cancelled")
             if not finished and self._sock is not None:
                 try:
-                    await self._send(Abort(request_id=rid, api_key=self.api_key))
+                    await self._send(Abort(request_id=rid, reason=reason, api_key=self.api_key))  # type: ignore[arg-type]
                 except Exception:
                     pass
+
+    def end(self, request_id: str, reason: str) -> None:
+        """Say why the stream of ``request_id`` is about to be closed early: "stop" (the caller
+        has what it wanted, e.g. a stop string matched: the cluster counts it finished) or
+        "failed" (the caller gave up on the cluster: counted failed). Without it, closing early
+        counts the request cancelled (its client went away)."""
+        if reason not in ("stop", "failed", "cancelled"):
+            raise ValueError(f"end reason {reason!r}: choices are stop, failed, cancelled")
+        if request_id in self._streams:
+            self._end_reasons[request_id] = reason
 
     async def _query(self, what: str, msg: object = None) -> QueryReply:
         self._check_up()

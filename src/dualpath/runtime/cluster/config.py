@@ -15,7 +15,7 @@ from dualpath.core.links import SNIC_DIRECTIONS
 from dualpath.core.registry import lookup
 from dualpath.policy.config import COMPUTE_QUOTA_S, check_scheduler_options
 from dualpath.policy.scheduler import POLICIES
-from dualpath.runtime.choices import DTYPES, TRANSPORT_NAMES
+from dualpath.runtime.choices import DTYPES, KV_BACKEND_NAMES, TRANSPORT_NAMES
 from dualpath.runtime.cluster.memory import AUTO, parse_memory
 from dualpath.runtime.kvstore.limits import check_file_mode
 from dualpath.spec.clusters import DEFAULT_RUNTIME_MODEL
@@ -98,14 +98,20 @@ class SchedulerServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
         return PREFILL_TOKENS_PER_S.get(model, PREFILL_TOKENS_PER_S_OTHER)
 
 
+QUOTA_SCOPES = ("forward", "attention")  # what a PE's compute quota bounds (EngineConfig.quota_scope)
+
+
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Every engine's knobs.
 
-    ``compute_quota_s`` caps a PE batch's predicted attention time per forward pass under the
-    dualpath policies' quota batching (the paper's 300 ms; on a 1-thread CPU SmolLM2 this packs
-    two 300-token first turns or a dozen short appends, see docs/cluster.md); each PE measures its
-    predictor at start unless ``attention_s_per_gflop`` > 0 fixes the line (with
-    ``attention_intercept_s`` per forward). The baselines batch by ``max_batch_tokens`` new tokens.
+    ``compute_quota_s`` caps a PE batch's predicted time per forward pass under the dualpath
+    policies' quota batching (300 ms, the paper's number). ``quota_scope`` says what is predicted:
+    "forward" (default: the whole forward, measured by each PE at start on its own device,
+    ``runtime/engine/profile.forward_predictor``, so one batch holds the PE for about one quota
+    whatever dominates it) or "attention" (the paper's: attention time only, which on a 1-thread CPU
+    is a small part of a forward; docs/cluster.md). ``attention_s_per_gflop`` > 0 fixes an attention
+    line instead of measuring (with ``attention_intercept_s`` per forward; deterministic tests). The
+    baselines batch by ``max_batch_tokens`` new tokens.
     ``kv_cache_memory``: each engine's KV memory (``--kv-cache-memory``: bytes such as "512MiB",
     a fraction <= 1 of the available memory, or "auto"; ``runtime/cluster/memory.py`` says how it is
     split and what it holds); ``heartbeat_s``: load report period.
@@ -115,7 +121,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str = "float32"
     kv_cache_memory: str = AUTO
     compute_quota_s: float = COMPUTE_QUOTA_S
-    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its attention at start
+    quota_scope: str = "forward"
+    attention_s_per_gflop: float = 0.0  # 0: each PE profiles its predictor at start
     attention_intercept_s: float = 0.0
     max_batch_tokens: int = 2048
     heartbeat_s: float = 0.2
@@ -125,6 +132,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.dtype in DTYPES, "dtype", self.dtype, f"choices: {', '.join(DTYPES)}")
         parse_memory(self.kv_cache_memory)
         require(self.compute_quota_s > 0, "compute_quota_s", self.compute_quota_s, "must be > 0")
+        require(self.quota_scope in QUOTA_SCOPES, "quota_scope", self.quota_scope,
+                f"choices: {', '.join(QUOTA_SCOPES)}")  # fmt: skip
         require(
             self.attention_s_per_gflop >= 0,
             "attention_s_per_gflop",
@@ -186,7 +195,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``TRANSPORT_NAMES``. ``kv_capacity_gb`` caps the KV store (default: 90% of the file system's
     free space at start; each of the D decode engines, the writers, bounds its index at 1/D of
     it); ``kv_file_mode`` sets the block files' permission bits (0600; 0640 for a group sharing
-    the directory). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
+    the directory). ``kv_backend`` (``KV_BACKEND_NAMES``, docs/kvstore.md) is where the blocks
+    live: ``posix`` (``kv_dir``, the default), ``nixl-posix`` (``kv_dir``, bytes moved by NIXL),
+    ``mooncake`` (Mooncake Store at ``kv_mooncake_master`` / ``kv_mooncake_metadata``; a local
+    cluster with these empty starts a store of its own). ``api_key_sha256``: where set, the scheduler takes requests, aborts and
     settings only with that key (``sched_guard.py``; ``dualpath serve --api-key`` sets it).
     ``scheduler``, ``engine``, ``traffic``, ``supervisor``: the sections above.
     """
@@ -203,6 +215,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     kv_capacity_gb: float | None = None  # None: 90% of the free space at start (see kvstore)
     kv_file_mode: int = 0o600  # block files; 0o640 lets a shared-FS group read them
+    kv_backend: str = "posix"
+    kv_mooncake_master: str = ""  # host:port of mooncake_master's RPC ("": a local cluster starts one)
+    kv_mooncake_metadata: str = ""  # its HTTP metadata server, http://host:port/metadata
     api_key_sha256: str = ""  # sha256 hex of the API key: Submit / Abort / Configure must carry it
     scheduler: SchedulerServiceConfig = msgspec.field(default_factory=SchedulerServiceConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
@@ -220,6 +235,13 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
             "must be > 0 (or omitted: 90% of the free space at start)",
         )
         check_file_mode(self.kv_file_mode)
+        lookup(dict.fromkeys(KV_BACKEND_NAMES), self.kv_backend, "kv_backend")
+        require(
+            bool(self.kv_mooncake_master) == bool(self.kv_mooncake_metadata),
+            "kv_mooncake_master",
+            self.kv_mooncake_master or "(empty)",
+            "and kv_mooncake_metadata are given together (the master's RPC and its metadata URL)",
+        )
         require(
             self.num_prefill_engines >= 1, "num_prefill_engines", self.num_prefill_engines, "must be >= 1"
         )
@@ -289,6 +311,7 @@ class EngineArgs(msgspec.Struct, frozen=True, kw_only=True):
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
     weights_dir: str = ""  # packed weights shared by this host's engines (model/packed.py); "" = own copy
     generation: int = 0  # this engine id's incarnation (the supervisor counts its restarts)
+    id_file: str = ""  # if set, the engine id the scheduler gave is written here (engine_keeper.py)
 
 
 # ``dualpath demo``: system name -> (policy, read_free).
@@ -320,6 +343,7 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
     snic_gbps: float | None = None
     cnic_gbps: float | None = None
     transport: str = "zmq"
+    kv_backend: str = "posix"
     kv_dir: str = ""
     seed: int = 0
 
@@ -330,6 +354,7 @@ class DemoConfig(msgspec.Struct, frozen=True, kw_only=True):
         require(self.max_turns >= 1, "max_turns", self.max_turns, "must be >= 1")
         require(0 < self.scale <= 1, "scale", self.scale, "must be in (0, 1]")
         lookup(dict.fromkeys(TRANSPORT_NAMES), self.transport, "transport")
+        lookup(dict.fromkeys(KV_BACKEND_NAMES), self.kv_backend, "kv_backend")
 
     @property
     def snic(self) -> float:

@@ -7,6 +7,7 @@ then ``EngineReady`` and the main loop (``engine_loop.py``). The parts are ``eng
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -42,7 +43,7 @@ from dualpath.runtime.transfer.drops import DropCounter
 def run(
     args: EngineArgs, ctx: zmq.Context, keys: ClusterKeys | None, beat: Beat, loaded: Loaded | None
 ) -> None:
-    from dualpath.runtime.kvstore import BlockStore
+    from dualpath.runtime.cluster.kv_backend import open_cluster_store
     from dualpath.runtime.model.packed import weights_bytes
     from dualpath.runtime.transfer.factory import make_transport
 
@@ -50,7 +51,7 @@ def run(
     pools = engine_pools(args.role, args.cluster.engine.kv_cache_memory, geo, max_ctx)
     sched_cfg = sched_config(args, decoder) if args.role == "prefill" else None  # before registering
     layout = geo.layout()
-    store = BlockStore(args.cluster.kv_dir, layout, store_capacity(args), file_mode=args.cluster.kv_file_mode)
+    store = open_cluster_store(args.cluster, layout, store_capacity(args))
     sock = dealer(ctx, args.scheduler, keys)
     traffic = make_traffic(args, max(args.engine_id, 0))
     transport = make_transport(
@@ -83,6 +84,8 @@ def run(
         raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
     assert isinstance(welcome, Welcome), welcome
     eid = welcome.engine_id
+    if args.id_file:  # (a keeper restarts this engine under the same id)
+        Path(args.id_file).write_text(str(eid))
     drops: DropCounter = transport.drops  # type: ignore[attr-defined]  # one counter per process
     drops.who = f"engine {eid} ({args.role})"
     print(f"engine {eid} ({args.role}, node {args.node_id}): data plane at {transport.address}", flush=True)  # type: ignore[attr-defined]

@@ -93,26 +93,32 @@ class SinkGate:
 
 
 def sched_config(args: EngineArgs, decoder: object) -> SchedulerConfig:
-    """A PE's policy knobs: the measured (or fixed) whole-forward attention predictor and the quota
-    for dualpath*'s "quota" batching; the token budget for the baselines' "tokens" batching (the
+    """A PE's policy knobs: the measured whole-forward time predictor (``quota_scope``
+    "forward"), or the measured or fixed whole-forward attention predictor, and the quota for
+    dualpath*'s "quota" batching; the token budget for the baselines' "tokens" batching (the
     policy's registry picks the mode)."""
-    from dualpath.policy import SchedulerConfig
-    from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor
+    from dualpath.policy import AttentionTimePredictor, SchedulerConfig
+    from dualpath.runtime.engine.profile import attention_predictor, fixed_predictor, forward_predictor
 
-    fixed = None
-    if args.cluster.engine.attention_s_per_gflop > 0:
+    eng, fixed = args.cluster.engine, None
+    quota = f"quota {eng.compute_quota_s * 1e3:.0f} ms"
+    if eng.attention_s_per_gflop > 0:
         fixed = fixed_predictor(
             decoder,
-            seconds_per_gflop=args.cluster.engine.attention_s_per_gflop,  # type: ignore[arg-type]
-            intercept_s=args.cluster.engine.attention_intercept_s,
+            seconds_per_gflop=eng.attention_s_per_gflop,  # type: ignore[arg-type]
+            intercept_s=eng.attention_intercept_s,
         )
-    pred = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
-    print(
-        f"attention predictor ({'fixed' if fixed else 'measured'}): {pred.seconds_per_gflop:.4f} s/GFLOP, "
-        f"intercept {pred.intercept_s * 1e3:.3f} ms per forward of {pred.num_layers} layers; "
-        f"quota {args.cluster.engine.compute_quota_s * 1e3:.0f} ms",
-        flush=True,
-    )
+    pred: AttentionTimePredictor
+    if fixed is None and eng.quota_scope == "forward":
+        pred = fwd = forward_predictor(decoder)  # type: ignore[arg-type]
+        print(f"forward-time predictor (measured): {fwd.seconds_per_token * 1e3:.3f} ms/token, "
+              f"{fwd.seconds_per_flop * 1e9:.4f} s/GFLOP of attention, intercept {fwd.intercept_s * 1e3:.3f} ms "
+              f"per forward of {fwd.num_layers} layers; {quota} of forward time", flush=True)  # fmt: skip
+    else:
+        pred = att = attention_predictor(decoder, fixed=fixed)  # type: ignore[arg-type]
+        print(f"attention predictor ({'fixed' if fixed else 'measured'}): {att.seconds_per_gflop:.4f} s/GFLOP, "
+              f"intercept {att.intercept_s * 1e3:.3f} ms per forward of {att.num_layers} layers; {quota}",
+              flush=True)  # fmt: skip
     return SchedulerConfig(
         compute_quota_s=args.cluster.engine.compute_quota_s,
         attention_predictor=pred,

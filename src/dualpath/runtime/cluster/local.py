@@ -32,11 +32,12 @@ import msgspec
 from dualpath.core.errors import ConfigError, DualpathError
 from dualpath.runtime.cluster.api import ClusterHealth
 from dualpath.runtime.cluster.config import ClusterConfig
+from dualpath.runtime.cluster.kv_backend import capacity_bytes, start_store_service, uses_directory
 from dualpath.runtime.cluster.local_procs import query_health
 from dualpath.runtime.cluster.memory import available_memory_bytes, check_fits, parse_memory
 from dualpath.runtime.cluster.supervisor_main import SupervisorArgs
 from dualpath.runtime.cluster.traffic import links_dir
-from dualpath.runtime.kvstore.limits import capacity_from_gb
+from dualpath.runtime.kvstore.mooncake_service import MooncakeService
 from dualpath.runtime.transfer.auth import ClusterKeys
 
 
@@ -120,6 +121,7 @@ class LocalCluster:
         self.supervise = supervise
         self.supervisor_proc: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
+        self._kv_service: MooncakeService | None = None
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -127,8 +129,11 @@ class LocalCluster:
             from dualpath.runtime.model.loader import resolve_model
 
             resolve_model(cfg.model)
-        check_kv_dir(cfg.kv_dir)  # before any process starts: a clear error, at once
-        cap = capacity_from_gb(cfg.kv_capacity_gb, cfg.kv_dir)  # once, for every process
+        if uses_directory(cfg):
+            check_kv_dir(cfg.kv_dir)  # before any process starts: a clear error, at once
+        cfg, self._kv_service = start_store_service(cfg, self.run_dir)  # mooncake without a master
+        self.config = cfg
+        cap = capacity_bytes(cfg)  # once, for every process
         engine_cfg = fixed_budget(cfg)  # a fraction of the free memory, measured once for all
         if cfg.model == "tiny":
             engine_cfg = msgspec.structs.replace(engine_cfg, model=str(tiny_model_dir(self.run_dir)))
@@ -270,6 +275,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        if self._kv_service is not None:
+            self._kv_service.stop()  # after the engines: every block goes with it
         shutil.rmtree(links_dir(self.cluster_id), ignore_errors=True)
         if not os.environ.get("DUALPATH_KEEP_LOGS"):
             shutil.rmtree(self.run_dir, ignore_errors=True)

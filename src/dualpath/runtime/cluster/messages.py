@@ -59,11 +59,13 @@ class Submit(_Msg, frozen=True):
 
 
 class Abort(_Msg, frozen=True):
-    """End a request early: ``reason`` "cancelled" (its client went away: counted cancelled) or
-    "stop" (the client has what it wanted, e.g. a stop string matched: counted finished)."""
+    """End a request early: ``reason`` "cancelled" (its client went away: counted cancelled),
+    "stop" (the client has what it wanted, e.g. a stop string matched: counted finished) or
+    "failed" (the client gave up on the cluster, e.g. no token within its timeout: counted
+    failed)."""
 
     request_id: RequestKey
-    reason: Literal["cancelled", "stop"] = "cancelled"
+    reason: Literal["cancelled", "stop", "failed"] = "cancelled"
     api_key: Annotated[str, Meta(max_length=4096)] = ""
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from dualpath.policy import Scheduler, SchedulerConfig, make_scheduler
+from dualpath.runtime.cluster.kv_backend import open_cluster_store
 from dualpath.runtime.cluster.messages import (
     Configure,
     EngineHello,
@@ -146,9 +147,7 @@ class EngineRegistry:
         )
         cap, cluster = self.args.kv_capacity_bytes, self.args.cluster
         if self.store is None or self.store.layout != layout:  # (kept across Configure)
-            self.store = BlockStore(
-                cluster.kv_dir, layout, "auto" if cap is None else cap, file_mode=cluster.kv_file_mode
-            )
+            self.store = open_cluster_store(cluster, layout, "auto" if cap is None else cap)
         snic = self._read_bytes_per_s()
         cfg = SchedulerConfig.from_rates(
             snic_bytes_per_s=snic,

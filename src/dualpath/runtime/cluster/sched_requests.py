@@ -168,12 +168,16 @@ class RequestLifecycle:
             self._drop(rid, cancel=False)
 
     def _abort(self, msg: Abort, now: float) -> None:
-        """The client went away ("cancelled": counted so) or has what it wanted ("stop", a stop
-        string: counted finished, with its times): cancel it on its engines, unless it ended."""
+        """The client went away ("cancelled": counted so), has what it wanted ("stop", a stop
+        string: counted finished, with its times) or gave up ("failed", its token timeout):
+        cancel it on its engines (each drops it at its next step: a chunk or a decode step),
+        unless it ended."""
         rid = msg.request_id
         req = self.state.requests.get(rid) if rid in self.clients else None
         if req is not None and msg.reason == "stop":
             self.report.stats(rid, req, now, count_token=False)
+        elif req is not None and msg.reason == "failed":
+            self.report.failed(rid)
         elif req is not None:
             self.report.cancelled(rid)
         self._drop(rid, cancel=True)

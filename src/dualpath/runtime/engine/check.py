@@ -5,7 +5,8 @@ A multi-turn chat (the model's chat template; random tokens if it has no tokeniz
 compared with one full transformers forward over the same weights. Paths: ``pe``, ``de`` and
 ``split`` (one conversation on that read path; split divides the hits between PE and DE), ``mixed`` (two conversations batched together, on opposite paths that
 swap every turn, each on its own DE, with chunked prefill). ``CheckConfig.transport`` picks how KV
-moves between the engines (in-process, or each engine on its own cross-process transport).
+moves between the engines (in-process, or each engine on its own cross-process transport);
+``CheckConfig.kv_backend`` where the store keeps the blocks (a Mooncake Store is started for the run).
 
 Tolerance: relative to the logits' scale. A turn passes when its greedy tokens equal transformers'
 and ``max |logit diff| / max |reference logit| <= CheckConfig.tolerance`` (default 1e-5); the
@@ -23,9 +24,11 @@ a logit by a visible share of its scale and usually a greedy token, which fails 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -33,6 +36,7 @@ import torch
 from dualpath.runtime.check_config import MESSAGES, OTHER_MESSAGES, PATHS, CheckConfig
 from dualpath.runtime.engine.local import Generation, GenRequest, LocalConfig, LocalPipeline
 from dualpath.runtime.engine.types import KVGeometry, SamplingParams
+from dualpath.runtime.kvstore.backends import MooncakeSpec
 from dualpath.runtime.model import Decoder, build_hf_model, load_decoder, load_tokenizer
 
 __all__ = ["PATHS", "CheckConfig", "run_check"]
@@ -87,18 +91,19 @@ def run_check(cfg: CheckConfig, on_turn: Callable[[], None] | None = None) -> di
     chat = _Chat(tokenizer, dec.config.vocab_size)
     rows: list[dict[str, Any]] = []
     last_reply = ""
-    for path in cfg.paths:
-        rows.extend(_run_path(dec, hf, chat, cfg, path, on_turn))
-        if tokenizer is not None and rows:
-            last_reply = tokenizer.decode(rows[-1].pop("_tokens"))
-        for r in rows:
-            r.pop("_tokens", None)
+    with _store_service(cfg) as spec:
+        for path in cfg.paths:
+            rows.extend(_run_path(dec, hf, chat, cfg, path, on_turn, spec))
+            if tokenizer is not None and rows:
+                last_reply = tokenizer.decode(rows[-1].pop("_tokens"))
+            for r in rows:
+                r.pop("_tokens", None)
     max_diff = max(r["max_abs_logit_diff"] for r in rows)
     max_rel = max(r["rel_logit_diff"] for r in rows)
     equal = all(r["tokens_equal"] for r in rows)
     return {
         "model": cfg.model, "dtype": "float32", "device": cfg.device, "block_size": cfg.block_size,
-        "transport": cfg.transport,
+        "transport": cfg.transport, "kv_backend": cfg.kv_backend,
         "turns": cfg.turns, "paths": list(cfg.paths), "max_abs_logit_diff": max_diff,
         "max_rel_logit_diff": max_rel, "logit_scale": max(r["logit_scale"] for r in rows),
         "tolerance": cfg.tolerance, "tolerance_kind": "relative to the logits' scale",
@@ -109,8 +114,30 @@ def run_check(cfg: CheckConfig, on_turn: Callable[[], None] | None = None) -> di
     }  # fmt: skip
 
 
+@contextlib.contextmanager
+def _store_service(cfg: CheckConfig) -> Iterator[MooncakeSpec | None]:
+    """A Mooncake Store for the run (``--kv-backend mooncake``), stopped after it; else None."""
+    if cfg.kv_backend != "mooncake":
+        yield None
+        return
+    from dualpath.runtime.kvstore.mooncake_service import MooncakeService
+
+    with tempfile.TemporaryDirectory(prefix="dualpath-check-mooncake-") as logs:
+        svc = MooncakeService.start(logs)
+        try:
+            yield svc.spec
+        finally:
+            svc.stop()
+
+
 def _run_path(
-    dec: Decoder, hf: Any, chat: _Chat, cfg: CheckConfig, path: str, on_turn: Callable[[], None] | None
+    dec: Decoder,
+    hf: Any,
+    chat: _Chat,
+    cfg: CheckConfig,
+    path: str,
+    on_turn: Callable[[], None] | None,
+    spec: MooncakeSpec | None = None,
 ) -> list[dict[str, Any]]:
     convs = {"a": MESSAGES} if path != "mixed" else {"a": MESSAGES, "b": OTHER_MESSAGES}
     ctx = {k: chat.first(m[0]) for k, m in convs.items()}
@@ -121,7 +148,8 @@ def _run_path(
                             buffer_bytes=geo.full_block_bytes * geo.num_blocks(2048),
                             num_cache_blocks=2 * geo.num_blocks(2048),
                             max_batch_tokens=48, batching="tokens" if path == "mixed" else None,
-                            transport=cfg.transport)  # fmt: skip
+                            transport=cfg.transport, kv_backend=cfg.kv_backend,
+                            mooncake=None if spec is None else replace(spec, namespace=f"check-{path}"))  # fmt: skip
         with LocalPipeline(dec, local) as pipe:
             for turn in range(cfg.turns):
                 reqs = [GenRequest(request_id=f"{k}{turn}", token_ids=tuple(ctx[k]),

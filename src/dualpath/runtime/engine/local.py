@@ -33,6 +33,7 @@ from dualpath.runtime.engine.prefill import PrefillConfig, PrefillEngine
 from dualpath.runtime.engine.profile import attention_predictor
 from dualpath.runtime.engine.types import KVGeometry, PrefillOutput, PrefillRequest, SamplingParams
 from dualpath.runtime.kvstore import BlockStore, IOEngine, IOEngineConfig
+from dualpath.runtime.kvstore.backends import MooncakeSpec, open_backend
 from dualpath.runtime.model import Decoder
 from dualpath.runtime.transfer import InProcFabric, Transport
 
@@ -61,6 +62,8 @@ class LocalConfig:
     store_capacity_bytes: int | None = None
     async_transfer: bool = False  # in-process transport with a progress thread
     transport: str = "inproc"  # or a cross-process transport: one per engine (module docstring)
+    kv_backend: str = "posix"  # the store's backend (kvstore/backends.py); mooncake needs ``mooncake``
+    mooncake: MooncakeSpec | None = None
     policy: str = "dualpath"
     batching: str | None = None  # None: the policy's default mode
     compute_quota_s: float = COMPUTE_QUOTA_S
@@ -105,7 +108,8 @@ class LocalPipeline:
         self.decoder = decoder
         self.geometry = KVGeometry.of(decoder.config, decoder.dtype, cfg.block_size)
         Path(cfg.kv_dir).mkdir(parents=True, exist_ok=True)
-        self.store = BlockStore(cfg.kv_dir, self.geometry.layout, cfg.store_capacity_bytes)
+        backend = open_backend(cfg.kv_backend, cfg.kv_dir, self.geometry.layout, mooncake=cfg.mooncake)
+        self.store = BlockStore(cfg.kv_dir, self.geometry.layout, cfg.store_capacity_bytes, backend=backend)
         self.io = IOEngine(self.store, IOEngineConfig(queue_depth=cfg.io_queue_depth))
         self.transports = _transports(cfg, 1 + cfg.num_decode_engines)
         self.transport = self.transports[0]
@@ -157,6 +161,7 @@ class LocalPipeline:
         self.io.close()
         for t in dict.fromkeys(self.transports):
             t.close()
+        self.store.close()
 
     def generate(self, requests: Sequence[GenRequest]) -> dict[str, Generation]:
         """Prefill all ``requests`` (batched, chunked), then decode them together."""

@@ -141,10 +141,14 @@ class PrefillEngine:
         return st.hit_len is not None
 
     def waiting(self) -> list[BatchItem]:
-        """Requests ready to compute (hits loaded), FIFO: the ``waiting`` of a policy BatchView."""
+        """Requests ready to compute (hits loaded), FIFO: the ``waiting`` of a policy BatchView
+        (``started``: a chunk of it was computed here already)."""
         return [
             BatchItem(
-                request_id=rid, cached_len=st.computed_len, new_len=len(st.req.token_ids) - st.computed_len
+                request_id=rid,
+                cached_len=st.computed_len,
+                new_len=len(st.req.token_ids) - st.computed_len,
+                started=st.computed_len > (st.hit_len or 0),
             )  # fmt: skip
             for rid, st in self._reqs.items()
             if self._ready(st)

@@ -1,4 +1,12 @@
-"""A measured attention-time predictor for compute-quota batching (spec section 8).
+"""Measured time predictors for compute-quota batching (spec section 8; issue 30, item 2).
+
+:func:`forward_predictor` (what a runtime PE batches by, ``EngineConfig.quota_scope`` "forward")
+times one decoder layer's whole forward (``Decoder.run_layer``: norms, QKV, RoPE, attention over
+in-place cached KV, o_proj, MLP) plus the final norm and LM head on ``FORWARD_BATCHES``, and fits
+``policy.LinearForwardPredictor`` (intercept, seconds per new token, seconds per attention FLOP;
+``num_layers`` x the layer's time): on a CPU thread the linear layers, not attention, are most of a
+forward, so only this bounds the time one batch holds the PE. It is the decoder's compute: the
+layer-by-layer KV hand-off to the DE and the staging copies of a real step come on top.
 
 At engine start :func:`attention_predictor` times the real decoder's attention (one layer, the same
 ``Decoder._attention`` call a prefill step makes, with in-place cached KV) on a handful of
@@ -19,6 +27,7 @@ import torch
 
 from dualpath.core.errors import require
 from dualpath.policy import AttentionFlops, ForwardAttentionPredictor, LinearAttentionPredictor
+from dualpath.policy.forward_time import LinearForwardPredictor
 from dualpath.runtime.model import Decoder, Span
 
 # Batches timed by default: one or more requests of (cached_len, new_len); clipped to the context.
@@ -27,6 +36,13 @@ PROFILE_BATCHES: tuple[tuple[tuple[int, int], ...], ...] = (
     ((128, 32),) * 4,
 )  # fmt: skip
 PROFILE_REPEATS = 5  # min over repeats (after one warm-up) of each batch
+# Batches of the forward profile: new tokens from 16 to 512 (the linear term), cached up to 4096
+# (the attention term; clipped to the context), and one four-request batch.
+FORWARD_BATCHES: tuple[tuple[tuple[int, int], ...], ...] = (
+    ((0, 16),), ((0, 64),), ((0, 256),), ((0, 512),), ((1024, 64),), ((4096, 32),), ((2048, 128),),
+    ((128, 32),) * 4,
+)  # fmt: skip
+FORWARD_REPEATS = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +108,56 @@ def attention_predictor(
     return _CACHE[key]
 
 
+_FORWARD_CACHE: dict[tuple[object, ...], LinearForwardPredictor] = {}
+
+
+def forward_predictor(
+    decoder: Decoder, batches: Sequence[Sequence[tuple[int, int]]] = FORWARD_BATCHES
+) -> LinearForwardPredictor:
+    """The measured whole-forward fit for this model shape (profiled once per process)."""
+    key = (decoder.config, decoder.dtype, str(decoder.device), tuple(map(tuple, batches)))
+    if key not in _FORWARD_CACHE:
+        layers = decoder.num_layers
+        fl = flops_model(decoder)
+        samples = [(n, layers * f, s) for n, f, s in profile_forward(decoder, batches)]
+        _FORWARD_CACHE[key] = LinearForwardPredictor.fit(samples, fl, layers)
+    return _FORWARD_CACHE[key]
+
+
+def profile_forward(
+    decoder: Decoder,
+    batches: Sequence[Sequence[tuple[int, int]]] = FORWARD_BATCHES,
+    repeats: int = FORWARD_REPEATS,
+) -> list[tuple[int, float, float]]:
+    """``(new tokens, one layer's attention FLOPs, seconds of a whole forward)`` per batch: one
+    layer timed (min of ``repeats`` after a warm-up) times ``num_layers``, plus the LM head. On a
+    CPU the clock is the thread's CPU time (what the forward costs its one thread; wall time on a
+    shared machine would fit the other processes' load), on a GPU wall time after a sync."""
+    fl, cfg = flops_model(decoder), decoder.config
+    out = []
+    for batch in batches:
+        spans = [_clip(c, n, cfg.max_position_embeddings) for c, n in batch]
+        _, _, _, cached = _inputs(decoder, spans)
+        total = sum(s.new_len for s in spans)
+        hidden = torch.randn(total, cfg.hidden_size, generator=torch.Generator().manual_seed(1))
+        hidden = hidden.to(device=decoder.device, dtype=decoder.dtype)
+        rope = decoder.rope(decoder.positions(spans))
+        best, clock = float("inf"), _clock(decoder.device)
+        with torch.inference_mode():
+            for i in range(repeats + 1):
+                t0 = clock()
+                h, _ = decoder.run_layer(0, hidden, spans, cached, rope, cache_has_room=True)
+                _sync(decoder.device)
+                layer_s = clock() - t0
+                t1 = clock()
+                decoder.final(h[: len(spans)])
+                _sync(decoder.device)
+                if i:
+                    best = min(best, decoder.num_layers * layer_s + clock() - t1)
+        out.append((total, sum(fl(s.cached_len, s.new_len) for s in spans), best))
+    return out
+
+
 def profile_attention(
     decoder: Decoder,
     batches: Sequence[Sequence[tuple[int, int]]] = PROFILE_BATCHES,
@@ -137,6 +203,10 @@ def _inputs(dec: Decoder, spans: list[Span]) -> _Inputs:
     cached = [rnd(s.cached_len + s.new_len, 2, cfg.num_kv_heads, cfg.head_dim) if s.cached_len else None
               for s in spans]  # fmt: skip
     return q, new_kv, spans, cached
+
+
+def _clock(device: torch.device):  # type: ignore[no-untyped-def]
+    return time.thread_time if device.type == "cpu" else time.perf_counter
 
 
 def _sync(device: torch.device) -> None:

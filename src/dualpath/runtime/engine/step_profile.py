@@ -129,6 +129,7 @@ def profile_engine(
         cpu_cores=os.cpu_count() or 1,
         host=f"{platform.node()} ({platform.processor() or platform.machine()})",
         created=datetime.now(UTC).isoformat(timespec="seconds"),
+        max_context_len=cfg.max_position_embeddings,  # sizes the PE staging floor (spec/kv_pools.py)
         attention_s_per_gflop=line.seconds_per_gflop,
         attention_intercept_s=line.intercept_s,
         prefill_request_s=request_s,

@@ -41,6 +41,7 @@ from dualpath.runtime.kvstore.blockfile import (
     header_bytes_for,
     verify_layers,
 )
+from dualpath.runtime.kvstore.fileio import FileIO
 from dualpath.runtime.kvstore.layout import HASH_HEX_LEN, BlockLayout
 from dualpath.runtime.kvstore.limits import dir_mode_for
 from dualpath.runtime.kvstore.quarantine import quarantine
@@ -49,6 +50,7 @@ from dualpath.runtime.kvstore.safedir import NOFOLLOW, QUARANTINE_DIR, StoreDir
 META_NAME = "kvstore.json"
 TMP_PREFIX = ".tmp."
 _tmp_counter = itertools.count()
+_OS_IO = FileIO()
 _scratch = threading.local()
 
 
@@ -119,6 +121,7 @@ def write_block(
     data: memoryview,
     fsync: bool,
     file_mode: int = 0o600,
+    io: FileIO = _OS_IO,
 ) -> None:
     """Write a block atomically: a private temp file in its shard directory, then rename over.
 
@@ -132,7 +135,7 @@ def write_block(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, file_mode, dir_fd=sfd)
         try:
             os.fchmod(fd, file_mode)  # exact bits, whatever the umask
-            _write_all(fd, [memoryview(header), data])
+            io.writev(fd, [memoryview(header), data])
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -146,16 +149,6 @@ def write_block(
             os.fsync(sfd)
 
 
-def _write_all(fd: int, parts: list[memoryview]) -> None:
-    while parts:
-        n = os.writev(fd, parts)
-        while parts and n >= len(parts[0]):
-            n -= len(parts[0])
-            parts.pop(0)
-        if parts and n:
-            parts[0] = parts[0][n:]
-
-
 def read_block(
     d: StoreDir,
     layout: BlockLayout,
@@ -164,6 +157,7 @@ def read_block(
     layer: int | None,
     verify: bool,
     direct: bool = False,
+    io: FileIO = _OS_IO,
 ) -> BlockHeader | None:
     """Read a Full Block (``layer`` None) or one Layer Block into ``out``; None if the file is
     absent (or a link: refused, never read).
@@ -188,7 +182,7 @@ def read_block(
         if fd is None:
             return None
         try:
-            return _read_open(d, sfd, fd, layout, block_hash, hdr, out, layer, verify)
+            return _read_open(d, sfd, fd, layout, block_hash, hdr, out, layer, verify, io)
         finally:
             os.close(fd)
 
@@ -203,12 +197,13 @@ def _read_open(
     out: memoryview,
     layer: int | None,
     verify: bool,
+    io: FileIO,
 ) -> BlockHeader:
     if layer is None:
-        n = os.preadv(fd, [hdr, out], 0) - len(hdr)
+        n = io.readv(fd, [hdr, out], 0) - len(hdr)
     else:
-        n = os.preadv(fd, [hdr], 0) - len(hdr)
-        n = os.preadv(fd, [out], len(hdr) + layout.layer_range(layer)[0]) if n >= 0 else n
+        got = io.read_spans(fd, [(hdr, 0), (out, len(hdr) + layout.layer_range(layer)[0])])
+        n = got[1] if got[0] == len(hdr) else got[0] - len(hdr)
     try:
         header = decode_header(hdr, layout, block_hash)
         if n != len(out):

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dualpath.runtime.kvstore import files
+from dualpath.runtime.kvstore.backend import BlockBackend
 from dualpath.runtime.kvstore.index import BlockIndex
 from dualpath.runtime.kvstore.layout import BlockLayout
-from dualpath.runtime.kvstore.limits import WriteErrors, free_bytes
-from dualpath.runtime.kvstore.safedir import StoreDir
+from dualpath.runtime.kvstore.limits import WriteErrors
 
 log = logging.getLogger("dualpath.runtime.kvstore.store")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -26,7 +25,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 class SpaceKeeping:
     root: Path
-    dir: StoreDir
+    backend: BlockBackend
     layout: BlockLayout
     file_bytes: int
     file_mode: int
@@ -45,7 +44,7 @@ class SpaceKeeping:
         self._keep_free()
         for attempt in (0, 1):
             try:
-                files.write_block(self.dir, self.layout, h, parent, ids, view, self.fsync, self.file_mode)
+                self.backend.write(h, parent, ids, view)
                 return True
             except OSError as err:
                 if attempt == 0 and err.errno in _NO_SPACE and self._evict(2, None):
@@ -60,9 +59,12 @@ class SpaceKeeping:
         if self.capacity_bytes is None or not self.min_free_bytes:
             return
         try:
-            short = self.min_free_bytes + self.file_bytes - free_bytes(self.root)
+            free = self.backend.free_bytes()
         except OSError:
             return
+        if free is None:
+            return
+        short = self.min_free_bytes + self.file_bytes - free
         if short > 0:
             self._evict(-(-short // self.file_bytes), None)
 
@@ -87,6 +89,6 @@ class SpaceKeeping:
                         )
                     break
                 self._c["num_evictions"] += 1
-                files.remove_block(self.dir, victim)
+                self.backend.remove(victim)
             done += 1
         return done

@@ -18,13 +18,13 @@ from typing import Literal
 import numpy as np
 
 from dualpath.core.errors import ConfigError, require
-from dualpath.runtime.kvstore import files
-from dualpath.runtime.kvstore.blockfile import CorruptBlockError, file_bytes_for
+from dualpath.runtime.kvstore.backend import BlockBackend
+from dualpath.runtime.kvstore.blockfile import BlockHeader, CorruptBlockError, file_bytes_for
 from dualpath.runtime.kvstore.index import BlockIndex
 from dualpath.runtime.kvstore.io_types import StoreStats
 from dualpath.runtime.kvstore.layout import BlockLayout, block_hash, chain_hashes, check_hash
-from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode, dir_mode_for, free_bytes
-from dualpath.runtime.kvstore.safedir import StoreDir
+from dualpath.runtime.kvstore.limits import AUTO_SHARE, WriteErrors, check_file_mode
+from dualpath.runtime.kvstore.posix_backend import PosixBackend
 from dualpath.runtime.kvstore.space import SpaceKeeping
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,8 @@ __all__ = ["BlockStore", "StoreStats"]
 
 
 class BlockStore(SpaceKeeping):
-    """KV block store over ``root_dir``. See docs/kvstore.md.
+    """KV block store over ``root_dir`` (or over ``backend``, a ``BlockBackend``: see
+    backend.py; default the POSIX directory ``root_dir``). See docs/kvstore.md.
 
     ``capacity_bytes`` bounds the file bytes this process's index holds ("auto", the default: the
     blocks already there plus 90% of the free space at open; None: unbounded); writes beyond it
@@ -47,7 +48,8 @@ class BlockStore(SpaceKeeping):
     buffer is page-aligned (BufferPool buffers are). Opening scans ``root_dir`` (reading
     each block's header) and removes temp files older than ``stale_tmp_s``. Nothing under
     ``root_dir`` is reached through a symlink: links are refused, counted (``num_links_refused``)
-    and moved into quarantine (``safedir``).
+    and moved into quarantine (``safedir``). A backend that cannot tell its free space
+    (Mooncake Store evicts by itself) makes "auto" unbounded and the floor 0.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class BlockStore(SpaceKeeping):
         stale_tmp_s: float = 300.0,
         file_mode: int = 0o600,
         min_free_bytes: int | None = None,
+        backend: BlockBackend | None = None,
     ) -> None:
         require(
             capacity_bytes in (None, "auto") or (isinstance(capacity_bytes, int) and capacity_bytes >= 0),
@@ -82,13 +85,17 @@ class BlockStore(SpaceKeeping):
         self._c = {f.name: 0 for f in fields(StoreStats) if "write_errors" not in f.name}
         self._lost: OrderedDict[str, None] = OrderedDict()
         self.write_errors = WriteErrors(self.root)
-        free = free_bytes(self.root)
-        self.min_free_bytes = int((1 - AUTO_SHARE) * free) if min_free_bytes is None else min_free_bytes
-        self.dir = StoreDir(self.root, dir_mode_for(self.file_mode))
-        files.init_root(self.dir, layout, self.file_mode)
+        if backend is None:
+            backend = PosixBackend(
+                self.root, layout, file_mode=self.file_mode, fsync=fsync, direct_io=direct_io
+            )
+        self.backend = backend
+        free = backend.free_bytes()
+        auto_floor = 0 if free is None else int((1 - AUTO_SHARE) * free)
+        self.min_free_bytes = auto_floor if min_free_bytes is None else min_free_bytes
         self.capacity_bytes = None if capacity_bytes == "auto" else capacity_bytes
         self.rebuild(stale_tmp_s)
-        if capacity_bytes == "auto":  # what is there already plus the share of the free space
+        if capacity_bytes == "auto" and free is not None:  # what is there plus the free share
             self.capacity_bytes = self._index.used_bytes + int(AUTO_SHARE * free)
 
     # ----- index -------------------------------------------------------------------------------
@@ -96,7 +103,7 @@ class BlockStore(SpaceKeeping):
         """Rescan the directory into a fresh index (corrupt headers are quarantined; pins and LRU
         order are reset, so call it at open or when idle). Returns the number of blocks."""
         index = BlockIndex()
-        for h in files.scan(self.dir, stale_tmp_s):
+        for h in self.backend.scan(stale_tmp_s):
             header = self._safe_header(h)
             if header is not None:
                 index.add(h, header.parent_hash, self.file_bytes)
@@ -105,9 +112,9 @@ class BlockStore(SpaceKeeping):
         self._evict_over_capacity(None)
         return len(index)
 
-    def _safe_header(self, h: str) -> files.BlockHeader | None:
+    def _safe_header(self, h: str) -> BlockHeader | None:
         try:
-            return files.read_header(self.dir, self.layout, h, self.file_mode)
+            return self.backend.read_header(h)
         except CorruptBlockError as err:
             self._report(err)
             return None
@@ -131,7 +138,7 @@ class BlockStore(SpaceKeeping):
         if header is None:
             return False
         with self._lock:  # re-check under the lock: an eviction here may have unlinked it since
-            if h not in self._index and files.block_exists(self.dir, h):
+            if h not in self._index and self.backend.exists(h):
                 self._index.add(h, header.parent_hash, self.file_bytes)
                 self._c["num_discovered"] += 1
             elif h not in self._index:
@@ -210,7 +217,7 @@ class BlockStore(SpaceKeeping):
         if len(view) != want:
             raise ConfigError("out", f"{len(view)} bytes", f"must be exactly {want} bytes")
         try:
-            header = files.read_block(self.dir, self.layout, h, view, layer, self.verify, self.direct_io)
+            header = self.backend.read(h, view, layer, self.verify)
         except CorruptBlockError as err:
             self._report(err)
             header = None
@@ -270,7 +277,7 @@ class BlockStore(SpaceKeeping):
             indexed = h in self._index
         if not indexed:
             return self._discover(h)
-        if files.block_exists(self.dir, h):
+        if self.backend.exists(h):
             return True
         with self._lock:
             self._index.remove(h)
@@ -288,11 +295,11 @@ class BlockStore(SpaceKeeping):
         """Delete a block (from disk and index); False if it was not there."""
         with self._lock:
             self._index.remove(block_hash)
-            return files.remove_block(self.dir, block_hash)
+            return self.backend.remove(block_hash)
 
     def close(self) -> None:
-        """Close the directory fd (also done when the store is garbage-collected)."""
-        self.dir.close()
+        """Close the backend (the directory fd, also closed when the store is garbage-collected)."""
+        self.backend.close()
 
     # ----- introspection -----------------------------------------------------------------------
     def stats(self) -> StoreStats:
@@ -303,7 +310,7 @@ class BlockStore(SpaceKeeping):
                 num_blocks=len(self._index),
                 used_bytes=self._index.used_bytes,
                 capacity_bytes=self.capacity_bytes,
-                num_links_refused=self.dir.links_refused,
+                num_links_refused=self.backend.links_refused,
             )
         errors = self.write_errors.snapshot()
         return StoreStats(**c, num_write_errors=sum(errors.values()), write_errors=errors)  # type: ignore[arg-type]

@@ -2,7 +2,8 @@
 
 ``create_app(cluster, tokenizer, config)``: ``cluster`` is a scheduler address (a ``ClusterClient``
 is made inside the server's event loop) or a zero-argument factory returning any object with the
-ClusterClient methods (``connect``, ``close``, ``info``, ``health``, ``metrics``, ``generate``).
+ClusterClient methods (``connect``, ``close``, ``info``, ``health``, ``metrics``, ``generate``,
+``end``).
 Every failure becomes an OpenAI-style error body; nothing a client sends crashes the server.
 """
 
@@ -26,6 +27,7 @@ from dualpath.runtime.cluster.api import ClusterError, ClusterInfo, DownItem
 from dualpath.runtime.server.access import AccessLog, endpoint_label, read_json_body
 from dualpath.runtime.server.config import ServerConfig
 from dualpath.runtime.server.connections import AcceptErrorLog
+from dualpath.runtime.server.disconnect import CLIENT_GONE_STATUS, ClientGone, DisconnectWatch, close_detached
 from dualpath.runtime.server.errors import APIError, from_cluster_error
 from dualpath.runtime.server.generate import Piece, Timing, run_generation
 from dualpath.runtime.server.metrics import CONTENT_TYPE, ServerMetrics, count_http
@@ -268,19 +270,30 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
         )
         timing = Timing()
         pieces = run_generation(state.client, req, state.tok, timing, state.config.token_timeout_s)
+        watch = DisconnectWatch(request.receive)
         try:
-            first = await pieces.__anext__()
+            first = await watch.race(pieces.__anext__())
         except ClusterError as exc:
+            watch.close()
             raise from_cluster_error(exc) from None
+        except ClientGone:  # (the generation was cancelled: its request is counted cancelled)
+            watch.close()
+            return Response(status_code=CLIENT_GONE_STATUS)
         if first.finish_reason == "error":  # nothing sent yet: answer with a status
+            watch.close()
             await pieces.aclose()  # type: ignore[attr-defined]
             raise APIError(503, f"generation failed: {first.error}", code="generation_failed")
         count_http(state.metrics, endpoint_label(request), 200)
         if req.stream:
             return StreamingResponse(
-                _stream(state, req, first, pieces, timing), media_type="text/event-stream"
+                _stream(state, req, first, pieces, timing, watch), media_type="text/event-stream"
             )
-        return await _collect(state, req, first, pieces, timing)
+        try:
+            return await _collect(state, req, first, pieces, timing, watch)
+        except ClientGone:
+            return Response(status_code=CLIENT_GONE_STATUS)
+        finally:
+            watch.close()
 
     @app.post("/v1/completions", openapi_extra=request_body(COMPLETION_SCHEMA))
     async def completions(request: Request) -> Response:
@@ -292,18 +305,23 @@ def _add_generation_routes(app: FastAPI, state: _State) -> None:
 
 
 async def _collect(
-    state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece], timing: Timing
+    state: _State,
+    req: ApiRequest,
+    first: Piece,
+    pieces: AsyncIterator[Piece],
+    timing: Timing,
+    watch: DisconnectWatch,
 ) -> JSONResponse:
     out = ResponseBuilder(req)
     texts, ids, last = [first.text], list(first.token_ids), first
     try:
         while last.finish_reason is None:
-            last = await pieces.__anext__()
+            last = await watch.race(pieces.__anext__())
             texts.append(last.text)
             ids.extend(last.token_ids)
     finally:
-        await pieces.aclose()  # type: ignore[attr-defined]
         state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
+        await close_detached(pieces, watch)
     if last.finish_reason == "error":
         raise APIError(
             503, f"generation failed after {len(ids)} tokens: {last.error}", code="generation_failed"
@@ -312,7 +330,12 @@ async def _collect(
 
 
 async def _stream(
-    state: _State, req: ApiRequest, first: Piece, pieces: AsyncIterator[Piece], timing: Timing
+    state: _State,
+    req: ApiRequest,
+    first: Piece,
+    pieces: AsyncIterator[Piece],
+    timing: Timing,
+    watch: DisconnectWatch,
 ) -> AsyncIterator[str]:
     out = ResponseBuilder(req)
     num_ids, last = 0, first
@@ -329,10 +352,12 @@ async def _stream(
             num_ids += len(piece.token_ids)
             if piece.text or piece.finish_reason is not None or req.return_token_ids:
                 yield sse(out.chunk(piece.text, piece.token_ids, piece.finish_reason))
-            piece = None if piece.finish_reason is not None else await pieces.__anext__()
+            piece = None if piece.finish_reason is not None else await watch.race(pieces.__anext__())
         if req.include_usage:
             yield sse(out.usage_chunk(num_ids))
         yield SSE_DONE
+    except ClientGone:  # (nobody to send to; the generation was cancelled)
+        return
     finally:
-        await pieces.aclose()  # type: ignore[attr-defined]
         state.metrics.observe_request(timing.token_times_s, len(req.prompt_ids), last.stats)
+        await close_detached(pieces, watch)

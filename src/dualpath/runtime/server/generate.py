@@ -4,14 +4,18 @@ Used by both the streaming and the non-streaming endpoints. Refusals before the 
 (queue full, too long, unavailable) propagate as ``ClusterError`` from the first ``__anext__``, so
 the endpoint can still answer with an HTTP status; later failures (an engine or the scheduler
 lost, a ``ClusterError`` after the first token) arrive as a ``Piece`` with
-``finish_reason == "error"``, so a stream always ends with an error event and ``[DONE]``. Leaving early (client gone, stop string) closes the cluster stream,
-which aborts the request in the cluster.
+``finish_reason == "error"``, so a stream always ends with an error event and ``[DONE]``. Leaving
+early closes the cluster stream, which aborts the request in the cluster, with the reason the
+cluster counts it by (``ClusterClient.end``): a stop string "stop" (finished), this server's token
+timeout "failed", the HTTP client gone (the generator closed or cancelled from outside)
+"cancelled".
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -73,7 +77,8 @@ async def run_generation(
     """Yield one Piece per token of ``req``; the last one has ``finish_reason`` set."""
     detok = IncrementalDetokenizer(tok, req.prompt_ids)
     matcher = _StopMatcher(req.stop)
-    events = client.generate(req.prompt_ids, req.params)
+    rid = uuid.uuid4().hex
+    events = client.generate(req.prompt_ids, req.params, request_id=rid)
     started = False
     async with aclosing(events):
         while True:
@@ -93,6 +98,7 @@ async def run_generation(
                 )
                 return
             except TimeoutError:
+                client.end(rid, "failed")
                 yield Piece(
                     text="",
                     token_ids=[],
@@ -116,6 +122,8 @@ async def run_generation(
                 detok.flush()
             text, stopped = matcher.feed(detok.text, ev.is_last)
             if stopped:
+                if not ev.is_last:
+                    client.end(rid, "stop")
                 yield Piece(text=text, token_ids=[ev.token_id], finish_reason="stop", stats=ev.stats)
                 return
             yield Piece(text=text, token_ids=[ev.token_id], finish_reason=ev.finish_reason, stats=ev.stats)
