@@ -10,9 +10,20 @@ end within ``--request-timeout-s``) or lost after an acknowledgement (200, then 
 with neither). After each fault it measures the time until every process is back (all engines
 alive, nothing listed down) and a request sent after the fault completed. Throughput (completed
 requests per second) after the last recovery is compared with the same cluster's before the first
-fault. Goals: 0 hung, 0 lost, recovery < 10 s, throughput ratio >= 0.9.
+fault. Each request is counted for the first fault whose window (from its signal to its
+recovery) it overlaps, or for "no fault": a table per fault kind gives requests sent, finished,
+failed, hung, lost and the recovery times (``--json``: the same as one object, with the failures'
+messages). Goals (issue 31): 0 hung, 0 lost, 0 failed under prefill- and decode-engine kills
+(their requests resume), recovery < 10 s; a miss is printed and the command exits 1. The
+throughput ratio (goal >= 0.9) is printed, not judged: on a machine shared with other jobs a run
+without any fault gave 0.89 (docs/cluster.md).
 
-    .venv/bin/python benchmarks/chaos.py [--agents 4] [--minutes 2.5] [--faults 4] [--seed 0] [--json]
+    flock /tmp/dualpath-mem.lock .venv/bin/python benchmarks/chaos.py [--agents 4] [--minutes 2.5]
+        [--faults 4] [--seed 0] [--actions "kill prefill,kill decode"] [--json]
+
+A run past the old lifetime budget of 50 restarts (each process within the per-window budget of
+5 restarts in 60 s): ``--minutes 7.5 --faults 60 --actions "kill prefill,kill decode,kill
+scheduler" --warmup-s 20 --tail-s 30``.
 """
 
 from __future__ import annotations
@@ -37,10 +48,13 @@ ACTIONS = ("kill prefill", "kill decode", "stop decode", "kill scheduler", "kill
 class Outcomes:
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: list[tuple[float, float, str]] = field(default_factory=list)  # (sent, ended, outcome)
+    why: dict[str, int] = field(default_factory=dict)  # failure text (first 120 chars) -> count
 
-    def add(self, sent: float, ended: float, outcome: str) -> None:
+    def add(self, sent: float, ended: float, outcome: str, why: str = "") -> None:
         with self.lock:
             self.done.append((sent, ended, outcome))
+            if why:
+                self.why[why[:120]] = self.why.get(why[:120], 0) + 1
 
     def count(self, outcome: str) -> int:
         return sum(o == outcome for _, _, o in self.done)
@@ -49,7 +63,7 @@ class Outcomes:
 def _one(
     client: httpx.Client, url: str, messages: list[dict[str, str]], max_tokens: int, timeout_s: float
 ) -> tuple[str, str]:
-    """One streaming chat request: (outcome, answer text)."""
+    """One streaming chat request: (outcome, answer text, or the failure's message)."""
     body = {
         "model": "tiny",
         "messages": messages,
@@ -58,7 +72,7 @@ def _one(
         "ignore_eos": True,
         "stream": True,
     }
-    text, finished, errored, done = [], False, False, False
+    text, finished, errored, done, error = [], False, False, False, ""
     deadline = time.monotonic() + timeout_s
     try:
         with client.stream(
@@ -67,7 +81,7 @@ def _one(
             if r.status_code != 200:
                 r.read()
                 clean = r.status_code in (429, 503) and bool(r.headers.get("retry-after"))
-                return ("failed cleanly" if clean else f"http {r.status_code}"), ""
+                return ("failed cleanly" if clean else f"http {r.status_code}"), f"{r.status_code} {r.text}"
             for line in r.iter_lines():
                 if time.monotonic() > deadline:
                     return "hung", ""
@@ -80,6 +94,7 @@ def _one(
                 obj = json.loads(data)
                 if "error" in obj:
                     errored = True
+                    error = str(obj["error"].get("message", obj["error"]))
                     continue
                 for ch in obj.get("choices", ()):
                     text.append(ch.get("delta", {}).get("content") or "")
@@ -91,7 +106,7 @@ def _one(
     if done and finished and not errored:
         return "completed", "".join(text)
     if done and errored:
-        return "failed cleanly", ""
+        return "failed cleanly", "error event: " + error
     return "lost", ""
 
 
@@ -110,7 +125,7 @@ def _agent(i: int, url: str, stop: threading.Event, out: Outcomes, args: argpars
             )
             sent = time.monotonic()
             outcome, answer = _one(client, url, history, args.max_tokens, args.request_timeout_s)
-            out.add(sent, time.monotonic(), outcome)
+            out.add(sent, time.monotonic(), outcome, "" if outcome == "completed" else f"{outcome}: {answer}")
             if outcome == "completed":
                 history.append({"role": "assistant", "content": answer})
             else:
@@ -153,7 +168,7 @@ def _faults(
         action = order[k]  # (every kind once per round, in a seeded order)
         name = _target(cluster, action, rng)
         before = sum(cluster.restarts.values())
-        fault_s = time.monotonic()
+        fault_s = signal_s = time.monotonic()
         cluster.signal(name, signal.SIGSTOP if action.startswith("stop") else signal.SIGKILL)
         print(f"[{fault_s - t0:6.1f} s] {action}: {name}", file=sys.stderr, flush=True)
         if action.startswith("stop"):  # (recovery counts from the SIGCONT)
@@ -173,6 +188,7 @@ def _faults(
             time.sleep(0.1)
         report.append(
             {
+                "signal_s": round(signal_s - t0, 2),
                 "at_s": round(fault_s - t0, 1),
                 "action": action,
                 "target": name,  # (stop: SIGCONT)
@@ -224,6 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 a.join(args.request_timeout_s + 10)
             end = time.monotonic()
             restarts = cluster.restarts
+            counters = _counters(srv.url)
     # (no fault, the control run: the same windows as a run with faults would have)
     first = t0 + faults[0]["at_s"] if faults else t0 + args.warmup_s
     last_rec = max(
@@ -238,7 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     before, after = rate(t_start, first), rate(last_rec, end)
     rec = [f["recovered_s"] for f in faults]
-    return {
+    res = {
         "agents": args.agents,
         "minutes": args.minutes,
         "seed": args.seed,
@@ -247,15 +264,90 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "failed_cleanly": out.count("failed cleanly"),
         "hung": out.count("hung"),
         "lost_after_ack": out.count("lost"),
-        "other": len(out.done) - sum(out.count(o) for o in ("completed", "failed cleanly", "hung", "lost")),
+        "other": len(out.done) - sum(out.count(o) for o in OUTCOMES),
         "faults": faults,
+        "by_fault_kind": by_fault_kind(out.done, faults, t0, args.recover_timeout_s),
+        "failure_reasons": dict(sorted(out.why.items(), key=lambda kv: -kv[1])),
         "restarts": restarts,
+        "requests_resumed": counters.get("dualpath_requests_retried_total"),  # after an engine's loss
+        "requests_resubmitted": counters.get("dualpath_requests_resubmitted_total"),  # after the scheduler's
         "max_recovery_s": None if any(r is None for r in rec) or not rec else max(rec),
         "throughput_before_rps": round(before, 3),
         "throughput_after_rps": round(after, 3),
         "throughput_ratio": round(after / before, 3) if before else None,
         "after_window_s": round(end - last_rec, 1),
     }
+    res["misses"] = misses(res)
+    return res
+
+
+def _counters(url: str) -> dict[str, float]:
+    """The server's unlabelled counters (``/metrics``), by name; {} if it does not answer."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.endswith("_total") and "{" not in name and not line.startswith("#"):
+            out[name] = float(value)
+    return out
+
+
+OUTCOMES = ("completed", "failed cleanly", "hung", "lost")
+NO_FAILURES = ("kill prefill", "kill decode")  # issue 31: with resumption, none fails under these
+RECOVERY_GOAL_S = 10.0  # issue 31: serving again within 10 s of a kill with the warm spare
+
+
+def by_fault_kind(
+    done: list[tuple[float, float, str]], faults: list[dict[str, Any]], t0: float, timeout_s: float
+) -> dict[str, dict[str, Any]]:
+    """Outcomes per fault kind: each request counts for the first fault whose window (from its
+    signal to its recovery, or ``timeout_s`` when it did not recover) it overlaps, the rest for
+    "no fault"; with each kind's number of faults and recovery times."""
+    wins = [
+        (
+            t0 + f["signal_s"],
+            t0 + f["at_s"] + (f["recovered_s"] if f["recovered_s"] is not None else timeout_s),
+            f,
+        )
+        for f in faults
+    ]
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(kind: str) -> dict[str, Any]:
+        return rows.setdefault(kind, {"faults": 0, "requests": 0, **{o: 0 for o in OUTCOMES}, "other": 0,
+                                      "recovered_s": []})  # fmt: skip
+
+    for f in faults:
+        r = row(f["action"])
+        r["faults"] += 1
+        r["recovered_s"].append(f["recovered_s"])
+    for sent, ended, outcome in done:
+        kind = next((f["action"] for a, b, f in wins if sent <= b and ended >= a), "no fault")
+        r = row(kind)
+        r["requests"] += 1
+        r[outcome if outcome in OUTCOMES else "other"] += 1
+    return dict(sorted(rows.items()))
+
+
+def misses(res: dict[str, Any]) -> list[str]:
+    """Every goal the run missed, in words (the command exits 1 if there is any)."""
+    out = []
+    if res["hung"] or res["lost_after_ack"] or res["other"]:
+        out.append(
+            f"{res['hung']} hung, {res['lost_after_ack']} lost after ack, {res['other']} other (goal: 0)"
+        )
+    for kind, r in res["by_fault_kind"].items():
+        if kind in NO_FAILURES and r["failed cleanly"]:
+            out.append(f"{r['failed cleanly']} requests failed under {kind} (goal: 0, they resume)")
+        rec = r["recovered_s"]
+        if any(x is None for x in rec):
+            out.append(f"{sum(x is None for x in rec)} of {len(rec)} {kind} faults never recovered")
+        elif rec and max(rec) > RECOVERY_GOAL_S:
+            out.append(f"{kind}: recovery up to {max(rec)} s (goal {RECOVERY_GOAL_S:.0f} s)")
+    return out
 
 
 def main() -> None:
@@ -279,7 +371,14 @@ def main() -> None:
     res = run(args)
     if args.json:
         print(json.dumps(res, indent=2))
-        return
+    else:
+        _print(res, args)
+    if res["misses"]:
+        print("MISSED: " + "; ".join(res["misses"]), file=sys.stderr)
+        sys.exit(1)
+
+
+def _print(res: dict[str, Any], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -290,10 +389,30 @@ def main() -> None:
         t.add_row(str(f["at_s"]), f["action"], f["target"], str(f["healthy_after_s"]), str(f["recovered_s"]))
     c = Console()
     c.print(t)
+    k = Table(title="requests by the fault whose window (signal to recovery) they overlap")
+    for col in ("fault kind", "faults", "sent", "finished", "failed", "hung", "lost", "other", "recovery max (s)",
+                "recovery mean (s)"):  # fmt: skip
+        k.add_column(col, justify="left" if col == "fault kind" else "right")
+    for kind, r in res["by_fault_kind"].items():
+        rec = [x for x in r["recovered_s"] if x is not None]
+        never = len(r["recovered_s"]) - len(rec)
+        mx = (
+            "-"
+            if not r["recovered_s"]
+            else (f"{max(rec):.2f}" if rec else "") + (f" ({never} never)" if never else "")
+        )
+        mean = f"{sum(rec) / len(rec):.2f}" if rec else "-"
+        k.add_row(kind, str(r["faults"]), str(r["requests"]), str(r["completed"]), str(r["failed cleanly"]),
+                  str(r["hung"]), str(r["lost"]), str(r["other"]), mx, mean)  # fmt: skip
+    k.add_row("all", str(len(res["faults"])), str(res["requests"]), str(res["completed"]),
+              str(res["failed_cleanly"]), str(res["hung"]), str(res["lost_after_ack"]), str(res["other"]),
+              str(res["max_recovery_s"]), "", style="bold")  # fmt: skip
+    c.print(k)
+    for why, n in res["failure_reasons"].items():
+        c.print(f"  {n} x {why}")
     c.print(
-        f"requests {res['requests']}: completed {res['completed']}, failed cleanly "
-        f"{res['failed_cleanly']}, hung {res['hung']}, lost after ack {res['lost_after_ack']}, "
-        f"other {res['other']}; restarts {res['restarts']}"
+        f"restarts {res['restarts']}; requests resumed after an engine's loss {res['requests_resumed']}, "
+        f"resubmitted after the scheduler's {res['requests_resubmitted']}"
     )
     c.print(
         f"throughput {res['throughput_before_rps']} req/s before the first fault, "

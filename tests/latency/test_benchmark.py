@@ -159,3 +159,30 @@ def test_a_small_kv_pool_queues_clients_and_raises_ttft() -> None:
     )
     assert tight.ttft_s > wide.ttft_s
     assert dataclasses.asdict(tight)["requests"] == 32
+
+
+def test_disagg_routes_round_robin_over_workers_and_by_load_inside_one() -> None:
+    """Dynamo's default router cycles through workers; a worker's attention-DP ranks take the
+    least-loaded one (latency/disagg.py, Routing)."""
+    from dualpath.cost.deployment import forward_for
+    from dualpath.latency.disagg import Disagg
+    from dualpath.sim.kernel import Kernel
+
+    dep = _dep(
+        model="deepseek-ai/DeepSeek-V3",
+        mode="disagg",
+        batch_size=8,
+        prefill=Layout(tp=8, attention_dp=8, moe_ep=8),
+        prefill_workers=1,
+        decode=Layout(tp=8, attention_dp=8, moe_ep=8),
+        decode_workers=2,
+        decode_batch=16,
+    )
+    _, forward = forward_for(dep)
+    system = Disagg(Kernel(), dep, forward)
+    assert len(system.decode) == 16
+    picks = [system._route("decode", system.decode) for _ in range(4)]
+    assert [p // 8 for p in picks] == [0, 1, 0, 1]  # worker by turn
+    system.decode[0].q.waiting.append(Req(rid=0, client=0, isl=8, osl=8, arrival_s=0.0))
+    assert system._route("decode", system.decode) == 1  # rank 0 busy: its idle neighbour
+    assert system._route("decode", system.decode, "least_loaded") == 1

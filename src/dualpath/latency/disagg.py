@@ -1,11 +1,16 @@
 """Disaggregated serving simulated: prefill workers, the KV hand-off, decode workers.
 
-A client's request goes to the prefill rank with the fewest requests in hand (Dynamo's router
-balances by load; ties to the lowest index); every prefill worker's ``attention_dp`` ranks count as
-ranks of their own (each prefills its own requests). A prefill rank is an engine (latency/engine.py)
+**Routing** (``ROUTER``). A request goes to the next prefill worker in turn and, once prefilled,
+to the next decode worker in turn: Dynamo's frontend routes ``round-robin`` unless told otherwise
+(its frontend configuration reference: ``--router-mode``, default ``round-robin``, "cycles through
+workers"; the disaggregated rows here are Dynamo deployments). Inside a worker, the request goes
+to the attention-DP rank with the fewest requests in hand (ties to the lowest index), as the
+backend balances its own ranks; every ``attention_dp`` rank counts as an engine of its own (each
+prefills or decodes its own requests). ``ROUTER = "least_loaded"`` balances the workers by load
+instead (Dynamo's ``least-loaded`` / ``kv`` modes, not their default). A prefill rank is an engine (latency/engine.py)
 that runs prompts only, at most ``prefill_batch`` at once (the row's ``prefill_batch_size``; the
 backend's own limit when empty), under the backend's token budget. When a prompt is in, its KV
-goes to the decode rank with the fewest requests: ``isl`` tokens of KV over the link between the two
+goes to the decode rank routing picks: ``isl`` tokens of KV over the link between the two
 workers (cost/latency.py ``kv_transfer_s``: NVLink inside the node, else the network, at
 ``KV_TRANSFER_EFFICIENCY``, split over the lanes both sides hold), one transfer at a time per
 prefill rank. A decode rank holds at most ``decode_batch / attention_dp`` requests; one that
@@ -31,6 +36,9 @@ from dualpath.latency.ranks import defaults_for, kv_capacity_tokens, memoised
 from dualpath.latency.requests import Req
 from dualpath.latency.steps import step_cost
 from dualpath.sim.kernel import PRIO_ARRIVAL, Kernel
+
+ROUTERS = ("round_robin", "least_loaded")
+ROUTER = "round_robin"  # Dynamo frontend's --router-mode default (module doc)
 
 
 class Disagg:
@@ -63,19 +71,32 @@ class Disagg:
         self.transfer_s = kv_transfer_s(
             Pool(fw=pfw, batch=1, workers=1), Pool(fw=dfw, batch=1, workers=1), dep.isl
         )
+        self._width = {"prefill": pfw.par.attention_dp, "decode": dfw.par.attention_dp}
+        self._turn = {"prefill": 0, "decode": 0}
         self._link_free_s = [0.0] * n_p
         self._origin: dict[int, tuple[Req, int]] = {}
         self._times: dict[int, dict[str, float]] = {}
         self.loop: ClosedLoop | None = None
 
     @staticmethod
-    def _least_loaded(engines: list[Engine]) -> int:
+    def _least_loaded(engines: list[Engine], first: int = 0) -> int:
         loads = [len(e.q.running) + len(e.q.waiting) for e in engines]
-        return loads.index(min(loads))
+        return first + loads.index(min(loads))
+
+    def _route(self, side: str, engines: list[Engine], router: str = "") -> int:
+        """The rank ``side``'s next request goes to (module doc, Routing)."""
+        router = router or ROUTER
+        require(router in ROUTERS, "router", router, f"choices: {', '.join(ROUTERS)}")
+        if router == "least_loaded":
+            return self._least_loaded(engines)
+        width = self._width[side]
+        worker = self._turn[side] % (len(engines) // width)
+        self._turn[side] += 1
+        return self._least_loaded(engines[worker * width : (worker + 1) * width], worker * width)
 
     def send(self, req: Req) -> None:
         """A client's request: prefill it (the prompt only: one output token's worth)."""
-        rank = self._least_loaded(self.prefill)
+        rank = self._route("prefill", self.prefill)
         stage = Req(rid=req.rid, client=req.client, isl=req.isl, osl=1, arrival_s=req.arrival_s)
         self._origin[id(stage)] = (req, rank)
         self._times[req.rid] = {"sent": req.sent_s}
@@ -98,7 +119,7 @@ class Disagg:
             rid=req.rid, client=req.client, isl=self.isl, osl=self.osl, arrival_s=now, sent_s=req.sent_s
         )
         arrived.computed = arrived.kv = self.isl
-        self.decode[self._least_loaded(self.decode)].submit(arrived)
+        self.decode[self._route("decode", self.decode)].submit(arrived)
 
     def _decoded(self, req: Req) -> None:
         assert self.loop is not None

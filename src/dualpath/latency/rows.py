@@ -21,22 +21,31 @@ What a row leaves empty is derived from what the measurement implies and listed 
 **Engine limits** (``limits``): ``backend`` runs every row under its backend's documented defaults
 (latency/defaults.py); ``aiconfigurator`` under the limits AIConfigurator's generator writes into
 the configs it deploys (``aiconfigurator_limits``); ``auto`` (the default) takes the generated
-limits for the vLLM rows of AIConfigurator's own gap-analysis collection (``silicon_data_source``
-names ``aic-auto-gap-analysis``) and the backend defaults for every other row. That is an inference
-from the H100 rows, stated as one: those vLLM rows show the staggered, one-prompt-per-iteration
-schedule of the generated ``max_num_batched_tokens = batch + isl + 1500`` (TTFT flat in the
-concurrency up to 32 clients, TPOT carrying the others' prefills), while the collection's
-TensorRT-LLM and SGLang rows contradict their generated limits (8 TensorRT-LLM prompts of 1024
-tokens prefilled in one iteration, impossible under ``max_num_tokens = batch + isl + 500``;
-SGLang's rounds synchronised, impossible with the generated ``enable_mixed_chunk``).
+limits for the vLLM and TensorRT-LLM rows of AIConfigurator's own gap-analysis collection
+(``silicon_data_source`` names ``aic-auto-gap-analysis``) and the backend defaults for every other
+row. That is an inference, stated as one (``GENERATED_BACKENDS``): the collection is
+AIConfigurator's automated measurement of the configs it generates (its generator ships the
+engine rules, ``generator/rule_plugin/*.rule``, and the benchmark, ``bench_run.sh.j2``: aiperf over
+a concurrency sweep), and the rows carry the generated budget's signature. vLLM: the staggered,
+one-prompt-per-iteration schedule of ``max_num_batched_tokens = batch + isl + 1500`` (TTFT flat in
+the concurrency up to 32 clients, TPOT carrying the others' prefills). TensorRT-LLM: TTFT at
+fixed concurrency extrapolated to no output (its intercept over osl 128 / 256 / 512) is what one
+prompt per iteration under ``max_num_tokens = batch + isl + 500`` gives (Llama-3.1-8B TP1, 8
+clients of 1024 tokens: 71 ms measured, 68 ms simulated, 176 ms under the 8192-token default;
+Qwen3-235B-A22B TP4, 16 clients of 1024: 217 / 219 / 455 ms). The collection's SGLang rows
+contradict their generated limits (its synchronised rounds are impossible with the generated
+``enable_mixed_chunk``), so they keep the backend defaults.
 
 **The benchmark client.** Rows whose ``silicon_data_source`` names a dated collection file
 (``source_file=2026-03-25.csv``) carry InferenceMAX's grid (isl / osl 1024 / 1024, 1024 / 8192,
 8192 / 1024, concurrency 4-64, its models); its client (SemiAnalysis InferenceMAX README: vLLM's
 ``benchmark_serving.py``, random dataset, ``--random-range-ratio 0.8``, ``--num-prompts conc x 10``,
-``--ignore-eos``) draws prompt and output lengths uniformly from ``[0.8, 1] x`` the nominal ones, so
-those rows are simulated with ``length_range_ratio = 0.8`` (and say so in ``assumed``); every
-other row with fixed lengths (AIConfigurator's and Dynamo's aiperf runs: ``--isl-stddev 0``).
+``--ignore-eos``, ``--max-concurrency conc``) draws prompt and output lengths uniformly from
+``[int(0.8 x n), n]`` (that script's ``sample_random_requests``: ``randint(int(len x ratio), len +
+1)``), so those rows are simulated with ``length_range_ratio = 0.8`` (and say so in ``assumed``);
+every other row with fixed lengths (AIConfigurator's and Dynamo's aiperf runs: ``--isl-stddev
+0``). The client and its ratio are documented; that these rows are InferenceMAX runs is inferred
+from their grid (the rows do not name their client).
 
 A row that cannot be predicted raises ConfigError naming the field (one line, the CSV's
 ``error`` column).
@@ -53,6 +62,7 @@ from dualpath.cost.deployment import Deployment, Layout
 REQUIRED = ("model_path", "system", "isl", "osl")
 LIMIT_CHOICES = ("auto", "backend", "aiconfigurator")
 AIC_COLLECTION = "aic-auto-gap-analysis"
+GENERATED_BACKENDS = ("vllm", "trtllm")  # the collection's backends that ran the generated limits
 INFERENCEMAX_SOURCE = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
 INFERENCEMAX_RANGE_RATIO = 0.8
 EMPTY = ("", "nan", "none", "null")
@@ -120,7 +130,7 @@ def limits_of(row: dict[str, str], backend: str, limits: str) -> str:
         raise ConfigError("limits", limits, f"choices: {', '.join(LIMIT_CHOICES)}")
     if limits != "auto":
         return limits
-    generated = backend == "vllm" and AIC_COLLECTION in (row.get("silicon_data_source") or "")
+    generated = backend in GENERATED_BACKENDS and AIC_COLLECTION in (row.get("silicon_data_source") or "")
     return "aiconfigurator" if generated else "backend"
 
 
@@ -162,7 +172,9 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
     backend = (text(row, "backend") or "trtllm").lower()
     chosen = limits_of(row, backend, limits)
     if chosen == "aiconfigurator" and limits == "auto":
-        assumed.append("engine limits: AIConfigurator-generated (a vLLM row of its gap-analysis collection)")
+        assumed.append(
+            f"engine limits: AIConfigurator-generated (a {backend} row of its gap-analysis collection)"
+        )
     ratio = 1.0
     if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
         ratio = INFERENCEMAX_RANGE_RATIO

@@ -22,6 +22,7 @@ from dualpath.runtime.cluster.messages import (
     PrefillTask,
     Query,
     QueryReply,
+    Rejected,
     Reset,
     Submit,
     Tokens,
@@ -332,3 +333,56 @@ def test_a_stale_generation_is_refused(rig: _Rig) -> None:
     assert isinstance(reply, Shutdown) and "stale" in reply.reason, reply
     h = rig.health()
     assert [(e.engine_id, e.pid, e.generation) for e in h.engines] == [(1, 1, 2)]
+
+
+def test_a_supervised_scheduler_keeps_requests_for_a_restarting_engine_before_its_first_report(
+    tmp_path: Path,
+) -> None:
+    """A scheduler its supervisor started (``SchedulerArgs.supervised``; a restart, say) has no
+    supervisor report yet: a request sent while its only PE is dead waits for the PE rather than
+    being refused (chaos run: one 503 "none being restarted" right after a scheduler restart)."""
+    cluster = ClusterConfig(kv_dir=str(tmp_path), scheduler=SchedulerServiceConfig(engine_timeout_s=1.0))
+    for supervised, refused in ((True, False), (False, True)):
+        rig = _Rig(tmp_path)
+        rig.svc.close()
+        rig.svc = SchedulerService(SchedulerArgs(cluster=cluster, supervised=supervised))
+        rig.poller = zmq.Poller()
+        rig.poller.register(rig.svc.sock, zmq.POLLIN)
+        rig.now = time.monotonic()
+        try:
+            rig.engine(0, "prefill", 0)
+            rig.engine(1, "decode", 1)
+            rig.pump(1.5)  # (the PE goes silent: declared dead; the DE keeps beating)
+            rig.heartbeat(1)
+            assert [e.alive for e in rig.health().engines] == [False, True]
+            client = rig.dealer()
+            rig.submit(client, "r1", 40, 4)
+            got = rig.held.pop(id(client), []) + _drain(client, first_ms=300)
+            assert any(isinstance(m, Rejected) for m in got) == refused, got
+        finally:
+            rig.close()
+
+
+def test_a_second_hello_of_the_same_process_re_registers_it_in_place(rig: _Rig) -> None:
+    """After a scheduler restart an engine can be asked to register again twice (the second ask
+    sent while its first hello waited behind a scheduler rebuilding its store index): it drops
+    every task and says hello again from the same process. Before: refused as a duplicate data
+    address (Shutdown: the engine exited, its requests failed as "lost again", chaos run). Now:
+    welcomed under its id, no death counted, its requests dispatched again."""
+    rig.engine(0, "prefill", 0)
+    de = rig.engine(1, "decode", 1)
+    client = rig.dealer()
+    rig.submit(client, "r1", 40, 4)
+    assert [m.request_id for m in _drain(de) if isinstance(m, DecodeTask)] == ["r1"]
+    de.send(encode(rig.hello(1, "decode", 1, ready=True)))
+    rig.synced(de)
+    rig.pump()
+    got = rig.held.pop(id(de), []) + _drain(de)
+    assert any(isinstance(m, Welcome) and m.engine_id == 1 for m in got), got
+    assert not any(type(m).__name__ == "Shutdown" for m in got), got
+    assert [m.request_id for m in got if isinstance(m, DecodeTask)] == ["r1#1"]
+    h = rig.health()
+    assert [(e.engine_id, e.alive) for e in h.engines] == [(0, True), (1, True)], h.engines
+    m = rig.query("metrics").metrics
+    assert m is not None and m.engine_deaths == 0
+    assert not client.poll(50)  # (the client saw nothing of it)

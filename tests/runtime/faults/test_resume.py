@@ -215,3 +215,28 @@ def _metric(rig: Rig, name: str) -> float:
         if head == name:
             return float(value)
     return 0.0
+
+
+def test_requests_sent_while_the_prefill_engine_restarts_wait_for_it(rig: Rig) -> None:
+    """The cluster's only PE is dead and being restarted: a request sent meanwhile waits for it and
+    finishes (before: 503 "no live prefill and decode engine")."""
+    rig.wait_whole()
+    rig.cluster.signal(f"engine{PE}", signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (h := rig.cluster.health()) is None or any(e.alive for e in h.engines if e.role == "prefill"):
+        assert time.monotonic() < deadline, h
+        time.sleep(0.02)
+    texts = [f"while the prefill engine restarts {i}" for i in range(3)]
+
+    def post(text: str) -> httpx.Response:
+        body = {"model": "tiny", "prompt": text, "max_tokens": 5, "ignore_eos": True, "temperature": 0,
+                "return_token_ids": True}  # fmt: skip
+        return httpx.post(rig.url + "/v1/completions", json=body, timeout=120)
+
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(post, texts))
+    for text, r in zip(texts, answers, strict=True):
+        assert r.status_code == 200, r.text
+        tok = CharTokenizer(vocab_size=512)
+        assert r.json()["choices"][0]["token_ids"] == _reference(rig, tok.encode(text), 5)
+    rig.wait_whole()

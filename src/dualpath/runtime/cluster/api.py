@@ -53,6 +53,16 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
         for t in self.stop_token_ids:
             require(0 <= t <= INT64_MAX, "stop_token_ids", t, "must be token ids (>= 0)")
 
+    def with_seed(self) -> SamplingParams:
+        """These params with a seed: an unseeded request drawing tokens (temperature > 0) gets a
+        fresh random one, once, so all its steps (and a re-dispatch or a resubmission) draw from
+        one stream while two unseeded requests do not draw the same tokens."""
+        if self.seed is not None or self.temperature == 0.0:
+            return self
+        import secrets
+
+        return msgspec.structs.replace(self, seed=secrets.randbits(63))
+
     def ends_with(self, token_id: int, index: int, eos_token_id: int | None) -> bool:
         """Does generated token ``index`` (0-based), ``token_id``, end the request? At
         ``max_tokens`` tokens, on a stop token, or on EOS unless ``ignore_eos`` (the rule the

@@ -4,10 +4,11 @@ One DEALER socket to the scheduler's ROUTER; a background task routes incoming m
 asyncio.Queue per request (token events) or per query (health / metrics / info). Use from one event
 loop; ``async with ClusterClient(addr) as c`` connects and closes.
 
-A monitor of the socket sees the connection to the scheduler drop (its process died): every open
-stream ends at once with an error event, every pending query raises ClusterUnavailableError, and
-so do new requests and queries until the connection is back (a restarted scheduler); nothing
-waits for a timeout.
+A monitor of the socket sees the connection to the scheduler drop (its process died): every
+pending query raises ClusterUnavailableError, and so do new requests and queries until the
+connection is back (a restarted scheduler); nothing waits for a timeout. Every request in flight
+is submitted again to the restarted scheduler with the tokens its caller has (``generate``), or,
+when none takes it within ``resubmit_s``, ends with an error event.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import zmq
 import zmq.asyncio
@@ -27,20 +26,16 @@ from dualpath.runtime.cluster.api import (
     ClusterHealth,
     ClusterInfo,
     ClusterUnavailableError,
-    ContextTooLongError,
     MetricsSnapshot,
-    QueueFullError,
-    SamplingParams,
     TokenEvent,
 )
+from dualpath.runtime.cluster.client_requests import RESUBMIT_S, RequestStreams, _Lost
 from dualpath.runtime.cluster.messages import (
     DECODE_ERRORS,
-    Abort,
     Configure,
     Query,
     QueryReply,
     Rejected,
-    Submit,
     Tokens,
     decode,
     encode,
@@ -48,14 +43,8 @@ from dualpath.runtime.cluster.messages import (
 from dualpath.runtime.transfer.auth import ClusterKeys
 from dualpath.runtime.transfer.drops import DropCounter
 
-_REJECT_ERRORS: dict[str, type[ClusterError]] = {
-    "queue_full": QueueFullError,
-    "too_long": ContextTooLongError,
-    "unavailable": ClusterUnavailableError,
-}
 
-
-class ClusterClient:
+class ClusterClient(RequestStreams):
     """Talks to the scheduler at ``address`` (e.g. "tcp://127.0.0.1:5557")."""
 
     def __init__(
@@ -66,12 +55,15 @@ class ClusterClient:
         liveness_s: float = 10.0,
         keys: ClusterKeys | None = None,
         api_key: str | None = None,
+        resubmit_s: float = RESUBMIT_S,
     ) -> None:
         """``liveness_s``: while a request waits longer than this for its next event, the client
         asks the scheduler for health; no answer within ``query_timeout_s`` raises
         ClusterUnavailableError (so a dead scheduler never leaves a request hanging). ``keys``:
         the cluster's CURVE keys when it is authenticated (``LocalCluster.keys``). ``api_key``:
-        sent with every request, abort and settings change (a cluster with an API key needs it)."""
+        sent with every request, abort and settings change (a cluster with an API key needs it).
+        ``resubmit_s``: how long after the scheduler's connection dropped a request in flight may
+        be submitted again to the restarted scheduler (``generate``; 0: never, it fails)."""
         self.address = address
         self.api_key = api_key or ""
         self.keys = keys
@@ -84,10 +76,14 @@ class ClusterClient:
         self._monitor: zmq.asyncio.Socket | None = None
         self.lost_since_s: float | None = None  # monotonic time the connection dropped (None: up)
         self.lost_reason = ""
-        self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected]] = {}
+        self._streams: dict[str, asyncio.Queue[TokenEvent | Rejected | _Lost]] = {}
         self._end_reasons: dict[str, str] = {}  # request id -> the reason its Abort will give
+        self._active: set[str] = set()  # ids of the requests ``generate`` is streaming
         self._queries: dict[int, asyncio.Future[QueryReply]] = {}
         self._query_ids = itertools.count(1)
+        self.resubmit_s = resubmit_s
+        self.resubmitted = 0  # requests submitted again after the scheduler's connection dropped
+        self._lost_at_s = float("-inf")  # monotonic time of the last drop
         self.drops = DropCounter("cluster client")  # scheduler replies that failed validation
 
     async def connect(self) -> ClusterClient:
@@ -139,10 +135,9 @@ class ClusterClient:
     def _lost(self, reason: str) -> None:
         if self.lost_since_s is None:
             self.lost_since_s, self.lost_reason = time.monotonic(), reason
-        for rid, q in self._streams.items():
-            q.put_nowait(
-                TokenEvent(request_id=rid, index=0, token_id=-1, finish_reason="error", error=reason)
-            )
+            self._lost_at_s = self.lost_since_s
+        for q in self._streams.values():
+            q.put_nowait(_Lost(reason))
         queries, self._queries = self._queries, {}
         for fut in queries.values():
             if not fut.done():
@@ -189,54 +184,6 @@ class ClusterClient:
         assert self._sock is not None
         await self._sock.send_multipart([b"", encode(msg)])  # type: ignore[arg-type]
 
-    async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-    ) -> AsyncIterator[TokenEvent]:
-        """Submit one request and yield its tokens in order; the last event has ``finish_reason``.
-
-        Raises QueueFullError / ContextTooLongError / ClusterUnavailableError if the scheduler
-        rejects it before any token, ClusterError on a bad request. An engine failure after tokens
-        started arrives as a last event with ``finish_reason == "error"``. Closing the iterator
-        early aborts the request in the cluster: counted cancelled (the HTTP client went away)
-        unless :meth:`end` gave another reason first.
-        """
-        self._check_up()
-        rid = request_id or uuid.uuid4().hex
-        queue: asyncio.Queue[TokenEvent | Rejected] = asyncio.Queue()
-        self._streams[rid] = queue
-        finished = False
-        try:
-            await self._send(
-                Submit(
-                    request_id=rid,
-                    prompt_token_ids=list(prompt_token_ids),
-                    params=params,
-                    api_key=self.api_key,
-                )
-            )
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), self.liveness_s)
-                except TimeoutError:
-                    await self.health()  # raises ClusterUnavailableError if the scheduler is gone
-                    continue
-                if isinstance(item, Rejected):
-                    finished = True
-                    raise _REJECT_ERRORS.get(item.kind, ClusterError)(item.reason)
-                if item.is_last:
-                    finished = True
-                yield item
-                if finished:
-                    return
-        finally:
-            self._streams.pop(rid, None)
-            reason = self._end_reasons.pop(rid, "cancelled")
-            if not finished and self._sock is not None:
-                try:
-                    await self._send(Abort(request_id=rid, reason=reason, api_key=self.api_key))  # type: ignore[arg-type]
-                except Exception:
-                    pass
-
     def end(self, request_id: str, reason: str) -> None:
         """Say why the stream of ``request_id`` is about to be closed early: "stop" (the caller
         has what it wanted, e.g. a stop string matched: the cluster counts it finished) or
@@ -244,7 +191,7 @@ class ClusterClient:
         counts the request cancelled (its client went away)."""
         if reason not in ("stop", "failed", "cancelled"):
             raise ValueError(f"end reason {reason!r}: choices are stop, failed, cancelled")
-        if request_id in self._streams:
+        if request_id in self._active:
             self._end_reasons[request_id] = reason
 
     async def _query(self, what: str, msg: object = None) -> QueryReply:

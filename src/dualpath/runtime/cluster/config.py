@@ -290,6 +290,7 @@ class SchedulerArgs(msgspec.Struct, frozen=True, kw_only=True):
     kv_capacity_bytes: int | None = None  # None: 90% of the free space at start (see kvstore)
     key_file: str = ""  # cluster CURVE keys (runtime/transfer/auth.py); "" = unauthenticated
     state_file: str = ""  # settings and counters kept across scheduler restarts (sched_persist.py)
+    supervised: bool = False  # started by a supervisor: counts as supervised until its first report
 
     @property
     def bind(self) -> str:

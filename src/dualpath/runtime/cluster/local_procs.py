@@ -144,6 +144,7 @@ class ClusterProcesses:
             kv_capacity_bytes=self.kv_capacity_bytes,
             key_file=self.key_file,
             state_file=str(self.run_dir / "scheduler.state"),
+            supervised=True,
         )
         self.procs["scheduler"] = self.spawn("dualpath.runtime.cluster.scheduler", sargs, "scheduler.log")
         deadline = time.monotonic() + 30

@@ -52,10 +52,24 @@ class _Msg(msgspec.Struct, frozen=True, kw_only=True, tag_field="t", tag=True):
 
 # ----------------------------------------------------------------- client <-> scheduler
 class Submit(_Msg, frozen=True):
+    """A request. ``resubmitted``: its client submitted it to a scheduler that died (the client
+    resubmits it to the restarted one, under a new id; it is not counted as a new request);
+    ``generated``: the tokens the client had received by then (generation goes on after them,
+    the next event has index ``len(generated)``)."""
+
     request_id: RequestKey
     prompt_token_ids: TokenIds
     params: SamplingParams
     api_key: Annotated[str, Meta(max_length=4096)] = ""  # the cluster's API key, where it has one
+    resubmitted: bool = False
+    generated: TokenIds = []
+
+    def __post_init__(self) -> None:
+        if self.generated and len(self.generated) >= self.params.max_tokens:
+            raise ValueError(
+                f"generated has {len(self.generated)} tokens; max_tokens={self.params.max_tokens} "
+                "leaves none to generate"
+            )
 
 
 class Abort(_Msg, frozen=True):

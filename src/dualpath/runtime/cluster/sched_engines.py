@@ -100,12 +100,20 @@ class EngineLiveness:
         self.report.down.append(reason)
         self.supervision.died(eid, reason)  # (the death of its process, counted once)
         print(f"scheduler: {reason}", flush=True)
+        self._requests_lost(eid, reason)
+        self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
+        self._broadcast_peers()
+
+    def _requests_lost(self, eid: int, reason: str, count: bool = True) -> None:
+        """What engine ``eid`` held is gone: each request resumes, fails or (a PE's, decoding on
+        its DE) stays (``policy/recovery.py``); then the ledger drops the engine. ``count``: the
+        loss counts toward the request's retries."""
         keep: set[str] = set()
         for rid in self.state.ledger.requests_on(eid):
             what = after_engine_loss(
                 lost_is_de=eid == self.state.requests[rid].de,
                 decoding=self.streams.de_started(rid),
-                attempts=self.attempts.get(rid, 0),
+                attempts=self.attempts.get(rid, 0) if count else 0,
             )
             if what == "keep":
                 keep.add(rid)
@@ -115,8 +123,20 @@ class EngineLiveness:
                 self.supervision.retried += 1
                 self._resume(rid)
         self.state.engine_lost(eid, frozenset(keep))  # (an emptied DE group gives its queue back)
-        self.supervision.orphans(time.monotonic())  # no live engine of a role: wait or fail
-        self._broadcast_peers()
+
+    def registered_again(self, eid: int, ident: bytes, now: float) -> None:
+        """The live engine ``eid`` said hello again from the same process: a second "register
+        again" (sent while its first hello waited behind a slow scheduler, e.g. one rebuilding the
+        store index after a restart) made it drop every task and register once more. Not a death:
+        its requests resume elsewhere (not counted as a retry), and it serves on under its id."""
+        e = self.state.engines[eid]
+        self._requests_lost(eid, f"{e.role} engine {eid} registered again", count=False)
+        e.alive, e.identity, e.last_seen_s = True, ident, now
+        self.state.add_engine(e)
+        print(
+            f"scheduler: {e.role} engine {eid} (pid {e.pid}) registered again; its requests resume",
+            flush=True,
+        )
 
     def _resume(self, rid: str) -> None:
         """Cancel the request's attempt on its engine that lives and queue it again, at the head,

@@ -62,16 +62,20 @@ class Reporter:
         }
 
     # ------------------------------------------------------------------ requests
-    def validate(self, msg: Submit) -> tuple[str, str] | None:
+    def validate(self, msg: Submit, now: float | None = None) -> tuple[str, str] | None:
         svc, n = self.svc, len(msg.prompt_token_ids)
-        if svc.hello is None or not svc.state.groups("prefill") or not svc.state.groups("decode"):
+        if svc.hello is None:
             return "unavailable", "no live prefill and decode engine registered yet"
+        for role in ("prefill", "decode"):  # (none live: wait for one the supervisor brings back)
+            now = time.monotonic() if now is None else now
+            if not svc.state.groups(role) and not svc.supervision.coming_back(role, now):
+                return "unavailable", f"no live {role} engine, and none being restarted"
         if n == 0:
             return "bad_request", "prompt_token_ids is empty"
         if "#" in msg.request_id:  # "#" separates a request id from its dispatch attempt
             return "bad_request", f"request id {msg.request_id!r} must not contain '#'"
         vocab = svc.hello.vocab_size
-        if any(t < 0 or t >= vocab for t in msg.prompt_token_ids):
+        if any(t < 0 or t >= vocab for t in (*msg.prompt_token_ids, *msg.generated)):
             return "bad_request", f"token ids must be in [0, {vocab})"
         limit = svc.hello.max_context_len
         if n + msg.params.max_tokens > limit:
@@ -100,9 +104,12 @@ class Reporter:
                     "tokens a decode engine's KV cache holds (raise --kv-cache-memory)")  # fmt: skip
         return None
 
-    def submitted(self, rid: str, prompt_len: int, hit_len: int, now: float) -> None:
-        self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now)
-        self.counts["num_requests"] += 1
+    def submitted(
+        self, rid: str, prompt_len: int, hit_len: int, now: float, count: bool = True, had: int = 0
+    ) -> None:
+        """``had``: tokens its client has already (a resubmission); ``count``: a new request."""
+        self.timing[rid] = _Timing(prompt_len=prompt_len, hit_len=hit_len, submit_s=now, num_tokens=had)
+        self.counts["num_requests"] += count
 
     def loaded(self, rid: str, hit_len: int) -> None:
         """The PE loaded and verified ``hit_len`` prompt tokens of KV (not more than planned). Hits

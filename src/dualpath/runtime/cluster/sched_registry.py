@@ -55,6 +55,8 @@ class EngineRegistry:
 
         def settings_changed(self) -> None: ...
 
+        def registered_again(self, eid: int, ident: bytes, now: float) -> None: ...
+
     def _engine_of(self, ident: bytes) -> EngineState | None:
         """The registered engine whose main socket is ``ident`` (None: not an engine)."""
         for e in self.state.engines.values():
@@ -66,6 +68,19 @@ class EngineRegistry:
     def _hello(self, ident: bytes, msg: EngineHello, now: float) -> None:
         """Register an engine; refuse (Shutdown with the reason) one whose data address a live
         engine already has, or whose model/KV geometry differs from the cluster's."""
+        same = self.state.engines.get(msg.engine_id)
+        if (
+            same is not None
+            and same.alive
+            and (same.pid, same.generation, same.data_addr) == (msg.pid, msg.generation, msg.data_addr)
+        ):  # (the same process again: a second "register again" crossed its first hello)
+            self.registered_again(msg.engine_id, ident, now)
+            self._send(
+                ident, Welcome(engine_id=msg.engine_id, is_leader=self._leads(same), peers=self._peers())
+            )
+            self._send(ident, self.settings())
+            self._broadcast_peers()
+            return
         why, cause = None, ""
         taken = [e.engine_id for e in self.state.engines.values() if e.alive and e.data_addr == msg.data_addr]
         if taken:
@@ -113,10 +128,16 @@ class EngineRegistry:
         self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
-        node = [e.engine_id for e in self.state.groups(msg.role, alive_only=False)[msg.node_id] if e.alive]
-        self._send(ident, Welcome(engine_id=eid, is_leader=min(node) == eid, peers=self._peers()))
+        self._send(
+            ident, Welcome(engine_id=eid, is_leader=self._leads(self.state.engines[eid]), peers=self._peers())
+        )
         self._send(ident, self.settings())  # what Configure set reaches a (re)started engine too
         self._broadcast_peers()
+
+    def _leads(self, e: EngineState) -> bool:
+        """Is ``e`` its node's group leader (the lowest live id of its role there)?"""
+        node = [x.engine_id for x in self.state.groups(e.role, alive_only=False)[e.node_id] if x.alive]
+        return min(node) == e.engine_id
 
     def _ready(self, ident: bytes, msg: EngineReady) -> None:
         """An engine has its caches and worker: routable from now on (only from its own socket)."""

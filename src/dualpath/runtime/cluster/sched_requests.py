@@ -9,12 +9,11 @@ order, once. ``SchedulerCore`` (``sched_core.py``) inherits it.
 
 from __future__ import annotations
 
-import secrets
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from dualpath.policy import views as pv
+from dualpath.policy.recovery import resumed_request
 from dualpath.runtime.cluster.api import SamplingParams, TokenEvent
 from dualpath.runtime.cluster.messages import Abort, Cancel, Progress, Rejected, Submit, Tokens
 from dualpath.runtime.cluster.sched_stream import Streams
@@ -30,12 +29,9 @@ MAX_ERROR_CHARS = 2000  # error texts sent to clients (TokenEvent.error is bound
 
 
 def _seeded(params: SamplingParams) -> SamplingParams:
-    """``params`` with a seed: an unseeded request drawing tokens (temperature > 0) gets a fresh
-    random one here, once, so its PE and DE steps (and a re-dispatch) draw from one stream while
-    two unseeded requests do not draw the same tokens (before: every unseeded request used 0)."""
-    if params.seed is not None or params.temperature == 0.0:
-        return params
-    return msgspec.structs.replace(params, seed=secrets.randbits(63))
+    """``params`` with a seed (``SamplingParams.with_seed``: the client that submitted it may have
+    chosen it already; before, every unseeded request used 0)."""
+    return params.with_seed()
 
 
 class RequestLifecycle:
@@ -64,31 +60,35 @@ class RequestLifecycle:
         def _engine_of(self, ident: bytes) -> EngineState | None: ...
 
     def _submit(self, ident: bytes, msg: Submit, now: float) -> None:
-        rid, n = msg.request_id, len(msg.prompt_token_ids)
-        reject = self.report.validate(msg)
+        rid = msg.request_id
+        reject = self.report.validate(msg, now)
         if reject is not None:
             self._to_client(ident, Rejected(request_id=rid, kind=reject[0], reason=reject[1]))
             return
         assert self.store is not None and self.hello is not None
-        bs = self.hello.block_size
-        hit = min(len(self.store.match_prefix(msg.prompt_token_ids)), loadable_hit_blocks(n, bs)) * bs
-        self.admit(ident, rid, list(msg.prompt_token_ids), msg.params, hit, now)
+        bs, ids = self.hello.block_size, [*msg.prompt_token_ids, *msg.generated]
+        hit = min(len(self.store.match_prefix(ids)), loadable_hit_blocks(len(ids), bs)) * bs
+        self.admit(ident, rid, list(msg.prompt_token_ids), msg.params, hit, now,
+                   had=list(msg.generated), count=not msg.resubmitted)  # fmt: skip
 
     def admit(
-        self, ident: bytes, rid: str, prompt: list[int], params: SamplingParams, hit_len: int, now: float
-    ) -> None:
+        self, ident: bytes, rid: str, prompt: list[int], params: SamplingParams, hit_len: int, now: float,
+        had: list[int] | None = None, count: bool = True,
+    ) -> None:  # fmt: skip
         """Take a valid request of client ``ident`` whose first ``hit_len`` tokens the store holds
-        into the queue (what a Submit becomes once checked against the store)."""
+        into the queue (what a Submit becomes once checked against the store). ``had``: tokens its
+        client has already (a request resubmitted after a scheduler restart goes on after them, as
+        a request resumed after an engine's death does: ``policy.recovery.resumed_request``);
+        ``count``: False for a resubmission (the dead scheduler counted it)."""
         self.clients[rid] = ident
         self.current[rid] = self.keys[rid] = rid
         self.prompts[rid] = (prompt, _seeded(params))
-        self.streams.open(rid)
-        self.report.submitted(rid, len(prompt), hit_len, now)
+        self.streams.open(rid, had)
+        self.report.submitted(rid, len(prompt), hit_len, now, count=count, had=len(had or ()))
         self.state.submit(
-            pv.RequestInfo(
-                request_id=rid, cached_len=hit_len, new_len=len(prompt) - hit_len, gen_len=params.max_tokens
-            )
-        )
+            resumed_request(rid, prompt_len=len(prompt), max_tokens=params.max_tokens,
+                            generated=len(had or ()), hit_len=hit_len)
+        )  # fmt: skip
 
     def _rid(self, key: str) -> str | None:
         """Client request id of an engine-facing key; None if stale (an earlier attempt)."""

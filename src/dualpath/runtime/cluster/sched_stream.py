@@ -31,8 +31,11 @@ class Streams:
     def __init__(self) -> None:
         self._s: dict[str, _Stream] = {}
 
-    def open(self, rid: str) -> None:
-        self._s[rid] = _Stream()
+    def open(self, rid: str, had: list[int] | None = None) -> None:
+        """A new request; ``had``: tokens its client already has (resubmitted after a scheduler
+        restart): the first attempt goes on after them."""
+        tokens = list(had or ())
+        self._s[rid] = _Stream(tokens=tokens, base=len(tokens))
 
     def close(self, rid: str) -> None:
         self._s.pop(rid, None)

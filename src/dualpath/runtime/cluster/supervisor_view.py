@@ -8,7 +8,8 @@ process (pid), whether the process was registered (declared dead: exited or sile
 loading (the supervisor saw it exit); a revival is a process declared dead that answered again.
 It also asks engines it does not know (a scheduler restart forgot them) to register again, ends
 requests that wait for a role with no live engine (at once when no supervisor reports, after
-``ORPHAN_WAIT_S`` otherwise) and forgets engines that left (dead ``left_grace_s`` with no restart).
+``ORPHAN_WAIT_S`` otherwise; new requests for such a role are admitted to wait while one of its
+engines is on its way back, ``coming_back``) and forgets engines that left (dead ``left_grace_s`` with no restart).
 ``health_view.py`` turns this into ``/health``'s one entry per engine.
 """
 
@@ -54,7 +55,9 @@ class SupervisionView:
         self.started_unix: dict[int, float] = {}  # engine id -> Unix time it registered
         self.loading: dict[str, Loading] = {}  # name -> the loading process
         self.report: Supervision | None = None
-        self.report_s = float("-inf")
+        # A scheduler its supervisor started (a restart, say) is supervised before the first report
+        # comes (within a second): a request sent meanwhile waits for a restarting engine.
+        self.report_s = time.monotonic() if svc.args.supervised else float("-inf")
         self.asked: dict[int, float] = {}  # engine id -> when last asked to register again
         self.no_role_since: dict[str, float] = {}
         self.retried = 0
@@ -173,6 +176,21 @@ class SupervisionView:
         if r is None or not self.supervised(now):
             return None
         return r.down.get(name)
+
+    def coming_back(self, role: str, now: float) -> bool:
+        """A supervisor reports, and an engine of ``role`` is on its way back: registered but not
+        routable (dead, restarting, loading or starting; not given up), or heard loading. Requests
+        for the role then wait (``orphans`` bounds the wait) instead of being refused."""
+        if not self.supervised(now):
+            return False
+        for e in self.svc.state.engines.values():
+            if (
+                e.role == role
+                and not (e.alive and e.ready)
+                and not self.given_up(engine_name(role, e.engine_id))
+            ):
+                return True
+        return any(ld.role == role for ld in self.loading.values())
 
     def orphans(self, now: float) -> None:
         """End requests that need a role with no live engine: prefill for those not prefilled yet,

@@ -222,9 +222,9 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         try:
-            state.metrics.update(await state.client.metrics())
+            state.metrics.update(await state.client.metrics(), getattr(state.client, "resubmitted", 0))
         except ClusterError:
-            state.metrics.update(None)
+            state.metrics.update(None, getattr(state.client, "resubmitted", 0))
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

@@ -27,6 +27,7 @@ class _SnapshotCollector:
     def __init__(self) -> None:
         self.snapshot: MetricsSnapshot | None = None
         self.cluster_up = 0
+        self.resubmitted = 0  # the server's cluster client's count (ClusterClient.resubmitted)
 
     def describe(self) -> list[Metric]:
         return []
@@ -35,6 +36,12 @@ class _SnapshotCollector:
         up = GaugeMetricFamily("dualpath_cluster_up", "1 if the scheduler answered the last scrape")
         up.add_metric([], self.cluster_up)
         yield up
+        again = CounterMetricFamily(
+            "dualpath_requests_resubmitted",
+            "Submissions again, to the restarted scheduler, of requests in flight when it died",
+        )
+        again.add_metric([], self.resubmitted)
+        yield again
         snap = self.snapshot
         if snap is None:
             return
@@ -197,9 +204,11 @@ class ServerMetrics:
         if stats is not None:
             self.read_side.labels(stats.read_side).inc()
 
-    def update(self, snapshot: MetricsSnapshot | None) -> None:
-        """Take the cluster's latest snapshot (None: the scheduler did not answer)."""
+    def update(self, snapshot: MetricsSnapshot | None, resubmitted: int = 0) -> None:
+        """Take the cluster's latest snapshot (None: the scheduler did not answer) and the number
+        of requests the server's client resubmitted after scheduler restarts."""
         self._snap.cluster_up = 0 if snapshot is None else 1
+        self._snap.resubmitted = resubmitted
         if snapshot is not None:
             self._snap.snapshot = snapshot
 
