@@ -5,11 +5,15 @@ the way a prefill engine streams one layer of several blocks) from one transport
 in its own process, and waits for every completion (delivered into the receiver's sink, which
 copies the bytes out as the contract requires). Baselines measured in the same run: a raw loopback
 TCP socket between two processes (sendall/recv_into, no framing, no copy out) and numpy memcpy of
-the same block size from a 256 MiB arena. Each transport is compared with the raw path it rides on
+the same block size from a 256 MiB arena. The sender's blocks are ``--batch`` adjacent blocks of
+one KV buffer, which the one-sided engines (mooncake, nixl) register once (``register``) and send
+in place. Each transport is compared with the raw path it rides on
 (``RAW_PATH``): zmq, mooncake (its ``tcp`` protocol) and nixl-tcp (UCX_TLS=tcp) with TCP; shm and
 nixl-cma (UCX_TLS=cma,tcp: cross-memory attach) with memcpy. ``--repeat`` runs of everything,
 interleaved; medians printed. A transport whose engine does not import is left out with the reason
-(named in ``--transports``: an error); a run that fails exits non-zero.
+(named in ``--transports``: an error); a run that fails exits non-zero. With mooncake, its engine
+alone (``engine_raw.py``: the same READs through Mooncake's own API, no dualpath code) is measured
+too, and printed as the engine over TCP and the transport over the engine.
 
     .venv/bin/python benchmarks/transport_throughput.py [--total-mb 512] [--block-kb 96] [--json]
 """
@@ -27,6 +31,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from engine_raw import bench_mooncake_raw
 
 RAW_PATH = {"zmq": "tcp", "mooncake": "tcp", "nixl-tcp": "tcp", "shm": "memcpy", "nixl-cma": "memcpy"}
 VARIANT_ENV = {"nixl-tcp": {"UCX_TLS": "tcp"}, "nixl-cma": {"UCX_TLS": "cma,tcp"}}  # UCX reads it at start
@@ -66,9 +71,12 @@ def _sender(kind: str, addr: str, total: int, block: int, batch: int, out: mp.Qu
     try:
         tx = make_transport(_factory_name(kind))
         tx.add_route("rx", addr)  # type: ignore[attr-defined]
-        payload = np.random.default_rng(0).integers(0, 255, block, dtype=np.uint8)
+        arena = np.random.default_rng(0).integers(0, 255, block * batch, dtype=np.uint8)
+        tx.register(arena)  # one-sided engines: the KV buffer registered once, sent in place
         items = [
-            TransferItem(key="r", block_index=i, layer=0, num_tokens=64, payload=payload)
+            TransferItem(
+                key="r", block_index=i, layer=0, num_tokens=64, payload=arena[i * block : (i + 1) * block]
+            )
             for i in range(batch)
         ]
         tx.submit("rx", items).wait(30)  # warm-up (connections, handshakes, first-touch)
@@ -174,11 +182,15 @@ def available(kinds: Sequence[str], explicit: bool) -> tuple[list[str], dict[str
 
 
 def measure(kinds: Sequence[str], total: int, block: int, batch: int, repeat: int) -> dict[str, list[float]]:
-    """Bytes/s of every baseline and transport, ``repeat`` interleaved runs each."""
-    runs: dict[str, list[float]] = {"memcpy": [], "tcp": [], **{k: [] for k in kinds}}
+    """Bytes/s of every baseline and transport, ``repeat`` interleaved runs each (with mooncake:
+    its engine alone too, ``engine_raw.py``, to trace the transport's cost over the engine)."""
+    raw = ["mooncake_raw"] if "mooncake" in kinds else []
+    runs: dict[str, list[float]] = {"memcpy": [], "tcp": [], **{k: [] for k in raw + list(kinds)}}
     for r in range(repeat):
         runs["memcpy"].append(bench_memcpy(total, block))
         runs["tcp"].append(bench_tcp(total, block))
+        if raw:
+            runs["mooncake_raw"].append(bench_mooncake_raw(total, block, batch))
         for kind in kinds:
             runs[kind].append(bench_transport(kind, total, block, batch))
         print(f"run {r + 1}/{repeat} done", file=sys.stderr, flush=True)
@@ -204,6 +216,9 @@ def main() -> None:
     runs = measure(kinds, total, block, args.batch, args.repeat)
     med = {k: statistics.median(v) for k, v in runs.items()}
     ratios = {f"{k}_over_{RAW_PATH[k]}": med[k] / med[RAW_PATH[k]] for k in kinds}
+    if "mooncake_raw" in med:  # the trace: the engine alone over TCP, the transport over the engine
+        ratios["mooncake_raw_over_tcp"] = med["mooncake_raw"] / med["tcp"]
+        ratios["mooncake_over_mooncake_raw"] = med["mooncake"] / med["mooncake_raw"]
     if args.json:
         print(json.dumps({"gb_per_s": {k: v / 1e9 for k, v in med.items()},
                           "runs_gb_per_s": {k: [x / 1e9 for x in v] for k, v in runs.items()},
@@ -215,8 +230,13 @@ def main() -> None:
     )
     for k, v in med.items():
         print(
-            f"  {k:10s} {v / 1e9:7.3f} GB/s"
+            f"  {k:12s} {v / 1e9:7.3f} GB/s"
             + (f"   {ratios[f'{k}_over_{RAW_PATH[k]}']:.2f}x {RAW_PATH[k]}" if k in RAW_PATH else "")
+        )
+    if "mooncake_raw" in med:
+        print(
+            f"  mooncake engine alone {ratios['mooncake_raw_over_tcp']:.2f}x tcp;"
+            f" the mooncake transport {ratios['mooncake_over_mooncake_raw']:.2f}x the engine alone"
         )
     for k, why in skipped.items():
         print(f"  {k:10s} not run: {why}")

@@ -117,3 +117,40 @@ def test_capacity_evicts_lru_leaves_on_each_backend(open_store: Opener) -> None:
     assert st.num_blocks == 4 and st.num_evictions == 1
     assert not store.contains(a[2]) and all(store.contains(h) for h in a[:2] + b)  # the LRU leaf
     assert open_store(LAYOUT).match_prefix(np.arange(24)) == a[:2]  # deleted on the backend too
+
+
+def test_nixl_posix_reuses_registrations_and_never_a_stale_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """nixl-posix keeps a pooled buffer's registration and a file's while its fd names that file;
+    an fd number reused for another file reads that file's bytes (its stale registration dropped)."""
+    import os
+
+    import pytest
+
+    from dualpath.core.errors import ConfigError
+
+    try:
+        from dualpath.runtime.kvstore.nixl_backend import NixlFileIO
+
+        io = NixlFileIO()
+    except ConfigError as exc:
+        pytest.skip(f"nixl-posix not importable here: {exc.reason}")
+    try:
+        a, b = tmp_path / "a", tmp_path / "b"
+        a.write_bytes(b"A" * 8192)
+        b.write_bytes(b"B" * 8192)
+        buf = np.zeros(8192, dtype=np.uint8)
+        fd = os.open(a, os.O_RDONLY)
+        for _ in range(2):
+            assert io.readv(fd, [memoryview(buf)], 0) == 8192 and bytes(buf) == b"A" * 8192
+        os.close(fd)
+        regs = io._local.regs
+        assert regs.hits == 2 and regs.misses == 2  # buffer and file once each, then reused
+        fd2 = os.open(b, os.O_RDONLY)
+        try:
+            assert fd2 == fd  # the lowest free number: the same fd now names b
+            assert io.readv(fd2, [memoryview(buf)], 0) == 8192 and bytes(buf) == b"B" * 8192
+        finally:
+            os.close(fd2)
+        assert regs.misses == 3 and len(regs._files) == 1
+    finally:
+        io.close()

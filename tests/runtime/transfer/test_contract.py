@@ -206,3 +206,27 @@ def test_a_peer_without_the_cluster_key_cannot_deliver(make: Make) -> None:
             break
         threading.Event().wait(0.02)
     assert b.drops.snapshot().get("data/unauthenticated", 0) >= 1
+
+
+def test_payloads_inside_a_registered_buffer_arrive_in_order(make: Make) -> None:
+    """``register`` (an engine's KV pool, once): slices of it sent, many batches in flight, arrive
+    whole and in order on every transport (the one-sided engines read them in place)."""
+    sink = Collect()
+    a, b = _pair(make, sink)
+    pool = torch.arange(64 * 1024, dtype=torch.int32).view(64, 1024)  # 64 blocks of 4 KiB
+    n = a.register(pool)
+    assert n in (0, pool.nbytes)  # 0: a transport without registered memory
+    handles = [
+        a.submit(
+            "de0",
+            [
+                TransferItem(key="r", block_index=i + j, layer=0, num_tokens=1, payload=pool[i + j])
+                for j in range(4)
+            ],
+        )  # fmt: skip
+        for i in range(0, 64, 4)
+    ]
+    for h in handles:
+        h.wait(20)
+    assert [it[2] for it in sink.items] == list(range(64))
+    assert all(it[5] == pool[it[2]].numpy().tobytes() for it in sink.items)

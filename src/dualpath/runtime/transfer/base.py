@@ -153,6 +153,14 @@ class Transport(ABC):
                             num_tokens=num_tokens, payload=payload)  # fmt: skip
         return self.submit(dest, [item])
 
+    def register(self, buf: object) -> int:
+        """Register ``buf`` (an engine's KV buffer: a contiguous CPU tensor or buffer) once, so that
+        payloads lying inside it are sent from where they are; the bytes newly registered. The
+        one-sided engines (``onesided.py``: mooncake, nixl) read such payloads in place instead of
+        copying them into their send ring; the others have no registered memory (zmq sends the
+        payload's own bytes as frames, shm copies into its ring) and return 0."""
+        return 0
+
     def poll(self) -> int:
         """Make progress on outstanding transfers; returns how many completed during this call."""
         return 0

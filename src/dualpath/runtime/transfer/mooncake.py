@@ -7,7 +7,9 @@ Each transport starts one engine with P2P handshake metadata (no etcd: peers fet
 segment descriptors from the engine's own RPC port) and the protocol ``DUALPATH_MOONCAKE_PROTOCOL`` names
 (``tcp`` unless set; ``rdma`` on a fabric with RDMA NICs). Its peer name is the session id
 ``host:rpc_port``. A receiver reads a message's slots with one ``batch_transfer_async_read``
-(``get_batch_transfer_status`` waits for it: Mooncake's own timeouts bound it); the
+(``get_batch_transfer_status`` waits for it: Mooncake's own timeouts bound it; a failed batch
+raises ``UnsettledRead``, since its status does not say whether a timed-out task still writes, so
+its landing range is never reused: ``regions.py``); the
 sender's engine serves only ranges inside buffers it registered (it refuses others: "not within
 any registered buffer") and authenticates nobody (docs/server.md). Mooncake's logging is set to
 ``MC_LOG_LEVEL=ERROR`` unless the environment says otherwise.
@@ -24,6 +26,7 @@ from typing import Any
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.transfer.base import TransferError
 from dualpath.runtime.transfer.onesided import RING_BYTES, OneSidedTransport, Span
+from dualpath.runtime.transfer.regions import UnsettledRead
 
 INSTALL = "pip install 'dualpath[mooncake]' and apt-get install libibverbs1"
 _SESSION = re.compile(r"^[A-Za-z0-9.\-\[\]:]{1,253}:[0-9]{1,5}$")
@@ -82,7 +85,8 @@ class MooncakeEngine:
     def wait(self, token: tuple[int, str, int]) -> None:
         batch, segment, nbytes = token
         if batch and (rc := self._te.get_batch_transfer_status([batch])) != 0:
-            raise TransferError(f"mooncake read of {nbytes} bytes from {segment} failed ({rc})")
+            # its status code does not say whether a timed-out task's bytes still move: never reuse
+            raise UnsettledRead(f"mooncake read of {nbytes} bytes from {segment} failed ({rc})")
 
     def close(self) -> None:
         with self._lock:

@@ -14,7 +14,9 @@ receiver loads it once per peer (``add_remote_agent``; at most ``MAX_PEERS``, le
 dropped). A receiver reads a message's slots with one READ request (started on the receive
 thread, polled to completion on the delivery thread: calls into the agent hold one lock),
 (``POLL_SPIN_S``, ``POLL_MAX_S``) within ``READ_TIMEOUT_S``; NIXL refuses a read outside the
-peer's registered memory when it builds the request. NIXL's Python logging is set to
+peer's registered memory when it builds the request. A read NIXL could not cancel
+(``release_xfer_handle`` failed after a timeout or error) raises ``UnsettledRead``: its landing
+range is never reused (``regions.py``). NIXL's Python logging is set to
 ``NIXL_LOG_LEVEL=WARN`` unless the environment says otherwise (it logs to stdout). On a host
 without RDMA devices UCX's ib and rdmacm modules are not loaded (``UCX_MODULES=^ib,rdmacm``
 unless set): with them, every process that made a UCX backend segfaults at exit, in the wheel's
@@ -39,6 +41,7 @@ from typing import Any
 from dualpath.core.errors import ConfigError
 from dualpath.runtime.transfer.base import TransferError
 from dualpath.runtime.transfer.onesided import RING_BYTES, OneSidedTransport, Span
+from dualpath.runtime.transfer.regions import UnsettledRead
 
 INSTALL = "pip install --no-deps nixl-cu12==1.5.1 after torch (or 'dualpath[nixl]')"
 MODULES = ("nixl._api", "nixl_cu12._api", "nixl_cu13._api")  # the meta package, then the builds
@@ -145,14 +148,20 @@ class NixlEngine:
         if token is None:
             return
         handle, segment, state, start = token
+        error: BaseException | None = None
         try:
             self._complete(handle, segment, state, start)
-        finally:
-            try:
-                with self._lock:  # cancels a read still in flight (a timeout)
-                    self._agent.release_xfer_handle(handle)
-            except Exception as exc:  # noqa: BLE001 - NIXL could not cancel it: say so, keep the first error
-                log.warning("NIXL could not release a read from %s: %s", segment, exc)
+        except BaseException as exc:
+            error = exc
+        try:
+            with self._lock:  # cancels a read still in flight (a timeout)
+                self._agent.release_xfer_handle(handle)
+        except Exception as exc:  # noqa: BLE001 - NIXL could not cancel it: its bytes may still land
+            log.warning("NIXL could not release a read from %s: %s", segment, exc)
+            if error is not None:
+                raise UnsettledRead(f"{error}; NIXL could not cancel it ({exc})") from error
+        if error is not None:
+            raise error
 
     def _complete(self, handle: Any, segment: str, state: str, start: float) -> None:
         wait = 0.0
@@ -162,7 +171,10 @@ class NixlEngine:
                 raise TransferError(f"NIXL read from {segment} took over {READ_TIMEOUT_S} s")
             if now - start > POLL_SPIN_S:  # a long read: back off, up to POLL_MAX_S between polls
                 wait = min(max(2 * wait, 10e-6), POLL_MAX_S)
-            time.sleep(wait)  # (0: only yields the GIL)
+            if wait:
+                time.sleep(wait)
+            else:  # yield the GIL and the CPU without a timer (sleep(0) costs the timer slack, >= 50 us)
+                os.sched_yield()
             with self._lock:
                 state = self._agent.check_xfer_state(handle)
         if state != "DONE":

@@ -3,12 +3,17 @@
 Same protocol and guarantees as :class:`ZmqTransport` (its subclass): the ZeroMQ messages (CURVE
 when keyed) carry the headers, control messages and acks, in one FIFO per destination. Only the
 payload bytes take the engine. Each transport registers two buffers with its engine once, at start:
-a send ring and a landing buffer, ``ring_bytes`` each. A submit copies its batch into the send ring
-(one copy, as into the shm transport's ring) and sends a header naming the ring slots and this
+a send ring and a landing buffer, ``ring_bytes`` each, and the caller registers its own KV buffers
+once with ``register`` (``regions.py``). A submit sends an item whose payload lies inside a
+registered buffer from where it is (no copy: the peer reads it in place; the contract keeps it
+unchanged until the handle completes), copies the others into the send ring (one copy, as into the
+shm transport's ring), and sends a header naming the slots (absolute addresses) and this
 engine's peer name (``DataMsg.segment``, plus ``DataMsg.peer`` when the engine needs more to reach
 it: NIXL's agent metadata). The receive thread checks each message and starts one engine READ of
 its slots (adjacent slots coalesced) into a range of the landing buffer, up to ``READ_DEPTH``
-messages ahead; a delivery thread takes the messages in arrival order (so control messages stay
+messages ahead (the landing buffer is generation-tagged, ``regions.Landing``: a read that
+failed without its engine confirming it is over keeps its range, and later reads land in a fresh
+generation, so a late-landing read never writes a range handed out again); a delivery thread takes the messages in arrival order (so control messages stay
 behind the KV sent before them), waits for each read, hands the items to the sink (which copies,
 as the contract says), acks (the ack frees the sender's slots) and frees the landing range. A
 batch larger than the ring falls back to ordinary ZeroMQ frames.
@@ -33,6 +38,7 @@ import zmq
 from dualpath.core.errors import require
 from dualpath.core.units import MiB
 from dualpath.runtime.transfer.base import TransferError, TransferItem
+from dualpath.runtime.transfer.regions import MAX_RETIRED, Landing, Regions, UnsettledRead, buffer_addr
 from dualpath.runtime.transfer.ring import RingAllocator
 from dualpath.runtime.transfer.zmq_transport import ZmqTransport
 from dualpath.runtime.transfer.zmq_wire import CtlMsg, DataMsg, ItemMeta, payload_view
@@ -46,11 +52,13 @@ Span = tuple[int, int, int]  # local address, remote address, bytes
 class _Read:
     """One slot message's read: the engine's token, its landing offset (-1: none), its error."""
 
-    __slots__ = ("error", "land", "slot", "token", "waited")
+    __slots__ = ("error", "land", "landing", "slot", "token", "unsettled", "waited")
 
     def __init__(self) -> None:
         self.token: Any = None
         self.land = -1
+        self.landing: Landing | None = None
+        self.unsettled = False  # the engine could not confirm the read is over
         self.error: BaseException | None = None
         self.slot = False  # holds one of the READ_DEPTH places
         self.waited = False
@@ -112,16 +120,15 @@ class OneSidedTransport(ZmqTransport):
         self.engine = engine
         self.kind = engine.kind
         self.ring_bytes = ring_bytes
-        self._send_buf = torch.empty(ring_bytes, dtype=torch.uint8)
-        self._land_buf = torch.empty(ring_bytes, dtype=torch.uint8)
+        self._send_buf = torch.zeros(ring_bytes, dtype=torch.uint8)  # touched now, not per first send
         self._send_mv = memoryview(self._send_buf.numpy()).cast("B")  # type: ignore[arg-type]
-        self._land_mv = memoryview(self._land_buf.numpy()).cast("B")  # type: ignore[arg-type]
         self._send_addr = self._send_buf.data_ptr()
-        self._land_addr = self._land_buf.data_ptr()
         engine.register(self._send_addr, ring_bytes)
-        engine.register(self._land_addr, ring_bytes)
+        self._landing: Landing | None = Landing(ring_bytes, 0, engine.register)
+        self._retired: list[Landing] = []  # generations holding a read that never settled
+        self._regions = Regions(engine.register)
         self._ring = RingAllocator(ring_bytes)
-        self._landing = RingAllocator(ring_bytes)
+        self.in_place_bytes = 0  # payload bytes sent from registered buffers (no ring copy)
         self._depth = threading.Semaphore(READ_DEPTH)
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reading: _Read | None = None
@@ -130,23 +137,43 @@ class OneSidedTransport(ZmqTransport):
         self._delivery = threading.Thread(target=self._deliver_loop, name="onesided-deliver", daemon=True)
         self._delivery.start()  # (what the receive thread queued before this waits in the inbox)
 
+    def register(self, buf: Any) -> int:
+        """Register ``buf`` (a contiguous CPU tensor or buffer: an engine's KV pool) with the engine
+        once, so payloads inside it are sent in place; the bytes newly registered (0: already)."""
+        with self._lock:
+            if self._closed:
+                raise TransferError("register on a closed transport")
+            n = self._regions.add(buf)
+            self._peer_info = self.engine.peer_info  # NIXL: the metadata now names it
+        return n
+
+    def _in_place(self, v: memoryview) -> int | None:
+        if not len(self._regions) or not v.nbytes:
+            return None
+        addr, n = buffer_addr(v)
+        return self._regions.inside(addr, n)
+
     def _pack(
         self, dest_addr: str, items: Sequence[TransferItem], resources: list[Any]
     ) -> tuple[list[ItemMeta], list[memoryview], str]:
         views = [payload_view(it.payload) for it in items]
+        places = [self._in_place(v) for v in views]
         total = sum(v.nbytes for v in views)
+        copied = sum(v.nbytes for v, a in zip(views, places) if a is None)
         if total == 0 or total > self.ring_bytes:
             return super()._pack(dest_addr, items, resources)
-        start = self._ring.alloc(total)
-        resources.append(start)
-        metas, off = [], start
-        for it, v in zip(items, views):
-            self._send_mv[off : off + v.nbytes] = v
-            addr = self._send_addr + off
+        self.in_place_bytes += total - copied
+        off = self._ring.alloc(copied) if copied else 0
+        if copied:
+            resources.append(off)
+        metas = []
+        for it, v, addr in zip(items, views, places):
+            if addr is None:
+                self._send_mv[off : off + v.nbytes] = v
+                addr, off = self._send_addr + off, off + v.nbytes
             metas.append(
                 ItemMeta(it.key, it.block_index, it.layer, it.num_tokens, it.token_offset, v.nbytes, addr)
             )
-            off += v.nbytes
         return metas, [], self.engine.segment
 
     def _release(self, resources: list[Any]) -> None:
@@ -185,8 +212,11 @@ class OneSidedTransport(ZmqTransport):
                 raise TransferError(f"{READ_DEPTH} reads in flight for {LANDING_WAIT_S} s")
             read.slot = True
             total = sum(m.nbytes for m in msg.items)
-            read.land = self._landing.alloc(total, LANDING_WAIT_S) if total else -1
-            spans, off = [], self._land_addr + max(read.land, 0)
+            landing = read.landing = self._landing
+            if landing is None:
+                raise TransferError(f"{MAX_RETIRED} landing buffers hold reads that never settled")
+            read.land = landing.ranges.alloc(total, LANDING_WAIT_S) if total else -1
+            spans, off = [], landing.addr + max(read.land, 0)
             for m in msg.items:
                 spans.append((off, m.slot, m.nbytes))
                 off += m.nbytes
@@ -223,8 +253,13 @@ class OneSidedTransport(ZmqTransport):
         if read.error is not None:
             raise read.error
         read.waited = True
-        self.engine.wait(read.token)
-        items, off = [], max(read.land, 0)
+        try:
+            self.engine.wait(read.token)
+        except UnsettledRead:
+            read.unsettled = True
+            raise
+        assert read.landing is not None
+        mv, items, off = read.landing.mv, [], max(read.land, 0)
         for m in msg.items:
             items.append(
                 TransferItem(
@@ -233,7 +268,7 @@ class OneSidedTransport(ZmqTransport):
                     layer=m.layer,
                     num_tokens=m.num_tokens,
                     token_offset=m.token_offset,
-                    payload=self._land_mv[off : off + m.nbytes],
+                    payload=mv[off : off + m.nbytes],
                 )
             )
             off += m.nbytes
@@ -244,12 +279,31 @@ class OneSidedTransport(ZmqTransport):
         if read.token is not None and not read.waited:
             try:
                 self.engine.wait(read.token)
+            except UnsettledRead:
+                read.unsettled = True
             except Exception:  # noqa: BLE001 - its message already failed
                 pass
-        if read.land >= 0:
-            self._landing.free(read.land)
+        if read.land >= 0 and read.landing is not None:
+            if read.unsettled:
+                self._retire_landing(read.landing)  # its range is never handed out again
+            else:
+                read.landing.ranges.free(read.land)
         if read.slot:
             self._depth.release()
+
+    def _retire_landing(self, landing: Landing) -> None:
+        """Land later reads in a fresh generation; ``landing`` stays registered until close."""
+        if landing is not self._landing:
+            return  # already retired by an earlier unsettled read
+        self._retired.append(landing)
+        if len(self._retired) >= MAX_RETIRED:
+            self._landing = None
+            return
+        try:
+            self._landing = Landing(self.ring_bytes, landing.gen + 1, self.engine.register)
+        except Exception as exc:  # noqa: BLE001 - no fresh buffer: later reads fail, none reuse
+            self._landing = None
+            self.drops.drop("data", "handler_error", f"no fresh landing buffer: {exc}")
 
     def _drain(self) -> None:
         self._inbox.put(None)
