@@ -47,6 +47,13 @@ def compare(low: dict, high: dict) -> dict:
     return {"total": len(best["low"]), "changed": changed, "x_nd_change": moves}
 
 
+def _k_slug() -> str:
+    """The file name stem of the figure run's K variant (figures_flags.Variant.slug)."""
+    from dualpath.planner.figures_flags import FLAG_VARIANTS
+
+    return next(v.slug for v in FLAG_VARIANTS if "top_k" in v.overrides)
+
+
 def _plan(catalog: str, models, ratios, width: tuple[int, int]) -> dict:
     from dualpath.planner.api import PlanConfig
     from dualpath.planner.report import sweep
@@ -73,7 +80,7 @@ def main() -> None:
     for catalog in args.catalogs.split(","):
         if args.from_figures:
             root = Path(args.from_figures)
-            low = json.loads((root / "flags" / f"shortlist_4_top_k_8_{catalog}.json").read_text())
+            low = json.loads((root / "flags" / f"{_k_slug()}_{catalog}.json").read_text())
             high = json.loads((root / f"sweep_{catalog}.json").read_text())
         else:
             models, ratios = parse_models(args.models), parse_floats("io", args.io)

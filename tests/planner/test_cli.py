@@ -158,6 +158,18 @@ def test_plan_options_reach_the_config() -> None:
     assert all(p["device"]["kind"] == "gpu" for p in out["modes"]["pd"]["pools"])
 
 
+def test_issue11_defaults_have_flags() -> None:
+    """The budget grid, the prefill token budget and the decode cap (our resolutions of the paper's
+    silence) are flags of the plan command, in its constants, and change what it plans."""
+    args = ["--model", "gpt-oss-120b", "--io", "1", "--mode", "nd", *SMALL]
+    base = _json(*args)
+    out = _json(*args, "--grid", "4", "--prefill-token-budget", "512", "--max-decode-batch", "4")
+    c = out["constants"]
+    assert (c["grid"], c["prefill_token_budget"], c["max_decode_batch"]) == (4, 512, 4)
+    assert base["constants"]["max_decode_batch"] == 512
+    assert out["modes"]["nd"]["makespan_s"] != base["modes"]["nd"]["makespan_s"]
+
+
 def test_plan_table_and_out_dir(tmp_path) -> None:
     result = runner.invoke(
         app,

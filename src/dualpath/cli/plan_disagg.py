@@ -102,6 +102,17 @@ def disagg(
     budget_anchor: AnchorOpt = None,
     budget_ref_io: RefIoOpt = None,
     shortlist: ShortlistOpt = None,
+    grid: Annotated[
+        int | None, typer.Option("--grid", help="Phase 2 splits the budget on a 1/GRID grid (default 8).")
+    ] = None,
+    prefill_token_budget: Annotated[
+        int | None,
+        typer.Option("--prefill-token-budget", help="Tokens per prefill iteration and lane (default 16384)."),
+    ] = None,
+    max_decode_batch: Annotated[
+        int | None,
+        typer.Option("--max-decode-batch", help="Continuous-batching cap per decode replica (default 512)."),
+    ] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -143,6 +154,9 @@ def disagg(
         budget_anchor=budget_anchor,
         budget_ref_io=parse_ref_io(budget_ref_io),
         shortlist=shortlist,
+        grid=grid,
+        prefill_token_budget=prefill_token_budget,
+        max_decode_batch=max_decode_batch,
     )
     from dualpath.planner.api import plan_disagg
 
@@ -326,6 +340,12 @@ def figures_cmd(
     jobs: Annotated[
         int, typer.Option("--jobs", help="Plan in this many processes (the same results; default 1).")
     ] = 1,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume", help="Folder of finished plans: read before planning, written as each ends."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every planner table and plot of docs/planner.md (Figs. 5-7, Table 5, ablations, rooflines,
@@ -349,7 +369,7 @@ def figures_cmd(
         grid = dataclasses.replace(grid, variants=())
     with progress_lines("figures", total=None) as step:
         require(jobs >= 1, "jobs", jobs, "must be >= 1")
-        index = make_figures(out, quick=quick, grid=grid, progress=step, jobs=jobs)
+        index = make_figures(out, quick=quick, grid=grid, progress=step, jobs=jobs, resume=resume)
     if json_out:
         print_json(index)
     else:

@@ -22,6 +22,7 @@ from dualpath.core.paths import DATA_DIR_ENV, data_dir
 from dualpath.planner import figures_modes as fm
 from dualpath.planner import figures_roofline as fr
 from dualpath.planner.figures_flags import FLAG_VARIANTS, Variant, flag_markdown, flag_table, run_variants
+from dualpath.planner.plan_store import PlanStore
 from dualpath.planner.report import (
     ABLATION_MODELS,
     ABLATION_VALUES,
@@ -109,9 +110,12 @@ def make_figures(
     only: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    resume: str | Path | None = None,
 ) -> dict:
     """Plan what the figures need, draw them, write index.json; returns the index object.
     ``jobs`` > 1 plans in that many processes first (the same plans, the same results).
+    ``resume``: a folder of finished plans (plan_store.py) read before planning and written as
+    each plan finishes, so that a stopped run resumes where it was.
 
     ``only`` limits the run to some of :data:`FIGURES`; a figure whose data are missing is
     listed under ``skipped`` with the reason instead of failing the run.
@@ -125,7 +129,7 @@ def make_figures(
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    cache = PlanCache()
+    cache = PlanCache(store=None if resume is None else PlanStore(resume))
     note = progress or (lambda _msg: None)
     files: list[Path] = []
     skipped: dict[str, str] = {}
@@ -209,6 +213,7 @@ def make_figures(
             "variants": [v.flag for v in grid.variants],
         },
         "plans_run": cache.calls,
+        "plans_resumed": 0 if cache.store is None else cache.store.loaded,
         "plan_wall_s": cache.wall_s,
         "wall_s": time.perf_counter() - started,
     }

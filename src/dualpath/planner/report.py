@@ -18,6 +18,7 @@ from dualpath.core.errors import ConfigError, require
 
 if TYPE_CHECKING:
     from dualpath.planner.config import PlanConfig
+    from dualpath.planner.plan_store import PlanStore
 
 # The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
 PAPER_MODELS: tuple[str, ...] = (
@@ -117,13 +118,30 @@ class PlanCache:
     """Memo of ``plan_disagg`` keyed by every field of the config (mutates only its own dict). A
     plan whose budget holds no ND deployment is memoised as its ConfigError, raised again."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: PlanStore | None = None) -> None:
         self._memo: dict[tuple, dict | ConfigError] = {}
         self.calls = 0  # plans actually run (cache misses)
         self.wall_s = 0.0  # seconds spent in those runs (summed over worker processes)
+        self.store = store  # finished plans on disk (plan_store.py), read before planning
+
+    def _load(self, key: tuple) -> bool:
+        """Take a stored plan into the memo; True when the store had it."""
+        got = self.store.get(key) if self.store is not None else None
+        if got is None:
+            return False
+        res, err = got
+        self._memo[key] = res if err is None else ConfigError(*err)  # type: ignore[assignment]
+        return True
+
+    def _keep(self, key: tuple, res: dict | None, err: tuple | None) -> None:
+        self._memo[key] = res if err is None else ConfigError(*err)  # type: ignore[assignment]
+        if self.store is not None:
+            self.store.put(key, res, err)
 
     def __call__(self, config: PlanConfig, progress: Progress | None = None) -> dict:
         key = _key(config)
+        if key not in self._memo:
+            self._load(key)
         hit = self._memo.get(key)
         if hit is None:
             from dualpath.planner.api import plan_disagg
@@ -132,12 +150,12 @@ class PlanCache:
             try:
                 hit = plan_disagg(config, progress=progress)
             except ConfigError as exc:
-                self._memo[key] = exc
+                self._keep(key, None, (exc.key, exc.value, exc.reason))
                 raise
             finally:
                 self.wall_s += time.perf_counter() - started
                 self.calls += 1
-            self._memo[key] = hit
+            self._keep(key, hit, None)
         if isinstance(hit, ConfigError):
             raise hit
         return hit
@@ -148,7 +166,7 @@ class PlanCache:
         """Plan every config of ``groups`` not yet memoised, a group at a time in one process
         (plans of a group share the phase-1 memo), over ``jobs`` processes; the results are the
         same as planning them here one by one (plans are deterministic)."""
-        todo = [[c for c in g if _key(c) not in self._memo] for g in groups]
+        todo = [[c for c in g if _key(c) not in self._memo and not self._load(_key(c))] for g in groups]
         todo = [g for g in todo if g]
         if jobs <= 1:
             for g in todo:
@@ -170,7 +188,7 @@ class PlanCache:
             for fut in cf.as_completed(futures):
                 g = futures[fut]
                 for config, (res, err, secs) in zip(g, fut.result(), strict=True):
-                    self._memo[_key(config)] = res if err is None else ConfigError(*err)  # type: ignore[assignment]
+                    self._keep(_key(config), res, err)
                     self.calls += 1
                     self.wall_s += secs
                 if progress is not None:
