@@ -12,7 +12,7 @@ predictions; ``--json`` prints the table as JSON. Timing (rows per second on thi
 core) is printed with the load average.
 
     python benchmarks/plan_latency_accuracy.py silicon_sample.csv \\
-        --aic-python /work/venv-latency/bin/python --out predictions.csv
+        --aic-python .venv-aic/bin/python --out predictions.csv
 
 A row counts as covered when it gets a finite positive prediction; errors are ``pred / measured - 1``.
 """

@@ -1,4 +1,4 @@
-"""``dualpath plan disagg``: the disaggregation planner (ND / PD / AF / PDAF, issue 11).
+"""``dualpath plan disagg``: the disaggregation planner (ND / PD / AF / PDAF; docs/planner.md).
 
 ``plan disagg`` plans one model; ``sweep``, ``ablate``, ``profile``, ``catalog`` and ``figures`` are
 sub-commands. Every option left out takes its default from :class:`dualpath.planner.config.PlanConfig`

@@ -1,5 +1,5 @@
 """Whole-forward time prediction for compute-quota batching on a device where attention is not
-what a forward pass costs (issue 30, item 2).
+what a forward pass costs (docs/cluster.md, "What the quota bounds").
 
 The paper's quota caps a PE batch's predicted *attention* time (on its GPUs attention is what makes
 data-parallel ranks wait for each other). On a CPU thread, with short and medium contexts, the

@@ -47,7 +47,7 @@ class Calibration:
     # output unblocked.
     de_output_reserve: float = 0.25
 
-    # --- fixed costs (physical, NOT fitted; issue 14 section 2) ------------------------------------
+    # --- fixed costs (physical, NOT fitted; docs/fidelity.md) ----------------------------------------
     # Each is a latency a request (or a step) pays on top of what bandwidth and compute give; the
     # comment gives its physical range (also the accepted range, _BOUNDS). Measured effect of each
     # on the published points: docs/fidelity.md.

@@ -1,4 +1,4 @@
-"""Measured time predictors for compute-quota batching (spec section 8; issue 30, item 2).
+"""Measured time predictors for compute-quota batching (spec section 8; docs/cluster.md, "What the quota bounds").
 
 :func:`forward_predictor` (what a runtime PE batches by, ``EngineConfig.quota_scope`` "forward")
 times one decoder layer's whole forward (``Decoder.run_layer``: norms, QKV, RoPE, attention over

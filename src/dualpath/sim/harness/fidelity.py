@@ -2,7 +2,7 @@
 produce, run and compared (simulated vs published, relative error).
 
 The published numbers below are spec section 10's, nothing else (the paper's other figures are kept
-out of the project as a fair test, issue 14). A point names the run it comes from; the runs are
+out of the project as a fair test: docs/fidelity.md). A point names the run it comes from; the runs are
 planned first (``plan_runs``) so progress can count them, then executed once each and shared by
 the points that use them. A :class:`FidelityScale` shrinks the runs: ``quick`` divides every agent
 count by 16, shortens the online horizon to 600 s, sweeps a coarse rate grid and puts the two
