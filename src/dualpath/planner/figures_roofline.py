@@ -1,4 +1,4 @@
-"""Roofline plots of the planner (issue 11, section 10: figs. 6 and 8 of the list).
+"""Roofline plots of the planner (docs/planner.md, "Figures": figs. 6 and 8 of the list).
 
 - ``fig_roofline_gap``: DA and DF operating points of each model at I/O = 100 on the rooflines of
   the devices PDAF chose for them (one panel per catalogue): the gap the paper credits for PDAF.

@@ -1,4 +1,4 @@
-"""Sweep and ablation reports assembled from ``plan_disagg`` results (issue 11, section 9).
+"""Sweep and ablation reports assembled from ``plan_disagg`` results (docs/planner.md, "Command line" and "JSON").
 
 One process, one memo: identical plan calls (the same model, ratio, budget, overrides, ...) run once
 per :class:`PlanCache`, so a figure run that needs the I/O = 100 result for a sweep, a table and the
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dualpath.planner.config import PlanConfig
     from dualpath.planner.plan_store import PlanStore
 
-# The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
+# The paper's eight models, in the paper's order (`--models all`; docs/planner.md, "Command line").
 PAPER_MODELS: tuple[str, ...] = (
     "deepseek-v4-pro",
     "deepseek-v4-flash",

@@ -1,6 +1,6 @@
 """The planner's event-driven run of one allocation, on the simulator's kernel and links.
 
-One finite run (issue 11 section 5): every request arrives, waits for **decode admission** (FIFO,
+One finite run (docs/planner.md, "The model"): every request arrives, waits for **decode admission** (FIFO,
 limited by the free KV capacity of the pool that hosts decode attention and by the decode slots,
 ``max_decode_batch`` per replica of every pool running a decode stage: the one explicit queue; the
 KV of the whole final context is reserved, so nothing is ever evicted), is prefilled, hands its KV

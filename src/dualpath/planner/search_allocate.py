@@ -1,4 +1,4 @@
-"""Phase 2 of the search (issue 11 section 6): budget splits, filled and ranked.
+"""Phase 2 of the search (docs/planner.md, "The model"): budget splits, filled and ranked.
 
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
 pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)

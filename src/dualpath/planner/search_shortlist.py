@@ -1,4 +1,4 @@
-"""Phase 1 of the search (issue 11 section 6): the short list of each pool.
+"""Phase 1 of the search (docs/planner.md, "The model": the two-phase search): the short list of each pool.
 
 **Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
 gets ``sigma1 = tput / demand`` for one replica (demand ``lambda x I`` tokens/s for prefill,
