@@ -119,31 +119,19 @@ def candidates(
     )
     hit = _MEMO.get(key)
     if hit is None:
-        local = Counts()
-        kept = [
-            c
-            for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
-            if (
-                c := _candidate(
-                    model,
-                    pool,
-                    dev,
-                    bits,
-                    tp,
-                    pp,
-                    order,
-                    demand,
-                    budget=budget,
-                    budget_kind=budget_kind,
-                    efficiency=efficiency,
-                    prefill_token_budget=prefill_token_budget,
-                    max_decode_batch=max_decode_batch,
-                    counts=local,
-                    sigma_rule=sigma_rule,
-                )
-            )
-            is not None
-        ]
+        kept, local = _score_pool(
+            model,
+            pool,
+            devices,
+            demand,
+            allowed,
+            budget=budget,
+            budget_kind=budget_kind,
+            efficiency=efficiency,
+            prefill_token_budget=prefill_token_budget,
+            max_decode_batch=max_decode_batch,
+            sigma_rule=sigma_rule,
+        )
         hit = _MEMO[key] = (kept, (local.candidates, local.pruned_budget, local.pruned_residency))
         if len(_MEMO) > _MEMO_SIZE:
             _MEMO.popitem(last=False)
@@ -154,6 +142,49 @@ def candidates(
     counts.pruned_budget += budget_pruned
     counts.pruned_residency += residency_pruned
     return kept
+
+
+def _score_pool(
+    model: ModelSpec,
+    pool: PoolSpec,
+    devices: Sequence[CatalogDevice],
+    demand: Demand,
+    allowed: Mapping[str, Sequence[int]],
+    *,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    sigma_rule: str,
+) -> tuple[list[Candidate], Counts]:
+    """Every layout of one pool scored, in enumeration order: the survivors and their counts."""
+    local = Counts()
+    kept = [
+        c
+        for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
+        if (
+            c := _candidate(
+                model,
+                pool,
+                dev,
+                bits,
+                tp,
+                pp,
+                order,
+                demand,
+                budget=budget,
+                budget_kind=budget_kind,
+                efficiency=efficiency,
+                prefill_token_budget=prefill_token_budget,
+                max_decode_batch=max_decode_batch,
+                counts=local,
+                sigma_rule=sigma_rule,
+            )
+        )
+        is not None
+    ]
+    return kept, local
 
 
 def _layouts(
