@@ -242,6 +242,56 @@ def rules_of(config: PlanConfig) -> dict[str, object]:
     return out
 
 
+def _regime_of(res: dict) -> dict:
+    """The regime entry of one plan: ND's sigma, the arrival bound, the budget and the window."""
+    ctx = res.get("context") or {}
+    return {
+        "nd_sigma": res.get("nd_sigma"),
+        "arrival_bound_ceiling": res.get("arrival_bound_ceiling"),
+        "budget": (res.get("budget") or {}).get("value"),
+        "exceeds_window": ctx.get("exceeds_window"),
+        "share_over_window": ctx.get("share_over_window"),
+    }
+
+
+def _ablation_row(model: str, value: float, res: dict) -> dict:
+    """One ablation point's row from its plan."""
+    prof = res["stage_profile"]
+    return {
+        "model": model,
+        "value": value,
+        "x_nd": {
+            m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True) else None
+            for m in SPLIT_MODES
+            if m in res["modes"]
+        },
+        "best_mode": res["best_mode"],
+        "budget": res["budget"],
+        "nd_sigma": res["nd_sigma"],
+        "arrival_bound_ceiling": res["arrival_bound_ceiling"],
+        "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
+        "da_kv_share": prof["da"]["kv_share"],
+        "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
+    }
+
+
+def _infeasible_ablation_row(model: str, value: float, modes: Sequence[str], exc: ConfigError) -> dict:
+    """The row of an ablation point whose fixed budget holds no ND deployment."""
+    return {
+        "model": model,
+        "value": value,
+        "x_nd": {m: None for m in SPLIT_MODES if m in modes},
+        "best_mode": None,
+        "budget": {"value": exc.value},
+        "nd_sigma": None,
+        "arrival_bound_ceiling": None,
+        "da_arithmetic_intensity": None,
+        "da_kv_share": None,
+        "df_arithmetic_intensity": None,
+        "infeasible": str(exc),
+    }
+
+
 def sweep(
     base: PlanConfig,
     models: Sequence[str],
@@ -274,14 +324,7 @@ def sweep(
                     raise
                 res = _nothing_fits(base.modes, str(exc))
             allocations[key][model] = {}
-            ctx = res.get("context") or {}
-            regime[key][model] = {
-                "nd_sigma": res.get("nd_sigma"),
-                "arrival_bound_ceiling": res.get("arrival_bound_ceiling"),
-                "budget": (res.get("budget") or {}).get("value"),
-                "exceeds_window": ctx.get("exceeds_window"),
-                "share_over_window": ctx.get("share_over_window"),
-            }
+            regime[key][model] = _regime_of(res)
             for mode, rec in res["modes"].items():
                 feasible = rec.get("feasible", True)
                 x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
@@ -355,43 +398,11 @@ def ablate(
                 if exc.key != "budget":
                     raise
                 # the fixed budget holds no ND deployment of the modified model: a result too
-                rows.append(
-                    {
-                        "model": model,
-                        "value": float(value),
-                        "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
-                        "best_mode": None,
-                        "budget": {"value": exc.value},
-                        "nd_sigma": None,
-                        "arrival_bound_ceiling": None,
-                        "da_arithmetic_intensity": None,
-                        "da_kv_share": None,
-                        "df_arithmetic_intensity": None,
-                        "infeasible": str(exc),
-                    }
-                )
+                rows.append(_infeasible_ablation_row(model, float(value), base.modes, exc))
                 if progress is not None:
                     progress(f"{model} {factor}={value:g} (nothing fits the budget)")
                 continue
-            prof = res["stage_profile"]
-            rows.append(
-                {
-                    "model": model,
-                    "value": float(value),
-                    "x_nd": {
-                        m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True) else None
-                        for m in SPLIT_MODES
-                        if m in res["modes"]
-                    },
-                    "best_mode": res["best_mode"],
-                    "budget": res["budget"],
-                    "nd_sigma": res["nd_sigma"],
-                    "arrival_bound_ceiling": res["arrival_bound_ceiling"],
-                    "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
-                    "da_kv_share": prof["da"]["kv_share"],
-                    "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
-                }
-            )
+            rows.append(_ablation_row(model, float(value), res))
             if progress is not None:
                 progress(f"{model} {factor}={value:g}")
     return {
