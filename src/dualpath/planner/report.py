@@ -292,6 +292,40 @@ def _infeasible_ablation_row(model: str, value: float, modes: Sequence[str], exc
     }
 
 
+def _add_modes(
+    res: dict,
+    model: str,
+    ratio: float,
+    key: str,
+    rows: list[dict],
+    means: dict[str, dict[str, list[float | None]]],
+    counts: dict[str, dict[str, int]],
+    allocations: dict[str, list],
+) -> None:
+    """Append one plan's per-mode rows, x_nd values and tallies (all updated in place)."""
+    for mode, rec in res["modes"].items():
+        feasible = rec.get("feasible", True)
+        x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
+        best = mode == res["best_mode"]
+        rows.append(
+            {
+                "model": model,
+                "io_ratio": ratio,
+                "mode": mode,
+                "x_nd": x_nd,
+                "tokens_per_s": rec["tokens_per_s"] if feasible else None,
+                "is_best": best,
+                "feasible": feasible,
+            }
+        )
+        means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
+        slot = counts.setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
+        slot["infeasible"] += int(not feasible)
+        slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
+        slot["best"] += int(best)
+        allocations[mode] = rec["pools"]
+
+
 def sweep(
     base: PlanConfig,
     models: Sequence[str],
@@ -325,27 +359,7 @@ def sweep(
                 res = _nothing_fits(base.modes, str(exc))
             allocations[key][model] = {}
             regime[key][model] = _regime_of(res)
-            for mode, rec in res["modes"].items():
-                feasible = rec.get("feasible", True)
-                x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
-                best = mode == res["best_mode"]
-                rows.append(
-                    {
-                        "model": model,
-                        "io_ratio": float(ratio),
-                        "mode": mode,
-                        "x_nd": x_nd,
-                        "tokens_per_s": rec["tokens_per_s"] if feasible else None,
-                        "is_best": best,
-                        "feasible": feasible,
-                    }
-                )
-                means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
-                slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
-                slot["infeasible"] += int(not feasible)
-                slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
-                slot["best"] += int(best)
-                allocations[key][model][mode] = rec["pools"]
+            _add_modes(res, model, float(ratio), key, rows, means, counts[key], allocations[key][model])
             if progress is not None:
                 progress(f"{base.catalog} {model} I/O={key}")
     return {
