@@ -66,8 +66,8 @@ class Reporter:
         svc, n = self.svc, len(msg.prompt_token_ids)
         if svc.hello is None:
             return "unavailable", "no live prefill and decode engine registered yet"
+        now = time.monotonic() if now is None else now
         for role in ("prefill", "decode"):  # (none live: wait for one the supervisor brings back)
-            now = time.monotonic() if now is None else now
             if not svc.state.groups(role) and not svc.supervision.coming_back(role, now):
                 return "unavailable", f"no live {role} engine, and none being restarted"
         if n == 0:
