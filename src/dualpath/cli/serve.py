@@ -426,9 +426,7 @@ def demo(
     exits 1. About 3-5 min on a 2-core CPU shared with other jobs (--tiny: 1-1.5 min); progress
     on stderr."""
     require_serve_extra("demo")
-    from dualpath.cli.demo import run_demo
     from dualpath.cli.demo_tables import print_demo
-    from dualpath.cli.progress import Progress
 
     cfg = DemoConfig(
         model="tiny" if tiny else model,
@@ -442,6 +440,19 @@ def demo(
         kv_backend=kv_backend,
         seed=seed,
     )
+    result = _run_demo_with_progress(cfg)
+    if json_out:
+        print_json(result)
+    else:
+        print_demo(result, cfg.model, cfg.snic, agents)
+    _fail_on_different_work(result, allow_failures)
+
+
+def _run_demo_with_progress(cfg: DemoConfig) -> dict[str, Any]:
+    """run_demo with a progress bar on stderr, one step per round."""
+    from dualpath.cli.demo import run_demo
+    from dualpath.cli.progress import Progress
+
     steps = [-1]  # run_demo says "starting ..." once, then "round <k> ...: <system>" per round
 
     def said(msg: str) -> None:
@@ -452,10 +463,11 @@ def demo(
     with Progress("dualpath demo", total=total) as bar:
         result = run_demo(cfg, progress=said)
         bar.update(completed=total)
-    if json_out:
-        print_json(result)
-    else:
-        print_demo(result, cfg.model, cfg.snic, agents)
+    return result
+
+
+def _fail_on_different_work(result: dict[str, Any], allow_failures: bool) -> None:
+    """Systems that did different work: no JCT ratio is a result, so exit 1 (unless --allow-failures)."""
     if not result["comparison"]["same_work"] and not allow_failures:
         typer.echo(
             "error: the systems did different work ("
