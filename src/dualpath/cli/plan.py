@@ -6,7 +6,7 @@ latency`` (TTFT / TPOT of a deployment) in cli/plan_latency.py.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -37,22 +37,27 @@ def pd_range_cmd(
     from dualpath.analysis.pd_range import pd_range
 
     if node is not None:
-        from dualpath.spec.hardware import get_node
-
-        n = get_node(node)
-        g, s, snic_gbps, cnic_gbps, dram_gbs = (
-            n.num_gpus,
-            n.num_snics,
-            n.snic_gbps,
-            n.cnic_gbps,
-            n.dram_bandwidth_gbs,
-        )
-
+        g, s, snic_gbps, cnic_gbps, dram_gbs = _node_numbers(node)
     b = Fraction(str(cnic_gbps)) / 8
     storage = s * Fraction(str(snic_gbps)) / 8
     r = pd_range(g, s, b, dram_gbs, storage_per_node=storage)
+    if json_out:
+        print_json(_pd_range_json(r))
+        return
+    _print_pd_range(r, g, s)
+
+
+def _node_numbers(node: str) -> tuple[int, int, float, float, float]:
+    """g, s, storage-NIC Gbps, compute-NIC Gbps and DRAM GB/s of a named node."""
+    from dualpath.spec.hardware import get_node
+
+    n = get_node(node)
+    return n.num_gpus, n.num_snics, n.snic_gbps, n.cnic_gbps, n.dram_bandwidth_gbs
+
+
+def _pd_range_json(r: Any) -> dict[str, Any]:
     lo = None if r.min_p_over_d is None else float(r.min_p_over_d)
-    out = {
+    return {
         "min_p_over_d": lo,
         "max_p_over_d": float(r.max_p_over_d),
         "binding": r.binding,
@@ -63,9 +68,10 @@ def pd_range_cmd(
         "pe_cnic_read_ok": r.pe_cnic_read_ok,
         "upper_bounds": {k: float(v) for k, v in r.upper_bounds.items()},
     }
-    if json_out:
-        print_json(out)
-        return
+
+
+def _print_pd_range(r: Any, g: int, s: int) -> None:
+    lo = None if r.min_p_over_d is None else float(r.min_p_over_d)
     rows: list[list[object]] = [
         ["min P/D", str(r.min_p_over_d), lo, r.binding_lower],
         ["max P/D", str(r.max_p_over_d), float(r.max_p_over_d), r.binding],

@@ -8,7 +8,7 @@ imported inside command bodies so ``dualpath plan`` starts fast.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -119,13 +119,7 @@ def disagg(
     """Plan one model: search each mode's pools under the budget, simulate the top K, compare."""
     if ctx.invoked_subcommand is not None:
         return
-    require(
-        model is not None,
-        "model",
-        model,
-        "--model is required (or use a sub-command: sweep, ablate, profile, catalog, figures)",
-    )
-    require(io is not None, "io", io, "--io (the input/output length ratio) is required")
+    _require_plan_inputs(model, io)
     config = config_from(
         model=model,
         catalog=catalog,
@@ -158,6 +152,22 @@ def disagg(
         prefill_token_budget=prefill_token_budget,
         max_decode_batch=max_decode_batch,
     )
+    _run_plan(config, json_out, out)
+
+
+def _require_plan_inputs(model: str | None, io: float | None) -> None:
+    """A plan (no sub-command) needs --model and --io: an error naming the missing one."""
+    require(
+        model is not None,
+        "model",
+        model,
+        "--model is required (or use a sub-command: sweep, ablate, profile, catalog, figures)",
+    )
+    require(io is not None, "io", io, "--io (the input/output length ratio) is required")
+
+
+def _run_plan(config: Any, json_out: bool, out: Any) -> None:
+    """Plan with progress lines, then print (or --json / --out) the result."""
     from dualpath.planner.api import plan_disagg
 
     with progress_lines(f"planning {config.model}", total=None) as step:

@@ -59,6 +59,13 @@ def _pool_text(pool: dict) -> str:
 
 
 def show_plan(res: dict) -> None:
+    """A plan's tables: each mode's best allocation, the arrival regime, the search counts."""
+    _show_modes(res)
+    _show_regime(res)
+    _show_search(res)
+
+
+def _show_modes(res: dict) -> None:
     budget = res["budget"]
     unit = "W" if budget["kind"] == "power_w" else "USD/h"
     rows = []
@@ -98,6 +105,10 @@ def show_plan(res: dict) -> None:
         ],
         rows,
     )
+
+
+def _show_regime(res: dict) -> None:
+    budget = res["budget"]
     ctx = res["context"]
     print_table(
         "regime: can ND keep up? (sigma >= 1: yes; ceiling = ND makespan / arrival window, the most "
@@ -123,6 +134,9 @@ def show_plan(res: dict) -> None:
             ]
         ],
     )
+
+
+def _show_search(res: dict) -> None:
     s = res["search"]
     print_table(
         "search",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -208,14 +208,7 @@ def latency_cmd(
 
     predict = _predictor(method)
     if csv_in is not None:
-        if out is None:
-            raise ConfigError("out", None, "--csv needs --out (the predictions CSV)")
-        rows, errors = predict_csv(csv_in, out, method=method, limits=limits)
-        summary = {"rows": rows, "errors": errors, "out": str(out)}
-        if json_out:
-            print_json(summary)
-        else:
-            typer.echo(f"{rows} rows -> {out} ({errors} with an error)")
+        _run_csv(csv_in, out, method, limits, json_out)
         return
     if model is None:
         raise ConfigError("model", None, "give --model (or --csv)")
@@ -254,7 +247,28 @@ def latency_cmd(
         ),
     )
     pred = predict(dep)
-    result = {
+    if json_out:
+        print_json(_latency_json(pred, dep, model, system, isl, osl, batch))
+        return
+    _print_latency(pred, dep, model, system)
+
+
+def _run_csv(csv_in: Path, out: Path | None, method: str, limits: str, json_out: bool) -> None:
+    """--csv: predict every row into --out and say how many rows stopped on an error."""
+    if out is None:
+        raise ConfigError("out", None, "--csv needs --out (the predictions CSV)")
+    rows, errors = predict_csv(csv_in, out, method=method, limits=limits)
+    summary = {"rows": rows, "errors": errors, "out": str(out)}
+    if json_out:
+        print_json(summary)
+    else:
+        typer.echo(f"{rows} rows -> {out} ({errors} with an error)")
+
+
+def _latency_json(
+    pred: Any, dep: Any, model: str, system: str, isl: int, osl: int, batch: int
+) -> dict[str, Any]:
+    return {
         **pred.to_json(),
         "model": model,
         "system": system,
@@ -264,9 +278,10 @@ def latency_cmd(
         "osl": osl,
         "batch_size": batch,
     }
-    if json_out:
-        print_json(result)
-        return
+
+
+def _print_latency(pred: Any, dep: Any, model: str, system: str) -> None:
+    """The per-op TTFT / TPOT breakdown table with each op's source."""
     ops = sorted(set(pred.breakdown_ms["ttft"]) | set(pred.breakdown_ms.get("tpot", {})))
     print_table(
         f"{model} on {system} ({dep.mode}): TTFT {pred.ttft_s * 1e3:.4g} ms, TPOT {pred.tpot_s * 1e3:.4g} ms",

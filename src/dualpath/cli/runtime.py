@@ -65,57 +65,68 @@ def check(
 
     check_available(kv_backend)  # its package missing: one error line naming it, now
 
-    from dualpath.cli.progress import Progress
-    from dualpath.runtime.engine.check import run_check
     from dualpath.runtime.model import default_device
 
     cfg = CheckConfig(model=model, turns=turns, paths=tuple(p.strip() for p in paths.split(",") if p.strip()),
                       block_size=block_size, gen_len=gen_len, tolerance=tolerance,
                       device=device or default_device(), transport=transport,
                       kv_backend=kv_backend)  # fmt: skip
+    report = _run_with_progress(cfg)
+    if json_out:
+        print_json(report)
+    else:
+        _print_report(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_with_progress(cfg: CheckConfig) -> dict[str, Any]:
+    """run_check with a progress bar on stderr, one step per turn."""
+    from dualpath.cli.progress import Progress
+    from dualpath.runtime.engine.check import run_check
+
     with Progress(
         f"dualpath check: {cfg.model}, paths {', '.join(cfg.paths)}, transport {cfg.transport}, "
         f"kv backend {cfg.kv_backend}",
         total=len(cfg.paths) * cfg.turns,
         console=_stderr(),
     ) as bar:
-        report = run_check(cfg, on_turn=bar.advance)
-    if json_out:
-        print_json(report)
-    else:
-        rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
-                 r["max_abs_logit_diff"], r["rel_logit_diff"], r["tokens_equal"])
-                for r in report["per_turn"]]  # fmt: skip
-        print_table(
-            f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']}, "
-            f"kv backend {report['kv_backend']})",
-            [
-                "path",
-                "conversation",
-                "turn",
-                "read side",
-                "prompt (tokens)",
-                "store hits (tokens)",
-                "max |logit diff|",
-                "/ max |logit|",
-                "tokens equal",
-            ],
-            rows,
-            legend=[
-                "path: pe / de = every turn reads its cached KV on the prefill / decode "
-                "engine; split = divided between them; mixed = two conversations batched, on opposite read sides "
-                "that swap every turn. max |logit diff|: largest absolute difference "
-                "from transformers' logits (fp32); / max |logit|: that over the largest |logit| (the check's "
-                "tolerance is on this)."
-            ],
-        )
-        verdict = "OK" if report["ok"] else "MISMATCH"
-        typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
-                   f"(logit scale {report['logit_scale']:.3g}; relative {report['max_rel_logit_diff']:.3g}, "
-                   f"tolerance {report['tolerance']:.3g}) tokens_equal={report['tokens_equal']} "
-                   f"wall_s={report['wall_s']:.1f}")  # fmt: skip
-    if not report["ok"]:
-        raise typer.Exit(1)
+        return run_check(cfg, on_turn=bar.advance)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """The per-turn table and the one-line verdict."""
+    rows = [(r["path"], r["conversation"], r["turn"], r["read_side"], r["prompt_len"], r["hit_tokens"],
+             r["max_abs_logit_diff"], r["rel_logit_diff"], r["tokens_equal"])
+            for r in report["per_turn"]]  # fmt: skip
+    print_table(
+        f"dualpath check: {report['model']} ({report['device']}, fp32, transport {report['transport']}, "
+        f"kv backend {report['kv_backend']})",
+        [
+            "path",
+            "conversation",
+            "turn",
+            "read side",
+            "prompt (tokens)",
+            "store hits (tokens)",
+            "max |logit diff|",
+            "/ max |logit|",
+            "tokens equal",
+        ],
+        rows,
+        legend=[
+            "path: pe / de = every turn reads its cached KV on the prefill / decode "
+            "engine; split = divided between them; mixed = two conversations batched, on opposite read sides "
+            "that swap every turn. max |logit diff|: largest absolute difference "
+            "from transformers' logits (fp32); / max |logit|: that over the largest |logit| (the check's "
+            "tolerance is on this)."
+        ],
+    )
+    verdict = "OK" if report["ok"] else "MISMATCH"
+    typer.echo(f"{verdict}: max_abs_logit_diff={report['max_abs_logit_diff']:.3g} "
+               f"(logit scale {report['logit_scale']:.3g}; relative {report['max_rel_logit_diff']:.3g}, "
+               f"tolerance {report['tolerance']:.3g}) tokens_equal={report['tokens_equal']} "
+               f"wall_s={report['wall_s']:.1f}")  # fmt: skip
 
 
 def _stderr() -> Console:

@@ -15,6 +15,7 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
+from dualpath.cli.cluster_setup import check_kv_store, cluster_option, require_mooncake_master, traffic_config
 from dualpath.policy.scheduler import POLICY_NAMES
 from dualpath.runtime.choices import KV_BACKEND_NAMES
 from dualpath.runtime.cluster.config import ClusterConfig, SchedulerServiceConfig, TrafficConfig
@@ -27,16 +28,10 @@ def register(app: typer.Typer) -> None:
 
 def scheduler(
     kv_dir: str = typer.Option(..., help="The shared KV block directory (the engines' --kv-dir)."),
-    host: str = typer.Option(
-        default_of(ClusterConfig, "host"), help="Bind address (0.0.0.0: every interface)."
-    ),
-    port: int = typer.Option(default_of(ClusterConfig, "scheduler_port"), help="Port (0 = any free)."),
-    model: str = typer.Option(
-        default_of(ClusterConfig, "model"), help="The engines' --model (it sets beta's default prefill rate)."
-    ),
-    policy: str = typer.Option(
-        default_of(ClusterConfig, "policy"), help=choices_help("Scheduling policy", POLICY_NAMES)
-    ),
+    host: str = cluster_option("host", "Bind address (0.0.0.0: every interface)."),
+    port: int = cluster_option("scheduler_port", "Port (0 = any free)."),
+    model: str = cluster_option("model", "The engines' --model (it sets beta's default prefill rate)."),
+    policy: str = cluster_option("policy", choices_help("Scheduling policy", POLICY_NAMES)),
     snic_gbps: float | None = typer.Option(
         default_of(TrafficConfig, "snic_gbps"), help="Storage-NIC cap per node behind alpha (default: none)."
     ),
@@ -72,31 +67,11 @@ def scheduler(
     """Run the scheduler service on HOST:PORT until SIGTERM or Ctrl-C; engines join it with
     ``dualpath engine --scheduler HOST:PORT`` (docs/cluster.md, "Engines on separate hosts")."""
     require_serve_extra("scheduler")
-    import signal
-    from pathlib import Path
-
-    from dualpath.core.errors import ConfigError
-    from dualpath.runtime.cluster.config import SchedulerArgs
-    from dualpath.runtime.cluster.local import check_kv_dir
-    from dualpath.runtime.cluster.scheduler import SchedulerService
-    from dualpath.runtime.transfer.auth import ClusterKeys
-
     check_choice("policy", policy, POLICY_NAMES)
     if create_key:
-        if not key_file:
-            raise ConfigError("create_key", True, "needs --key-file (where to write the keypair)")
-        if Path(key_file).exists():
-            raise ConfigError("key_file", key_file, "exists already; --create-key writes a new one")
-        ClusterKeys.generate().write(key_file)
-    if kv_backend == "mooncake" and not mooncake_master:
-        raise ConfigError(
-            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
-        )
-    from dualpath.runtime.kvstore.backends import check_available
-
-    check_available(kv_backend)  # (its package missing: one error line naming it, now)
-    if kv_backend != "mooncake":
-        check_kv_dir(kv_dir)
+        _create_key(key_file)
+    require_mooncake_master(kv_backend, mooncake_master)
+    check_kv_store(kv_backend, kv_dir)  # (its package missing: one error line naming it, now)
     cluster = ClusterConfig(
         kv_dir=kv_dir,
         model=model,
@@ -106,18 +81,42 @@ def scheduler(
         kv_backend=kv_backend,
         kv_mooncake_master=mooncake_master,
         kv_mooncake_metadata=mooncake_metadata,
-        traffic=TrafficConfig(snic_gbps=snic_gbps),
+        traffic=traffic_config(snic_gbps),
         scheduler=SchedulerServiceConfig(
             storage_read_gbps=storage_read_gbps, engine_timeout_s=engine_timeout_s
         ),
     )
+    _run_scheduler(cluster, key_file, state_file, json_out)
+
+
+def _create_key(key_file: str) -> None:
+    """--create-key: a fresh cluster keypair at --key-file (which must be given and not exist)."""
+    from pathlib import Path
+
+    from dualpath.core.errors import ConfigError
+    from dualpath.runtime.transfer.auth import ClusterKeys
+
+    if not key_file:
+        raise ConfigError("create_key", True, "needs --key-file (where to write the keypair)")
+    if Path(key_file).exists():
+        raise ConfigError("key_file", key_file, "exists already; --create-key writes a new one")
+    ClusterKeys.generate().write(key_file)
+
+
+def _run_scheduler(cluster: ClusterConfig, key_file: str, state_file: str, json_out: bool) -> None:
+    """Start the service, print its address, serve until SIGTERM or Ctrl-C."""
+    import signal
+
+    from dualpath.runtime.cluster.config import SchedulerArgs
+    from dualpath.runtime.cluster.scheduler import SchedulerService
+
     svc = SchedulerService(SchedulerArgs(cluster=cluster, key_file=key_file, state_file=state_file))
     info = {"scheduler": svc.address, "key_file": key_file, "authenticated": bool(key_file)}
     if json_out:
         print_json(info)
     else:
         auth = f"CURVE key file {key_file}" if key_file else "unauthenticated"
-        console.print(f"dualpath scheduler at {svc.address} ({auth}; kv dir {kv_dir})", style="green")
+        console.print(f"dualpath scheduler at {svc.address} ({auth}; kv dir {cluster.kv_dir})", style="green")
 
     def stop(*_: object) -> None:
         svc.running = False

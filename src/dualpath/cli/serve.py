@@ -16,7 +16,13 @@ from dualpath.cli._common import (
     print_json,
     require_serve_extra,
 )
-from dualpath.core.errors import ConfigError
+from dualpath.cli.cluster_setup import (
+    check_kv_store,
+    cluster_option,
+    engine_config,
+    require_mooncake_master,
+    traffic_config,
+)
 from dualpath.policy.config import PE_SCOPES, PE_TIES, READ_TIES
 from dualpath.policy.scheduler import POLICY_NAMES
 from dualpath.runtime.choices import KV_BACKEND_NAMES, ROLES, TRANSPORT_NAMES
@@ -68,20 +74,16 @@ _SERVE_STANDBY = 1  # serve keeps one warm spare: a restart in seconds, not a co
 _QUOTA_MS = default_of(EngineConfig, "compute_quota_s") * 1e3
 
 
-def _cluster_option(name: str, text: str) -> Any:
-    return typer.Option(default_of(ClusterConfig, name), help=text)
-
-
 def _server_option(name: str, text: str) -> Any:
     return typer.Option(default_of(ServerConfig, name), help=text)
 
 
 def serve(
-    prefill_engines: int = _cluster_option("num_prefill_engines", "Prefill engine processes (PEs)."),
-    decode_engines: int = _cluster_option("num_decode_engines", "Decode engine processes (DEs)."),
-    model: str = _cluster_option("model", "Model name, HF folder, .gguf, or 'tiny'."),
+    prefill_engines: int = cluster_option("num_prefill_engines", "Prefill engine processes (PEs)."),
+    decode_engines: int = cluster_option("num_decode_engines", "Decode engine processes (DEs)."),
+    model: str = cluster_option("model", "Model name, HF folder, .gguf, or 'tiny'."),
     kv_dir: str = typer.Option(..., help="Shared KV block directory (a distributed FS for many hosts)."),
-    policy: str = _cluster_option("policy", choices_help("Scheduling policy", POLICY_NAMES)),
+    policy: str = cluster_option("policy", choices_help("Scheduling policy", POLICY_NAMES)),
     snic_gbps: float | None = typer.Option(
         default_of(TrafficConfig, "snic_gbps"), help="Emulated storage-NIC cap per node (default: none)."
     ),
@@ -92,7 +94,7 @@ def serve(
         default_of(SchedulerServiceConfig, "storage_read_gbps"),
         help="Storage read rate per node behind alpha when no SNIC cap is set (default: measured at start).",
     ),
-    engines_per_node: int = _cluster_option(
+    engines_per_node: int = cluster_option(
         "engines_per_node", "Engines per emulated node (one group per node)."
     ),
     pe_scope: str | None = typer.Option(
@@ -107,19 +109,19 @@ def serve(
         default_of(SchedulerServiceConfig, "pe_tie"),
         help=choices_help("Order of least-loaded PEs of equal tok_e", PE_TIES),
     ),
-    transport: str = _cluster_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
+    transport: str = cluster_option("transport", choices_help("KV transport", TRANSPORT_NAMES)),
     host: str = typer.Option(default_of(ServerConfig, "host"), help="HTTP bind address."),
     port: int = typer.Option(default_of(ServerConfig, "port"), help="HTTP port."),
-    scheduler_port: int = _cluster_option(
+    scheduler_port: int = cluster_option(
         "scheduler_port", "Scheduler port for remote engines (0 = any free)."
     ),
     api_key: str = typer.Option("", help="Require this bearer token (empty = no auth)."),
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
     quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
-    kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
+    kv_capacity_gb: float | None = cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
-    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    kv_backend: str = cluster_option("kv_backend", _BACKEND_HELP),
     mooncake_master: str = typer.Option("", help=_MASTER_HELP),
     mooncake_metadata: str = typer.Option("", help=_META_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (addresses) at start."),
@@ -148,7 +150,6 @@ def serve(
 ) -> None:
     """Start the scheduler, the engines and the OpenAI-compatible HTTP server; Ctrl-C stops all."""
     require_serve_extra("serve")
-    from dualpath.runtime.cluster.local import LocalCluster
     from dualpath.runtime.cluster.sched_guard import key_sha256
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
@@ -167,81 +168,62 @@ def serve(
         kv_mooncake_master=mooncake_master,
         kv_mooncake_metadata=mooncake_metadata,
         api_key_sha256=key_sha256(api_key) if api_key else "",
-        engine=EngineConfig(
-            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
-        ),
-        traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
+        engine=engine_config(compute_quota_ms, quota_scope, kv_cache_memory),
+        traffic=traffic_config(snic_gbps, cnic_gbps),
         supervisor=SupervisorConfig(
             standby=standby, restart_burst=restart_burst, restart_interval_s=restart_interval_s
         ),
-        scheduler=SchedulerServiceConfig(
-            storage_read_gbps=storage_read_gbps,
-            pe_scope=None if pe_scope is None else check_choice("pe scope", pe_scope, PE_SCOPES),
-            read_tie=check_choice("read tie", read_tie, READ_TIES),
-            pe_tie=check_choice("pe tie", pe_tie, PE_TIES),
-        ),
+        scheduler=_scheduler_config(storage_read_gbps, pe_scope, read_tie, pe_tie),
     )
-    try:
-        from dualpath.runtime.server.run import preflight, run_server
-    except ImportError as exc:  # the HTTP layer is optional at import time
-        raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}") from exc
-    if model != "tiny":  # argument and model errors before any engine starts
-        from dualpath.runtime.model.loader import resolve_model
-
-        resolve_model(model)
-    from dualpath.runtime.cluster.local import check_kv_dir
-    from dualpath.runtime.kvstore.backends import check_available
-
-    check_available(kv_backend)  # a backend whose package is not here: one error line, now
-    if kv_backend != "mooncake":
-        check_kv_dir(kv_dir)  # (a read-only or unusable directory: one error line, now)
     limits = {
         "header_timeout_s": header_timeout_s,
         "body_timeout_s": body_timeout_s,
         "keep_alive_timeout_s": keep_alive_timeout_s,
         "max_connections": max_connections,
     }
-    tokenizer = preflight(host, port, model, api_key or None, **limits)
+    _run_serve(cfg, host, port, api_key, json_out, limits)
+
+
+def _scheduler_config(
+    storage_read_gbps: float | None, pe_scope: str | None, read_tie: str, pe_tie: str
+) -> SchedulerServiceConfig:
+    """serve's scheduler settings, each choice checked (a bad one: an error naming it)."""
+    return SchedulerServiceConfig(
+        storage_read_gbps=storage_read_gbps,
+        pe_scope=None if pe_scope is None else check_choice("pe scope", pe_scope, PE_SCOPES),
+        read_tie=check_choice("read tie", read_tie, READ_TIES),
+        pe_tie=check_choice("pe tie", pe_tie, PE_TIES),
+    )
+
+
+def _run_serve(
+    cfg: ClusterConfig, host: str, port: int, api_key: str, json_out: bool, limits: dict[str, Any]
+) -> None:
+    """Check everything that can fail before any engine starts, start the cluster, serve HTTP."""
+    from dualpath.runtime.cluster.local import LocalCluster
+
+    try:
+        from dualpath.runtime.server.run import preflight, run_server
+    except ImportError as exc:  # the HTTP layer is optional at import time
+        raise typer.BadParameter(f"the HTTP server (dualpath.runtime.server) is unavailable: {exc}") from exc
+    if cfg.model != "tiny":  # argument and model errors before any engine starts
+        from dualpath.runtime.model.loader import resolve_model
+
+        resolve_model(cfg.model)
+    check_kv_store(cfg.kv_backend, cfg.kv_dir)
+    tokenizer = preflight(host, port, cfg.model, api_key or None, **limits)
     cluster = LocalCluster(cfg, auth=True)  # CURVE planes; --standby warm spare engines
     try:
         from dualpath.cli.progress import Progress
 
         with Progress("starting scheduler and engines"):
             cluster.start()
-        info = {
-            "url": f"http://{host}:{port}",
-            "scheduler": cluster.address,
-            "logs": str(cluster.run_dir),
-            "key_file": str(cluster.key_file),
-            "kv_backend": cluster.config.kv_backend,
-        }
-        if cluster.config.kv_mooncake_master:  # what remote engines pass as --mooncake-master/-metadata
-            info["mooncake_master"] = cluster.config.kv_mooncake_master
-            info["mooncake_metadata"] = cluster.config.kv_mooncake_metadata
-        if json_out:
-            print_json(info)
-        else:
-            console.print(
-                f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
-                f"CURVE key file {cluster.key_file})",
-                style="green",
-            )
-            if "mooncake_master" in info:
-                console.print(
-                    f"KV blocks in Mooncake Store: --mooncake-master {info['mooncake_master']} "
-                    f"--mooncake-metadata {info['mooncake_metadata']}",
-                    highlight=False,
-                )
-            console.print(
-                f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
-                "deploy/grafana/dualpath.json, docs/server.md)",
-                highlight=False,
-            )
+        _print_serve_info(_serve_info(cluster, host, port), cfg.model, cluster, json_out)
         run_server(
             cluster.address,
             host=host,
             port=port,
-            model=model,
+            model=cfg.model,
             api_key=api_key or None,
             tokenizer=tokenizer,
             cluster_key_file=str(cluster.key_file),
@@ -253,23 +235,58 @@ def serve(
         cluster.stop()
 
 
+def _serve_info(cluster: Any, host: str, port: int) -> dict[str, str]:
+    """The addresses serve prints at start (--json: as one object)."""
+    info = {
+        "url": f"http://{host}:{port}",
+        "scheduler": cluster.address,
+        "logs": str(cluster.run_dir),
+        "key_file": str(cluster.key_file),
+        "kv_backend": cluster.config.kv_backend,
+    }
+    if cluster.config.kv_mooncake_master:  # what remote engines pass as --mooncake-master/-metadata
+        info["mooncake_master"] = cluster.config.kv_mooncake_master
+        info["mooncake_metadata"] = cluster.config.kv_mooncake_metadata
+    return info
+
+
+def _print_serve_info(info: dict[str, str], model: str, cluster: Any, json_out: bool) -> None:
+    if json_out:
+        print_json(info)
+        return
+    console.print(
+        f"dualpath serving {model} at {info['url']} (scheduler {cluster.address}, "
+        f"CURVE key file {cluster.key_file})",
+        style="green",
+    )
+    if "mooncake_master" in info:
+        console.print(
+            f"KV blocks in Mooncake Store: --mooncake-master {info['mooncake_master']} "
+            f"--mooncake-metadata {info['mooncake_metadata']}",
+            highlight=False,
+        )
+    console.print(
+        f"Prometheus metrics at {info['url']}/metrics (Grafana dashboard: "
+        "deploy/grafana/dualpath.json, docs/server.md)",
+        highlight=False,
+    )
+
+
 def engine(
     role: str = typer.Option(..., help=choices_help("Engine role", ROLES)),
     scheduler: str = typer.Option(..., help="Scheduler HOST:PORT (printed by dualpath serve)."),
     kv_dir: str = typer.Option(..., help="The shared KV block directory (same files as the others)."),
-    model: str = _cluster_option("model", "Model name, HF folder or .gguf."),
+    model: str = cluster_option("model", "Model name, HF folder or .gguf."),
     node_id: int = typer.Option(..., help="Emulated node id (engines of one node form a group)."),
     engine_id: int = typer.Option(
         default_of(EngineArgs, "engine_id"), help="Engine id (-1: the scheduler picks)."
     ),
-    host: str = _cluster_option("host", "Address peers reach this engine's transport at."),
-    transport: str = _cluster_option(
+    host: str = cluster_option("host", "Address peers reach this engine's transport at."),
+    transport: str = cluster_option(
         "transport",
         choices_help("KV transport (zmq, mooncake, nixl across hosts; shm on one host)", TRANSPORT_NAMES),
     ),
-    policy: str = _cluster_option(
-        "policy", choices_help("Policy for this PE's batch planning", POLICY_NAMES)
-    ),
+    policy: str = cluster_option("policy", choices_help("Policy for this PE's batch planning", POLICY_NAMES)),
     snic_gbps: float | None = typer.Option(
         default_of(TrafficConfig, "snic_gbps"), help="Emulated storage-NIC cap of this node (default: none)."
     ),
@@ -283,9 +300,9 @@ def engine(
     compute_quota_ms: float = typer.Option(_QUOTA_MS, help=_QUOTA_HELP),
     quota_scope: str = typer.Option(default_of(EngineConfig, "quota_scope"), help=_SCOPE_HELP),
     kv_cache_memory: str = typer.Option(default_of(EngineConfig, "kv_cache_memory"), help=_KVMEM_HELP),
-    kv_capacity_gb: float | None = _cluster_option("kv_capacity_gb", _CAPACITY_HELP),
+    kv_capacity_gb: float | None = cluster_option("kv_capacity_gb", _CAPACITY_HELP),
     kv_file_mode: str = typer.Option(_MODE, help=_MODE_HELP),
-    kv_backend: str = _cluster_option("kv_backend", _BACKEND_HELP),
+    kv_backend: str = cluster_option("kv_backend", _BACKEND_HELP),
     mooncake_master: str = typer.Option("", help="mooncake: the cluster's mooncake_master HOST:PORT."),
     mooncake_metadata: str = typer.Option("", help=_META_HELP),
     key_file: str = typer.Option(
@@ -311,7 +328,6 @@ def engine(
     """Run one engine that joins the scheduler at HOST:PORT (blocks until the scheduler stops it;
     with --restart-on-exit, until SIGTERM)."""
     require_serve_extra("engine")
-    from dualpath.runtime.cluster.engine_main import run_engine
     from dualpath.runtime.kvstore.limits import parse_file_mode
 
     check_choice("role", role, ROLES)
@@ -326,43 +342,56 @@ def engine(
         kv_backend=kv_backend,
         kv_mooncake_master=mooncake_master,
         kv_mooncake_metadata=mooncake_metadata,
-        engine=EngineConfig(
-            compute_quota_s=compute_quota_ms / 1e3, quota_scope=quota_scope, kv_cache_memory=kv_cache_memory
-        ),
-        traffic=TrafficConfig(snic_gbps=snic_gbps, cnic_gbps=cnic_gbps),
+        engine=engine_config(compute_quota_ms, quota_scope, kv_cache_memory),
+        traffic=traffic_config(snic_gbps, cnic_gbps),
     )
+    args = _engine_args(cluster, scheduler, role, node_id, engine_id, cluster_id, key_file)
+    sup = SupervisorConfig(restart_burst=restart_burst, restart_interval_s=restart_interval_s)
+    status = _run_engine(args, sup if restart_on_exit else None)
+    if json_out:
+        print_json({"role": role, "scheduler": args.scheduler, "stopped": True, "status": status})
+    if status:
+        raise typer.Exit(status)
+
+
+def _engine_args(
+    cluster: ClusterConfig,
+    scheduler: str,
+    role: str,
+    node_id: int,
+    engine_id: int,
+    cluster_id: str,
+    key_file: str,
+) -> EngineArgs:
+    """The engine's arguments, its KV memory and store checked first (an error naming the value)."""
     from dualpath.runtime.cluster.kv_backend import capacity_bytes
     from dualpath.runtime.cluster.memory import check_fits
 
-    if kv_backend == "mooncake" and not mooncake_master:
-        raise ConfigError(
-            "mooncake_master", "", "--kv-backend mooncake needs --mooncake-master and --mooncake-metadata"
-        )
-    check_fits(kv_cache_memory, 1)
-    capacity = capacity_bytes(cluster)
+    require_mooncake_master(cluster.kv_backend, cluster.kv_mooncake_master)
+    check_fits(cluster.engine.kv_cache_memory, 1)
     addr = scheduler if scheduler.startswith("tcp://") else f"tcp://{scheduler}"
-    args = EngineArgs(
+    return EngineArgs(
         cluster=cluster,
         scheduler=addr,
         role=role,
         node_id=node_id,
         engine_id=engine_id,
         cluster_id=cluster_id,
-        kv_capacity_bytes=capacity,
+        kv_capacity_bytes=capacity_bytes(cluster),
         key_file=key_file,
     )
-    status = 0
-    if restart_on_exit:
-        from dualpath.runtime.cluster.engine_keeper import keep_running
 
-        sup = SupervisorConfig(restart_burst=restart_burst, restart_interval_s=restart_interval_s)
-        status = keep_running(args, sup)
-    else:
+
+def _run_engine(args: EngineArgs, sup: SupervisorConfig | None) -> int:
+    """Run the engine in this process, or (``sup``: --restart-on-exit) as a kept-alive child; its status."""
+    if sup is None:
+        from dualpath.runtime.cluster.engine_main import run_engine
+
         run_engine(args)
-    if json_out:
-        print_json({"role": role, "scheduler": addr, "stopped": True, "status": status})
-    if status:
-        raise typer.Exit(status)
+        return 0
+    from dualpath.runtime.cluster.engine_keeper import keep_running
+
+    return keep_running(args, sup)
 
 
 def _demo_option(name: str, text: str) -> Any:
@@ -397,9 +426,7 @@ def demo(
     exits 1. About 3-5 min on a 2-core CPU shared with other jobs (--tiny: 1-1.5 min); progress
     on stderr."""
     require_serve_extra("demo")
-    from dualpath.cli.demo import run_demo
     from dualpath.cli.demo_tables import print_demo
-    from dualpath.cli.progress import Progress
 
     cfg = DemoConfig(
         model="tiny" if tiny else model,
@@ -413,6 +440,19 @@ def demo(
         kv_backend=kv_backend,
         seed=seed,
     )
+    result = _run_demo_with_progress(cfg)
+    if json_out:
+        print_json(result)
+    else:
+        print_demo(result, cfg.model, cfg.snic, agents)
+    _fail_on_different_work(result, allow_failures)
+
+
+def _run_demo_with_progress(cfg: DemoConfig) -> dict[str, Any]:
+    """run_demo with a progress bar on stderr, one step per round."""
+    from dualpath.cli.demo import run_demo
+    from dualpath.cli.progress import Progress
+
     steps = [-1]  # run_demo says "starting ..." once, then "round <k> ...: <system>" per round
 
     def said(msg: str) -> None:
@@ -423,10 +463,11 @@ def demo(
     with Progress("dualpath demo", total=total) as bar:
         result = run_demo(cfg, progress=said)
         bar.update(completed=total)
-    if json_out:
-        print_json(result)
-    else:
-        print_demo(result, cfg.model, cfg.snic, agents)
+    return result
+
+
+def _fail_on_different_work(result: dict[str, Any], allow_failures: bool) -> None:
+    """Systems that did different work: no JCT ratio is a result, so exit 1 (unless --allow-failures)."""
     if not result["comparison"]["same_work"] and not allow_failures:
         typer.echo(
             "error: the systems did different work ("

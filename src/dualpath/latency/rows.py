@@ -134,11 +134,57 @@ def limits_of(row: dict[str, str], backend: str, limits: str) -> str:
     return "aiconfigurator" if generated else "backend"
 
 
-def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment:
-    """A :class:`Deployment` from one CSV row (ConfigError naming the column that stops it)."""
+def _check_required(row: dict[str, str]) -> None:
     for key in REQUIRED:
         if text(row, key) is None:
             raise ConfigError(key, row.get(key, ""), "missing")
+
+
+def _disagg_defaults(
+    concurrency: int | None,
+    workers: tuple[int | None, int | None],
+    batches: tuple[int | None, int | None],
+    assumed: list[str],
+) -> tuple[int | None, int, int, int | None]:
+    """Fill a disagg row's unset workers / batch / concurrency; returns them, noting each guess."""
+    prefill_workers, decode_workers = workers
+    prefill_batch, decode_batch = batches
+    if prefill_workers is None:
+        prefill_workers = 1
+        assumed.append("1 prefill worker")
+    if decode_workers is None:
+        decode_workers = 1
+        assumed.append("1 decode worker")
+    if concurrency is None and decode_batch is not None:
+        concurrency = decode_batch * decode_workers
+        assumed.append(f"concurrency {concurrency} = decode batch x decode workers")
+    if decode_batch is None and concurrency is not None:
+        decode_batch = max(1, math.ceil(concurrency / decode_workers))
+        assumed.append(f"decode batch {decode_batch} = concurrency / decode workers")
+    if prefill_batch is None:
+        assumed.append("prefill batch: the backend's own limit")
+    return concurrency, prefill_workers, decode_workers, decode_batch
+
+
+def _chosen_limits(row: dict[str, str], backend: str, limits: str, assumed: list[str]) -> str:
+    chosen = limits_of(row, backend, limits)
+    if chosen == "aiconfigurator" and limits == "auto":
+        assumed.append(
+            f"engine limits: AIConfigurator-generated (a {backend} row of its gap-analysis collection)"
+        )
+    return chosen
+
+
+def _length_ratio(row: dict[str, str], assumed: list[str]) -> float:
+    if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
+        assumed.append("benchmark: InferenceMAX's client, lengths uniform in [0.8, 1] x isl / osl")
+        return INFERENCEMAX_RANGE_RATIO
+    return 1.0
+
+
+def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment:
+    """A :class:`Deployment` from one CSV row (ConfigError naming the column that stops it)."""
+    _check_required(row)
     mode = mode_of(row.get("mode") or "agg")
     assumed: list[str] = []
     concurrency = concurrency_of(row, assumed)
@@ -147,20 +193,9 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
     decode_batch = whole(row, "decode_batch_size", zero_is_unset=True)
     prefill_batch = whole(row, "prefill_batch_size", zero_is_unset=True)
     if mode == "disagg":
-        if prefill_workers is None:
-            prefill_workers = 1
-            assumed.append("1 prefill worker")
-        if decode_workers is None:
-            decode_workers = 1
-            assumed.append("1 decode worker")
-        if concurrency is None and decode_batch is not None:
-            concurrency = decode_batch * decode_workers
-            assumed.append(f"concurrency {concurrency} = decode batch x decode workers")
-        if decode_batch is None and concurrency is not None:
-            decode_batch = max(1, math.ceil(concurrency / decode_workers))
-            assumed.append(f"decode batch {decode_batch} = concurrency / decode workers")
-        if prefill_batch is None:
-            assumed.append("prefill batch: the backend's own limit")
+        concurrency, prefill_workers, decode_workers, decode_batch = _disagg_defaults(
+            concurrency, (prefill_workers, decode_workers), (prefill_batch, decode_batch), assumed
+        )
     if concurrency is None:
         raise ConfigError(
             "batch_size",
@@ -170,15 +205,8 @@ def deployment_from_row(row: dict[str, str], limits: str = "auto") -> Deployment
     keys = ("precision", "gemm_quant_mode", "moe_quant_mode", "kvcache_quant_mode")
     quant = {k: text(row, k) for k in keys}
     backend = (text(row, "backend") or "trtllm").lower()
-    chosen = limits_of(row, backend, limits)
-    if chosen == "aiconfigurator" and limits == "auto":
-        assumed.append(
-            f"engine limits: AIConfigurator-generated (a {backend} row of its gap-analysis collection)"
-        )
-    ratio = 1.0
-    if INFERENCEMAX_SOURCE.search(row.get("silicon_data_source") or ""):
-        ratio = INFERENCEMAX_RANGE_RATIO
-        assumed.append("benchmark: InferenceMAX's client, lengths uniform in [0.8, 1] x isl / osl")
+    chosen = _chosen_limits(row, backend, limits, assumed)
+    ratio = _length_ratio(row, assumed)
     return Deployment(
         model=row["model_path"].strip(),
         system=row["system"].strip(),

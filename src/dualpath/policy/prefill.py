@@ -137,6 +137,19 @@ def assign_prefill(
     """
     if pe_choice not in PE_CHOICES:
         raise DualpathError(f"pe choice {pe_choice!r}; choices: {', '.join(PE_CHOICES)}")
+    ids, tok, spans, group_of = _flat_engines(view)
+    reads = _Reads(view.read_queues)
+    if pe_choice == "least-loaded":
+        out = _least_loaded(view, config, read_choice, (ids, tok, spans), reads)
+        return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=view.rr_cursor)
+    out, cursor = _round_robin_plan(view, config, read_choice, (ids, tok, group_of), reads)
+    return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
+
+
+def _flat_engines(
+    view: PrefillFetchView,
+) -> tuple[list[int], list[int], list[tuple[int, int]], list[int]]:
+    """The groups' engines as flat arrays: ids, ``tok_e``, each group's slice, each engine's group."""
     ids: list[int] = []
     tok: list[int] = []
     spans: list[tuple[int, int]] = []  # each group's slice of the flat engine arrays
@@ -147,24 +160,43 @@ def assign_prefill(
             ids.append(engine.engine_id)
             tok.append(engine.num_tokens)
             group_of.append(g)
-    reads = _Reads(view.read_queues)
+    return ids, tok, spans, group_of
+
+
+def _least_loaded(
+    view: PrefillFetchView,
+    config: SchedulerConfig,
+    read_choice: str,
+    engines: tuple[list[int], list[int], list[tuple[int, int]]],
+    reads: _Reads,
+) -> list[PrefillAssignment]:
+    ids, tok, spans = engines
+    requests = [p.request for p in view.queue]
+    picks = least_loaded_plan(
+        tok,
+        spans,
+        [group.node_id for group in view.groups],
+        reads.get,
+        [r.cached_len + r.new_len for r in requests],
+        [r.cached_len for r in requests],
+        [p.de_node_id for p in view.queue],
+        [r.request_id for r in requests],
+        config,
+        read_choice,
+    )
+    return picked_assignments(picks, ids, [r.request_id for r in requests])
+
+
+def _round_robin_plan(
+    view: PrefillFetchView,
+    config: SchedulerConfig,
+    read_choice: str,
+    engines: tuple[list[int], list[int], list[int]],
+    reads: _Reads,
+) -> tuple[list[PrefillAssignment], int]:
+    """Round-robin assignments of a FIFO prefix of the queue, and the cursor after them."""
+    ids, tok, group_of = engines
     out: list[PrefillAssignment] = []
-    if pe_choice == "least-loaded":
-        requests = [p.request for p in view.queue]
-        picks = least_loaded_plan(
-            tok,
-            spans,
-            [group.node_id for group in view.groups],
-            reads.get,
-            [r.cached_len + r.new_len for r in requests],
-            [r.cached_len for r in requests],
-            [p.de_node_id for p in view.queue],
-            [r.request_id for r in requests],
-            config,
-            read_choice,
-        )
-        out = picked_assignments(picks, ids, [r.request_id for r in requests])
-        return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=view.rr_cursor)
     group_queues = [reads.get(group.node_id) for group in view.groups]
     num = len(ids)
     cursor = view.rr_cursor % num if num else 0
@@ -194,7 +226,7 @@ def assign_prefill(
                 de_read_len=de_len,
             )
         )
-    return PrefillPlan(assignments=tuple(out), read_queues=reads.freeze(), next_rr_cursor=cursor)
+    return out, cursor
 
 
 def least_loaded_plan(

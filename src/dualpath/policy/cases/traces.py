@@ -5,10 +5,11 @@ lost, a PE engine lost, then a whole DE group lost). Deterministic: same seed, s
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from dualpath.policy.cases.record import case_config
 from dualpath.policy.fetch import RUNTIME_ORDER, SIM_ORDER, FetchOrder
-from dualpath.policy.ledger import ViewBounds
+from dualpath.policy.ledger import Ledger, ViewBounds
 from dualpath.policy.reference import ReferenceDriver
 from dualpath.policy.scheduler import POLICY_NAMES, make_scheduler
 from dualpath.policy.traces import Event, PlanRecord, Trace, feed
@@ -51,31 +52,9 @@ def trace_scenario(
     count = 0
     for r in range(rounds):
         t = 0.05 * (r + 1)
-        for _ in range(rng.randint(0, 5)):
-            emit(
-                Event(
-                    kind="arrive",
-                    t=t,
-                    request=RequestInfo(
-                        request_id=f"{count}:0",
-                        cached_len=64 * rng.randint(0, 40),
-                        new_len=rng.randint(1, 600),
-                        gen_len=rng.randint(1, 200),
-                    ),
-                )
-            )
-            count += 1
+        count = _arrivals(rng, t, count, emit)
         emit(Event(kind="tick", t=t))
-        for rid, entry in list(ledger.requests.items()):
-            if entry.pe < 0:
-                continue
-            if entry.reads and rng.random() < 0.6:
-                for node in sorted(entry.reads):
-                    emit(Event(kind="read_done", t=t, request_id=rid, node_id=node))
-            elif not entry.reads and not entry.pe_done and rng.random() < 0.5:
-                emit(Event(kind="prefill_done", t=t, request_id=rid))
-            elif entry.pe_done and rng.random() < 0.4:
-                emit(Event(kind="finished", t=t, request_id=rid))
+        _progress(ledger, rng, t, emit)
         for eid in losses.get(r, ()):
             emit(Event(kind="engine_lost", t=t, engine_id=eid))
     plans = tuple(PlanRecord(kind=k, node_id=n, plan=pl) for k, n, pl in driver.applied)
@@ -93,6 +72,39 @@ def trace_scenario(
         events=tuple(events),
         plans=plans,
     )
+
+
+def _arrivals(rng: random.Random, t: float, count: int, emit: Callable[[Event], None]) -> int:
+    """0..5 random arrivals at ``t`` (ids from ``count``); the next free id."""
+    for _ in range(rng.randint(0, 5)):
+        emit(
+            Event(
+                kind="arrive",
+                t=t,
+                request=RequestInfo(
+                    request_id=f"{count}:0",
+                    cached_len=64 * rng.randint(0, 40),
+                    new_len=rng.randint(1, 600),
+                    gen_len=rng.randint(1, 200),
+                ),
+            )
+        )
+        count += 1
+    return count
+
+
+def _progress(ledger: Ledger, rng: random.Random, t: float, emit: Callable[[Event], None]) -> None:
+    """Random completions at ``t`` of each placed request's next step (reads, prefill, decode)."""
+    for rid, entry in list(ledger.requests.items()):
+        if entry.pe < 0:
+            continue
+        if entry.reads and rng.random() < 0.6:
+            for node in sorted(entry.reads):
+                emit(Event(kind="read_done", t=t, request_id=rid, node_id=node))
+        elif not entry.reads and not entry.pe_done and rng.random() < 0.5:
+            emit(Event(kind="prefill_done", t=t, request_id=rid))
+        elif entry.pe_done and rng.random() < 0.4:
+            emit(Event(kind="finished", t=t, request_id=rid))
 
 
 def record_traces(seed: int = 0) -> tuple[Trace, ...]:

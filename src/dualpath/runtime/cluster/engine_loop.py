@@ -93,11 +93,7 @@ def main_loop(
                 try:
                     msg = decode(raw)
                 except DECODE_ERRORS as exc:
-                    drops.drop(
-                        "control",
-                        "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable",
-                        str(exc),
-                    )
+                    _undecodable(drops, exc)
                     continue
                 if isinstance(msg, Shutdown):
                     print(f"engine {eid}: stopped by the scheduler ({msg.reason})", flush=True)
@@ -108,13 +104,7 @@ def main_loop(
                 try:
                     _handle(msg, worker, transport, eid, configure, drops)
                 except Exception as exc:  # noqa: BLE001 - one message must not end the engine
-                    drops.drop(
-                        "control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}"
-                    )
-                    if isinstance(msg, (PrefillTask, DecodeTask)):
-                        worker.fail_task(  # type: ignore[attr-defined]
-                            msg.request_id, "the task could not be taken (see the engine log)", exc
-                        )
+                    _handler_failed(msg, worker, drops, exc)
         if busy:
             try:
                 worker.step()  # type: ignore[attr-defined]
@@ -127,6 +117,25 @@ def main_loop(
                     raise
         for out in outbox.drain():
             sock.send(encode(out))  # type: ignore[arg-type]
+
+
+def _undecodable(drops: DropCounter, exc: Exception) -> None:
+    """Count a control message that did not decode (error path only)."""
+    drops.drop(
+        "control",
+        "invalid" if isinstance(exc, msgspec.ValidationError) else "undecodable",
+        str(exc),
+    )
+
+
+def _handler_failed(msg: object, worker: object, drops: DropCounter, exc: Exception) -> None:
+    """Count a message whose handling raised; a task that could not be taken fails alone (error
+    path only)."""
+    drops.drop("control", "handler_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
+    if isinstance(msg, (PrefillTask, DecodeTask)):
+        worker.fail_task(  # type: ignore[attr-defined]
+            msg.request_id, "the task could not be taken (see the engine log)", exc
+        )
 
 
 def _handle(

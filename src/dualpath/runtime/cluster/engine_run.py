@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import zmq
@@ -57,32 +58,9 @@ def run(
     transport = make_transport(
         args.cluster.transport, host=args.cluster.host, limiter=traffic.kv_send, keys=keys
     )
-    hello = EngineHello(
-        engine_id=args.engine_id,
-        role=args.role,
-        node_id=args.node_id,  # type: ignore[arg-type]
-        data_addr=transport.address,
-        pid=os.getpid(),  # type: ignore[attr-defined]
-        hbm_tokens=pools.max_context_tokens if args.role == "decode" else 0,
-        model_name=args.cluster.model,
-        num_layers=geo.num_layers,
-        kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
-        block_size=geo.block_size,
-        vocab_size=vocab,
-        eos_token_id=eos,
-        max_context_len=max_ctx,
-        ready=False,  # routable once the worker exists (EngineReady)
-        generation=args.generation,
-        weights_bytes=weights_bytes(decoder),  # type: ignore[arg-type]
-        kv_pool_bytes=pools.total_bytes,
-        max_prompt_tokens=pools.max_prompt_tokens,
-        max_context_tokens=pools.max_context_tokens,
-    )
-    sock.send(encode(hello))
-    welcome = decode(sock.recv())
-    if isinstance(welcome, Shutdown):
-        raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
-    assert isinstance(welcome, Welcome), welcome
+    model = (vocab, eos, max_ctx, weights_bytes(decoder))  # type: ignore[arg-type]
+    hello = _hello(args, transport.address, (geo, layout), model, pools)  # type: ignore[attr-defined]
+    welcome = _register(sock, hello, args)
     eid = welcome.engine_id
     if args.id_file:  # (a keeper restarts this engine under the same id)
         Path(args.id_file).write_text(str(eid))
@@ -115,6 +93,49 @@ def run(
         transport.close()
         traffic.close()
         sock.close(0)
+
+
+def _hello(
+    args: EngineArgs,
+    data_addr: str,
+    geometry: tuple[Any, Any],
+    model: tuple[int, int | None, int, int],
+    pools: KVPools,
+) -> EngineHello:
+    """This engine's registration: its place, data address, model/KV geometry and memory."""
+    geo, layout = geometry
+    vocab, eos, max_ctx, weights = model
+    return EngineHello(
+        engine_id=args.engine_id,
+        role=args.role,
+        node_id=args.node_id,  # type: ignore[arg-type]
+        data_addr=data_addr,
+        pid=os.getpid(),  # type: ignore[attr-defined]
+        hbm_tokens=pools.max_context_tokens if args.role == "decode" else 0,
+        model_name=args.cluster.model,
+        num_layers=geo.num_layers,
+        kv_bytes_per_token_layer=layout.kv_bytes_per_token_layer,
+        block_size=geo.block_size,
+        vocab_size=vocab,
+        eos_token_id=eos,
+        max_context_len=max_ctx,
+        ready=False,  # routable once the worker exists (EngineReady)
+        generation=args.generation,
+        weights_bytes=weights,
+        kv_pool_bytes=pools.total_bytes,
+        max_prompt_tokens=pools.max_prompt_tokens,
+        max_context_tokens=pools.max_context_tokens,
+    )
+
+
+def _register(sock: zmq.Socket, hello: EngineHello, args: EngineArgs) -> Welcome:
+    """Send the hello and wait for the scheduler's Welcome (exit with its reason on a refusal)."""
+    sock.send(encode(hello))
+    welcome = decode(sock.recv())
+    if isinstance(welcome, Shutdown):
+        raise SystemExit(f"engine ({args.role}, node {args.node_id}): the scheduler {welcome.reason}")
+    assert isinstance(welcome, Welcome), welcome
+    return welcome
 
 
 def _worker(

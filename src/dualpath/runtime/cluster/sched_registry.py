@@ -75,59 +75,47 @@ class EngineRegistry:
             and (same.pid, same.generation, same.data_addr) == (msg.pid, msg.generation, msg.data_addr)
         ):  # (the same process again: a second "register again" crossed its first hello)
             self.registered_again(msg.engine_id, ident, now)
-            self._send(
-                ident, Welcome(engine_id=msg.engine_id, is_leader=self._leads(same), peers=self._peers())
-            )
-            self._send(ident, self.settings())
-            self._broadcast_peers()
+            self._welcome(ident, msg.engine_id)
             return
-        why, cause = None, ""
-        taken = [e.engine_id for e in self.state.engines.values() if e.alive and e.data_addr == msg.data_addr]
-        if taken:
-            why, cause = f"data address {msg.data_addr} is engine {taken[0]}'s", "duplicate_address"
-        elif self.hello is not None and msg.geometry() != self.hello.geometry():
-            why, cause = (
-                (
-                    f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
-                    f"the cluster's {self.hello.geometry()}"
-                ),
-                "mismatch",
-            )
-        if why is not None:
+        refusal = self._refusal(msg)
+        if refusal is not None:
+            why, cause = refusal
             self.drops.drop("control", cause, why)
-            self._send(ident, Shutdown(reason=f"refused: {why}"))
-            return
-        old = self.state.engines.get(msg.engine_id)
-        if old is not None and msg.generation < old.generation:  # (a process its successor replaced)
-            why = f"engine {msg.engine_id} generation {msg.generation} is stale (now {old.generation})"
-            self.drops.drop("control", "stale", why)
             self._send(ident, Shutdown(reason=f"refused: {why}"))
             return
         self.supervision.on_hello(msg)  # the same engine restarted: its old self dies first
         eid = msg.engine_id
         if eid < 0 or (eid in self.state.engines and self.state.engines[eid].alive):
             eid = max(self.state.engines, default=-1) + 1
-        self.state.add_engine(
-            EngineState(
-                engine_id=eid,
-                role=msg.role,
-                node_id=msg.node_id,
-                hbm_tokens=msg.hbm_tokens,
-                last_seen_s=now,
-                data_addr=msg.data_addr,
-                identity=ident,
-                ready=msg.ready,
-                pid=msg.pid,
-                generation=msg.generation,
-                weights_bytes=msg.weights_bytes,
-                kv_pool_bytes=msg.kv_pool_bytes,
-                max_prompt_tokens=msg.max_prompt_tokens,
-                max_context_tokens=msg.max_context_tokens,
-            )
-        )
+        self.state.add_engine(_engine_state(eid, msg, ident, now))
         self.supervision.registered(eid, msg.pid)
         if self.sched is None:
             self._setup(msg)
+        self._welcome(ident, eid)
+
+    def _refusal(self, msg: EngineHello) -> tuple[str, str] | None:
+        """Why (and the drop cause) a hello is refused: a live engine's data address, another
+        model/KV geometry, or a generation its successor replaced; None to register it."""
+        taken = [e.engine_id for e in self.state.engines.values() if e.alive and e.data_addr == msg.data_addr]
+        if taken:
+            return f"data address {msg.data_addr} is engine {taken[0]}'s", "duplicate_address"
+        if self.hello is not None and msg.geometry() != self.hello.geometry():
+            return (
+                (
+                    f"a {msg.role} engine's model/KV geometry {msg.geometry()} differs from "
+                    f"the cluster's {self.hello.geometry()}"
+                ),
+                "mismatch",
+            )
+        old = self.state.engines.get(msg.engine_id)
+        if old is not None and msg.generation < old.generation:  # (a process its successor replaced)
+            return (
+                f"engine {msg.engine_id} generation {msg.generation} is stale (now {old.generation})",
+                "stale",
+            )
+        return None
+
+    def _welcome(self, ident: bytes, eid: int) -> None:
         self._send(
             ident, Welcome(engine_id=eid, is_leader=self._leads(self.state.engines[eid]), peers=self._peers())
         )
@@ -225,3 +213,23 @@ def configured(c: ClusterConfig, msg: Configure) -> ClusterConfig:
     )
     traffic = msgspec.structs.replace(c.traffic, snic_gbps=snic, read_free=read_free)
     return msgspec.structs.replace(c, policy=policy, traffic=traffic)
+
+
+def _engine_state(eid: int, msg: EngineHello, ident: bytes, now: float) -> EngineState:
+    """The scheduler's record of a newly registered engine, from its hello."""
+    return EngineState(
+        engine_id=eid,
+        role=msg.role,
+        node_id=msg.node_id,
+        hbm_tokens=msg.hbm_tokens,
+        last_seen_s=now,
+        data_addr=msg.data_addr,
+        identity=ident,
+        ready=msg.ready,
+        pid=msg.pid,
+        generation=msg.generation,
+        weights_bytes=msg.weights_bytes,
+        kv_pool_bytes=msg.kv_pool_bytes,
+        max_prompt_tokens=msg.max_prompt_tokens,
+        max_context_tokens=msg.max_context_tokens,
+    )

@@ -164,57 +164,15 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         _check_auth(state, request)
         info = await state.cluster_info()
         count_http(state.metrics, endpoint_label(request), 200)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": state.served_name(info),
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "dualpath",
-                        "max_model_len": info.max_context_len,
-                        "vocab_size": info.vocab_size,
-                    }
-                ],
-            }
-        )
+        return JSONResponse(_models_body(state, info))
 
     @app.get("/health")
     async def health() -> JSONResponse:
         try:
             h = await state.client.health()
         except ClusterError as exc:
-            lost_s = getattr(state.client, "lost_since_s", None)  # (the connection dropped then)
-            since = time.time() - (time.monotonic() - lost_s) if lost_s is not None else time.time()
-            down = DownItem(what="scheduler", state="dead", since_unix_s=since)
-            return JSONResponse(
-                {
-                    "status": "unhealthy",
-                    "down": ["scheduler"],
-                    "error": str(exc),
-                    "unavailable": [_down_item(down)],
-                },
-                status_code=503,
-                headers=_retry_headers(503),
-            )
-        unavailable = list(getattr(h, "unavailable", ()))
-        status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
-        body = {
-            "status": status,
-            "down": list(h.down),
-            "policy": h.policy,
-            "num_waiting": h.num_waiting,
-            "num_running": h.num_running,
-            "engines": [_engine(e) for e in h.engines],
-            "unavailable": [_down_item(d) for d in unavailable],
-            "restarts": dict(getattr(h, "restarts", {})),
-            "standby": [
-                {"pid": s.pid, "warm": s.warm, "rss_bytes": s.rss_bytes} for s in getattr(h, "standby", ())
-            ],
-        }
-        if getattr(h, "reason", ""):
-            body["reason"] = h.reason
+            return _scheduler_unreachable(state, exc)
+        body = _health_body(h)
         return JSONResponse(
             body, status_code=200 if h.ok else 503, headers={} if h.ok else _retry_headers(503)
         )
@@ -226,6 +184,62 @@ def _add_info_routes(app: FastAPI, state: _State) -> None:
         except ClusterError:
             state.metrics.update(None, getattr(state.client, "resubmitted", 0))
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _models_body(state: _State, info: Any) -> dict[str, Any]:
+    """The OpenAI /v1/models list: the one served model."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": state.served_name(info),
+                "object": "model",
+                "created": 0,
+                "owned_by": "dualpath",
+                "max_model_len": info.max_context_len,
+                "vocab_size": info.vocab_size,
+            }
+        ],
+    }
+
+
+def _scheduler_unreachable(state: _State, exc: ClusterError) -> JSONResponse:
+    """/health's 503 when the scheduler did not answer: down since the connection dropped."""
+    lost_s = getattr(state.client, "lost_since_s", None)  # (the connection dropped then)
+    since = time.time() - (time.monotonic() - lost_s) if lost_s is not None else time.time()
+    down = DownItem(what="scheduler", state="dead", since_unix_s=since)
+    return JSONResponse(
+        {
+            "status": "unhealthy",
+            "down": ["scheduler"],
+            "error": str(exc),
+            "unavailable": [_down_item(down)],
+        },
+        status_code=503,
+        headers=_retry_headers(503),
+    )
+
+
+def _health_body(h: Any) -> dict[str, Any]:
+    """/health's body from the scheduler's health answer."""
+    unavailable = list(getattr(h, "unavailable", ()))
+    status = "unhealthy" if not h.ok else "degraded" if unavailable else "ok"
+    body = {
+        "status": status,
+        "down": list(h.down),
+        "policy": h.policy,
+        "num_waiting": h.num_waiting,
+        "num_running": h.num_running,
+        "engines": [_engine(e) for e in h.engines],
+        "unavailable": [_down_item(d) for d in unavailable],
+        "restarts": dict(getattr(h, "restarts", {})),
+        "standby": [
+            {"pid": s.pid, "warm": s.warm, "rss_bytes": s.rss_bytes} for s in getattr(h, "standby", ())
+        ],
+    }
+    if getattr(h, "reason", ""):
+        body["reason"] = h.reason
+    return body
 
 
 def _engine(e: Any) -> dict[str, Any]:

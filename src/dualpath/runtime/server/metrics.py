@@ -45,77 +45,87 @@ class _SnapshotCollector:
         snap = self.snapshot
         if snap is None:
             return
-        by_path = CounterMetricFamily("dualpath_kv_bytes", "KV bytes moved per path", labels=["path"])
-        for path, n in sorted(snap.bytes_by_path.items()):
-            by_path.add_metric([path], n)
-        yield by_path
-        by_nic = CounterMetricFamily("dualpath_nic_bytes", "Bytes through each emulated NIC", labels=["nic"])
-        for nic, n in sorted(snap.bytes_by_nic.items()):
-            by_nic.add_metric([nic], n)
-        yield by_nic
-        alive = GaugeMetricFamily("dualpath_engines_alive", "Live engines per role", labels=["role"])
-        for role, n in sorted(snap.engines_alive.items()):
-            alive.add_metric([role], n)
-        yield alive
-        dropped = CounterMetricFamily(
-            "dualpath_messages_dropped",
-            "Cluster messages dropped as invalid, per plane and cause",
-            labels=["plane", "cause"],
-        )
-        for key, n in sorted(snap.messages_dropped.items()):
-            plane, _, cause = key.partition("/")
-            dropped.add_metric([plane, cause], n)
-        yield dropped
-        restarts = CounterMetricFamily(
-            "dualpath_process_restarts",
-            "Cluster processes the supervisor restarted, per role",
-            labels=["role"],
-        )
-        counts = {"scheduler": 0, "prefill": 0, "decode": 0} | dict(getattr(snap, "process_restarts", {}))
-        for role, n in sorted(counts.items()):  # (every role from the start: a series from 0)
-            restarts.add_metric([role], n)
-        yield restarts
-        queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
-        for name, n in sorted(snap.queue_depths.items()):
-            queues.add_metric([name], n)
-        yield queues
-        for name, value, doc in (
-            (
-                "dualpath_store_hit_tokens",
-                snap.hit_tokens,
-                "Prompt tokens whose KV was read from the store and verified",
-            ),
-            ("dualpath_prompt_tokens", snap.prompt_tokens, "Prompt tokens of all requests"),
-            ("dualpath_generated_tokens", snap.generated_tokens, "Tokens generated"),
-            ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
-            ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
-            ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
-            (
-                "dualpath_cluster_cancelled",
-                getattr(snap, "num_cancelled", 0),
-                "Requests whose client went away before they finished",
-            ),
-            ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
-            (
-                "dualpath_engine_revivals",
-                snap.engine_revivals,
-                "Engines declared dead that answered again and were taken back",
-            ),
-            (
-                "dualpath_engine_request_failures",
-                snap.engine_request_failures,
-                "Requests an engine failed alone while it served the others on",
-            ),
-            (
-                "dualpath_requests_retried",
-                getattr(snap, "requests_retried", 0),
-                "Requests re-dispatched after their engine was lost (resumed from the tokens they had)",
-            ),
-        ):
-            fam = CounterMetricFamily(name, doc)
-            fam.add_metric([], value)
-            yield fam
+        yield from _labelled_families(snap)
+        yield from _total_families(snap)
         yield from _store_families(snap)
+
+
+def _labelled_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """Per-path, per-NIC, per-role, per-cause and per-queue series."""
+    by_path = CounterMetricFamily("dualpath_kv_bytes", "KV bytes moved per path", labels=["path"])
+    for path, n in sorted(snap.bytes_by_path.items()):
+        by_path.add_metric([path], n)
+    yield by_path
+    by_nic = CounterMetricFamily("dualpath_nic_bytes", "Bytes through each emulated NIC", labels=["nic"])
+    for nic, n in sorted(snap.bytes_by_nic.items()):
+        by_nic.add_metric([nic], n)
+    yield by_nic
+    alive = GaugeMetricFamily("dualpath_engines_alive", "Live engines per role", labels=["role"])
+    for role, n in sorted(snap.engines_alive.items()):
+        alive.add_metric([role], n)
+    yield alive
+    dropped = CounterMetricFamily(
+        "dualpath_messages_dropped",
+        "Cluster messages dropped as invalid, per plane and cause",
+        labels=["plane", "cause"],
+    )
+    for key, n in sorted(snap.messages_dropped.items()):
+        plane, _, cause = key.partition("/")
+        dropped.add_metric([plane, cause], n)
+    yield dropped
+    restarts = CounterMetricFamily(
+        "dualpath_process_restarts",
+        "Cluster processes the supervisor restarted, per role",
+        labels=["role"],
+    )
+    counts = {"scheduler": 0, "prefill": 0, "decode": 0} | dict(getattr(snap, "process_restarts", {}))
+    for role, n in sorted(counts.items()):  # (every role from the start: a series from 0)
+        restarts.add_metric([role], n)
+    yield restarts
+    queues = GaugeMetricFamily("dualpath_queue_depth", "Requests queued", labels=["queue"])
+    for name, n in sorted(snap.queue_depths.items()):
+        queues.add_metric([name], n)
+    yield queues
+
+
+def _total_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """The cluster-wide token / request / engine counters."""
+    for name, value, doc in (
+        (
+            "dualpath_store_hit_tokens",
+            snap.hit_tokens,
+            "Prompt tokens whose KV was read from the store and verified",
+        ),
+        ("dualpath_prompt_tokens", snap.prompt_tokens, "Prompt tokens of all requests"),
+        ("dualpath_generated_tokens", snap.generated_tokens, "Tokens generated"),
+        ("dualpath_cluster_requests", snap.num_requests, "Requests the scheduler received"),
+        ("dualpath_cluster_finished", snap.num_finished, "Requests finished"),
+        ("dualpath_cluster_failed", snap.num_failed, "Requests failed"),
+        (
+            "dualpath_cluster_cancelled",
+            getattr(snap, "num_cancelled", 0),
+            "Requests whose client went away before they finished",
+        ),
+        ("dualpath_engine_deaths", snap.engine_deaths, "Engines declared dead (missed heartbeats)"),
+        (
+            "dualpath_engine_revivals",
+            snap.engine_revivals,
+            "Engines declared dead that answered again and were taken back",
+        ),
+        (
+            "dualpath_engine_request_failures",
+            snap.engine_request_failures,
+            "Requests an engine failed alone while it served the others on",
+        ),
+        (
+            "dualpath_requests_retried",
+            getattr(snap, "requests_retried", 0),
+            "Requests re-dispatched after their engine was lost (resumed from the tokens they had)",
+        ),
+    ):
+        fam = CounterMetricFamily(name, doc)
+        fam.add_metric([], value)
+        yield fam
 
 
 _STORE_DOCS = {
