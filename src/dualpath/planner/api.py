@@ -55,17 +55,7 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
     demand = demand_of(reqs, config.rate_rps)
     budget = _budget(config, base, devices, reqs, efficiency)
     allowed = allowed_precision(config)
-    run_cfg = RunConfig(
-        prefill_token_budget=config.prefill_token_budget,
-        max_decode_batch=config.max_decode_batch,
-        af_microbatches=config.af_microbatches,
-        link_latency_s=config.link_latency_us * 1e-6,
-        n2n_gbs=config.n2n_gbs,
-        budget=budget.value,
-        budget_kind=budget.kind,
-        af_prefill=config.af_prefill,
-        nd_schedule=config.nd_schedule,
-    )
+    run_cfg = _run_config(config, budget)
     counts = Counts()
     shortlists: dict[tuple[str, ...], list] = {}
     best: dict[str, tuple[RunResult, Allocation] | None] = {}
@@ -88,21 +78,8 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         out_modes[m] = mode_json(
             found[0] if found else None, found[1] if found else None, nd_tps, budget.kind
         )
-    feasible = [m for m in config.modes if best[m] is not None]
-    best_mode = max(
-        feasible,
-        key=lambda m: (
-            best[m][0].tokens_per_s,  # type: ignore[index]
-            -MODES.index(m),
-        ),
-    )
-    precision: dict[str, int] = {s: allowed[s][0] for s in STAGES}
-    winner = best[best_mode][1]  # type: ignore[index]
-    chosen_devices: dict[str, Device] = {}
-    for chosen in winner.pools:
-        for s in chosen.stages:
-            precision[s] = chosen.bits_map[s]
-            chosen_devices[s] = chosen.device.device
+    best_mode = _best_mode(config.modes, best)
+    precision, chosen_devices = _winner_stages(best[best_mode][1], allowed)  # type: ignore[index]
     profile = stage_profile_of(
         model,
         demand.input_len,
@@ -116,16 +93,7 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         "model": config.model,
         "catalog": config.catalog,
         "io_ratio": float(config.io_ratio),
-        "workload": {
-            "kind": config.workload,
-            "num_requests": config.num_requests,
-            "rate_rps": config.rate_rps,
-            "input_len": _round(reqs.mean_input),
-            "output_len": _round(reqs.mean_output),
-            "length_cv": config.length_cv,
-            "seed": config.seed,
-            "arrivals": config.arrivals,
-        },
+        "workload": _workload_json(config, reqs),
         "budget": budget.to_json(),
         "overrides": dict(config.overrides),
         "precision": precision,
@@ -141,6 +109,60 @@ def plan_disagg(config: PlanConfig, progress: Callable[[str], None] | None = Non
         "search": counts.to_json(config.top_k),
         "constants": constants(config, budget, devices),
         "wall_s": time.perf_counter() - started,
+    }
+
+
+def _run_config(config: PlanConfig, budget: Budget) -> RunConfig:
+    """The run rules of every simulated allocation of one plan."""
+    return RunConfig(
+        prefill_token_budget=config.prefill_token_budget,
+        max_decode_batch=config.max_decode_batch,
+        af_microbatches=config.af_microbatches,
+        link_latency_s=config.link_latency_us * 1e-6,
+        n2n_gbs=config.n2n_gbs,
+        budget=budget.value,
+        budget_kind=budget.kind,
+        af_prefill=config.af_prefill,
+        nd_schedule=config.nd_schedule,
+    )
+
+
+def _best_mode(modes: tuple[str, ...], best: dict[str, tuple[RunResult, Allocation] | None]) -> str:
+    """The feasible mode with the most simulated tokens/s (ties: the earlier in ``MODES``)."""
+    feasible = [m for m in modes if best[m] is not None]
+    return max(
+        feasible,
+        key=lambda m: (
+            best[m][0].tokens_per_s,  # type: ignore[index]
+            -MODES.index(m),
+        ),
+    )
+
+
+def _winner_stages(
+    winner: Allocation, allowed: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, int], dict[str, Device]]:
+    """Each stage's precision (default: its first allowed) and device in the winning allocation."""
+    precision: dict[str, int] = {s: allowed[s][0] for s in STAGES}
+    chosen_devices: dict[str, Device] = {}
+    for chosen in winner.pools:
+        for s in chosen.stages:
+            precision[s] = chosen.bits_map[s]
+            chosen_devices[s] = chosen.device.device
+    return precision, chosen_devices
+
+
+def _workload_json(config: PlanConfig, reqs: Requests) -> dict:
+    """The WORKLOAD object: the config's workload and the request list's mean lengths."""
+    return {
+        "kind": config.workload,
+        "num_requests": config.num_requests,
+        "rate_rps": config.rate_rps,
+        "input_len": _round(reqs.mean_input),
+        "output_len": _round(reqs.mean_output),
+        "length_cv": config.length_cv,
+        "seed": config.seed,
+        "arrivals": config.arrivals,
     }
 
 

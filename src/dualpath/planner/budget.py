@@ -1,6 +1,6 @@
 """Budgets: an explicit power (W) or price (USD/hour) cap, or a default derived from the model.
 
-Default (issue 11 section 7): ``budget = budget_scale x`` the cost of the cheapest ND deployment
+Default (docs/planner.md, "Calibration: `budget_scale`"): ``budget = budget_scale x`` the cost of the cheapest ND deployment
 that holds the model's 16-bit weights: the fewest replicas of ``t x p`` devices of one catalogue
 type (t in ``parallel.TP_DEGREES``, p in ``parallel.PP_DEGREES``; MoE experts spread over all ``t p
 d`` devices, ``parallel.min_replicas``) whose devices each hold their share. It is computed on the
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 BUDGET_SCALE: Final = 90.51
 """Budget = BUDGET_SCALE x the cheapest ND deployment that holds the 16-bit weights.
 
-The one constant the planner may fit (issue 11 section 11), refitted (issue 26) after the prefill
+The one constant the planner may fit (docs/planner.md, "Calibration"), fitted after the prefill
 A/F rule (``--af-prefill``) and the partner-batch sigma were in, to the paper's NPU model-mean
 PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x at 1000; loss in
 ``planner/calibrate.py``), over **admissible** scales only: those at which ND cannot keep up
@@ -31,7 +31,7 @@ PDAF/ND curve only (Fig. 5: 0.48x at I/O 1, 2.10x at 10, plateau 1.5-1.8x, 1.27x
 anchor over the weight anchor, ``calibrate.admissible_limits``). ``benchmarks/planner_budget_fit.py``
 over 11.31 ... 90.51 (factor sqrt 2), 8 models x I/O 1, 10, 50, 100, 200, 500, 1000, 500 requests,
 short list 16, top-K 64: 90.51 has the lowest loss, 1.159 (64: 1.402, 45.25: 1.556, 22.63: 1.912;
-issue 11's 4,096 had 12.66 under the old rules). The loss still falls at the admissibility limit,
+the earlier default 4,096 has 12.66 under the earlier rules). The loss still falls at the admissibility limit,
 so the limit, not the loss, sets the scale. Every other result follows without refitting.
 ``PlanConfig.budget_scale`` overrides it; docs/planner.md ("Calibration") gives the scan."""
 

@@ -1,4 +1,4 @@
-"""The one fitted constant, ``budget_scale`` (issue 11, section 11), and what it is fitted to.
+"""The one fitted constant, ``budget_scale`` (docs/planner.md, "Calibration: `budget_scale`"), and what it is fitted to.
 
 **Admissible scales**: a scale takes part in the fit only if ND cannot keep up (sigma < 1) at I/O
 10 for every model: the paper compares at "the same power budget and request rate", which only

@@ -19,7 +19,7 @@ compute is precision independent. Memory points (GB, GB/s), each anchored on a r
 | ddr | (256, 307) | one socket, 8 x DDR5-4800 channels |
 | ddr | (1,024, 614) | two sockets, 16 x DDR5-4800 channels |
 
-Compute tiers (TFLOPS): 25, 100, 250, 2,500, 10,000, 20,000 (issue 11 defaults, spanning an edge
+Compute tiers (TFLOPS): 25, 100, 250, 2,500, 10,000, 20,000 (the planner's defaults, spanning an edge
 NPU to a wafer-scale part). An NPU's power is the fitted model (planner/power.py); its price is
 undefined. **GPU catalogue**: datasheet BF16 dense TFLOPS (spec/hardware.py, sources there), the
 datasheet TDP as power, and a dated USD/hour price (``gpu_prices.json``, overridable).

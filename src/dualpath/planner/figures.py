@@ -1,4 +1,4 @@
-"""``dualpath plan disagg figures``: every planner plot of issue 11, section 10, with CSV and index.
+"""``dualpath plan disagg figures``: every planner plot (docs/planner.md, "Figures"), with CSV and index.
 
 One process and one :class:`~dualpath.planner.report.PlanCache`, so a result needed by several
 figures (the I/O = 100 plans feed Figs. 6-7, Table 5 and the roofline gap) is planned once. The

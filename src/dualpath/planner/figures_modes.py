@@ -1,4 +1,4 @@
-"""Plots and tables of the mode comparisons (issue 11, section 10: Figs. 5-7, Table 5, ablations,
+"""Plots and tables of the mode comparisons (docs/planner.md, "Figures": Figs. 5-7, Table 5, ablations,
 workloads). Each function takes the JSON dicts of ``planner.report`` (or ``plan_disagg``), writes
 PNG + CSV (or Markdown + CSV) under ``out`` and returns the paths it wrote. matplotlib is imported
 lazily with the Agg backend; nothing here runs the planner.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 from dualpath.planner.catalog import gpu_catalog
 from dualpath.planner.power import ANCHORS, memory_power_w, power_fit
@@ -65,27 +66,8 @@ def power_fit_rows() -> list[dict[str, object]]:
     return rows
 
 
-def plot_power_fit(out_dir: Path) -> list[Path]:
-    """Write ``fig_power_fit.png`` and ``fig_power_fit.csv`` into ``out_dir``; return both paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = power_fit_rows()
-    csv_path = out_dir / "fig_power_fit.csv"
-    with csv_path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    fit = power_fit()
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    top = max(max(float(r["datasheet_w"]), float(r["modelled_w"])) for r in rows) * 1.15  # type: ignore[arg-type]
-    low = min(min(float(r["datasheet_w"]), float(r["modelled_w"])) for r in rows) / 1.3  # type: ignore[arg-type]
-    ax.plot([low, top], [low, top], color="0.5", lw=1, ls="--", label="modelled = datasheet")
-    ax.fill_between([low, top], [low * 0.9, top * 0.9], [low * 1.1, top * 1.1], color="0.9", label="±10%")
+def _scatter_gpus(ax: Any, rows: list[dict]) -> None:
+    """Each fit anchor and catalogue GPU at (datasheet, modelled) W, labelled with its name."""
     seen = set()
     for r in rows:
         if r["role"] == "catalogue" and r["gpu"] in {a.name for a in ANCHORS}:
@@ -109,6 +91,30 @@ def plot_power_fit(out_dir: Path) -> list[Path]:
             xytext=(4, 4) if anchor else (5, -11),
             fontsize=8,
         )
+
+
+def plot_power_fit(out_dir: Path) -> list[Path]:
+    """Write ``fig_power_fit.png`` and ``fig_power_fit.csv`` into ``out_dir``; return both paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = power_fit_rows()
+    csv_path = out_dir / "fig_power_fit.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    fit = power_fit()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    top = max(max(float(r["datasheet_w"]), float(r["modelled_w"])) for r in rows) * 1.15  # type: ignore[arg-type]
+    low = min(min(float(r["datasheet_w"]), float(r["modelled_w"])) for r in rows) / 1.3  # type: ignore[arg-type]
+    ax.plot([low, top], [low, top], color="0.5", lw=1, ls="--", label="modelled = datasheet")
+    ax.fill_between([low, top], [low * 0.9, top * 0.9], [low * 1.1, top * 1.1], color="0.9", label="±10%")
+    _scatter_gpus(ax, rows)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(low, top)

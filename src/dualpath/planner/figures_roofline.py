@@ -1,4 +1,4 @@
-"""Roofline plots of the planner (issue 11, section 10: figs. 6 and 8 of the list).
+"""Roofline plots of the planner (docs/planner.md, "Figures": figs. 6 and 8 of the list).
 
 - ``fig_roofline_gap``: DA and DF operating points of each model at I/O = 100 on the rooflines of
   the devices PDAF chose for them (one panel per catalogue): the gap the paper credits for PDAF.
@@ -48,6 +48,94 @@ def _points(result: Mapping) -> list[tuple[str, str, float, float, float]]:
     return out
 
 
+def _gap_model(
+    ax: Any,
+    catalog: str,
+    model: str,
+    res: Mapping,
+    color: str,
+    devices: dict[str, tuple[float, float]],
+    rows: list[list[Any]],
+) -> None:
+    """One model's DA and DF points (joined), its devices and CSV rows (both updated in place)."""
+    pts = _points(res)
+    xy = []
+    for stage, dev, ai, peak, bw in pts:
+        devices[dev] = (peak, bw)
+        y = _attained(ai, peak, bw)
+        xy.append((ai, y))
+        ax.scatter(
+            [ai],
+            [y / 1e12],
+            marker="o" if stage == "da" else "s",
+            color=color,
+            s=40,
+            zorder=3,
+            edgecolors="black" if stage == "df" else "none",
+        )
+        rows.append(
+            [
+                catalog,
+                model,
+                stage,
+                dev,
+                ai,
+                peak,
+                bw,
+                y / 1e12,
+                "memory" if ai * bw * 1e9 < peak * 1e12 else "compute",
+            ]
+        )
+    if len(xy) == 2:
+        ax.plot(
+            [p[0] for p in xy],
+            [p[1] / 1e12 for p in xy],
+            color=color,
+            lw=0.8,
+            label=SHORT.get(model, model),
+        )
+
+
+def _gap_rooflines(ax: Any, devices: Mapping[str, tuple[float, float]]) -> None:
+    """Each device's roofline with its ridge point, or a note when no allocation fits."""
+    xs = [10 ** (k / 10) for k in range(-10, 51)]
+    for dev, (peak, bw) in devices.items():
+        ax.plot(xs, [_attained(x, peak, bw) / 1e12 for x in xs], color="grey", lw=0.7, alpha=0.6)
+        knee = peak * 1e12 / (bw * 1e9)  # ridge point, FLOP/B
+        ax.annotate(
+            f"{dev} (ridge {knee:.3g} FLOP/B)",
+            (knee, peak),
+            fontsize=6,
+            color="grey",
+            ha="left",
+            va="bottom",
+            rotation=0,
+        )
+    if not devices:
+        ax.text(
+            0.5,
+            0.5,
+            "no PDAF allocation fits the budget",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="grey",
+        )
+
+
+def _gap_axes(ax: Any, catalog: str) -> None:
+    """Log axes, labels, title and legend of one catalogue's panel."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP/byte")
+    ax.set_ylabel("attainable TFLOPS (roofline)")
+    name = "custom NPUs" if catalog == "npu" else "GPUs (H100 and peers)"
+    ax.set_title(f"DA (circles) and DF (squares) at I/O = 100: {name}", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+
+
 def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> list[Path]:
     """``panels``: catalogue -> model -> plan_disagg result at I/O = 100."""
     pyplot = plt()
@@ -57,75 +145,9 @@ def fig_roofline_gap(out: Path, panels: Mapping[str, Mapping[str, Mapping]]) -> 
     for ax, (catalog, by_model) in zip(axes[0], panels.items(), strict=True):
         devices: dict[str, tuple[float, float]] = {}
         for i, (model, res) in enumerate(by_model.items()):
-            pts = _points(res)
-            color = colors[i % len(colors)]
-            xy = []
-            for stage, dev, ai, peak, bw in pts:
-                devices[dev] = (peak, bw)
-                y = _attained(ai, peak, bw)
-                xy.append((ai, y))
-                ax.scatter(
-                    [ai],
-                    [y / 1e12],
-                    marker="o" if stage == "da" else "s",
-                    color=color,
-                    s=40,
-                    zorder=3,
-                    edgecolors="black" if stage == "df" else "none",
-                )
-                rows.append(
-                    [
-                        catalog,
-                        model,
-                        stage,
-                        dev,
-                        ai,
-                        peak,
-                        bw,
-                        y / 1e12,
-                        "memory" if ai * bw * 1e9 < peak * 1e12 else "compute",
-                    ]
-                )
-            if len(xy) == 2:
-                ax.plot(
-                    [p[0] for p in xy],
-                    [p[1] / 1e12 for p in xy],
-                    color=color,
-                    lw=0.8,
-                    label=SHORT.get(model, model),
-                )
-        xs = [10 ** (k / 10) for k in range(-10, 51)]
-        for dev, (peak, bw) in devices.items():
-            ax.plot(xs, [_attained(x, peak, bw) / 1e12 for x in xs], color="grey", lw=0.7, alpha=0.6)
-            knee = peak * 1e12 / (bw * 1e9)  # ridge point, FLOP/B
-            ax.annotate(
-                f"{dev} (ridge {knee:.3g} FLOP/B)",
-                (knee, peak),
-                fontsize=6,
-                color="grey",
-                ha="left",
-                va="bottom",
-                rotation=0,
-            )
-        if not devices:
-            ax.text(
-                0.5,
-                0.5,
-                "no PDAF allocation fits the budget",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                color="grey",
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("arithmetic intensity, FLOP/byte")
-        ax.set_ylabel("attainable TFLOPS (roofline)")
-        name = "custom NPUs" if catalog == "npu" else "GPUs (H100 and peers)"
-        ax.set_title(f"DA (circles) and DF (squares) at I/O = 100: {name}", fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
+            _gap_model(ax, catalog, model, res, colors[i % len(colors)], devices, rows)
+        _gap_rooflines(ax, devices)
+        _gap_axes(ax, catalog)
     fig.tight_layout()
     header = [
         "catalog",

@@ -1,4 +1,4 @@
-"""Published findings (issue 11, section 11) checked against sweep and ablation reports.
+"""Published findings (docs/planner.md, "Findings under the defaults") checked against sweep and ablation reports.
 
 ``findings(npu_sweep, gpu_sweep, ablations)`` returns one row per finding: what the paper says,
 what we got, and whether the shape came out (``came_out`` True / False, None when the grid lacks

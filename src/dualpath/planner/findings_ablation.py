@@ -1,4 +1,4 @@
-"""The ablation findings (issue 11 section 11): PDAF x ND as one model factor moves, at a fixed
+"""The ablation findings (docs/planner.md, "Findings under the defaults"): PDAF x ND as one model factor moves, at a fixed
 budget, read off ``ablate`` objects (findings.py assembles the whole table)."""
 
 from __future__ import annotations

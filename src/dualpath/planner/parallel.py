@@ -1,6 +1,6 @@
 """Parallel layouts (TP, PP, DP, EP) of one pool, and the step times of its stages on one lane.
 
-Model (heteropanacea.md section III; issue 11 section 3):
+Model (heteropanacea.md section III; docs/planner.md, "The model"):
 
 - **TP t**: compute and bandwidth scale by t (weights sharded, KV heads split): each device does
   ``work / t``. A ring all-reduce of ``2 (t-1)/t x tokens x hidden x act_bytes`` goes over D2D after

@@ -1,4 +1,4 @@
-"""Sweep and ablation reports assembled from ``plan_disagg`` results (issue 11, section 9).
+"""Sweep and ablation reports assembled from ``plan_disagg`` results (docs/planner.md, "Command line" and "JSON").
 
 One process, one memo: identical plan calls (the same model, ratio, budget, overrides, ...) run once
 per :class:`PlanCache`, so a figure run that needs the I/O = 100 result for a sweep, a table and the
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dualpath.planner.config import PlanConfig
     from dualpath.planner.plan_store import PlanStore
 
-# The paper's eight models, in the paper's order (issue 11, section 8: `--models all`).
+# The paper's eight models, in the paper's order (`--models all`; docs/planner.md, "Command line").
 PAPER_MODELS: tuple[str, ...] = (
     "deepseek-v4-pro",
     "deepseek-v4-flash",
@@ -242,6 +242,90 @@ def rules_of(config: PlanConfig) -> dict[str, object]:
     return out
 
 
+def _regime_of(res: dict) -> dict:
+    """The regime entry of one plan: ND's sigma, the arrival bound, the budget and the window."""
+    ctx = res.get("context") or {}
+    return {
+        "nd_sigma": res.get("nd_sigma"),
+        "arrival_bound_ceiling": res.get("arrival_bound_ceiling"),
+        "budget": (res.get("budget") or {}).get("value"),
+        "exceeds_window": ctx.get("exceeds_window"),
+        "share_over_window": ctx.get("share_over_window"),
+    }
+
+
+def _ablation_row(model: str, value: float, res: dict) -> dict:
+    """One ablation point's row from its plan."""
+    prof = res["stage_profile"]
+    return {
+        "model": model,
+        "value": value,
+        "x_nd": {
+            m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True) else None
+            for m in SPLIT_MODES
+            if m in res["modes"]
+        },
+        "best_mode": res["best_mode"],
+        "budget": res["budget"],
+        "nd_sigma": res["nd_sigma"],
+        "arrival_bound_ceiling": res["arrival_bound_ceiling"],
+        "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
+        "da_kv_share": prof["da"]["kv_share"],
+        "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
+    }
+
+
+def _infeasible_ablation_row(model: str, value: float, modes: Sequence[str], exc: ConfigError) -> dict:
+    """The row of an ablation point whose fixed budget holds no ND deployment."""
+    return {
+        "model": model,
+        "value": value,
+        "x_nd": {m: None for m in SPLIT_MODES if m in modes},
+        "best_mode": None,
+        "budget": {"value": exc.value},
+        "nd_sigma": None,
+        "arrival_bound_ceiling": None,
+        "da_arithmetic_intensity": None,
+        "da_kv_share": None,
+        "df_arithmetic_intensity": None,
+        "infeasible": str(exc),
+    }
+
+
+def _add_modes(
+    res: dict,
+    model: str,
+    ratio: float,
+    key: str,
+    rows: list[dict],
+    means: dict[str, dict[str, list[float | None]]],
+    counts: dict[str, dict[str, int]],
+    allocations: dict[str, list],
+) -> None:
+    """Append one plan's per-mode rows, x_nd values and tallies (all updated in place)."""
+    for mode, rec in res["modes"].items():
+        feasible = rec.get("feasible", True)
+        x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
+        best = mode == res["best_mode"]
+        rows.append(
+            {
+                "model": model,
+                "io_ratio": ratio,
+                "mode": mode,
+                "x_nd": x_nd,
+                "tokens_per_s": rec["tokens_per_s"] if feasible else None,
+                "is_best": best,
+                "feasible": feasible,
+            }
+        )
+        means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
+        slot = counts.setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
+        slot["infeasible"] += int(not feasible)
+        slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
+        slot["best"] += int(best)
+        allocations[mode] = rec["pools"]
+
+
 def sweep(
     base: PlanConfig,
     models: Sequence[str],
@@ -274,35 +358,8 @@ def sweep(
                     raise
                 res = _nothing_fits(base.modes, str(exc))
             allocations[key][model] = {}
-            ctx = res.get("context") or {}
-            regime[key][model] = {
-                "nd_sigma": res.get("nd_sigma"),
-                "arrival_bound_ceiling": res.get("arrival_bound_ceiling"),
-                "budget": (res.get("budget") or {}).get("value"),
-                "exceeds_window": ctx.get("exceeds_window"),
-                "share_over_window": ctx.get("share_over_window"),
-            }
-            for mode, rec in res["modes"].items():
-                feasible = rec.get("feasible", True)
-                x_nd = rec["x_nd"] if feasible else None  # no allocation fits the budget
-                best = mode == res["best_mode"]
-                rows.append(
-                    {
-                        "model": model,
-                        "io_ratio": float(ratio),
-                        "mode": mode,
-                        "x_nd": x_nd,
-                        "tokens_per_s": rec["tokens_per_s"] if feasible else None,
-                        "is_best": best,
-                        "feasible": feasible,
-                    }
-                )
-                means.setdefault(mode, {}).setdefault(key, []).append(x_nd)
-                slot = counts[key].setdefault(mode, {"beats_nd": 0, "best": 0, "infeasible": 0})
-                slot["infeasible"] += int(not feasible)
-                slot["beats_nd"] += int(mode != "nd" and x_nd is not None and x_nd > 1 + BEATS_TOL)
-                slot["best"] += int(best)
-                allocations[key][model][mode] = rec["pools"]
+            regime[key][model] = _regime_of(res)
+            _add_modes(res, model, float(ratio), key, rows, means, counts[key], allocations[key][model])
             if progress is not None:
                 progress(f"{base.catalog} {model} I/O={key}")
     return {
@@ -355,43 +412,11 @@ def ablate(
                 if exc.key != "budget":
                     raise
                 # the fixed budget holds no ND deployment of the modified model: a result too
-                rows.append(
-                    {
-                        "model": model,
-                        "value": float(value),
-                        "x_nd": {m: None for m in SPLIT_MODES if m in base.modes},
-                        "best_mode": None,
-                        "budget": {"value": exc.value},
-                        "nd_sigma": None,
-                        "arrival_bound_ceiling": None,
-                        "da_arithmetic_intensity": None,
-                        "da_kv_share": None,
-                        "df_arithmetic_intensity": None,
-                        "infeasible": str(exc),
-                    }
-                )
+                rows.append(_infeasible_ablation_row(model, float(value), base.modes, exc))
                 if progress is not None:
                     progress(f"{model} {factor}={value:g} (nothing fits the budget)")
                 continue
-            prof = res["stage_profile"]
-            rows.append(
-                {
-                    "model": model,
-                    "value": float(value),
-                    "x_nd": {
-                        m: res["modes"][m]["x_nd"] if res["modes"][m].get("feasible", True) else None
-                        for m in SPLIT_MODES
-                        if m in res["modes"]
-                    },
-                    "best_mode": res["best_mode"],
-                    "budget": res["budget"],
-                    "nd_sigma": res["nd_sigma"],
-                    "arrival_bound_ceiling": res["arrival_bound_ceiling"],
-                    "da_arithmetic_intensity": prof["da"]["arithmetic_intensity"],
-                    "da_kv_share": prof["da"]["kv_share"],
-                    "df_arithmetic_intensity": prof["df"]["arithmetic_intensity"],
-                }
-            )
+            rows.append(_ablation_row(model, float(value), res))
             if progress is not None:
                 progress(f"{model} {factor}={value:g}")
     return {

@@ -1,6 +1,6 @@
 """The planner's event-driven run of one allocation, on the simulator's kernel and links.
 
-One finite run (issue 11 section 5): every request arrives, waits for **decode admission** (FIFO,
+One finite run (docs/planner.md, "The model"): every request arrives, waits for **decode admission** (FIFO,
 limited by the free KV capacity of the pool that hosts decode attention and by the decode slots,
 ``max_decode_batch`` per replica of every pool running a decode stage: the one explicit queue; the
 KV of the whole final context is reserved, so nothing is ever evicted), is prefilled, hands its KV
@@ -58,6 +58,14 @@ class _Run(DecodeSegments, MixedIterations):
     ) -> None:
         self.model, self.mode, self.alloc, self.reqs, self.cfg = model, mode, alloc, reqs, cfg
         self.k = Kernel()
+        self._init_units(efficiency)
+        self._init_capacity()
+        self._init_links()
+        self._init_state()
+
+    def _init_units(self, efficiency: Efficiency) -> None:
+        """The timers of every unit, and which runs prefill and which decode."""
+        model, mode, alloc, cfg = self.model, self.mode, self.alloc, self.cfg
         timers = {p.name: PoolTimer(model, p, efficiency, cfg.d2d_gbs) for p in alloc.pools}
         self.units = {
             u.name: UnitTimer(
@@ -73,6 +81,10 @@ class _Run(DecodeSegments, MixedIterations):
         }
         self.pre = next(u for u in self.units.values() if "prefill" in u.unit.phases)
         self.dec = next(u for u in self.units.values() if "decode" in u.unit.phases)
+
+    def _init_capacity(self) -> None:
+        """The admission limits: the free KV capacity, the decode slots and each request's KV."""
+        model, mode, alloc, reqs, cfg = self.model, self.mode, self.alloc, self.reqs, self.cfg
         kv_pool = alloc.pool(mode.kv_pool.name)
         self.kv_bits = kv_pool.bits_map["da"]
         self.kv_cap = (
@@ -84,9 +96,12 @@ class _Run(DecodeSegments, MixedIterations):
         self.slots = cfg.max_decode_batch * min(
             p.layout.dp for p in alloc.pools if any(s in ("da", "df") for s in p.stages)
         )
-        n = len(reqs)
         total = [i + o for i, o in zip(reqs.input_len, reqs.output_len, strict=True)]
         self.kv_req = [kv_cache_bytes(model, c, self.kv_bits) for c in total]
+
+    def _init_links(self) -> None:
+        """The busy time of each pool, the KV hand-off bandwidth and the A/F link pairs."""
+        mode, alloc, cfg = self.mode, self.alloc, self.cfg
         self.busy = {p.name: 0.0 for p in alloc.pools}
         self.links: list[Link] = []  # the A/F links; the KV links are made as replicas use them
         self.kv_links: dict[int, Link] = {}  # prefill replica -> its hand-off link
@@ -102,6 +117,10 @@ class _Run(DecodeSegments, MixedIterations):
                 pair = (Link(f"{name}_a2f", "n2n", u.bw), Link(f"{name}_f2a", "n2n", u.bw))
                 self.af_links[name] = pair
                 self.links += list(pair)
+
+    def _init_state(self) -> None:
+        """Empty queues and decode state for every request."""
+        n = len(self.reqs)
         self.admit_q: deque[int] = deque(range(n))
         self.arrived = 0
         self.prefill_q: deque[int] = deque()
@@ -116,7 +135,7 @@ class _Run(DecodeSegments, MixedIterations):
         self.join_step = [0] * n
         self.pending: list[int] = []
         self.seg = None
-        self.mixed = cfg.nd_schedule == "token-budget" and self.pre is self.dec
+        self.mixed = self.cfg.nd_schedule == "token-budget" and self.pre is self.dec
         self.prefilled: dict[int, int] = {}  # token-budget: prompt tokens prefilled so far
         self.done_s = [math.nan] * n
         self.num_done = 0

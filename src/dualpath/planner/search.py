@@ -1,4 +1,4 @@
-"""The two-phase search (issue 11 section 6): its vocabulary and the analytic per-replica score.
+"""The two-phase search (docs/planner.md, "The model"): its vocabulary and the analytic per-replica score.
 
 Phase 1 (search_shortlist.py) gives every candidate replica of a pool an analytic capacity score
 and short-lists the best; phase 2 (search_allocate.py) splits the budget over a mode's pools and

@@ -1,4 +1,4 @@
-"""Phase 2 of the search (issue 11 section 6): budget splits, filled and ranked.
+"""Phase 2 of the search (docs/planner.md, "The model"): budget splits, filled and ranked.
 
 **Phase 2**: every split of the budget over the mode's pools on a 1/``grid`` grid. In each slice a
 pool takes the cheapest short-listed candidate reaching sigma >= 1 (else the highest-sigma one)
@@ -16,15 +16,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dualpath.planner import search_fill, sigma_partner
-from dualpath.planner.pools import Allocation
+from dualpath.planner.pools import Allocation, PoolPlan
 from dualpath.planner.search import pick_rule
 
 if TYPE_CHECKING:
-    from dualpath.planner.modes import ModeSpec
+    from dualpath.planner.modes import ModeSpec, PoolSpec
     from dualpath.planner.search import Candidate, Counts
     from dualpath.planner.search_fill import Coupling
 
@@ -88,6 +88,43 @@ def _splits(num_pools: int, grid: int) -> list[tuple[int, ...]]:
     return [s for s in itertools.product(range(1, grid), repeat=num_pools) if sum(s) == grid]
 
 
+def _variants(
+    base: list[tuple[Candidate, int]],
+    pools: Sequence[PoolSpec],
+    split: tuple[int, ...],
+    shortlists: Mapping[str, Sequence[Sequence[Candidate]]],
+    pick: Callable[[int, int, Sequence[Candidate], int], tuple[Candidate, int] | None],
+) -> list[list[tuple[Candidate, int]]]:
+    """The split's base picks, then each with one pool's pick swapped for another group's best."""
+    variants = [base]
+    for i, (p, k) in enumerate(zip(pools, split, strict=True)):
+        for g, group in enumerate(shortlists[p.name]):
+            if base[i][0] in group:
+                continue
+            other = pick(i, g, group, k)
+            if other is not None:
+                variants.append([*base[:i], other, *base[i + 1 :]])
+    return variants
+
+
+def _filled_plans(
+    chosen: list[list[object]], pools: Sequence[PoolSpec], coupling: Coupling | None, leftover: float
+) -> tuple[PoolPlan, ...]:
+    """Spend ``leftover`` on more replicas (``chosen`` updated in place), then each pool's plan:
+    rated by the largest-batch rule (``coupling`` None) or at its partners' batches."""
+    if coupling is None:
+        _fill(chosen, leftover)
+        return tuple(
+            c.plan(p, d)  # type: ignore[attr-defined]
+            for (c, d), p in zip(chosen, pools, strict=True)
+        )
+    coupled = search_fill.fill(coupling, chosen, leftover)
+    return tuple(
+        dataclasses.replace(c.plan(p, d), sigma=x)  # type: ignore[attr-defined]
+        for (c, d), p, x in zip(chosen, pools, coupled, strict=True)
+    )
+
+
 def phase2(
     mode: ModeSpec,
     shortlists: Mapping[str, Sequence[Sequence[Candidate]]],
@@ -117,15 +154,7 @@ def phase2(
         base = [pick(i, -1, f, k) for i, (f, k) in enumerate(zip(flat, split, strict=True))]
         if any(b is None for b in base):
             continue
-        variants: list[list[tuple[Candidate, int]]] = [base]  # type: ignore[list-item]
-        for i, (p, k) in enumerate(zip(pools, split, strict=True)):
-            for g, group in enumerate(shortlists[p.name]):
-                if base[i][0] in group:  # type: ignore[index]
-                    continue
-                other = pick(i, g, group, k)
-                if other is not None:
-                    variants.append([*base[:i], other, *base[i + 1 :]])  # type: ignore[list-item]
-        for var in variants:
+        for var in _variants(base, pools, split, shortlists, pick):  # type: ignore[arg-type]
             chosen: list[list[object]] = [[c, d] for c, d in var]
             spent = sum(c.replica_cost * d for c, d in var)
             if spent > budget * (1 + 1e-9):
@@ -134,18 +163,7 @@ def phase2(
             if start in started:  # so an allocation seen once is already ranked
                 continue
             started.add(start)
-            if coupling is None:
-                _fill(chosen, budget - spent)
-                plans = tuple(
-                    c.plan(p, d)  # type: ignore[attr-defined]
-                    for (c, d), p in zip(chosen, pools, strict=True)
-                )
-            else:
-                coupled = search_fill.fill(coupling, chosen, budget - spent)
-                plans = tuple(
-                    dataclasses.replace(c.plan(p, d), sigma=x)  # type: ignore[attr-defined]
-                    for (c, d), p, x in zip(chosen, pools, coupled, strict=True)
-                )
+            plans = _filled_plans(chosen, pools, coupling, budget - spent)
             cost = sum(c.replica_cost * d for c, d in chosen)  # type: ignore[attr-defined,operator]
             alloc = Allocation(
                 mode=mode.name, pools=plans, cost=cost, sigma_joint=min(p.sigma for p in plans)

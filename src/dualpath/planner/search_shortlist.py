@@ -1,4 +1,4 @@
-"""Phase 1 of the search (issue 11 section 6): the short list of each pool.
+"""Phase 1 of the search (docs/planner.md, "The model": the two-phase search): the short list of each pool.
 
 **Phase 1** (per pool, analytic): every candidate (device, t, p, precision of the pool's stages)
 gets ``sigma1 = tput / demand`` for one replica (demand ``lambda x I`` tokens/s for prefill,
@@ -119,31 +119,19 @@ def candidates(
     )
     hit = _MEMO.get(key)
     if hit is None:
-        local = Counts()
-        kept = [
-            c
-            for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
-            if (
-                c := _candidate(
-                    model,
-                    pool,
-                    dev,
-                    bits,
-                    tp,
-                    pp,
-                    order,
-                    demand,
-                    budget=budget,
-                    budget_kind=budget_kind,
-                    efficiency=efficiency,
-                    prefill_token_budget=prefill_token_budget,
-                    max_decode_batch=max_decode_batch,
-                    counts=local,
-                    sigma_rule=sigma_rule,
-                )
-            )
-            is not None
-        ]
+        kept, local = _score_pool(
+            model,
+            pool,
+            devices,
+            demand,
+            allowed,
+            budget=budget,
+            budget_kind=budget_kind,
+            efficiency=efficiency,
+            prefill_token_budget=prefill_token_budget,
+            max_decode_batch=max_decode_batch,
+            sigma_rule=sigma_rule,
+        )
         hit = _MEMO[key] = (kept, (local.candidates, local.pruned_budget, local.pruned_residency))
         if len(_MEMO) > _MEMO_SIZE:
             _MEMO.popitem(last=False)
@@ -154,6 +142,49 @@ def candidates(
     counts.pruned_budget += budget_pruned
     counts.pruned_residency += residency_pruned
     return kept
+
+
+def _score_pool(
+    model: ModelSpec,
+    pool: PoolSpec,
+    devices: Sequence[CatalogDevice],
+    demand: Demand,
+    allowed: Mapping[str, Sequence[int]],
+    *,
+    budget: float,
+    budget_kind: str,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    sigma_rule: str,
+) -> tuple[list[Candidate], Counts]:
+    """Every layout of one pool scored, in enumeration order: the survivors and their counts."""
+    local = Counts()
+    kept = [
+        c
+        for order, (dev, bits, tp, pp) in enumerate(_layouts(pool, devices, allowed), start=1)
+        if (
+            c := _candidate(
+                model,
+                pool,
+                dev,
+                bits,
+                tp,
+                pp,
+                order,
+                demand,
+                budget=budget,
+                budget_kind=budget_kind,
+                efficiency=efficiency,
+                prefill_token_budget=prefill_token_budget,
+                max_decode_batch=max_decode_batch,
+                counts=local,
+                sigma_rule=sigma_rule,
+            )
+        )
+        is not None
+    ]
+    return kept, local
 
 
 def _layouts(
@@ -193,7 +224,67 @@ def _candidate(
         counts.pruned_budget += int(cost > budget)
         counts.pruned_residency += int(cost <= budget)
         return None
-    sigmas = None
+    fit = _fit_replicas(
+        model,
+        pool,
+        dev,
+        bits,
+        tp,
+        pp,
+        dmin,
+        cost,
+        demand,
+        budget=budget,
+        efficiency=efficiency,
+        prefill_token_budget=prefill_token_budget,
+        max_decode_batch=max_decode_batch,
+        sigma_rule=sigma_rule,
+    )
+    dmin, sigmas, plan, timer = fit
+    if dmin * cost > budget or sigmas is None:
+        counts.pruned_budget += int(dmin * cost > budget)
+        counts.pruned_residency += int(dmin * cost <= budget)
+        return None
+    rater = None
+    if sigma_rule == "partner-batch":
+        rater, sigmas = _partner_rater(
+            model, plan, demand, efficiency, sigmas, dmin, max_decode_batch, prefill_token_budget, timer
+        )
+    return Candidate(
+        device=dev,
+        tp=tp,
+        pp=pp,
+        ep=default_ep(model, pool.stages, tp, pp),
+        bits=bits,
+        replica_cost=cost,
+        sigma1=min(sigmas),
+        sigma_sum=sum(sigmas),
+        order=order,
+        min_dp=dmin,
+        rater=rater,
+    )
+
+
+def _fit_replicas(
+    model: ModelSpec,
+    pool: PoolSpec,
+    dev: CatalogDevice,
+    bits: tuple[tuple[str, int], ...],
+    tp: int,
+    pp: int,
+    dmin: int,
+    cost: float,
+    demand: Demand,
+    *,
+    budget: float,
+    efficiency: Efficiency,
+    prefill_token_budget: int,
+    max_decode_batch: int,
+    sigma_rule: str,
+) -> tuple[int, list[float] | None, PoolPlan | None, PoolTimer | None]:
+    """The fewest replicas (doubling from ``dmin`` while EP leaves no room for KV) and their
+    per-stage sigmas (None: none fits the budget), with the plan and timer they were scored on."""
+    sigmas = plan = timer = None
     while dmin * cost <= budget:
         ep = default_ep(model, pool.stages, tp, pp, dmin)
         layout = Layout(tp=tp, pp=pp, dp=dmin, ep=ep)
@@ -212,37 +303,35 @@ def _candidate(
         if sigmas is not None or ep == 1:
             break
         dmin *= 2  # more replicas spread the experts thinner: room for KV
-    if dmin * cost > budget or sigmas is None:
-        counts.pruned_budget += int(dmin * cost > budget)
-        counts.pruned_residency += int(dmin * cost <= budget)
-        return None
-    rater = None
-    if sigma_rule == "partner-batch":
-        rater = sigma_partner.make_rater(
-            model,
-            plan,
-            demand,
-            efficiency,
-            sigmas,
-            max_decode_batch=max_decode_batch,
-            prefill_token_budget=prefill_token_budget,
-            timer=timer,
-        )
-        if rater.hold:  # the decode phase's score per replica at the fewest replicas
-            sigmas = [*sigmas, rater.decode_sigma(dmin) / dmin]
-    return Candidate(
-        device=dev,
-        tp=tp,
-        pp=pp,
-        ep=default_ep(model, pool.stages, tp, pp),
-        bits=bits,
-        replica_cost=cost,
-        sigma1=min(sigmas),
-        sigma_sum=sum(sigmas),
-        order=order,
-        min_dp=dmin,
-        rater=rater,
+    return dmin, sigmas, plan, timer
+
+
+def _partner_rater(
+    model: ModelSpec,
+    plan: PoolPlan,
+    demand: Demand,
+    efficiency: Efficiency,
+    sigmas: list[float],
+    dmin: int,
+    max_decode_batch: int,
+    prefill_token_budget: int,
+    timer: PoolTimer,
+) -> tuple[sigma_partner.Rater, list[float]]:
+    """The partner-batch rater, and the sigmas with the decode phase's score per replica at the
+    fewest replicas appended when the rater holds a decode phase."""
+    rater = sigma_partner.make_rater(
+        model,
+        plan,
+        demand,
+        efficiency,
+        sigmas,
+        max_decode_batch=max_decode_batch,
+        prefill_token_budget=prefill_token_budget,
+        timer=timer,
     )
+    if rater.hold:  # the decode phase's score per replica at the fewest replicas
+        sigmas = [*sigmas, rater.decode_sigma(dmin) / dmin]
+    return rater, sigmas
 
 
 def _rank_key(c: Candidate) -> tuple[float, float, float, int]:
